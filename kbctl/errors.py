@@ -1,0 +1,70 @@
+"""The one exception hierarchy of kbctl.
+
+    KbctlError                 anything kbctl could not do; the CLI prints it as one line, exit code 1
+     ├── ManifestError         a manifest is invalid (carries path, line and field of every problem)
+     ├── SourceError           a source could not be read, fetched or extracted
+     ├── EmbeddingError        the embedding model could not be loaded or failed
+     ├── StoreError            PostgreSQL could not be reached, migrated or written
+     └── NotFoundError         a named knowledge base (or version) does not exist
+
+Misuse of the Python API raises TypeError/ValueError instead: "the world failed" stays apart from
+"you called it wrong".
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+__all__ = [
+    "EmbeddingError",
+    "KbctlError",
+    "ManifestError",
+    "ManifestProblem",
+    "NotFoundError",
+    "SourceError",
+    "StoreError",
+]
+
+
+class KbctlError(Exception):
+    """Root of every error kbctl raises on purpose."""
+
+
+@dataclass(frozen=True)
+class ManifestProblem:
+    """One problem in one manifest: where it is and what is wrong."""
+
+    path: str
+    line: int | None
+    field: str
+    message: str
+
+    def __str__(self) -> str:
+        where = self.path if self.line is None else f"{self.path}:{self.line}"
+        return f"{where}: {self.field}: {self.message}" if self.field else f"{where}: {self.message}"
+
+
+class ManifestError(KbctlError):
+    """One or more manifests are invalid; `problems` lists each, in file order."""
+
+    def __init__(self, problems: list[ManifestProblem]) -> None:
+        if not problems:
+            raise ValueError("ManifestError needs at least one problem")
+        self.problems = problems
+        super().__init__("\n".join(str(p) for p in problems))
+
+
+class SourceError(KbctlError):
+    """A source could not be read, fetched or turned into text."""
+
+
+class EmbeddingError(KbctlError):
+    """The embedding model could not be loaded, or embedding failed."""
+
+
+class StoreError(KbctlError):
+    """The PostgreSQL store could not be reached, migrated, read or written."""
+
+
+class NotFoundError(KbctlError):
+    """A named object (knowledge base, version) does not exist in the store."""
