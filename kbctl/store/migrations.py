@@ -1,0 +1,122 @@
+"""The store's schema as numbered migrations, each applied once, safe to run again and concurrently."""
+
+from __future__ import annotations
+
+import psycopg
+
+__all__ = ["MIGRATIONS", "migrate"]
+
+# Append only: a released migration is never edited, a change is a new entry.
+MIGRATIONS: list[tuple[int, str, str]] = [
+    (
+        1,
+        "knowledge bases, versions, source revisions, chunks, content-addressed embeddings",
+        """
+        CREATE EXTENSION IF NOT EXISTS vector;
+
+        CREATE TABLE kb_knowledge_bases (
+            id            bigserial PRIMARY KEY,
+            name          text NOT NULL UNIQUE,
+            labels        jsonb NOT NULL DEFAULT '{}',
+            manifest      jsonb NOT NULL,
+            current_version integer,
+            created_at    timestamptz NOT NULL DEFAULT now(),
+            updated_at    timestamptz NOT NULL DEFAULT now()
+        );
+
+        -- Never embed the same text twice: one vector per (model, sha256 of the exact text embedded).
+        CREATE TABLE kb_embeddings (
+            id          bigserial PRIMARY KEY,
+            model       text NOT NULL,
+            text_sha256 bytea NOT NULL,
+            embedding   vector NOT NULL,
+            created_at  timestamptz NOT NULL DEFAULT now(),
+            UNIQUE (model, text_sha256)
+        );
+
+        -- The chunks of one source's content under one chunking/model setting; shared by every
+        -- version in which that source did not change, so unchanged sources cost one row per version.
+        CREATE TABLE kb_source_revisions (
+            id             bigserial PRIMARY KEY,
+            kb_id          bigint NOT NULL REFERENCES kb_knowledge_bases(id) ON DELETE CASCADE,
+            source_name    text NOT NULL,
+            revision_key   text NOT NULL,
+            content_sha256 text NOT NULL,
+            origin         text NOT NULL,
+            title          text,
+            char_count     integer NOT NULL,
+            chunk_count    integer NOT NULL,
+            created_at     timestamptz NOT NULL DEFAULT now(),
+            UNIQUE (kb_id, source_name, revision_key)
+        );
+
+        CREATE TABLE kb_chunks (
+            id           bigserial PRIMARY KEY,
+            revision_id  bigint NOT NULL REFERENCES kb_source_revisions(id) ON DELETE CASCADE,
+            ordinal      integer NOT NULL,
+            content      text NOT NULL,
+            char_start   integer NOT NULL,
+            char_end     integer NOT NULL,
+            heading_path text[] NOT NULL,
+            token_count  integer NOT NULL,
+            embedding_id bigint NOT NULL REFERENCES kb_embeddings(id),
+            UNIQUE (revision_id, ordinal)
+        );
+        CREATE INDEX kb_chunks_embedding_id ON kb_chunks (embedding_id);
+
+        -- Immutable, numbered versions; kb_knowledge_bases.current_version points at the serving one.
+        CREATE TABLE kb_versions (
+            id             bigserial PRIMARY KEY,
+            kb_id          bigint NOT NULL REFERENCES kb_knowledge_bases(id) ON DELETE CASCADE,
+            number         integer NOT NULL,
+            manifest       jsonb NOT NULL,
+            manifest_sha256 text NOT NULL,
+            model          text NOT NULL,
+            chunk_count    integer NOT NULL,
+            embedded_count integer NOT NULL,
+            reused_count   integer NOT NULL,
+            created_at     timestamptz NOT NULL DEFAULT now(),
+            UNIQUE (kb_id, number)
+        );
+
+        CREATE TABLE kb_version_sources (
+            version_id     bigint NOT NULL REFERENCES kb_versions(id) ON DELETE CASCADE,
+            position       integer NOT NULL,
+            source_name    text NOT NULL,
+            source_sha256  text NOT NULL,
+            revision_id    bigint REFERENCES kb_source_revisions(id) ON DELETE CASCADE,
+            state          text NOT NULL CHECK (state IN ('ready', 'failed')),
+            message        text,
+            embedded_count integer NOT NULL DEFAULT 0,
+            reused_count   integer NOT NULL DEFAULT 0,
+            PRIMARY KEY (version_id, source_name)
+        );
+        CREATE INDEX kb_version_sources_revision ON kb_version_sources (revision_id);
+        """,
+    ),
+]
+
+# Serializes migrations of one database across processes (an arbitrary, fixed 64-bit key).
+_MIGRATION_LOCK = 0x6B6263746C_01
+
+
+def migrate(conn: psycopg.Connection[object]) -> list[int]:
+    """Apply the migrations this database lacks, in order; return the numbers applied."""
+    applied: list[int] = []
+    with conn.transaction():
+        conn.execute("SELECT pg_advisory_xact_lock(%s)", (_MIGRATION_LOCK,))
+        conn.execute(
+            "CREATE TABLE IF NOT EXISTS kb_schema_migrations ("
+            " version integer PRIMARY KEY, description text NOT NULL,"
+            " applied_at timestamptz NOT NULL DEFAULT now())"
+        )
+        done = {row[0] for row in conn.execute("SELECT version FROM kb_schema_migrations").fetchall()}
+        for number, description, sql in MIGRATIONS:
+            if number in done:
+                continue
+            conn.execute(sql.encode())
+            conn.execute(
+                "INSERT INTO kb_schema_migrations (version, description) VALUES (%s, %s)", (number, description)
+            )
+            applied.append(number)
+    return applied

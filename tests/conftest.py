@@ -1,0 +1,55 @@
+"""Real services for the tests: the embedded PostgreSQL + pgvector (or KBCTL_TEST_DATABASE_URL) and the local model."""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from kbctl.client import KnowledgeBaseStore
+from kbctl.config import Settings
+from kbctl.store.embedded import embedded_url, stop_server
+
+TABLES = "kb_version_sources, kb_versions, kb_chunks, kb_source_revisions, kb_embeddings, kb_knowledge_bases"
+
+
+@pytest.fixture(scope="session")
+def kbctl_home() -> Iterator[Path]:
+    """One KBCTL_HOME for the session; the embedded server started in it is stopped at the end."""
+    home = Path(tempfile.mkdtemp(prefix="kbctl-test-"))
+    os.environ["KBCTL_HOME"] = str(home)
+    external = os.environ.get("KBCTL_TEST_DATABASE_URL")
+    if external:
+        os.environ["KBCTL_DATABASE_URL"] = external
+    try:
+        yield home
+    finally:
+        if not external:
+            stop_server(home / "pg")
+
+
+@pytest.fixture(scope="session")
+def database_url(kbctl_home: Path) -> str:
+    """The URL of the database the tests use: an external one, or the embedded server (started once)."""
+    return os.environ.get("KBCTL_DATABASE_URL") or embedded_url(kbctl_home / "pg")
+
+
+@pytest.fixture
+def store(database_url: str, kbctl_home: Path) -> Iterator[KnowledgeBaseStore]:
+    """A store with no knowledge bases in it (tables emptied before the test)."""
+    s = KnowledgeBaseStore(settings=Settings(home=kbctl_home, database_url=database_url))
+    s.db._conn.execute(f"TRUNCATE {TABLES} RESTART IDENTITY CASCADE")
+    try:
+        yield s
+    finally:
+        s.close()
+
+
+@pytest.fixture
+def cli(store: KnowledgeBaseStore, database_url: str) -> CliRunner:
+    """A CLI runner whose commands reach the same (emptied) store as `store`."""
+    return CliRunner(env={"KBCTL_DATABASE_URL": database_url, "KBCTL_HOME": str(store.settings.home)})
