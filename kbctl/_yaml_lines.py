@@ -16,8 +16,8 @@ __all__ = ["Document", "SyntaxProblem", "load_documents", "locate", "split_docum
 
 # A line break as ruamel counts them (so our line offsets agree with its marks).
 _LINE_BREAK = re.compile(r"\r\n|[\n\r\x85\u2028\u2029]")
-_DOC_START = re.compile(r"---(?:[ \t]|$)")
-_DOC_END = re.compile(r"\.\.\.(?:[ \t]|$)")
+_DOC_START = re.compile(r"---(?:[ \t\r\n\x85\u2028\u2029]|$)")
+_DOC_END = re.compile(r"\.\.\.(?:[ \t\r\n\x85\u2028\u2029]|$)")
 
 
 @dataclass(frozen=True)

@@ -80,9 +80,7 @@ class _Cuts:
     last: int  # end of the section's last non-whitespace character
 
 
-def chunk_document(
-    text: str, *, max_chars: int = 1200, overlap_chars: int = 150, markdown: bool = True
-) -> list[Chunk]:
+def chunk_document(text: str, *, max_chars: int = 1200, overlap_chars: int = 150, markdown: bool = True) -> list[Chunk]:
     """Split `text` into chunks of at most `max_chars` characters (see the module docstring)."""
     if max_chars < 1:
         raise ValueError(f"max_chars must be >= 1, got {max_chars}")

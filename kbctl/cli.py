@@ -8,7 +8,7 @@ import json
 import sys
 from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
-from enum import Enum
+from enum import StrEnum
 from typing import Annotated, Any, ParamSpec, TypeVar
 
 import typer
@@ -38,7 +38,7 @@ RESOURCES = {"knowledgebase", "knowledgebases", "kb", "kbs"}
 _state: dict[str, Any] = {"debug": False, "database_url": None}
 
 
-class Output(str, Enum):
+class Output(StrEnum):
     """Machine-readable output formats."""
 
     json = "json"
@@ -113,9 +113,7 @@ def _emit(data: BaseModel | Sequence[BaseModel] | dict[str, Any], output: Output
 def _table(headers: Sequence[str], rows: Sequence[Sequence[object]], indent: str = "") -> str:
     cells = [list(headers), *[[("" if c is None else str(c)) for c in row] for row in rows]]
     widths = [max(len(r[i]) for r in cells) for i in range(len(headers))]
-    return "\n".join(
-        indent + "   ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip() for r in cells
-    )
+    return "\n".join(indent + "   ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip() for r in cells)
 
 
 def _age(when: datetime) -> str:
@@ -145,8 +143,12 @@ class _CliReporter:
             return
         if self._progress is None:
             self._progress = Progress(
-                TextColumn("embedding"), BarColumn(), MofNCompleteColumn(), TimeRemainingColumn(),
-                console=self._console, transient=True,
+                TextColumn("embedding"),
+                BarColumn(),
+                MofNCompleteColumn(),
+                TimeRemainingColumn(),
+                console=self._console,
+                transient=True,
             )
             self._progress.start()
             self._task = self._progress.add_task("embedding", total=total)
@@ -162,8 +164,12 @@ class _CliReporter:
 def _root(
     database_url: Annotated[
         str | None,
-        typer.Option("--database-url", envvar="KBCTL_DATABASE_URL", show_envvar=True,
-                     help="PostgreSQL (with pgvector) to use instead of the embedded server."),
+        typer.Option(
+            "--database-url",
+            envvar="KBCTL_DATABASE_URL",
+            show_envvar=True,
+            help="PostgreSQL (with pgvector) to use instead of the embedded server.",
+        ),
     ] = None,
     debug: Annotated[bool, typer.Option("--debug", help="Show tracebacks of errors.")] = False,
 ) -> None:
@@ -181,8 +187,14 @@ def _root(
 def apply(
     filename: Files,
     recursive: Recursive = False,
-    wait: Annotated[bool, typer.Option("--wait", help="Wait until every source is ingested (apply always "
-                                       "ingests in-process in this version, so this is implied).")] = True,
+    wait: Annotated[
+        bool,
+        typer.Option(
+            "--wait",
+            help="Wait until every source is ingested (apply always "
+            "ingests in-process in this version, so this is implied).",
+        ),
+    ] = True,
     output: OutputOpt = None,
 ) -> None:
     """Create or update knowledge bases to match manifests: fetch, chunk, embed what changed, publish a version.
@@ -234,10 +246,12 @@ def get(resource: Resource, name: Annotated[str | None, typer.Argument()] = None
     if not items:
         typer.echo("No knowledge bases found.", err=True)
         return
-    typer.echo(_table(
-        ["NAME", "VERSION", "SOURCES", "CHUNKS", "AGE"],
-        [[i.name, i.version or "-", f"{i.ready_sources}/{i.sources}", i.chunks, _age(i.created_at)] for i in items],
-    ))
+    typer.echo(
+        _table(
+            ["NAME", "VERSION", "SOURCES", "CHUNKS", "AGE"],
+            [[i.name, i.version or "-", f"{i.ready_sources}/{i.sources}", i.chunks, _age(i.created_at)] for i in items],
+        )
+    )
 
 
 @app.command()
@@ -264,11 +278,13 @@ def describe(resource: Resource, name: str, output: OutputOpt = None) -> None:
     for key, value in fields:
         typer.echo(f"{key + ':':<13}{value}")
     typer.echo("Sources:")
-    typer.echo(_table(
-        ["NAME", "KIND", "STATE", "CHUNKS", "EMBEDDED", "REUSED", "MESSAGE"],
-        [[s.name, s.kind, s.state, s.chunks, s.embedded, s.reused, s.message] for s in d.source_status],
-        indent="  ",
-    ))
+    typer.echo(
+        _table(
+            ["NAME", "KIND", "STATE", "CHUNKS", "EMBEDDED", "REUSED", "MESSAGE"],
+            [[s.name, s.kind, s.state, s.chunks, s.embedded, s.reused, s.message] for s in d.source_status],
+            indent="  ",
+        )
+    )
 
 
 @app.command()
@@ -276,12 +292,27 @@ def describe(resource: Resource, name: str, output: OutputOpt = None) -> None:
 def query(
     name: Annotated[str, typer.Argument(help="Knowledge base to search.")],
     question: Annotated[str, typer.Argument(help="The question, in natural language.")],
-    top_k: Annotated[int | None, typer.Option("--top-k", min=1, help="Candidates to consider "
-                                              "(default: spec.retrieval.topK).")] = None,
-    threshold: Annotated[float | None, typer.Option("--threshold", min=-1.0, max=1.0, help="Minimum cosine "
-                         "similarity (default: spec.retrieval.similarityThreshold).")] = None,
-    max_tokens: Annotated[int | None, typer.Option("--max-tokens", min=1, help="Token budget of the returned "
-                          "context (default: spec.retrieval.maxContextTokens).")] = None,
+    top_k: Annotated[
+        int | None,
+        typer.Option("--top-k", min=1, help="Candidates to consider (default: spec.retrieval.topK)."),
+    ] = None,
+    threshold: Annotated[
+        float | None,
+        typer.Option(
+            "--threshold",
+            min=-1.0,
+            max=1.0,
+            help="Minimum cosine similarity (default: spec.retrieval.similarityThreshold).",
+        ),
+    ] = None,
+    max_tokens: Annotated[
+        int | None,
+        typer.Option(
+            "--max-tokens",
+            min=1,
+            help="Token budget of the returned context (default: spec.retrieval.maxContextTokens).",
+        ),
+    ] = None,
     output: OutputOpt = None,
 ) -> None:
     """Retrieve the chunks most relevant to a question, in rank order, within threshold and token budget.
@@ -295,8 +326,9 @@ def query(
         return
     for hit in result.hits:
         where = " > ".join(hit.heading_path) or "(no heading)"
-        typer.echo(f"{hit.rank}. {hit.source} | {where} | chunk {hit.position} | "
-                   f"score {hit.score:.3f} | {hit.tokens} tokens")
+        typer.echo(
+            f"{hit.rank}. {hit.source} | {where} | chunk {hit.position} | score {hit.score:.3f} | {hit.tokens} tokens"
+        )
         typer.echo("   " + hit.text.replace("\n", "\n   "))
         typer.echo("")
     typer.echo(result.message)

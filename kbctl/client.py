@@ -14,7 +14,12 @@ from kbctl.manifest import KnowledgeBase, LoadedManifest, load_manifests
 from kbctl.reconcile import ApplyReport, apply_knowledge_bases
 from kbctl.reporting import Reporter
 from kbctl.retrieval import QueryResult, query_knowledge_base
-from kbctl.status import KnowledgeBaseDetail, KnowledgeBaseSummary, describe_knowledge_base, list_knowledge_bases
+from kbctl.status import (
+    KnowledgeBaseDetail,
+    KnowledgeBaseSummary,
+    describe_knowledge_base,
+    list_knowledge_bases,
+)
 from kbctl.store.database import Database
 from kbctl.store.embedded import embedded_url
 
@@ -38,7 +43,11 @@ class KnowledgeBaseStore:
     """
 
     def __init__(
-        self, *, database_url: str | None = None, home: str | Path | None = None, settings: Settings | None = None
+        self,
+        *,
+        database_url: str | None = None,
+        home: str | Path | None = None,
+        settings: Settings | None = None,
     ) -> None:
         self.settings = settings or Settings.from_env(home=home, database_url=database_url)
         url = self.settings.database_url or embedded_url(self.settings.pgdata)

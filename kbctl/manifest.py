@@ -3,18 +3,14 @@
 from __future__ import annotations
 
 import argparse
-import difflib
 import hashlib
 import json
 import os
-import re
 import sys
-import types
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Annotated, Any, Final, Literal, TextIO, Union, get_args, get_origin
-from urllib.parse import urlsplit
+from typing import Annotated, Any, Final, Literal, TextIO
 
 from pydantic import (
     AfterValidator,
@@ -31,6 +27,16 @@ from pydantic import (
 from pydantic.alias_generators import to_camel, to_snake
 from pydantic_core import ErrorDetails, InitErrorDetails
 
+from kbctl._field_checks import (
+    DNS_LABEL,
+    NAME_MAX,
+    SOURCE_NAME,
+    check_label_key,
+    check_label_value,
+    check_name,
+    check_url,
+)
+from kbctl._pydantic_errors import problems_from
 from kbctl._yaml_lines import Document, SyntaxProblem, load_documents, locate
 from kbctl.errors import ManifestError, ManifestProblem
 
@@ -62,72 +68,10 @@ JSON_SCHEMA_DIALECT: Final = "https://json-schema.org/draft/2020-12/schema"
 MANIFEST_SUFFIXES: Final = (".yaml", ".yml", ".json")
 STDIN_PATH: Final = "<stdin>"
 
-_DNS_LABEL = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"
-_SOURCE_NAME = r"^[a-z0-9]([-a-z0-9_.]*[a-z0-9])?$"
-_LABEL_NAME = r"^[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$"
-_DNS_SUBDOMAIN = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$"
-_NAME_MAX = 63
-_LABEL_CHARS = "letters, digits, '-', '_' and '.', starting and ending with a letter or digit"
-
-StrictInt = Annotated[int, Strict()]
-StrictFloat = Annotated[float, Strict()]  # strict still takes ints; it refuses strings and booleans
-
-
-def _check_name(value: str, pattern: str, charset: str) -> str:
-    """Validate a name against pattern and the 63-character limit, with a message naming charset."""
-    if not value:
-        raise ValueError("must not be empty")
-    if len(value) > _NAME_MAX:
-        raise ValueError(f"must be at most {_NAME_MAX} characters")
-    if not re.match(pattern, value):
-        raise ValueError(f"must consist of {charset}, and start and end with a letter or digit")
-    return value
-
-
-def _check_label_key(key: str) -> str:
-    """Validate a Kubernetes-style label key: an optional DNS-subdomain prefix and '/', then a name."""
-    prefix, slash, name = key.rpartition("/")
-    if slash and (not prefix or len(prefix) > 253 or not re.match(_DNS_SUBDOMAIN, prefix)):
-        raise ValueError(
-            "invalid label key: the prefix before '/' must be a DNS subdomain "
-            "(lowercase letters, digits, '-' and '.', at most 253 characters)"
-        )
-    if not name or len(name) > _NAME_MAX or not re.match(_LABEL_NAME, name):
-        raise ValueError(f"invalid label key: the name must be 1-{_NAME_MAX} characters of {_LABEL_CHARS}")
-    return key
-
-
-def _check_label_value(value: str) -> str:
-    """Validate a Kubernetes-style label value: empty, or a name of at most 63 characters."""
-    if value and (len(value) > _NAME_MAX or not re.match(_LABEL_NAME, value)):
-        raise ValueError(f"invalid label value: must be empty or 1-{_NAME_MAX} characters of {_LABEL_CHARS}")
-    return value
-
-
-LabelKey = Annotated[str, AfterValidator(_check_label_key)]
-LabelValue = Annotated[str, AfterValidator(_check_label_value)]
-
-
-def _check_url(url: str) -> str:
-    """Validate a source URL: absolute http(s), with a host, without credentials."""
-    if not url.strip():
-        raise ValueError("must not be empty")
-    if any(ch.isspace() or ord(ch) < 0x20 for ch in url):
-        raise ValueError("URL must not contain whitespace or control characters")
-    try:
-        parts = urlsplit(url)
-        _ = parts.port  # raises ValueError for a bad port
-    except ValueError as error:
-        raise ValueError(f"URL is malformed: {error}") from None
-    if not parts.scheme:
-        raise ValueError("URL must start with http:// or https://")
-    if parts.scheme not in ("http", "https"):
-        raise ValueError(f"URL scheme must be http or https, got {parts.scheme!r}")
-    if "@" in parts.netloc:
-        raise ValueError("URL must not contain credentials")
-    if not parts.hostname:
-        raise ValueError("URL must have a host")
-    return url
+_StrictInt = Annotated[int, Strict()]
+_StrictFloat = Annotated[float, Strict()]  # strict still takes ints; it refuses strings and booleans
+_LabelKey = Annotated[str, AfterValidator(check_label_key)]
+_LabelValue = Annotated[str, AfterValidator(check_label_value)]
 
 
 class _Model(BaseModel):
@@ -141,16 +85,16 @@ class Metadata(_Model):
 
     name: str = Field(
         description="DNS-1123 label: lowercase letters, digits and '-', at most 63 characters.",
-        json_schema_extra={"pattern": _DNS_LABEL, "maxLength": _NAME_MAX},
+        json_schema_extra={"pattern": DNS_LABEL, "maxLength": NAME_MAX},
     )
-    labels: dict[LabelKey, LabelValue] = Field(
+    labels: dict[_LabelKey, _LabelValue] = Field(
         default_factory=dict, description="Kubernetes-style labels (string keys and values)."
     )
 
     @field_validator("name")
     @classmethod
     def _valid_name(cls, value: str) -> str:
-        return _check_name(value, _DNS_LABEL, "lowercase letters, digits and '-'")
+        return check_name(value, DNS_LABEL, "lowercase letters, digits and '-'")
 
 
 class Source(_Model):
@@ -158,7 +102,7 @@ class Source(_Model):
 
     name: str = Field(
         description="Unique within the knowledge base: lowercase letters, digits, '-', '_' and '.'.",
-        json_schema_extra={"pattern": _SOURCE_NAME, "maxLength": _NAME_MAX},
+        json_schema_extra={"pattern": SOURCE_NAME, "maxLength": NAME_MAX},
     )
     url: str | None = Field(
         default=None, description="An http(s) URL without credentials.", json_schema_extra={"format": "uri"}
@@ -169,12 +113,12 @@ class Source(_Model):
     @field_validator("name")
     @classmethod
     def _valid_name(cls, value: str) -> str:
-        return _check_name(value, _SOURCE_NAME, "lowercase letters, digits, '-', '_' and '.'")
+        return check_name(value, SOURCE_NAME, "lowercase letters, digits, '-', '_' and '.'")
 
     @field_validator("url")
     @classmethod
     def _valid_url(cls, value: str | None) -> str | None:
-        return None if value is None else _check_url(value)
+        return None if value is None else check_url(value)
 
     @field_validator("text")
     @classmethod
@@ -198,10 +142,8 @@ class Source(_Model):
 class Chunking(_Model):
     """How documents are split into chunks before embedding."""
 
-    max_chars: StrictInt = Field(
-        default=1200, ge=100, le=100_000, description="Maximum characters per chunk."
-    )
-    overlap_chars: StrictInt = Field(
+    max_chars: _StrictInt = Field(default=1200, ge=100, le=100_000, description="Maximum characters per chunk.")
+    overlap_chars: _StrictInt = Field(
         default=150, ge=0, validate_default=True, description="Characters shared by neighbouring chunks."
     )
 
@@ -217,13 +159,11 @@ class Chunking(_Model):
 class Retrieval(_Model):
     """How chunks are retrieved for a query."""
 
-    top_k: StrictInt = Field(default=8, ge=1, le=200, description="How many chunks to return at most.")
-    similarity_threshold: StrictFloat = Field(
+    top_k: _StrictInt = Field(default=8, ge=1, le=200, description="How many chunks to return at most.")
+    similarity_threshold: _StrictFloat = Field(
         default=0.2, ge=-1.0, le=1.0, allow_inf_nan=False, description="Minimum cosine similarity."
     )
-    max_context_tokens: StrictInt = Field(
-        default=1500, ge=1, description="Token budget for the returned context."
-    )
+    max_context_tokens: _StrictInt = Field(default=1500, ge=1, description="Token budget for the returned context.")
 
 
 class Embedding(_Model):
@@ -270,13 +210,9 @@ def _duplicate_source_names(sources: Any) -> list[InitErrorDetails]:
     first: dict[str, int] = {}
     errors: list[InitErrorDetails] = []
     for index, source in enumerate(sources if isinstance(sources, list) else []):
-        name = (
-            source.name
-            if isinstance(source, Source)
-            else source.get("name")
-            if isinstance(source, dict)
-            else None
-        )
+        name = source.name if isinstance(source, Source) else None
+        if isinstance(source, dict):
+            name = source.get("name")
         if not isinstance(name, str):
             continue
         if name in first:
@@ -318,7 +254,7 @@ class KnowledgeBase(_Model):
     def spec_hash(self) -> str:
         """SHA-256 (hex) of the spec as canonical JSON, defaults filled in: equal specs hash equal."""
         spec = self.spec.model_dump(by_alias=True, mode="json")
-        canonical = json.dumps(spec, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+        canonical = json.dumps(spec, sort_keys=True, separators=(",", ":"))
         return hashlib.sha256(canonical.encode("utf-8")).hexdigest()
 
 
@@ -350,154 +286,6 @@ def write_schema(path: str | Path) -> None:
     Path(path).write_text(_schema_text(), encoding="utf-8")
 
 
-# ---------------------------------------------------------------- pydantic errors → problems
-
-
-def _unwrap(annotation: Any) -> Any:
-    """Strip Annotated[...] and Optional from a type annotation."""
-    while True:
-        origin = get_origin(annotation)
-        if origin is Annotated:
-            annotation = get_args(annotation)[0]
-        elif origin in (Union, types.UnionType):
-            args = [a for a in get_args(annotation) if a is not type(None)]
-            if len(args) != 1:
-                return annotation
-            annotation = args[0]
-        else:
-            return annotation
-
-
-def _is_model(annotation: Any) -> bool:
-    return isinstance(annotation, type) and issubclass(annotation, BaseModel)
-
-
-@dataclass
-class _ErrorPath:
-    """A pydantic error location resolved against the models."""
-
-    steps: list[tuple[str, ...] | int]  # key spellings to look up in the YAML (alias first), or indices
-    parts: list[tuple[str, str | int]]  # ("field"|"key"|"index", default rendering)
-    container: Any  # the type holding the last step (a model class for unknown fields)
-    leaf: Any  # the type of the last step, None when unknown
-    is_key: bool  # the error is about a mapping key itself, not its value
-
-
-def _resolve(loc: tuple[int | str, ...]) -> _ErrorPath:
-    """Walk loc through the models from KnowledgeBase, learning aliases, dict keys and leaf types."""
-    path = _ErrorPath(steps=[], parts=[], container=None, leaf=KnowledgeBase, is_key=False)
-    for element in loc:
-        if element == "[key]":
-            path.is_key = True
-            continue
-        current = _unwrap(path.leaf)
-        path.container = current
-        if _is_model(current) and isinstance(element, str):
-            fields = current.model_fields
-            name = next((n for n, f in fields.items() if element in (n, f.alias)), None)
-            if name is None:
-                path.steps.append((element,))
-                path.parts.append(("field", element))
-                path.leaf = None
-            else:
-                alias = fields[name].alias or name
-                path.steps.append((alias, name) if alias != name else (name,))
-                path.parts.append(("field", alias))
-                path.leaf = fields[name].annotation
-        elif get_origin(current) is dict:
-            path.steps.append((str(element),))
-            path.parts.append(("key", str(element)))
-            path.leaf = get_args(current)[1]
-        elif isinstance(element, int):
-            path.steps.append(element)
-            path.parts.append(("index", element))
-            path.leaf = get_args(current)[0] if get_origin(current) is list else None
-        else:
-            path.steps.append((element,))
-            path.parts.append(("field", element))
-            path.leaf = None
-    path.leaf = _unwrap(path.leaf)
-    return path
-
-
-def _render(parts: Sequence[tuple[str, str | int]]) -> str:
-    """Render a field path like spec.sources[1].url or metadata.labels["app"]."""
-    text = ""
-    for kind, value in parts:
-        if kind == "index":
-            text += f"[{value}]"
-        elif kind == "key":
-            text += f"[{json.dumps(value, ensure_ascii=False)}]"
-        else:
-            text += f".{value}" if text else str(value)
-    return text
-
-
-def _plural(count: int, noun: str) -> str:
-    return f"{count} {noun}" if count == 1 else f"{count} {noun}s"
-
-
-_SIMPLE_MESSAGES: Final = {
-    "missing": "required field is missing",
-    "int_type": "must be an integer",
-    "int_parsing": "must be an integer",
-    "int_from_float": "must be an integer",
-    "float_type": "must be a number",
-    "float_parsing": "must be a number",
-    "finite_number": "must be a finite number",
-    "string_type": "must be a string",
-    "bool_type": "must be a boolean",
-    "bool_parsing": "must be a boolean",
-    "model_type": "must be a mapping",
-    "model_attributes_type": "must be a mapping",
-    "dict_type": "must be a mapping",
-    "list_type": "must be a list",
-}
-
-
-def _message(error: ErrorDetails, path: _ErrorPath) -> str:
-    """A short human message for one pydantic error."""
-    kind = error["type"]
-    ctx: dict[str, Any] = dict(error.get("ctx") or {})
-    if kind in _SIMPLE_MESSAGES:
-        return _SIMPLE_MESSAGES[kind]
-    if kind == "extra_forbidden":
-        key = str(error["loc"][-1])
-        fields = path.container.model_fields if _is_model(path.container) else {}
-        allowed = [f.alias or n for n, f in fields.items()]
-        close = difflib.get_close_matches(key, allowed, n=1)
-        return f"unknown field {key!r}" + (f" (did you mean {close[0]!r}?)" if close else "")
-    if kind == "literal_error":
-        choices = get_args(path.leaf) if get_origin(path.leaf) is Literal else ()
-        return "must be one of: " + (", ".join(map(str, choices)) if choices else str(ctx.get("expected")))
-    bounds = {"greater_than_equal": ("at least", "ge"), "greater_than": ("greater than", "gt")}
-    bounds |= {"less_than_equal": ("at most", "le"), "less_than": ("less than", "lt")}
-    if kind in bounds:
-        words, key = bounds[kind]
-        return f"must be {words} {ctx[key]}"
-    if kind in ("too_short", "too_long"):
-        words, key = ("at least", "min_length") if kind == "too_short" else ("at most", "max_length")
-        return f"must have {words} {_plural(ctx[key], 'item')}"
-    if kind in ("string_too_short", "string_too_long"):
-        words, key = ("at least", "min_length") if kind == "string_too_short" else ("at most", "max_length")
-        return f"must be {words} {_plural(ctx[key], 'character')}"
-    if kind in ("value_error", "assertion_error") and "error" in ctx:
-        return str(ctx["error"])
-    return error["msg"]
-
-
-def _problem(error: ErrorDetails, document: Document, file: str) -> ManifestProblem:
-    """Turn one pydantic error into a problem with the field as written and its line in the file."""
-    path = _resolve(error["loc"])
-    want_key = path.is_key or error["type"] == "extra_forbidden"
-    written, line = locate(document, path.steps, want_key=want_key)
-    parts = [
-        (kind, value if seen is None else seen)
-        for (kind, value), seen in zip(path.parts, written, strict=True)
-    ]
-    return ManifestProblem(file, line, _render(parts), _message(error, path))
-
-
 # ---------------------------------------------------------------- documents → KnowledgeBases
 
 
@@ -525,8 +313,7 @@ def _check_document(document: Document, file: str) -> tuple[KnowledgeBase | None
     try:
         return KnowledgeBase.model_validate(data), []
     except ValidationError as invalid:
-        problems = [_problem(error, document, file) for error in invalid.errors(include_url=False)]
-        return None, sorted(problems, key=lambda p: p.line or 0)
+        return None, problems_from(invalid, KnowledgeBase, document, file)
 
 
 def _declared_name(document: Document) -> str | None:
@@ -600,8 +387,10 @@ class _Collector:
 
 
 def _manifest_files(directory: str, recursive: bool) -> list[str]:
-    """The *.yaml, *.yml and *.json files of directory sorted by name, subdirectories (not symlinked
-    ones) walked in place when recursive."""
+    """The *.yaml, *.yml and *.json files of directory, sorted by name.
+
+    When recursive, subdirectories are walked in place (symlinked ones are not followed, like kubectl).
+    """
     files: list[str] = []
     with os.scandir(directory) as scan:
         entries = sorted(scan, key=lambda entry: entry.name)

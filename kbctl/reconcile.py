@@ -187,9 +187,7 @@ def _embed_missing(
     return ids, set(missing)
 
 
-def _apply_one(
-    db: Database, kb: KnowledgeBase, embedder: Embedder, reporter: Reporter
-) -> KnowledgeBaseResult:
+def _apply_one(db: Database, kb: KnowledgeBase, embedder: Embedder, reporter: Reporter) -> KnowledgeBaseResult:
     name = kb.name
     manifest = kb.to_manifest()
     manifest_sha256 = _sha256_json(manifest)

@@ -10,8 +10,13 @@ from pydantic import BaseModel
 from kbctl.errors import NotFoundError
 from kbctl.store.database import Database, KnowledgeBaseRow
 
-__all__ = ["KnowledgeBaseDetail", "KnowledgeBaseSummary", "SourceStatus", "describe_knowledge_base",
-           "list_knowledge_bases"]
+__all__ = [
+    "KnowledgeBaseDetail",
+    "KnowledgeBaseSummary",
+    "SourceStatus",
+    "describe_knowledge_base",
+    "list_knowledge_bases",
+]
 
 
 class SourceStatus(BaseModel):

@@ -27,9 +27,11 @@ Invoices and accounting records are kept for ten years, then destroyed.
 """
 
 
-def manifest(name: str = "policies", *, refunds: str = REFUNDS, retention: str | None = RETENTION,
-             extra: str = "") -> str:
+def manifest(
+    name: str = "policies", *, refunds: str = REFUNDS, retention: str | None = RETENTION, extra: str = ""
+) -> str:
     """A KnowledgeBase manifest with a refunds source (3 small chunks) and, optionally, a retention source."""
+
     def block(text: str) -> str:
         return "\n".join("        " + line for line in text.splitlines())
 
@@ -80,7 +82,10 @@ def test_reapply_unchanged_embeds_nothing(store: KnowledgeBaseStore, cli: CliRun
     before = store.db.counts()
     result = cli.invoke(app, ["apply", "-f", str(tmp_path / "kb.yaml")])
     assert result.exit_code == 0
-    assert result.stdout.splitlines() == ["KnowledgeBase/policies unchanged (version 1)", "applied 1 resource"]
+    assert result.stdout.splitlines() == [
+        "KnowledgeBase/policies unchanged (version 1)",
+        "applied 1 resource",
+    ]
     assert store.db.counts() == before
     report = apply_text(store, manifest())
     assert report.results[0].action == "unchanged" and report.embedded == 0
@@ -95,7 +100,11 @@ def test_changing_one_paragraph_embeds_only_its_chunk(store: KnowledgeBaseStore)
     [kb] = report.results
     assert (kb.action, kb.version, report.embedded) == ("configured", 2, 1)
     by_name = {s.name: s for s in kb.sources}
-    assert (by_name["refunds"].ingested, by_name["refunds"].embedded, by_name["refunds"].reused) == (True, 1, 2)
+    assert (by_name["refunds"].ingested, by_name["refunds"].embedded, by_name["refunds"].reused) == (
+        True,
+        1,
+        2,
+    )
     assert (by_name["retention"].ingested, by_name["retention"].embedded) == (False, 0)
     detail = store.describe("policies")
     assert (detail.version, detail.chunks, detail.embedded, detail.reused) == (2, 4, 1, 3)
@@ -137,8 +146,9 @@ def test_invalid_manifest_writes_nothing(store: KnowledgeBaseStore, cli: CliRunn
     assert store.db.counts()["knowledge_bases"] == 0
 
 
-def test_url_source_fails_clearly_and_others_still_apply(store: KnowledgeBaseStore, cli: CliRunner,
-                                                          tmp_path: Path) -> None:
+def test_url_source_fails_clearly_and_others_still_apply(
+    store: KnowledgeBaseStore, cli: CliRunner, tmp_path: Path
+) -> None:
     """A URL source fails with a clear reason and exit code 1, while the inline sources are published."""
     extra = "    - name: about\n      url: https://www.example.com/about\n"
     (tmp_path / "kb.yaml").write_text(manifest(extra=extra))
@@ -151,7 +161,7 @@ def test_url_source_fails_clearly_and_others_still_apply(store: KnowledgeBaseSto
 
 
 def test_failed_knowledge_base_keeps_previous_version(store: KnowledgeBaseStore) -> None:
-    """A KB whose model cannot load fails as a whole; its current version keeps serving, nothing new is written."""
+    """A KB whose model cannot load fails as a whole: its current version keeps serving, nothing is written."""
     apply_text(store, manifest())
     before = store.db.counts()
     bad = manifest(refunds=REFUNDS + "\nNew paragraph.\n") + "  embedding: {model: local/no-such-model}\n"
@@ -202,7 +212,7 @@ def test_delete_removes_what_only_it_used(store: KnowledgeBaseStore, cli: CliRun
 
 
 def test_get_and_describe_text_and_machine_output(store: KnowledgeBaseStore, cli: CliRunner) -> None:
-    """`get kb` lists name, version, sources, chunks, age; describe shows per-source state; -o json|yaml work."""
+    """`get kb` lists name, version, sources, chunks, age; describe shows sources; -o json|yaml work."""
     apply_text(store, manifest())
     table = cli.invoke(app, ["get", "knowledgebases"]).stdout.splitlines()
     assert table[0].split() == ["NAME", "VERSION", "SOURCES", "CHUNKS", "AGE"]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+from itertools import pairwise
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -86,17 +87,17 @@ def _check_invariants(source: str, chunks: list[Chunk], max_chars: int, overlap:
         assert chunk.text == chunk.text.strip()
         covered[chunk.start : chunk.end] = b"\x01" * (chunk.end - chunk.start)
     assert all(covered[i] or ch.isspace() for i, ch in enumerate(source))
-    for prev, nxt in zip(chunks, chunks[1:], strict=False):
+    for prev, nxt in pairwise(chunks):
         assert prev.start < nxt.start and prev.end < nxt.end
         assert prev.end - nxt.start <= overlap
         if nxt.start < prev.end:  # overlapped: same section, starting at a word start
             assert nxt.heading_path == prev.heading_path
             assert source[nxt.start - 1].isspace()
-    for prev, chunk in zip([None, *chunks], chunks, strict=False):
+    for before, chunk in zip([None, *chunks], chunks, strict=False):
         cut_mid_word = chunk.end < len(source) and not source[chunk.end].isspace()
         if cut_mid_word:
             # a hard cut only happens when no word boundary exists in the chunk's new content
-            assert not re.search(r"\s", source[_first_unseen(source, prev, chunk) : chunk.end])
+            assert not re.search(r"\s", source[_first_unseen(source, before, chunk) : chunk.end])
 
 
 @_PROPERTY_SETTINGS
@@ -124,7 +125,8 @@ def test_invariants_hold_without_markdown(source: str, limits: tuple[int, int]) 
 def test_invariants_hold_on_adversarial_characters(source: str, max_chars: int, data: st.DataObject) -> None:
     """Tiny limits over text made of separators, punctuation and fences still respect every invariant."""
     overlap = data.draw(st.integers(0, max_chars - 1))
-    _check_invariants(source, chunk_document(source, max_chars=max_chars, overlap_chars=overlap), max_chars, overlap)
+    chunks = chunk_document(source, max_chars=max_chars, overlap_chars=overlap)
+    _check_invariants(source, chunks, max_chars, overlap)
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -208,7 +210,7 @@ def test_heading_is_not_a_chunk_of_its_own_when_body_is_long() -> None:
 
 def test_bulleted_list_is_cut_between_items() -> None:
     """A list longer than the limit is cut at line ends, so every item stays whole in one chunk."""
-    items = [f"- Step {i}: notify the engagement partner and record the request in the CRM." for i in range(30)]
+    items = [f"- Step {i}: notify the engagement partner and log the request in the CRM." for i in range(30)]
     source = "## Escalation steps\n\n" + "\n".join(items)
     chunks = chunk_document(source, max_chars=300, overlap_chars=0)
     assert len(chunks) > 1
@@ -227,8 +229,8 @@ TABLE = """\
 
 
 def test_table_that_fits_a_chunk_is_not_cut() -> None:
-    """A table that fits in one chunk is kept whole: the overlap shrinks rather than forcing a cut inside it."""
-    intro = "## Retention\n\n" + "Records are kept for the periods below, counted from the trigger event. " * 3
+    """A table that fits in one chunk is kept whole: the overlap shrinks rather than cut inside it."""
+    intro = "## Retention\n\n" + "Records are kept for the periods below, counted from the trigger. " * 3
     source = intro.strip() + "\n\n" + TABLE + "\n\nAfter the period ends, records are destroyed securely."
     chunks = chunk_document(source, max_chars=len(TABLE) + 10, overlap_chars=60)
     table_chunk = next(c for c in chunks if TABLE in c.text)
@@ -271,12 +273,12 @@ def test_sentence_ends_skip_abbreviations_and_numbers() -> None:
 
 
 def test_overlapping_chunks_start_at_earliest_word_in_overlap_window() -> None:
-    """With overlap, each chunk starts at the earliest word start within the last overlap_chars of its predecessor."""
+    """With overlap, a chunk starts at the earliest word start in the last overlap_chars of the one before."""
     source = " ".join(_sentences(30, 99))
     word_starts = [m.start() for m in re.finditer(r"\S+", source)]
     chunks = chunk_document(source, max_chars=500, overlap_chars=60)
     assert len(chunks) == 7
-    for prev, nxt in zip(chunks, chunks[1:-1], strict=False):
+    for prev, nxt in pairwise(chunks[:-1]):
         assert nxt.start == min(s for s in word_starts if s >= prev.end - 60)
         assert 0 < prev.end - nxt.start <= 60
     # the last five sentences fit exactly in one chunk, so overlap would only force a worse cut

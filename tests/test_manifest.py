@@ -1,4 +1,4 @@
-"""Tests for kbctl.manifest: the KnowledgeBase models, loading, and problems with exact file:line locations."""
+"""Tests for kbctl.manifest: the KnowledgeBase models, loading, and problems at exact file:line places."""
 
 from __future__ import annotations
 
@@ -20,6 +20,7 @@ from kbctl.manifest import (
     Metadata,
     Source,
     Spec,
+    _main,
     json_schema,
     load_manifests,
     parse_manifests,
@@ -29,9 +30,15 @@ from kbctl.manifest import (
 SCHEMA_FILE = Path(__file__).resolve().parent.parent / "schemas" / "knowledgebase.schema.json"
 
 HEADER = "apiVersion: kbctl.dev/v1alpha1\nkind: KnowledgeBase\n"
+SOURCES = "spec:\n  sources:\n    - name: faq\n      text: hello\n"
+DNS_LABEL_RULE = "must consist of lowercase letters, digits and '-', and start and end with a letter or digit"
+SOURCE_NAME_RULE = (
+    "must consist of lowercase letters, digits, '-', '_' and '.', and start and end with a letter or digit"
+)
+LABEL_CHARS = "letters, digits, '-', '_' and '.', starting and ending with a letter or digit"
 
 
-def manifest(name: str = "docs", spec: str = "spec:\n  sources:\n    - name: faq\n      text: hello\n") -> str:
+def manifest(name: str = "docs", spec: str = SOURCES) -> str:
     """A manifest whose metadata.name is on line 4 and whose spec starts on line 5."""
     return f"{HEADER}metadata:\n  name: {name}\n{spec}"
 
@@ -115,7 +122,8 @@ spec:
     assert (retrieval.top_k, retrieval.similarity_threshold, retrieval.max_context_tokens) == (3, 0.5, 900)
     assert kb.spec.embedding.model == "openai/text-embedding-3-small"
     source = kb.spec.sources[0]
-    assert (source.url, source.text, source.format, source.kind) == ("https://example.com/docs", None, "text", "url")
+    assert (source.url, source.text) == ("https://example.com/docs", None)
+    assert (source.format, source.kind) == ("text", "url")
 
 
 def test_models_can_be_built_in_python_with_snake_case_names() -> None:
@@ -135,7 +143,7 @@ def test_models_are_frozen() -> None:
     """Models are immutable once validated."""
     kb = parse_manifests(manifest(), "kb.yaml")[0].kb
     with pytest.raises(ValueError, match="frozen"):
-        kb.metadata.name = "other"  # type: ignore[misc]
+        kb.metadata.name = "other"
 
 
 def test_spec_hash_is_stable_and_changes_with_source_text() -> None:
@@ -146,7 +154,8 @@ def test_spec_hash_is_stable_and_changes_with_source_text() -> None:
     )
     same = parse_manifests(explicit_defaults, "b.yaml")[0].kb
     renamed = parse_manifests(manifest(name="other"), "c.yaml")[0].kb
-    changed = parse_manifests(manifest(spec="spec:\n  sources: [{name: faq, text: hello!}]\n"), "d.yaml")[0].kb
+    edited = manifest(spec="spec:\n  sources: [{name: faq, text: hello!}]\n")
+    changed = parse_manifests(edited, "d.yaml")[0].kb
     assert len(first.spec_hash()) == 64
     assert first.spec_hash() == first.spec_hash() == same.spec_hash() == renamed.spec_hash()
     assert changed.spec_hash() != first.spec_hash()
@@ -233,8 +242,8 @@ def test_duplicate_source_names_are_reported_alongside_other_source_problems() -
 @pytest.mark.parametrize(
     ("name", "message"),
     [
-        ("Bad_Name", "must consist of lowercase letters, digits, '-', '_' and '.', and start and end with a letter or digit"),
-        ("-a", "must consist of lowercase letters, digits, '-', '_' and '.', and start and end with a letter or digit"),
+        ("Bad_Name", SOURCE_NAME_RULE),
+        ("-a", SOURCE_NAME_RULE),
         ("a" * 64, "must be at most 63 characters"),
         ("''", "must not be empty"),
     ],
@@ -258,9 +267,9 @@ def test_source_names_may_contain_dots_and_underscores() -> None:
 @pytest.mark.parametrize(
     ("name", "message"),
     [
-        ("Docs", "must consist of lowercase letters, digits and '-', and start and end with a letter or digit"),
-        ("my_docs", "must consist of lowercase letters, digits and '-', and start and end with a letter or digit"),
-        ("docs-", "must consist of lowercase letters, digits and '-', and start and end with a letter or digit"),
+        ("Docs", DNS_LABEL_RULE),
+        ("my_docs", DNS_LABEL_RULE),
+        ("docs-", DNS_LABEL_RULE),
         ("d" * 64, "must be at most 63 characters"),
         ("''", "must not be empty"),
         ("42", "must be a string"),
@@ -275,13 +284,16 @@ def test_valid_labels_are_kept() -> None:
     """Kubernetes-style label keys (with DNS prefix) and values, including empty ones, are accepted."""
     text = f"{HEADER}metadata:\n  name: docs\n  labels:\n    app.kubernetes.io/name: kbctl\n    Tier_1: ''\n"
     text += "spec:\n  sources: [{name: a, text: x}]\n"
-    assert parse_manifests(text, "kb.yaml")[0].kb.metadata.labels == {"app.kubernetes.io/name": "kbctl", "Tier_1": ""}
+    labels = parse_manifests(text, "kb.yaml")[0].kb.metadata.labels
+    assert labels == {"app.kubernetes.io/name": "kbctl", "Tier_1": ""}
 
 
 def test_bad_labels_are_reported_per_key_and_value() -> None:
     """Bad label keys point at the key, bad values at the value, each with the Kubernetes rule broken."""
-    text = f"""\
-        {HEADER.replace(chr(10), chr(10) + " " * 8)}metadata:
+    text = """\
+        apiVersion: kbctl.dev/v1alpha1
+        kind: KnowledgeBase
+        metadata:
           name: docs
           labels:
             ok: fine
@@ -290,15 +302,15 @@ def test_bad_labels_are_reported_per_key_and_value() -> None:
             team: "two words"
             version: 2
         spec:
-          sources: [{{name: a, text: x}}]
+          sources: [{name: a, text: x}]
         """
-    key_rule = "the name must be 1-63 characters of letters, digits, '-', '_' and '.', starting and ending with a letter or digit"
+    prefix_rule = "(lowercase letters, digits, '-' and '.', at most 253 characters)"
     assert problems_of(text) == [
-        'kb.yaml:7: metadata.labels["Bad/x"]: invalid label key: the prefix before \'/\' must be a DNS subdomain '
-        "(lowercase letters, digits, '-' and '.', at most 253 characters)",
-        f'kb.yaml:8: metadata.labels["has space"]: invalid label key: {key_rule}',
-        'kb.yaml:9: metadata.labels["team"]: invalid label value: must be empty or 1-63 characters of letters, '
-        "digits, '-', '_' and '.', starting and ending with a letter or digit",
+        f"kb.yaml:7: metadata.labels[\"Bad/x\"]: invalid label key: the prefix before '/' must be a DNS "
+        f"subdomain {prefix_rule}",
+        f'kb.yaml:8: metadata.labels["has space"]: invalid label key: the name must be 1-63 characters of '
+        f"{LABEL_CHARS}",
+        f'kb.yaml:9: metadata.labels["team"]: invalid label value: must be empty or 1-63 characters of {LABEL_CHARS}',
         'kb.yaml:10: metadata.labels["version"]: must be a string',
     ]
 
@@ -314,7 +326,7 @@ def test_overlap_must_be_less_than_max_chars() -> None:
 
 
 def test_default_overlap_is_checked_against_a_small_max_chars() -> None:
-    """The default overlap (150) is checked too; the line is the chunking mapping's, as overlapChars is unset."""
+    """The default overlap (150) is checked too, at the chunking key's line as overlapChars is unset."""
     assert spec_problems("sources: [{name: a, text: x}]\nchunking:\n  maxChars: 100\n") == [
         "kb.yaml:7: spec.chunking.overlapChars: must be less than maxChars (100)"
     ]
@@ -334,7 +346,11 @@ def test_default_overlap_is_checked_against_a_small_max_chars() -> None:
         ("retrieval: {similarityThreshold: 1.5}", "retrieval.similarityThreshold", "must be at most 1.0"),
         ("retrieval: {similarityThreshold: -2}", "retrieval.similarityThreshold", "must be at least -1.0"),
         ("retrieval: {similarityThreshold: high}", "retrieval.similarityThreshold", "must be a number"),
-        ("retrieval: {similarityThreshold: .nan}", "retrieval.similarityThreshold", "must be a finite number"),
+        (
+            "retrieval: {similarityThreshold: .nan}",
+            "retrieval.similarityThreshold",
+            "must be a finite number",
+        ),
         ("retrieval: {maxContextTokens: 0}", "retrieval.maxContextTokens", "must be at least 1"),
         ("embedding: {model: ''}", "embedding.model", "must not be empty"),
         ("embedding: {model: minilm}", "embedding.model", "must be of the form provider/name, got 'minilm'"),
@@ -407,7 +423,7 @@ def test_unknown_field_suggests_the_closest_allowed_name() -> None:
 def test_unknown_field_without_a_close_match_has_no_hint() -> None:
     """Unknown keys far from every allowed name get no hint, at any level."""
     text = manifest() + "status:\n  ready: true\n"
-    assert problems_of(text) == ["kb.yaml:8: status: unknown field 'status'"]
+    assert problems_of(text) == ["kb.yaml:9: status: unknown field 'status'"]
     assert spec_problems("sources: [{name: a, text: x, color: red}]\n") == [
         "kb.yaml:6: spec.sources[0].color: unknown field 'color'"
     ]
@@ -445,9 +461,10 @@ def test_yaml_syntax_error_has_the_line_of_the_problem() -> None:
 
 def test_duplicate_yaml_keys_are_a_syntax_problem() -> None:
     """A key repeated in one mapping is reported at the repeat."""
-    assert problems_of(manifest() + "spec: {}\n") == [
-        'kb.yaml:9: invalid YAML: found duplicate key "spec" with value "{}" (original value: "None")'
-    ] or problems_of(manifest() + "spec: {}\n")[0].startswith("kb.yaml:9: invalid YAML: found duplicate key")
+    assert problems_of(manifest() + "kind: KnowledgeBase\n") == [
+        'kb.yaml:9: invalid YAML: found duplicate key "kind" with value "KnowledgeBase" '
+        '(original value: "KnowledgeBase")'
+    ]
 
 
 # ---------------------------------------------------------------- multi-document streams
@@ -457,22 +474,32 @@ def test_multi_document_stream_loads_each_document_with_its_line() -> None:
     """Documents separated by --- load in order; empty documents are skipped; lines are absolute."""
     text = f"---\n{manifest(name='one')}---\n---\n# nothing here\n---\n{manifest(name='two')}...\n"
     loaded = parse_manifests(text, "multi.yaml")
-    assert [(m.kb.name, m.path, m.line) for m in loaded] == [("one", "multi.yaml", 2), ("two", "multi.yaml", 14)]
+    assert [(m.kb.name, m.path, m.line) for m in loaded] == [
+        ("one", "multi.yaml", 2),
+        ("two", "multi.yaml", 14),
+    ]
 
 
 def test_errors_in_the_second_document_have_absolute_lines() -> None:
     """An error in the 2nd document is reported at its line in the file, not in the document."""
     second = manifest(name="two", spec="spec:\n  sources:\n    - name: a\n      url: ftp://x.org\n")
     text = manifest(name="one") + "---\n" + second
-    assert problems_of(text) == ["kb.yaml:18: spec.sources[0].url: URL scheme must be http or https, got 'ftp'"]
+    assert problems_of(text) == ["kb.yaml:17: spec.sources[0].url: URL scheme must be http or https, got 'ftp'"]
+
+
+def test_windows_line_endings_split_documents_and_keep_lines() -> None:
+    """CRLF streams split at '---' like LF ones, with the same line numbers."""
+    text = (manifest(name="a") + "---\n" + manifest(name="a")).replace("\n", "\r\n")
+    assert problems_of(text) == [
+        "kb.yaml:13: metadata.name: duplicate KnowledgeBase name 'a' (also defined at kb.yaml:1)"
+    ]
 
 
 def test_a_syntax_error_does_not_hide_other_documents() -> None:
     """A broken document is reported, and the documents around it are still validated."""
     text = manifest(name="Bad") + "---\nkey: [unclosed\n---\n" + manifest(name="also-bad", spec="spec: {}\n")
     assert problems_of(text) == [
-        "kb.yaml:4: metadata.name: must consist of lowercase letters, digits and '-', "
-        "and start and end with a letter or digit",
+        f"kb.yaml:4: metadata.name: {DNS_LABEL_RULE}",
         "kb.yaml:11: invalid YAML: expected ',' or ']', but got '<stream end>'",
         "kb.yaml:16: spec.sources: required field is missing",
     ]
@@ -480,7 +507,8 @@ def test_a_syntax_error_does_not_hide_other_documents() -> None:
 
 def test_block_scalars_survive_document_splitting() -> None:
     """A multi-line text block (with '---' indented inside it) stays intact."""
-    spec = "spec:\n  sources:\n    - name: a\n      text: |\n        line one\n        ---\n        line three\n"
+    block = "      text: |\n        line one\n        ---\n        line three\n"
+    spec = "spec:\n  sources:\n    - name: a\n" + block
     (loaded,) = parse_manifests(manifest(spec=spec), "kb.yaml")
     assert loaded.kb.spec.sources[0].text == "line one\n---\nline three\n"
 
@@ -505,14 +533,18 @@ def test_json_files_are_manifests_too() -> None:
 
 
 def test_directory_loads_manifest_files_sorted_without_subdirectories() -> None:
-    """A directory means its *.yaml, *.yml and *.json files, sorted by name; other files and subdirs are skipped."""
+    """A directory means its *.yaml, *.yml and *.json files, sorted; other files and subdirs are skipped."""
     write(Path.cwd(), "kb/b.yml", manifest(name="b"))
     write(Path.cwd(), "kb/a.yaml", manifest(name="a"))
     write(Path.cwd(), "kb/c.json", json.dumps(parse_manifests(manifest(name="c"), "x")[0].kb.to_manifest()))
     write(Path.cwd(), "kb/notes.txt", "not yaml: [")
     write(Path.cwd(), "kb/sub/d.yaml", manifest(name="d"))
     loaded = load_manifests(["kb"])
-    assert [(m.kb.name, m.path) for m in loaded] == [("a", "kb/a.yaml"), ("b", "kb/b.yml"), ("c", "kb/c.json")]
+    assert [(m.kb.name, m.path) for m in loaded] == [
+        ("a", "kb/a.yaml"),
+        ("b", "kb/b.yml"),
+        ("c", "kb/c.json"),
+    ]
 
 
 def test_recursive_loads_subdirectories_in_place() -> None:
@@ -526,14 +558,11 @@ def test_recursive_loads_subdirectories_in_place() -> None:
 
 
 def test_stdin_is_read_for_dash() -> None:
-    """"-" reads manifests from stdin, reported as <stdin>."""
+    """A path of "-" reads manifests from stdin, reported as <stdin>."""
     stdin = io.StringIO(manifest(name="piped") + "---\n" + manifest(name="Bad"))
     with pytest.raises(ManifestError) as caught:
         load_manifests(["-"], stdin=stdin)
-    assert [str(p) for p in caught.value.problems] == [
-        "<stdin>:12: metadata.name: must consist of lowercase letters, digits and '-', "
-        "and start and end with a letter or digit"
-    ]
+    assert [str(p) for p in caught.value.problems] == [f"<stdin>:13: metadata.name: {DNS_LABEL_RULE}"]
     loaded = load_manifests(["-"], stdin=io.StringIO(manifest(name="piped")))
     assert [(m.kb.name, m.path, m.line) for m in loaded] == [("piped", "<stdin>", 1)]
 
@@ -560,19 +589,20 @@ def test_missing_path_and_empty_directory_are_problems() -> None:
 def test_every_problem_in_every_file_is_reported_in_file_order() -> None:
     """Problems are collected across all files and documents, then raised once, in file order."""
     write(Path.cwd(), "kb/a.yaml", manifest(name="x") + "  retrieval: {topK: 0}\n")
-    write(Path.cwd(), "kb/b.yaml", manifest(name="x") + "---\n" + manifest(name="y", spec="spec: {sources: []}\n"))
+    no_sources = manifest(name="y", spec="spec: {sources: []}\n")
+    write(Path.cwd(), "kb/b.yaml", manifest(name="x") + "---\n" + no_sources)
     write(Path.cwd(), "kb/c.yaml", "a: [\n")
     with pytest.raises(ManifestError) as caught:
         load_manifests(["kb", "missing"])
     assert [str(p) for p in caught.value.problems] == [
-        "kb/a.yaml:10: spec.retrieval.topK: must be at least 1",
+        "kb/a.yaml:9: spec.retrieval.topK: must be at least 1",
         "kb/b.yaml:4: metadata.name: duplicate KnowledgeBase name 'x' (also defined at kb/a.yaml:1)",
         "kb/b.yaml:14: spec.sources: must have at least 1 item",
         "kb/c.yaml:2: invalid YAML: expected the node content, but found '<stream end>'",
         "missing: no such file or directory",
     ]
     first = caught.value.problems[0]
-    assert first == ManifestProblem("kb/a.yaml", 10, "spec.retrieval.topK", "must be at least 1")
+    assert first == ManifestProblem("kb/a.yaml", 9, "spec.retrieval.topK", "must be at least 1")
     assert str(caught.value) == "\n".join(str(p) for p in caught.value.problems)
 
 
@@ -619,3 +649,10 @@ def test_write_schema_writes_indented_json_with_a_trailing_newline(tmp_path: Pat
     text = target.read_text(encoding="utf-8")
     assert text.endswith("}\n") and text.startswith('{\n  "$schema"')
     assert json.loads(text) == json_schema()
+
+
+def test_module_command_writes_the_schema(tmp_path: Path) -> None:
+    """`python -m kbctl.manifest --write-schema PATH` writes the same file as write_schema."""
+    target = tmp_path / "cli.schema.json"
+    assert _main(["--write-schema", str(target)]) == 0
+    assert json.loads(target.read_text(encoding="utf-8")) == json_schema()

@@ -44,7 +44,5 @@ def get_embedder(model_id: str, settings: Settings) -> Embedder:
 
             _EMBEDDERS[key] = LocalEmbedder(name, settings)
         else:
-            raise EmbeddingError(
-                f"unknown embedding model '{model_id}': this version supports local/all-MiniLM-L6-v2"
-            )
+            raise EmbeddingError(f"unknown embedding model '{model_id}': this version supports local/all-MiniLM-L6-v2")
     return _EMBEDDERS[key]

@@ -155,10 +155,8 @@ class LocalEmbedder:
         from tokenizers import Tokenizer
 
         files = self._files()
-        if files is None:  # downloaded by fastembed: its tokenizer sits in the model folder
-            path = Path(self._embedding_model().model._model_dir) / "tokenizer.json"
-        else:
-            path = files[1]
+        # A model downloaded by fastembed keeps its tokenizer in its own model folder.
+        path = files[1] if files else Path(self._embedding_model().model._model_dir) / "tokenizer.json"
         tokenizer = Tokenizer.from_file(str(path))
         tokenizer.no_truncation()
         tokenizer.no_padding()

@@ -338,35 +338,58 @@ class Database:
                     " VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s)",
                     [
                         (
-                            vrow[0], pos, s.name, s.source_sha256,
+                            vrow[0],
+                            pos,
+                            s.name,
+                            s.source_sha256,
                             new_ids[s.revision] if isinstance(s.revision, str) else s.revision,
-                            s.state, s.message, s.embedded, s.chunk_count - s.embedded if s.revision else 0,
+                            s.state,
+                            s.message,
+                            s.embedded,
+                            s.chunk_count - s.embedded if s.revision else 0,
                         )
                         for pos, s in enumerate(sources)
                     ],
                 )
-            self._conn.execute(
-                "UPDATE kb_knowledge_bases SET current_version = %s WHERE id = %s", (number, kb_id)
-            )
+            self._conn.execute("UPDATE kb_knowledge_bases SET current_version = %s WHERE id = %s", (number, kb_id))
         return number
 
     def _insert_revision(self, kb_id: int, rev: NewRevision) -> int:
         row = self._conn.execute(
             "INSERT INTO kb_source_revisions (kb_id, source_name, revision_key, content_sha256, origin, title,"
             " char_count, chunk_count) VALUES (%s, %s, %s, %s, %s, %s, %s, %s) RETURNING id",
-            (kb_id, rev.source_name, rev.revision_key, rev.content_sha256, rev.origin, rev.title,
-             rev.char_count, len(rev.chunks)),
+            (
+                kb_id,
+                rev.source_name,
+                rev.revision_key,
+                rev.content_sha256,
+                rev.origin,
+                rev.title,
+                rev.char_count,
+                len(rev.chunks),
+            ),
         ).fetchone()
         assert row is not None
         revision_id = int(row[0])
-        with self._conn.cursor() as cur, cur.copy(
-            "COPY kb_chunks (revision_id, ordinal, content, char_start, char_end, heading_path, token_count,"
-            " embedding_id) FROM STDIN"
-        ) as copy:
+        with (
+            self._conn.cursor() as cur,
+            cur.copy(
+                "COPY kb_chunks (revision_id, ordinal, content, char_start, char_end, heading_path, token_count,"
+                " embedding_id) FROM STDIN"
+            ) as copy,
+        ):
             for c in rev.chunks:
                 copy.write_row(
-                    (revision_id, c.ordinal, c.content, c.char_start, c.char_end, list(c.heading_path),
-                     c.token_count, c.embedding_id)
+                    (
+                        revision_id,
+                        c.ordinal,
+                        c.content,
+                        c.char_start,
+                        c.char_end,
+                        list(c.heading_path),
+                        c.token_count,
+                        c.embedding_id,
+                    )
                 )
         return revision_id
 
@@ -396,9 +419,7 @@ class Database:
         Returns (chunks deleted, vectors deleted), or None when there is no such knowledge base.
         """
         with self._conn.transaction():
-            kb = self._conn.execute(
-                "SELECT id FROM kb_knowledge_bases WHERE name = %s FOR UPDATE", (name,)
-            ).fetchone()
+            kb = self._conn.execute("SELECT id FROM kb_knowledge_bases WHERE name = %s FOR UPDATE", (name,)).fetchone()
             if kb is None:
                 return None
             row = self._conn.execute(

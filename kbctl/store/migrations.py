@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import psycopg
 
 __all__ = ["MIGRATIONS", "migrate"]
@@ -100,7 +102,7 @@ MIGRATIONS: list[tuple[int, str, str]] = [
 _MIGRATION_LOCK = 0x6B6263746C_01
 
 
-def migrate(conn: psycopg.Connection[object]) -> list[int]:
+def migrate(conn: psycopg.Connection[Any]) -> list[int]:
     """Apply the migrations this database lacks, in order; return the numbers applied."""
     applied: list[int] = []
     with conn.transaction():
@@ -116,7 +118,8 @@ def migrate(conn: psycopg.Connection[object]) -> list[int]:
                 continue
             conn.execute(sql.encode())
             conn.execute(
-                "INSERT INTO kb_schema_migrations (version, description) VALUES (%s, %s)", (number, description)
+                "INSERT INTO kb_schema_migrations (version, description) VALUES (%s, %s)",
+                (number, description),
             )
             applied.append(number)
     return applied

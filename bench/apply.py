@@ -1,0 +1,156 @@
+"""Apply benchmark: first apply vs no-op re-apply vs re-apply with 5% of sources changed, in one run.
+
+    python bench/apply.py [--sources 200] [--kbs 4] [--changed 0.05]
+
+Generates a corpus of inline markdown sources (deterministic), applies it to a fresh embedded store
+(or KBCTL_DATABASE_URL) with the real local model, and prints wall time and embedding counts of each
+apply and their ratios.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import random
+import tempfile
+import time
+from pathlib import Path
+
+from kbctl.client import KnowledgeBaseStore
+from kbctl.config import Settings
+from kbctl.manifest import parse_manifests
+from kbctl.store.embedded import stop_server
+
+WORDS = [
+    "client",
+    "engagement",
+    "invoice",
+    "retention",
+    "policy",
+    "refund",
+    "deposit",
+    "contract",
+    "notice",
+    "breach",
+    "access",
+    "audit",
+    "record",
+    "consultant",
+    "partner",
+    "report",
+    "schedule",
+    "deadline",
+    "review",
+    "approval",
+    "escalation",
+    "complaint",
+    "service",
+    "level",
+    "response",
+    "confidential",
+    "data",
+    "backup",
+    "encryption",
+    "vendor",
+    "payment",
+    "term",
+    "penalty",
+    "renewal",
+    "termination",
+    "scope",
+    "change",
+    "request",
+    "project",
+    "milestone",
+    "budget",
+    "estimate",
+    "timesheet",
+    "expense",
+    "travel",
+    "training",
+    "onboarding",
+    "offboarding",
+]
+
+
+def sentence(rng: random.Random) -> str:
+    words = [rng.choice(WORDS) for _ in range(rng.randint(8, 20))]
+    return " ".join(words).capitalize() + "."
+
+
+def source_text(rng: random.Random, idx: int) -> str:
+    parts = [f"# Policy {idx}"]
+    for section in range(rng.randint(2, 3)):
+        parts.append(f"## Section {section + 1}")
+        for _ in range(rng.randint(2, 4)):
+            parts.append(" ".join(sentence(rng) for _ in range(rng.randint(2, 5))))
+    return "\n\n".join(parts) + "\n"
+
+
+def manifests(texts: dict[tuple[int, int], str], kbs: int) -> str:
+    docs = []
+    for k in range(kbs):
+        sources = []
+        for (kb, s), text in sorted(texts.items()):
+            if kb != k:
+                continue
+            body = "\n".join("        " + line for line in text.splitlines())
+            sources.append(f"    - name: doc-{s:03d}\n      text: |\n{body}\n")
+        docs.append(
+            f"apiVersion: kbctl.dev/v1alpha1\nkind: KnowledgeBase\nmetadata:\n  name: bench-{k}\n"
+            f"spec:\n  sources:\n{''.join(sources)}"
+        )
+    return "---\n".join(docs)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--sources", type=int, default=200)
+    parser.add_argument("--kbs", type=int, default=4)
+    parser.add_argument("--changed", type=float, default=0.05)
+    args = parser.parse_args()
+
+    rng = random.Random(42)
+    texts = {(i % args.kbs, i): source_text(rng, i) for i in range(args.sources)}
+    home = Path(tempfile.mkdtemp(prefix="kbctl-bench-"))
+    settings = Settings.from_env(home=home)
+    runs: list[tuple[str, float, int, int]] = []
+    try:
+        with KnowledgeBaseStore(settings=settings) as store:
+
+            def run(label: str) -> None:
+                docs = parse_manifests(manifests(texts, args.kbs), "bench.yaml")
+                start = time.perf_counter()
+                report = store.apply(docs)
+                elapsed = time.perf_counter() - start
+                chunks = sum(s.chunks for r in report.results for s in r.sources)
+                runs.append((label, elapsed, report.embedded, chunks))
+
+            run("first apply")
+            run("no-op re-apply")
+            changed = rng.sample(sorted(texts), max(1, round(args.sources * args.changed)))
+            for key in changed:  # edit one paragraph's worth: append a sentence to the text
+                texts[key] = texts[key] + "\n" + sentence(rng) + "\n"
+            run(f"re-apply, {len(changed)} sources changed")
+            total_chunks = store.db.counts()["chunks"]
+    finally:
+        if not settings.database_url:
+            stop_server(settings.pgdata)
+
+    print(
+        f"corpus: {args.sources} inline markdown sources in {args.kbs} knowledge bases, "
+        f"{total_chunks} stored chunks, model local/all-MiniLM-L6-v2, {os.cpu_count()} cores"
+    )
+    print(f"{'run':<34}{'wall s':>9}{'embedded':>10}{'chunks':>8}")
+    for label, elapsed, embedded, chunks in runs:
+        print(f"{label:<34}{elapsed:>9.2f}{embedded:>10}{chunks:>8}")
+    first, noop, change = runs
+    print(f"no-op / first:   time {noop[1] / first[1]:.3f}x, embeddings {noop[2]}/{first[2]}")
+    print(
+        f"change / first:  time {change[1] / first[1]:.3f}x, embeddings {change[2]}/{first[2]} "
+        f"= {change[2] / first[2]:.3f}x"
+    )
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,77 @@
+"""Check the values of manifest fields (names, labels, URLs), raising ValueError with the user's message."""
+
+from __future__ import annotations
+
+import re
+from typing import Final
+from urllib.parse import urlsplit
+
+__all__ = [
+    "DNS_LABEL",
+    "NAME_MAX",
+    "SOURCE_NAME",
+    "check_label_key",
+    "check_label_value",
+    "check_name",
+    "check_url",
+]
+
+DNS_LABEL: Final = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"
+SOURCE_NAME: Final = r"^[a-z0-9]([-a-z0-9_.]*[a-z0-9])?$"
+_LABEL_NAME = r"^[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$"
+_DNS_SUBDOMAIN = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$"
+NAME_MAX: Final = 63
+_LABEL_CHARS = "letters, digits, '-', '_' and '.', starting and ending with a letter or digit"
+
+
+def check_name(value: str, pattern: str, charset: str) -> str:
+    """Validate a name against pattern and the 63-character limit, with a message naming charset."""
+    if not value:
+        raise ValueError("must not be empty")
+    if len(value) > NAME_MAX:
+        raise ValueError(f"must be at most {NAME_MAX} characters")
+    if not re.fullmatch(pattern, value):
+        raise ValueError(f"must consist of {charset}, and start and end with a letter or digit")
+    return value
+
+
+def check_label_key(key: str) -> str:
+    """Validate a Kubernetes-style label key: an optional DNS-subdomain prefix and '/', then a name."""
+    prefix, slash, name = key.rpartition("/")
+    if slash and (not prefix or len(prefix) > 253 or not re.fullmatch(_DNS_SUBDOMAIN, prefix)):
+        raise ValueError(
+            "invalid label key: the prefix before '/' must be a DNS subdomain "
+            "(lowercase letters, digits, '-' and '.', at most 253 characters)"
+        )
+    if not name or len(name) > NAME_MAX or not re.fullmatch(_LABEL_NAME, name):
+        raise ValueError(f"invalid label key: the name must be 1-{NAME_MAX} characters of {_LABEL_CHARS}")
+    return key
+
+
+def check_label_value(value: str) -> str:
+    """Validate a Kubernetes-style label value: empty, or a name of at most 63 characters."""
+    if value and (len(value) > NAME_MAX or not re.fullmatch(_LABEL_NAME, value)):
+        raise ValueError(f"invalid label value: must be empty or 1-{NAME_MAX} characters of {_LABEL_CHARS}")
+    return value
+
+
+def check_url(url: str) -> str:
+    """Validate a source URL: absolute http(s), with a host, without credentials."""
+    if not url.strip():
+        raise ValueError("must not be empty")
+    if any(ch.isspace() or ord(ch) < 0x20 for ch in url):
+        raise ValueError("URL must not contain whitespace or control characters")
+    try:
+        parts = urlsplit(url)
+        _ = parts.port  # raises ValueError for a bad port
+    except ValueError as error:
+        raise ValueError(f"URL is malformed: {error}") from None
+    if not parts.scheme:
+        raise ValueError("URL must start with http:// or https://")
+    if parts.scheme not in ("http", "https"):
+        raise ValueError(f"URL scheme must be http or https, got {parts.scheme!r}")
+    if "@" in parts.netloc:
+        raise ValueError("URL must not contain credentials")
+    if not parts.hostname:
+        raise ValueError("URL must have a host")
+    return url
