@@ -170,7 +170,8 @@ class Database:
         try:
             self._conn: psycopg.Connection[Any] = psycopg.connect(url, autocommit=True, connect_timeout=10)
         except psycopg.OperationalError as exc:
-            raise StoreError(f"cannot connect to PostgreSQL: {str(exc).strip()}") from exc
+            reason = " ".join(line.strip() for line in str(exc).splitlines() if line.strip())
+            raise StoreError(f"cannot connect to PostgreSQL: {reason}") from exc
         try:
             migrate(self._conn)
         except pgerrors.FeatureNotSupported as exc:

@@ -1,0 +1,5 @@
+"""`python -m kbctl` runs the command line."""
+
+from kbctl.cli import main
+
+main()
