@@ -117,3 +117,12 @@ def test_embedded_server_lifecycle(tmp_path: Path) -> None:
     assert data["running"] is True and "host=" in data["url"]
     assert kbctl("server", "stop").stdout == "stopped\n"
     assert kbctl("server", "status").stdout.startswith("not running")
+
+
+def test_manifest_reference_names_every_field() -> None:
+    """docs/manifest.md documents every property of the generated JSON Schema."""
+    doc = (ROOT / "docs" / "manifest.md").read_text()
+    schema = json_schema()
+    fields = {name for d in schema["$defs"].values() for name in d.get("properties", {})}
+    missing = sorted(f for f in fields if f"`{f}`" not in doc)
+    assert not missing, f"docs/manifest.md does not document: {missing}"
