@@ -10,6 +10,7 @@ from typer.testing import CliRunner
 COMMANDS: list[list[str]] = [
     [],
     ["apply"],
+    ["refresh"],
     ["validate"],
     ["get"],
     ["describe"],

@@ -220,6 +220,39 @@ def apply(
 
 @app.command()
 @_handles_errors
+def refresh(
+    resource: Resource,
+    name: Annotated[str | None, typer.Argument(help="Knowledge base to refresh (or --all).")] = None,
+    source: Annotated[
+        list[str] | None, typer.Option("--source", "-s", help="Refresh only this source (repeatable).")
+    ] = None,
+    all_kbs: Annotated[bool, typer.Option("--all", help="Refresh every knowledge base.")] = False,
+    output: OutputOpt = None,
+) -> None:
+    """Re-fetch URL sources and publish a new version only if some page's text changed.
+
+    Sends If-None-Match / If-Modified-Since from the last fetch; a 304, or a page whose extracted text
+    is unchanged, costs no chunking or embedding. A page that fails keeps serving its last good content
+    (shown as stale by describe) and makes the command exit 1. Nothing refreshes by itself: run this
+    from CI or cron.
+    """
+    _check_resource(resource)
+    if (name is None) != all_kbs:
+        raise typer.BadParameter("give a knowledge base NAME or --all (not both)", param_hint="NAME")
+    reporter = _CliReporter(quiet=output is not None)
+    with _store() as store:
+        try:
+            report = store.refresh(None if all_kbs else [str(name)], sources=source or (), reporter=reporter)
+        finally:
+            reporter.close()
+    if output:
+        _emit(report, output)
+    if report.failed:
+        raise typer.Exit(1)
+
+
+@app.command()
+@_handles_errors
 def validate(filename: Files, recursive: Recursive = False) -> None:
     """Check manifests without touching any database; print one line per problem (file:line: field: ...)."""
     manifests = load_manifests(filename, recursive=recursive, stdin=sys.stdin)

@@ -11,9 +11,10 @@ from kbctl.config import Settings
 from kbctl.embedding import Embedder, get_embedder
 from kbctl.errors import NotFoundError
 from kbctl.manifest import KnowledgeBase, LoadedManifest, load_manifests
-from kbctl.reconcile import ApplyReport, apply_knowledge_bases
+from kbctl.reconcile import ApplyReport, apply_knowledge_bases, refresh_knowledge_bases
 from kbctl.reporting import Reporter
 from kbctl.retrieval import QueryResult, query_knowledge_base
+from kbctl.sources.url import FetchPolicy
 from kbctl.status import (
     KnowledgeBaseDetail,
     KnowledgeBaseSummary,
@@ -48,10 +49,12 @@ class KnowledgeBaseStore:
         database_url: str | None = None,
         home: str | Path | None = None,
         settings: Settings | None = None,
+        fetch_policy: FetchPolicy | None = None,
     ) -> None:
         self.settings = settings or Settings.from_env(home=home, database_url=database_url)
         url = self.settings.database_url or embedded_url(self.settings.pgdata)
         self.db = Database(url)
+        self.fetch_policy = fetch_policy or FetchPolicy.from_env()
 
     def close(self) -> None:
         """Close the connection (the embedded server keeps running; `kbctl server stop` stops it)."""
@@ -72,13 +75,30 @@ class KnowledgeBaseStore:
     ) -> ApplyReport:
         """Reconcile the store to match these knowledge bases; each publishes a new version if anything changed."""
         kbs = [k.kb if isinstance(k, LoadedManifest) else k for k in knowledge_bases]
-        return apply_knowledge_bases(self.db, kbs, self.embedder, reporter)
+        return apply_knowledge_bases(self.db, kbs, self.embedder, reporter, policy=self.fetch_policy)
 
     def apply_paths(
         self, paths: Sequence[str], *, recursive: bool = False, reporter: Reporter | None = None
     ) -> ApplyReport:
         """Load manifests like `kubectl apply -f` (all validated before anything is written), then apply."""
         return self.apply(load_manifests(paths, recursive=recursive), reporter=reporter)
+
+    def refresh(
+        self,
+        names: Sequence[str] | None = None,
+        *,
+        sources: Sequence[str] = (),
+        reporter: Reporter | None = None,
+        policy: FetchPolicy | None = None,
+    ) -> ApplyReport:
+        """Re-fetch URL sources (of `names`, or of every knowledge base) and republish only what changed.
+
+        A page answering 304 Not Modified, or whose extracted text is unchanged, is not re-chunked or
+        re-embedded; a page that fails keeps serving its last good content and is reported stale.
+        """
+        return refresh_knowledge_bases(
+            self.db, names, self.embedder, reporter, sources=sources, policy=policy or self.fetch_policy
+        )
 
     def list(self) -> list[KnowledgeBaseSummary]:
         """Every knowledge base, by name."""

@@ -8,7 +8,7 @@ from typing import Any
 from pydantic import BaseModel
 
 from kbctl.errors import NotFoundError
-from kbctl.store.database import Database, KnowledgeBaseRow
+from kbctl.store.database import Database, KnowledgeBaseRow, SourceStatusRow, VersionSourceRow
 
 __all__ = [
     "KnowledgeBaseDetail",
@@ -20,18 +20,25 @@ __all__ = [
 
 
 class SourceStatus(BaseModel):
-    """One source of the current version: its state and what it serves."""
+    """One source of the current version: its live state and the content it serves.
+
+    state is `ready`, `stale` (the last fetch failed; the last good content still serves, see
+    message) or `failed` (nothing serves).
+    """
 
     name: str
     kind: str
     state: str
     message: str | None
     origin: str | None
+    title: str | None
     chunks: int
     embedded: int
     reused: int
     content_sha256: str | None
     updated_at: datetime | None
+    fetched_at: datetime | None
+    checked_at: datetime | None
 
 
 class KnowledgeBaseSummary(BaseModel):
@@ -60,18 +67,40 @@ class KnowledgeBaseDetail(KnowledgeBaseSummary):
     source_status: list[SourceStatus]
 
 
+def _source_status(s: VersionSourceRow, live: SourceStatusRow | None, kind: str) -> SourceStatus:
+    return SourceStatus(
+        name=s.source_name,
+        kind=kind,
+        state=live.state if live else s.state,
+        message=live.message if live else s.message,
+        origin=s.origin or (live.origin if live else None),
+        title=s.title,
+        chunks=s.chunk_count,
+        embedded=s.embedded_count,
+        reused=s.reused_count,
+        content_sha256=s.content_sha256,
+        updated_at=s.revision_created_at,
+        fetched_at=live.fetched_at if live else None,
+        checked_at=live.checked_at if live else None,
+    )
+
+
 def _detail(db: Database, row: KnowledgeBaseRow) -> KnowledgeBaseDetail:
     version = db.get_version(row.id, row.current_version) if row.current_version else None
-    rows = db.version_sources(version.id) if version else []
+    live = db.source_statuses(row.id)
     manifest = version.manifest if version else row.manifest
     spec = manifest["spec"]
     kinds = {s["name"]: ("url" if s.get("url") else "text") for s in spec["sources"]}
+    sources = [
+        _source_status(s, live.get(s.source_name), kinds.get(s.source_name, "text"))
+        for s in (db.version_sources(version.id) if version else [])
+    ]
     return KnowledgeBaseDetail(
         name=row.name,
         labels=row.labels,
         version=row.current_version,
-        sources=len(rows),
-        ready_sources=sum(1 for s in rows if s.state == "ready"),
+        sources=len(sources),
+        ready_sources=sum(1 for s in sources if s.state == "ready"),
         chunks=version.chunk_count if version else 0,
         created_at=row.created_at,
         updated_at=row.updated_at,
@@ -82,21 +111,7 @@ def _detail(db: Database, row: KnowledgeBaseRow) -> KnowledgeBaseDetail:
         embedded=version.embedded_count if version else 0,
         reused=version.reused_count if version else 0,
         version_created_at=version.created_at if version else None,
-        source_status=[
-            SourceStatus(
-                name=s.source_name,
-                kind=kinds.get(s.source_name, "text"),
-                state=s.state,
-                message=s.message,
-                origin=s.origin,
-                chunks=s.chunk_count,
-                embedded=s.embedded_count,
-                reused=s.reused_count,
-                content_sha256=s.content_sha256,
-                updated_at=s.revision_created_at,
-            )
-            for s in rows
-        ],
+        source_status=sources,
     )
 
 

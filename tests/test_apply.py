@@ -150,11 +150,14 @@ def test_url_source_fails_clearly_and_others_still_apply(
     store: KnowledgeBaseStore, cli: CliRunner, tmp_path: Path
 ) -> None:
     """A URL source fails with a clear reason and exit code 1, while the inline sources are published."""
-    extra = "    - name: about\n      url: https://www.example.com/about\n"
+    extra = "    - name: about\n      url: http://127.0.0.1:9/about\n"
     (tmp_path / "kb.yaml").write_text(manifest(extra=extra))
     result = cli.invoke(app, ["apply", "-f", str(tmp_path / "kb.yaml")])
     assert result.exit_code == 1
-    assert "KnowledgeBase/policies source about failed: URL sources are not fetched" in result.stdout
+    assert (
+        "KnowledgeBase/policies source about failed: refused to connect to 127.0.0.1 (loopback address); "
+        "set KBCTL_ALLOW_PRIVATE_NETWORKS=1 to allow private networks"
+    ) in result.stdout.splitlines()
     detail = store.describe("policies")
     states = {s.name: s.state for s in detail.source_status}
     assert states == {"refunds": "ready", "retention": "ready", "about": "failed"}

@@ -5,10 +5,9 @@ from __future__ import annotations
 import hashlib
 from dataclasses import dataclass
 
-from kbctl.errors import SourceError
 from kbctl.manifest import Source
 
-__all__ = ["Document", "read_source"]
+__all__ = ["Document", "read_inline"]
 
 
 @dataclass(frozen=True)
@@ -25,11 +24,8 @@ class Document:
         return hashlib.sha256(self.text.encode()).hexdigest()
 
 
-def read_source(source: Source) -> Document:
-    """Read one source; raise SourceError with a one-line reason when it cannot be read."""
-    if source.text is not None:
-        if not source.text.strip():
-            raise SourceError("no text")
-        return Document(text=source.text, origin="inline")
-    # URL fetching (httpx + trafilatura, with an SSRF guard) is not part of this release yet.
-    raise SourceError(f"URL sources are not fetched by this version of kbctl yet ({source.url})")
+def read_inline(source: Source) -> Document:
+    """The Document of an inline `text` source (URL sources are fetched by `kbctl.sources.url`)."""
+    if source.text is None:
+        raise ValueError(f"source {source.name!r} is not an inline text source")
+    return Document(text=source.text, origin="inline")

@@ -28,6 +28,7 @@ __all__ = [
     "KnowledgeBaseRow",
     "NewRevision",
     "SourceEntry",
+    "SourceStatusRow",
     "VersionRow",
     "VersionSourceRow",
 ]
@@ -121,6 +122,20 @@ class SourceEntry:
     message: str | None
     chunk_count: int
     embedded: int
+
+
+@dataclass(frozen=True)
+class SourceStatusRow:
+    """The live state of one source: ready, stale (serving its last good content) or failed."""
+
+    source_name: str
+    state: str
+    message: str | None
+    origin: str | None
+    etag: str | None
+    last_modified: str | None
+    fetched_at: datetime | None
+    checked_at: datetime
 
 
 @dataclass(frozen=True)
@@ -255,6 +270,52 @@ class Database:
             ).fetchall()
 
     @_store_errors
+    def source_statuses(self, kb_id: int) -> dict[str, SourceStatusRow]:
+        """The live status of each source of a knowledge base, by source name."""
+        with self._conn.cursor(row_factory=class_row(SourceStatusRow)) as cur:
+            rows = cur.execute(
+                "SELECT source_name, state, message, origin, etag, last_modified, fetched_at, checked_at"
+                " FROM kb_source_status WHERE kb_id = %s",
+                (kb_id,),
+            ).fetchall()
+        return {r.source_name: r for r in rows}
+
+    @_store_errors
+    def write_statuses(self, kb_id: int, statuses: Sequence[SourceStatusRow]) -> None:
+        """Replace the live status rows of a knowledge base (sources not listed lose theirs)."""
+        with self._conn.transaction():
+            self._write_statuses(kb_id, statuses)
+
+    def _write_statuses(self, kb_id: int, statuses: Sequence[SourceStatusRow]) -> None:
+        self._conn.execute(
+            "DELETE FROM kb_source_status WHERE kb_id = %s AND NOT source_name = ANY(%s)",
+            (kb_id, [s.source_name for s in statuses]),
+        )
+        with self._conn.cursor() as cur:
+            cur.executemany(
+                "INSERT INTO kb_source_status (kb_id, source_name, state, message, origin, etag, last_modified,"
+                " fetched_at, checked_at) VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s)"
+                " ON CONFLICT (kb_id, source_name) DO UPDATE SET state = excluded.state,"
+                " message = excluded.message, origin = excluded.origin, etag = excluded.etag,"
+                " last_modified = excluded.last_modified, fetched_at = excluded.fetched_at,"
+                " checked_at = excluded.checked_at",
+                [
+                    (
+                        kb_id,
+                        s.source_name,
+                        s.state,
+                        s.message,
+                        s.origin,
+                        s.etag,
+                        s.last_modified,
+                        s.fetched_at,
+                        s.checked_at,
+                    )
+                    for s in statuses
+                ],
+            )
+
+    @_store_errors
     def find_revision(self, kb_id: int, source_name: str, revision_key: str) -> tuple[int, int] | None:
         """(id, chunk count) of an already stored revision with this key, or None."""
         row = self._conn.execute(
@@ -311,8 +372,13 @@ class Database:
         number: int,
         new_revisions: Sequence[NewRevision],
         sources: Sequence[SourceEntry],
+        statuses: Sequence[SourceStatusRow],
     ) -> int:
-        """Write a complete version and make it current, all in one transaction; return its number."""
+        """Write a complete version and make it current, all in one transaction; return its number.
+
+        The live source statuses (with the HTTP validators of the content this version serves) are
+        written in the same transaction, so they can never describe content that is not published.
+        """
         labels = manifest.get("metadata", {}).get("labels", {})
         with self._conn.transaction():
             row = self._conn.execute(
@@ -352,6 +418,7 @@ class Database:
                         for pos, s in enumerate(sources)
                     ],
                 )
+            self._write_statuses(kb_id, statuses)
             self._conn.execute("UPDATE kb_knowledge_bases SET current_version = %s WHERE id = %s", (number, kb_id))
         return number
 

@@ -96,6 +96,26 @@ MIGRATIONS: list[tuple[int, str, str]] = [
         CREATE INDEX kb_version_sources_revision ON kb_version_sources (revision_id);
         """,
     ),
+    (
+        2,
+        "live per-source status: state, reason, HTTP validators, last fetch",
+        """
+        -- The live state of each source of a knowledge base (versions keep the state at publish time).
+        -- HTTP validators are only ever those of the content the current version serves.
+        CREATE TABLE kb_source_status (
+            kb_id         bigint NOT NULL REFERENCES kb_knowledge_bases(id) ON DELETE CASCADE,
+            source_name   text NOT NULL,
+            state         text NOT NULL CHECK (state IN ('ready', 'stale', 'failed')),
+            message       text,
+            origin        text,
+            etag          text,
+            last_modified text,
+            fetched_at    timestamptz,
+            checked_at    timestamptz NOT NULL DEFAULT now(),
+            PRIMARY KEY (kb_id, source_name)
+        );
+        """,
+    ),
 ]
 
 # Serializes migrations of one database across processes (an arbitrary, fixed 64-bit key).

@@ -1,0 +1,638 @@
+"""Fetch URL sources concurrently and safely (SSRF guard, size and time limits, retries) and extract their text.
+
+`fetch_urls` never raises for one URL's failure: that URL maps to a SourceError with a one-line reason.
+Decisions the callers can rely on:
+- Concurrency is bounded overall (`concurrency`) and per host name (`per_host`); a request waits for its host
+  slot before taking an overall slot, so a slow host never holds overall slots while queued.
+- `total_timeout` runs from the moment a URL's first request gets its slots (time queued behind other URLs
+  before that does not count) and covers every redirect, retry and backoff after it. A retry whose backoff
+  would end past that deadline is not attempted: the URL fails with its last reason.
+- Only `gzip`/`deflate` (or no) content encoding is accepted, and it is decoded here with a bounded
+  inflater, so `max_bytes` caps the decompressed size without ever inflating more than the cap.
+- Environment proxies (HTTP_PROXY...) are ignored: the SSRF guard must see the real destination.
+- Text extraction (trafilatura) runs in one worker thread, outside the concurrency slots and the deadline.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import codecs
+import concurrent.futures
+import email.utils
+import importlib.util
+import os
+import re
+import ssl
+import zlib
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any
+
+import httpx
+from tenacity import AsyncRetrying, RetryCallState, retry_if_exception, wait_exponential, wait_random
+
+from kbctl.errors import SourceError
+from kbctl.sources import Document
+from kbctl.sources._guard import ALLOW_ENV, Guard, guarded_transport
+from kbctl.sources.extract import extract_html
+
+__all__ = ["FetchPolicy", "FetchRequest", "FetchResult", "Validators", "fetch_urls"]
+
+ACCEPT = "text/html, text/markdown, text/plain;q=0.9, */*;q=0.1"
+_ACCEPT_ENCODING = "gzip, deflate"
+_RETRY_STATUSES = frozenset({429, 500, 502, 503, 504})
+_REDIRECT_STATUSES = frozenset({301, 302, 303, 307, 308})
+_HTML_TYPES = frozenset({"text/html", "application/xhtml+xml"})
+_TEXT_TYPES = frozenset({"text/plain", "text/markdown", "text/x-markdown"})
+_MARKDOWN_TYPES = frozenset({"text/markdown", "text/x-markdown"})
+_OFFICE_TYPE = re.compile(
+    r"^application/(pdf|x-pdf|msword|rtf|vnd\.ms-|vnd\.openxmlformats-officedocument\.|vnd\.oasis\.opendocument\.)"
+)
+_HTTP2 = importlib.util.find_spec("h2") is not None
+_KiB = 1024
+_MiB = 1024 * 1024
+_DRAIN_LIMIT = 64 * _KiB
+
+
+def _default_user_agent() -> str:
+    from kbctl import __version__  # lazily: kbctl/__init__ imports modules that import this one
+
+    return f"kbctl/{__version__}"
+
+
+@dataclass(frozen=True)
+class FetchPolicy:
+    """Limits and network rules for fetching URL sources."""
+
+    max_bytes: int = 10 * _MiB  # cap on the decompressed body, enforced while streaming
+    connect_timeout: float = 10.0
+    read_timeout: float = 30.0
+    total_timeout: float = 60.0  # per URL, across retries and redirects
+    max_redirects: int = 5
+    retries: int = 3  # extra attempts on 429 / 5xx / timeouts / connection errors
+    backoff_base: float = 0.5  # exponential backoff with jitter
+    max_retry_after: float = 30.0  # Retry-After is honoured up to this many seconds
+    concurrency: int = 8  # overall
+    per_host: int = 2  # per host name
+    allow_private: bool = False  # KBCTL_ALLOW_PRIVATE_NETWORKS=1 sets it (see from_env)
+    allowed_addresses: frozenset[tuple[str, int]] = frozenset()  # exact (ip, port) pairs allowed even if private
+    user_agent: str = field(default_factory=_default_user_agent)
+    resolver: Callable[[str, int], list[str]] | None = None  # host, port -> IPs; default getaddrinfo
+
+    def __post_init__(self) -> None:
+        for name in ("max_bytes", "concurrency", "per_host"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"FetchPolicy.{name} must be at least 1")
+        for name in ("max_redirects", "retries", "backoff_base", "max_retry_after"):
+            if getattr(self, name) < 0:
+                raise ValueError(f"FetchPolicy.{name} must not be negative")
+        for name in ("connect_timeout", "read_timeout", "total_timeout"):
+            if getattr(self, name) <= 0:
+                raise ValueError(f"FetchPolicy.{name} must be positive")
+
+    @classmethod
+    def from_env(cls, **overrides: Any) -> FetchPolicy:
+        """The default policy, with allow_private from KBCTL_ALLOW_PRIVATE_NETWORKS ("1"/"true"); overrides win."""
+        values: dict[str, Any] = {"allow_private": os.environ.get(ALLOW_ENV, "").strip().lower() in ("1", "true")}
+        values.update(overrides)
+        return cls(**values)
+
+
+@dataclass(frozen=True)
+class Validators:
+    """HTTP cache validators from the last successful fetch."""
+
+    etag: str | None = None
+    last_modified: str | None = None
+
+
+@dataclass(frozen=True)
+class FetchRequest:
+    """One URL to fetch; `key` is the caller's id (e.g. the source name), returned as is."""
+
+    key: str
+    url: str
+    validators: Validators | None = None
+
+
+@dataclass(frozen=True)
+class FetchResult:
+    """A successful fetch: the extracted document, or `not_modified` (304) when the caller's copy is current."""
+
+    key: str
+    url: str
+    final_url: str  # after redirects
+    not_modified: bool  # True on 304: document is None, the caller reuses what it has
+    document: Document | None
+    validators: Validators  # from this response; on 304, the request's where the response has none
+    content_type: str | None
+    status: int
+
+
+def fetch_urls(
+    requests: Sequence[FetchRequest], policy: FetchPolicy | None = None
+) -> dict[str, FetchResult | SourceError]:
+    """Fetch every request concurrently; each key maps to its result or to a SourceError (never raised)."""
+    keys = [r.key for r in requests]
+    if len(set(keys)) != len(keys):
+        raise ValueError("fetch_urls: request keys must be unique")
+    if not requests:
+        return {}
+    policy = policy if policy is not None else FetchPolicy.from_env()
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return asyncio.run(_fetch_all(requests, policy))
+    # Called from inside an event loop (e.g. an async agent): run on a loop of our own in a worker thread.
+    with concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="kbctl-fetch") as pool:
+        return pool.submit(asyncio.run, _fetch_all(requests, policy)).result()
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Messages and small parsers
+# ---------------------------------------------------------------------------------------------------------
+
+
+class _Failure(Exception):
+    """Why one attempt failed; `retryable` failures are retried, `retry_after` is the server's wish in seconds."""
+
+    def __init__(self, reason: str, *, retryable: bool = False, retry_after: float | None = None) -> None:
+        super().__init__(reason)
+        self.reason = reason
+        self.retryable = retryable
+        self.retry_after = retry_after
+
+
+def _size(n: int) -> str:
+    for unit, name in ((_MiB, "MiB"), (_KiB, "KiB")):
+        if n >= unit:
+            return f"{n // unit} {name}" if n % unit == 0 else f"{n / unit:.1f} {name}"
+    return f"{n} bytes"
+
+
+def _seconds(s: float) -> str:
+    return f"{s:g} s"
+
+
+def _status_line(code: int, server_phrase: str) -> str:
+    phrase = httpx.codes.get_reason_phrase(code) or server_phrase
+    return f"HTTP {code} {phrase}".rstrip()
+
+
+def _retry_after(value: str | None) -> float | None:
+    """Seconds from a Retry-After header (delta-seconds or HTTP date), or None when absent or unreadable."""
+    if not value:
+        return None
+    value = value.strip()
+    if value.isdigit():
+        return float(value)
+    try:
+        when = email.utils.parsedate_to_datetime(value)
+    except (TypeError, ValueError):
+        return None
+    if when.tzinfo is None:
+        when = when.replace(tzinfo=UTC)
+    return max(0.0, (when - datetime.now(UTC)).total_seconds())
+
+
+def _parse_content_type(value: str | None) -> tuple[str | None, str | None]:
+    """(lower-cased media type, charset) from a Content-Type header."""
+    if not value or not value.strip():
+        return None, None
+    media, *params = value.split(";")
+    charset = None
+    for param in params:
+        name, _, raw = param.partition("=")
+        if name.strip().lower() == "charset":
+            charset = raw.strip().strip("\"'") or None
+    return media.strip().lower() or None, charset
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Bounded decompression
+# ---------------------------------------------------------------------------------------------------------
+
+
+class _TooLarge(Exception):
+    pass
+
+
+class _Inflater:
+    """Decodes a gzip/deflate/identity body chunk by chunk, never producing more than `limit` + 1 bytes in all."""
+
+    def __init__(self, encoding: str, limit: int) -> None:
+        self.encoding = encoding
+        self._limit = limit
+        self._size = 0
+        self._obj: zlib._Decompress | None = None
+        self._pending = b""  # deflate: bytes held until the zlib/raw decision can be made
+
+    def _count(self, out: bytes) -> bytes:
+        self._size += len(out)
+        if self._size > self._limit:
+            raise _TooLarge
+        return out
+
+    def _new(self, first: bytes) -> zlib._Decompress:
+        if self.encoding == "gzip":
+            return zlib.decompressobj(16 + zlib.MAX_WBITS)
+        # "deflate" is zlib-wrapped by the spec, but some servers send raw deflate; tell them apart by the header.
+        zlib_header = len(first) >= 2 and first[0] & 0x0F == 8 and ((first[0] << 8) | first[1]) % 31 == 0
+        return zlib.decompressobj(zlib.MAX_WBITS if zlib_header else -zlib.MAX_WBITS)
+
+    def feed(self, data: bytes) -> bytes:
+        if self.encoding == "identity":
+            return self._count(data)
+        if self._obj is None:
+            data = self._pending + data
+            if len(data) < 2:
+                self._pending = data
+                return b""
+            self._pending = b""
+            self._obj = self._new(data)
+        parts: list[bytes] = []
+        while data:
+            if self._obj.eof:  # another gzip member follows, or trailing bytes that are ignored
+                if self.encoding != "gzip" or not data.startswith(b"\x1f\x8b"):
+                    break
+                self._obj = self._new(data)
+            parts.append(self._count(self._obj.decompress(data, self._limit - self._size + 1)))
+            data = self._obj.unused_data if self._obj.eof else b""
+        return b"".join(parts)
+
+    def finish(self) -> bytes:
+        if self._obj is None:
+            return self.feed(self._pending) if self._pending else b""
+        return self._count(self._obj.flush())
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Decoding and extraction
+# ---------------------------------------------------------------------------------------------------------
+
+# WHATWG Encoding Standard: labels browsers decode with a superset codec.
+_CODEC_ALIASES = {
+    "iso8859-1": "cp1252",
+    "ascii": "cp1252",
+    "iso8859-9": "cp1254",
+    "tis-620": "cp874",
+    "gb2312": "gb18030",
+    "gbk": "gb18030",
+    "shift_jis": "cp932",
+    "euc_kr": "cp949",
+}
+# Codecs that are not page encodings (they transform text rather than decode it).
+_REFUSED_CODECS = frozenset({"utf-7", "unicode-escape", "raw-unicode-escape", "idna", "punycode", "undefined"})
+_META_CHARSET = re.compile(rb"""<meta[^>]+?charset\s*=\s*["']?\s*([A-Za-z0-9._:\-]+)""", re.IGNORECASE)
+_XML_ENCODING = re.compile(rb"""^\s*<\?xml[^>]+encoding\s*=\s*["']([A-Za-z0-9._:\-]+)""", re.IGNORECASE)
+_BOMS = ((codecs.BOM_UTF8, "utf-8-sig"), (codecs.BOM_UTF16_LE, "utf-16"), (codecs.BOM_UTF16_BE, "utf-16"))
+_HTML_START = re.compile(rb"^\s*(<!--.*?-->\s*)*<(!doctype\s+html|html|head|body|title|meta|p|div|h1)\b", re.I | re.S)
+
+
+def _codec(label: str | None) -> str | None:
+    if not label:
+        return None
+    try:
+        name = codecs.lookup(label).name
+    except LookupError:
+        return None
+    if name in _REFUSED_CODECS:
+        return None
+    return _CODEC_ALIASES.get(name, name)
+
+
+def _decode(data: bytes, declared: str | None, *, html: bool) -> str:
+    """Text of a body: BOM, then the declared charset, then (HTML) <meta charset>, then UTF-8 or a detected one."""
+    for bom, bom_codec in _BOMS:
+        if data.startswith(bom):
+            return data.decode(bom_codec, errors="replace")
+    candidates: list[str | None] = [declared]
+    if html:
+        head = data[:4096]
+        candidates += [
+            m.group(1).decode("ascii") for m in (_META_CHARSET.search(head), _XML_ENCODING.search(head)) if m
+        ]
+    for label in candidates:
+        codec = _codec(label)
+        if codec is not None:
+            try:
+                return data.decode(codec, errors="replace")
+            except LookupError:  # a bytes-to-bytes codec such as base64
+                continue
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError:
+        pass
+    try:
+        from charset_normalizer import from_bytes
+    except ImportError:  # pragma: no cover - charset_normalizer comes with trafilatura
+        return data.decode("utf-8", errors="replace")
+    best = from_bytes(data).best()
+    return str(best) if best is not None else data.decode("utf-8", errors="replace")
+
+
+def _markdown_title(text: str) -> str | None:
+    match = re.search(r"^#[ \t]+(.+?)[ \t#]*$", text, re.MULTILINE)
+    return match.group(1) if match else None
+
+
+def _to_document(data: bytes, media: str | None, charset: str | None, final_url: str) -> Document:
+    """Decode and extract one body; SourceError when it has no text or an unknown type."""
+    if not data.strip():
+        raise SourceError("no text extracted")
+    if media is None:
+        if not _HTML_START.match(data[:2048]):
+            raise SourceError("no content type, and the body does not look like HTML")
+        media = "text/html"
+    if media in _HTML_TYPES:
+        text, title = extract_html(_decode(data, charset, html=True), final_url)
+    else:
+        text = _decode(data, charset, html=False)
+        title = _markdown_title(text) if media in _MARKDOWN_TYPES else None
+    if not text.strip():
+        raise SourceError("no text extracted")
+    return Document(text=text, origin=final_url, title=title)
+
+
+def _unsupported(media: str) -> str:
+    if _OFFICE_TYPE.match(media):
+        return f"unsupported content type '{media}' (PDF and office files are not supported yet)"
+    return f"unsupported content type '{media}' (only HTML, markdown and plain text are fetched)"
+
+
+# ---------------------------------------------------------------------------------------------------------
+# The fetcher
+# ---------------------------------------------------------------------------------------------------------
+
+
+@dataclass
+class _Hop:
+    """What one HTTP exchange produced."""
+
+    status: int
+    url: str
+    location: str | None = None
+    body: bytes | None = None
+    media: str | None = None
+    charset: str | None = None
+    content_type: str | None = None
+    validators: Validators = field(default_factory=Validators)
+
+
+@dataclass
+class _Job:
+    """One URL's state across its attempts."""
+
+    request: FetchRequest
+    deadline: float | None = None  # loop time; set when the first request gets its slots
+    attempts: int = 0
+
+
+class _Fetcher:
+    def __init__(self, policy: FetchPolicy, client: httpx.AsyncClient, guard: Guard) -> None:
+        self._policy = policy
+        self._client = client
+        self._guard = guard
+        self._overall = asyncio.Semaphore(policy.concurrency)
+        self._hosts: dict[str, asyncio.Semaphore] = {}
+        self._extractor = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="kbctl-extract")
+        # Exponential backoff (base, 2x base, 4x base... capped) plus up to `base` of random jitter.
+        self._backoff = wait_exponential(multiplier=policy.backoff_base, max=policy.max_retry_after) + wait_random(
+            0, policy.backoff_base
+        )
+
+    def close(self) -> None:
+        self._extractor.shutdown(wait=True)
+
+    async def fetch(self, request: FetchRequest) -> FetchResult | SourceError:
+        try:
+            return await self._fetch(request)
+        except SourceError as exc:
+            return exc
+        except Exception as exc:  # a bug must not take the other URLs down with it
+            error = SourceError(f"unexpected error: {type(exc).__name__}: {exc}")
+            error.__cause__ = exc
+            return error
+
+    async def _fetch(self, request: FetchRequest) -> FetchResult | SourceError:
+        job = _Job(request)
+        retrying = AsyncRetrying(
+            stop=lambda state: self._stop(state, job),
+            wait=self._wait,
+            retry=retry_if_exception(lambda exc: isinstance(exc, _Failure) and exc.retryable),
+            reraise=True,
+        )
+        try:
+            async for attempt in retrying:
+                with attempt:
+                    job.attempts = attempt.retry_state.attempt_number
+                    hop = await self._follow(job)
+        except _Failure as failure:
+            reason = failure.reason
+            if failure.retryable and job.attempts > 1:
+                reason += f" (after {job.attempts} attempts)"
+            error = SourceError(reason)
+            error.__cause__ = failure.__cause__
+            return error
+        return await self._result(request, hop)
+
+    def _stop(self, state: RetryCallState, job: _Job) -> bool:
+        if state.attempt_number > self._policy.retries:
+            return True
+        loop = asyncio.get_running_loop()
+        return job.deadline is not None and loop.time() + state.upcoming_sleep >= job.deadline
+
+    def _wait(self, state: RetryCallState) -> float:
+        failure = state.outcome.exception() if state.outcome is not None else None
+        if isinstance(failure, _Failure) and failure.retry_after is not None:
+            return min(failure.retry_after, self._policy.max_retry_after)
+        return float(self._backoff(state))
+
+    async def _follow(self, job: _Job) -> _Hop:
+        """One attempt: the request and its redirects, each hop checked by the guard before it is sent."""
+        url = job.request.url
+        for hop_number in range(self._policy.max_redirects + 1):
+            context = "" if hop_number == 0 else f"redirected to {url}: "
+            try:
+                parsed = httpx.URL(url)
+            except httpx.InvalidURL as exc:
+                raise _Failure(f"{context}invalid URL '{url}': {exc}") from exc
+            refusal = self._guard.check_url(parsed)
+            if refusal is not None:
+                raise _Failure(context + refusal)
+            hop = await self._exchange(job, parsed, context)
+            if hop.status not in _REDIRECT_STATUSES:
+                return hop
+            if not hop.location:
+                raise _Failure(f"{_status_line(hop.status, '')} without a Location header")
+            try:
+                url = str(parsed.join(hop.location))
+            except httpx.InvalidURL as exc:
+                raise _Failure(f"invalid redirect location '{hop.location}': {exc}") from exc
+        raise _Failure(f"too many redirects (more than {self._policy.max_redirects})")
+
+    def _headers(self, validators: Validators | None) -> dict[str, str]:
+        headers = {"Accept": ACCEPT, "Accept-Encoding": _ACCEPT_ENCODING}
+        if validators is not None and validators.etag:
+            headers["If-None-Match"] = validators.etag
+        if validators is not None and validators.last_modified:
+            headers["If-Modified-Since"] = validators.last_modified
+        return headers
+
+    async def _exchange(self, job: _Job, url: httpx.URL, context: str) -> _Hop:
+        """One GET under the host and overall slots and the URL's deadline; errors become _Failure."""
+        policy = self._policy
+        host = url.host.lower()
+        host_slot = self._hosts.setdefault(host, asyncio.Semaphore(policy.per_host))
+        shown_host = f"[{url.host}]" if ":" in url.host else url.host
+        where = f"{shown_host}:{url.port}" if url.port else shown_host
+        try:
+            async with asyncio.timeout_at(job.deadline) as scope:
+                async with host_slot, self._overall:
+                    if job.deadline is None:
+                        job.deadline = asyncio.get_running_loop().time() + policy.total_timeout
+                        scope.reschedule(job.deadline)
+                    headers = self._headers(job.request.validators)
+                    async with self._client.stream("GET", url, headers=headers) as response:
+                        return await self._read(response, str(url))
+        except TimeoutError as exc:
+            raise _Failure(f"timed out after {_seconds(policy.total_timeout)}") from exc
+        except SourceError as exc:  # the guard refused, or the host name did not resolve
+            raise _Failure(context + str(exc)) from exc
+        except httpx.ConnectTimeout as exc:
+            raise _Failure(f"connect timed out after {_seconds(policy.connect_timeout)}", retryable=True) from exc
+        except httpx.ReadTimeout as exc:
+            raise _Failure(f"read timed out after {_seconds(policy.read_timeout)}", retryable=True) from exc
+        except httpx.TimeoutException as exc:
+            raise _Failure(f"timed out talking to {where}", retryable=True) from exc
+        except httpx.ConnectError as exc:
+            tls = _tls_error(exc)
+            if isinstance(tls, ssl.SSLCertVerificationError):
+                raise _Failure(f"TLS certificate of {where} not accepted: {tls.verify_message}") from exc
+            if tls is not None:
+                raise _Failure(f"TLS handshake with {where} failed: {tls.reason or tls}") from exc
+            raise _Failure(f"cannot connect to {where}: {exc}", retryable=True) from exc
+        except httpx.RemoteProtocolError as exc:
+            raise _Failure(f"{where} broke the HTTP exchange: {exc}", retryable=True) from exc
+        except httpx.NetworkError as exc:
+            raise _Failure(f"connection to {where} failed: {exc or type(exc).__name__}", retryable=True) from exc
+        except httpx.HTTPError as exc:
+            raise _Failure(f"request to {where} failed: {exc or type(exc).__name__}") from exc
+
+    async def _read(self, response: httpx.Response, url: str) -> _Hop:
+        """Status handling and the bounded, streamed body read."""
+        status = response.status_code
+        headers = response.headers
+        if status in _REDIRECT_STATUSES or status == 304 or status >= 400:
+            await _drain(response)
+        if status in _REDIRECT_STATUSES:
+            return _Hop(status, url, location=headers.get("location"))
+        validators = Validators(etag=headers.get("etag"), last_modified=headers.get("last-modified"))
+        if status == 304:
+            if not _sent_validators(response):
+                raise _Failure("HTTP 304 Not Modified to a request that had no cache validators")
+            return _Hop(status, url, validators=validators)
+        if status in _RETRY_STATUSES:
+            raise _Failure(
+                _status_line(status, response.reason_phrase),
+                retryable=True,
+                retry_after=_retry_after(headers.get("retry-after")),
+            )
+        if not 200 <= status < 300:
+            raise _Failure(_status_line(status, response.reason_phrase))
+        content_type = headers.get("content-type")
+        media, charset = _parse_content_type(content_type)
+        if media is not None and media not in _HTML_TYPES | _TEXT_TYPES:
+            raise _Failure(_unsupported(media))
+        encoding = headers.get("content-encoding", "identity").strip().lower() or "identity"
+        encoding = {"x-gzip": "gzip"}.get(encoding, encoding)
+        if encoding not in ("identity", "gzip", "deflate"):
+            raise _Failure(f"unsupported content encoding '{encoding}'")
+        too_large = f"response larger than {_size(self._policy.max_bytes)}"
+        length = headers.get("content-length", "")
+        if length.isdigit() and int(length) > self._policy.max_bytes:
+            raise _Failure(too_large)
+        inflater = _Inflater(encoding, self._policy.max_bytes)
+        body = bytearray()
+        try:
+            async for chunk in response.aiter_raw():
+                body += inflater.feed(chunk)
+            body += inflater.finish()
+        except _TooLarge as exc:
+            raise _Failure(too_large) from exc
+        except zlib.error as exc:
+            raise _Failure(f"cannot decompress the {encoding} body: {exc}") from exc
+        return _Hop(
+            status,
+            url,
+            body=bytes(body),
+            media=media,
+            charset=charset,
+            content_type=content_type,
+            validators=validators,
+        )
+
+    async def _result(self, request: FetchRequest, hop: _Hop) -> FetchResult:
+        if hop.status == 304:
+            sent = request.validators or Validators()
+            validators = Validators(
+                etag=hop.validators.etag or sent.etag, last_modified=hop.validators.last_modified or sent.last_modified
+            )
+            return FetchResult(request.key, request.url, hop.url, True, None, validators, None, 304)
+        assert hop.body is not None
+        loop = asyncio.get_running_loop()
+        document = await loop.run_in_executor(self._extractor, _to_document, hop.body, hop.media, hop.charset, hop.url)
+        return FetchResult(
+            request.key, request.url, hop.url, False, document, hop.validators, hop.content_type, hop.status
+        )
+
+
+async def _drain(response: httpx.Response) -> None:
+    """Read a small unused body (redirect, 304, error page) so its keep-alive connection can be reused."""
+    size = 0
+    async for chunk in response.aiter_raw():
+        size += len(chunk)
+        if size > _DRAIN_LIMIT:  # not worth reading: the connection is closed instead
+            return
+
+
+def _tls_error(exc: BaseException) -> ssl.SSLError | None:
+    """The ssl.SSLError behind a connect error (a TLS failure is not retried), if any."""
+    seen: set[int] = set()
+    current: BaseException | None = exc
+    while current is not None and id(current) not in seen:
+        if isinstance(current, ssl.SSLError):
+            return current
+        seen.add(id(current))
+        current = current.__cause__ or current.__context__
+    return None
+
+
+def _sent_validators(response: httpx.Response) -> bool:
+    sent = response.request.headers
+    return "if-none-match" in sent or "if-modified-since" in sent
+
+
+async def _fetch_all(requests: Sequence[FetchRequest], policy: FetchPolicy) -> dict[str, FetchResult | SourceError]:
+    guard = Guard(
+        allow_private=policy.allow_private, allowed_addresses=policy.allowed_addresses, resolver=policy.resolver
+    )
+    limits = httpx.Limits(max_connections=policy.concurrency, max_keepalive_connections=policy.concurrency)
+    timeout = httpx.Timeout(
+        connect=policy.connect_timeout, read=policy.read_timeout, write=policy.read_timeout, pool=policy.total_timeout
+    )
+    transport = guarded_transport(guard, limits=limits, http2=_HTTP2)
+    async with httpx.AsyncClient(
+        transport=transport,
+        headers={"User-Agent": policy.user_agent},
+        timeout=timeout,
+        follow_redirects=False,
+        trust_env=False,
+    ) as client:
+        fetcher = _Fetcher(policy, client, guard)
+        try:
+            outcomes = await asyncio.gather(*(fetcher.fetch(r) for r in requests))
+        finally:
+            fetcher.close()
+    return {r.key: outcome for r, outcome in zip(requests, outcomes, strict=True)}

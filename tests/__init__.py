@@ -1,0 +1,1 @@
+"""Tests of kbctl (importable as the `tests` package so helpers like tests.httpserver can be shared)."""
