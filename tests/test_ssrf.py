@@ -40,15 +40,15 @@ def srv() -> Iterator[HTTPTestServer]:
 def srv6() -> Iterator[HTTPTestServer]:
     """A test server on ::1 (skipped where IPv6 loopback is unavailable)."""
     try:
-        server_cm = serve("::1")
-        server = server_cm.__enter__()
+        server = HTTPTestServer("::1")
     except OSError as exc:
         pytest.skip(f"no IPv6 loopback: {exc}")
+    server.start()
     try:
         server.route("/", body="ipv6 loopback secret", content_type="text/plain")
         yield server
     finally:
-        server_cm.__exit__(None, None, None)
+        server.close()
 
 
 def guarded(**overrides: object) -> FetchPolicy:
