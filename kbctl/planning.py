@@ -52,6 +52,7 @@ class SourcePlan:
     tokens: list[int] = field(default_factory=list)
     hashes: list[bytes] = field(default_factory=list)
     embedded: int = 0
+    untouched_status: SourceStatusRow | None = None  # a URL source not fetched this run keeps its live status
 
     @property
     def failed(self) -> bool:
@@ -92,7 +93,9 @@ class SourcePlan:
         )
 
     def status(self, now: datetime) -> SourceStatusRow:
-        """The live status row this plan leaves behind."""
+        """The live status row this plan leaves behind (a URL source not fetched this time keeps its own)."""
+        if self.untouched_status is not None:
+            return self.untouched_status
         return SourceStatusRow(
             source_name=self.source.name,
             state=self.state,
@@ -176,10 +179,7 @@ def plan_sources(
             _use_document(db, kb_id, kb, plan, read_inline(plan.source))
         elif name not in fetched:  # not fetched this time: carry what the store has
             _keep_previous(plan, prev)
-            if status is not None:
-                plan.message = status.message if status.state != "ready" else None
-                plan.validators = Validators(status.etag, status.last_modified)
-                plan.fetched_at, plan.origin = status.fetched_at, status.origin
+            plan.untouched_status = status
         else:
             _apply_fetch(db, kb_id, kb, plan, prev, status, fetched[name], now)
     return plans

@@ -212,3 +212,20 @@ def test_guard_applies_to_apply_by_default(store: KnowledgeBaseStore, site: HTTP
     about = next(s for s in report.results[0].sources if s.name == "about")
     assert about.state == "failed" and "loopback address" in (about.message or "")
     assert site.total_hits == 0
+
+
+def test_apply_does_not_fail_for_a_stale_source_it_did_not_fetch(
+    web_store: KnowledgeBaseStore, site: HTTPTestServer
+) -> None:
+    """Apply reports only what it tried: a stale URL source it did not re-fetch keeps its status, exit 0."""
+    web_store.apply(parse_manifests(manifest(site), "kb.yaml"))
+    site.route("/about", status=500, body="down", content_type="text/plain")
+    assert web_store.refresh(["site"]).failed
+    report = web_store.apply(parse_manifests(manifest(site), "kb.yaml"))
+    assert not report.failed and report.fetched == 0
+    about = web_store.describe("site").source_status[0]
+    assert (about.name, about.state, about.message) == (
+        "about",
+        "stale",
+        "HTTP 500 Internal Server Error (after 2 attempts)",
+    )
