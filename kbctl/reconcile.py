@@ -9,10 +9,11 @@ from __future__ import annotations
 
 from collections.abc import Callable, Collection, Sequence
 from datetime import UTC, datetime
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import BaseModel
 
+from kbctl.changes import field_changes, source_changes
 from kbctl.embedding import Embedder
 from kbctl.errors import KbctlError, NotFoundError
 from kbctl.ingest import ingest
@@ -159,11 +160,27 @@ def _reconcile_one(
             for p in plans
         ],
         statuses=[p.status(now) for p in plans],
+        change_cause=_change_cause(current.manifest if current else None, manifest, plans, mode),
     )
     _report_sources(reporter, prefix, plans, embedder.model_id, mode)
     if mode == "refresh":
         reporter.line(f"{prefix} refreshed (version {number})")
     return KnowledgeBaseResult(name=name, action=action, version=number, sources=[_result(p) for p in plans])
+
+
+def _change_cause(old: dict[str, Any] | None, new: dict[str, Any], plans: Sequence[SourcePlan], mode: FetchMode) -> str:
+    """One line for `rollout history`: what made this version."""
+    if old is None:
+        return "created"
+    added, removed, changed = source_changes(old, new)
+    parts = [f"{p.path.removeprefix('spec.')} changed" for p in field_changes(old, new)]
+    parts += [f"source {n} added" for n in added] + [f"source {n} removed" for n in removed]
+    parts += [f"source {n} changed" for n in changed]
+    respec = set(added) | set(changed)
+    fresh = [p.source.name for p in plans if p.ingest and p.source.name not in respec]
+    if fresh:
+        parts.append(("refreshed: " if mode == "refresh" else "new content: ") + ", ".join(fresh))
+    return "; ".join(parts) or "no content change"
 
 
 def _report_sources(reporter: Reporter, prefix: str, plans: Sequence[SourcePlan], model: str, mode: FetchMode) -> None:

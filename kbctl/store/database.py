@@ -373,6 +373,7 @@ class Database:
         new_revisions: Sequence[NewRevision],
         sources: Sequence[SourceEntry],
         statuses: Sequence[SourceStatusRow],
+        change_cause: str = "",
     ) -> int:
         """Write a complete version and make it current, all in one transaction; return its number.
 
@@ -394,8 +395,19 @@ class Database:
             embedded = sum(s.embedded for s in sources)
             vrow = self._conn.execute(
                 "INSERT INTO kb_versions (kb_id, number, manifest, manifest_sha256, model, chunk_count,"
-                " embedded_count, reused_count) VALUES (%s, %s, %s, %s, %s, %s, %s, %s) RETURNING id",
-                (kb_id, number, Jsonb(manifest), manifest_sha256, model, chunks, embedded, chunks - embedded),
+                " embedded_count, reused_count, change_cause) VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s)"
+                " RETURNING id",
+                (
+                    kb_id,
+                    number,
+                    Jsonb(manifest),
+                    manifest_sha256,
+                    model,
+                    chunks,
+                    embedded,
+                    chunks - embedded,
+                    change_cause,
+                ),
             ).fetchone()
             assert vrow is not None
             with self._conn.cursor() as cur:

@@ -116,6 +116,32 @@ MIGRATIONS: list[tuple[int, str, str]] = [
         );
         """,
     ),
+    (
+        3,
+        "status and controller: generations, conditions, desired manifest, claims; version change causes",
+        """
+        -- generation counts changes of the desired manifest; observed_generation is the one the
+        -- current version was reconciled from (kubectl's metadata.generation / status.observedGeneration).
+        ALTER TABLE kb_knowledge_bases
+            ADD COLUMN generation          bigint NOT NULL DEFAULT 1,
+            ADD COLUMN observed_generation bigint NOT NULL DEFAULT 1,
+            ADD COLUMN conditions          jsonb NOT NULL DEFAULT '[]',
+            ADD COLUMN desired_manifest    jsonb,
+            ADD COLUMN claimed_by          text,
+            ADD COLUMN claim_expires       timestamptz;
+
+        ALTER TABLE kb_versions ADD COLUMN change_cause text NOT NULL DEFAULT '';
+
+        -- Running controllers announce themselves here (apply --wait hands work to a live one).
+        CREATE TABLE kb_controllers (
+            id         text PRIMARY KEY,
+            hostname   text NOT NULL,
+            pid        integer NOT NULL,
+            started_at timestamptz NOT NULL DEFAULT now(),
+            last_seen  timestamptz NOT NULL DEFAULT now()
+        );
+        """,
+    ),
 ]
 
 # Serializes migrations of one database across processes (an arbitrary, fixed 64-bit key).

@@ -1,0 +1,177 @@
+"""What every kbctl command shares: the app, common options, error handling and output formatting."""
+
+from __future__ import annotations
+
+import functools
+import io
+import json
+from collections.abc import Callable, Sequence
+from datetime import UTC, datetime
+from enum import StrEnum
+from typing import Annotated, Any, ParamSpec, TypeVar
+
+import typer
+from pydantic import BaseModel
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
+
+from kbctl.client import KnowledgeBaseStore
+from kbctl.errors import KbctlError, ManifestError
+
+app = typer.Typer(
+    name="kbctl",
+    help="Declarative, kubectl-style controller for retrieval knowledge bases on PostgreSQL + pgvector.",
+    no_args_is_help=True,
+    pretty_exceptions_enable=False,
+    add_completion=False,
+    context_settings={"help_option_names": ["-h", "--help"]},
+)
+server_app = typer.Typer(help="Manage the embedded PostgreSQL server (used when no database URL is set).")
+app.add_typer(server_app, name="server")
+
+RESOURCES = {"knowledgebase", "knowledgebases", "kb", "kbs"}
+state: dict[str, Any] = {"debug": False, "database_url": None}
+
+
+class Output(StrEnum):
+    """Machine-readable output formats."""
+
+    json = "json"
+    yaml = "yaml"
+
+
+Files = Annotated[
+    list[str],
+    typer.Option("--filename", "-f", help="Manifest file, directory of manifests, or - for stdin (repeatable)."),
+]
+Recursive = Annotated[bool, typer.Option("--recursive", "-R", help="Process directories recursively.")]
+OutputOpt = Annotated[Output | None, typer.Option("--output", "-o", help="Print json or yaml instead of text.")]
+Resource = Annotated[str, typer.Argument(help="Resource type: knowledgebase (aliases: knowledgebases, kb).")]
+
+P = ParamSpec("P")
+R = TypeVar("R")
+
+
+def handles_errors(func: Callable[P, R]) -> Callable[P, R]:
+    """Turn kbctl errors into one clear line on stderr and exit code 1 (a traceback only with --debug)."""
+
+    @functools.wraps(func)
+    def wrapper(*args: P.args, **kwargs: P.kwargs) -> R:
+        try:
+            return func(*args, **kwargs)
+        except ManifestError as exc:
+            if state["debug"]:
+                raise
+            for problem in exc.problems:
+                typer.echo(str(problem), err=True)
+            raise typer.Exit(1) from None
+        except (KbctlError, ValueError) as exc:
+            if state["debug"]:
+                raise
+            typer.echo(f"Error: {exc}", err=True)
+            raise typer.Exit(1) from None
+
+    return wrapper
+
+
+def open_store() -> KnowledgeBaseStore:
+    return KnowledgeBaseStore(database_url=state["database_url"])
+
+
+def check_resource(resource: str) -> None:
+    if resource.lower() not in RESOURCES:
+        raise typer.BadParameter(
+            f"unknown resource type '{resource}'; kbctl knows: knowledgebase (kb)", param_hint="RESOURCE"
+        )
+
+
+def emit(data: BaseModel | Sequence[BaseModel] | dict[str, Any], output: Output | None) -> None:
+    if isinstance(data, BaseModel):
+        plain: Any = data.model_dump(mode="json")
+    elif isinstance(data, dict):
+        plain = data
+    else:
+        plain = {"items": [d.model_dump(mode="json") for d in data]}
+    if output is Output.yaml:
+        from ruamel.yaml import YAML
+
+        buf = io.StringIO()
+        yaml = YAML()
+        yaml.default_flow_style = False
+        yaml.indent(mapping=2, sequence=4, offset=2)
+        yaml.dump(plain, buf)
+        typer.echo(buf.getvalue(), nl=False)
+    else:
+        typer.echo(json.dumps(plain, indent=2, ensure_ascii=False))
+
+
+def table(headers: Sequence[str], rows: Sequence[Sequence[object]], indent: str = "") -> str:
+    cells = [list(headers), *[[("" if c is None else str(c)) for c in row] for row in rows]]
+    widths = [max(len(r[i]) for r in cells) for i in range(len(headers))]
+    return "\n".join(indent + "   ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip() for r in cells)
+
+
+def age(when: datetime) -> str:
+    seconds = max(0, int((datetime.now(UTC) - when).total_seconds()))
+    for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
+        if seconds >= size:
+            return f"{seconds // size}{unit}"
+    return f"{seconds}s"
+
+
+class CliReporter:
+    """Prints apply lines to stdout and, on a terminal only, an embedding progress bar to stderr."""
+
+    def __init__(self, quiet: bool) -> None:
+        self._quiet = quiet
+        self._console = Console(stderr=True)
+        self._progress: Progress | None = None
+        self._task: Any = None
+
+    def line(self, text: str) -> None:
+        self.close()
+        if not self._quiet:
+            typer.echo(text)
+
+    def embedding_progress(self, done: int, total: int) -> None:
+        if not self._console.is_terminal:
+            return
+        if self._progress is None:
+            self._progress = Progress(
+                TextColumn("embedding"),
+                BarColumn(),
+                MofNCompleteColumn(),
+                TimeRemainingColumn(),
+                console=self._console,
+                transient=True,
+            )
+            self._progress.start()
+            self._task = self._progress.add_task("embedding", total=total)
+        self._progress.update(self._task, completed=done, total=total)
+
+    def close(self) -> None:
+        if self._progress is not None:
+            self._progress.stop()
+            self._progress = None
+
+
+@app.callback()
+def _root(
+    database_url: Annotated[
+        str | None,
+        typer.Option(
+            "--database-url",
+            envvar="KBCTL_DATABASE_URL",
+            show_envvar=True,
+            help="PostgreSQL (with pgvector) to use instead of the embedded server.",
+        ),
+    ] = None,
+    debug: Annotated[bool, typer.Option("--debug", help="Show tracebacks of errors.")] = False,
+) -> None:
+    """Keep KnowledgeBase manifests in git; `kbctl apply -f kb/ --wait` makes the store match them.
+
+    Without --database-url, kbctl starts its own PostgreSQL + pgvector in $KBCTL_HOME/pg
+    (default ~/.local/share/kbctl/pg) and leaves it running; `kbctl server stop` stops it.
+    """
+    state["debug"] = debug
+    state["database_url"] = database_url

@@ -1,0 +1,215 @@
+"""The read and maintenance commands: refresh, validate, schema, get, describe, query, delete, server, version."""
+
+from __future__ import annotations
+
+import json
+import sys
+from typing import Annotated
+
+import typer
+
+from kbctl import __version__
+from kbctl.cli._common import (
+    CliReporter,
+    Files,
+    OutputOpt,
+    Recursive,
+    Resource,
+    age,
+    app,
+    check_resource,
+    emit,
+    handles_errors,
+    open_store,
+    server_app,
+    table,
+)
+from kbctl.config import Settings
+from kbctl.manifest import json_schema, load_manifests
+from kbctl.store.embedded import server_status, stop_server
+
+
+@app.command()
+@handles_errors
+def refresh(
+    resource: Resource,
+    name: Annotated[str | None, typer.Argument(help="Knowledge base to refresh (or --all).")] = None,
+    source: Annotated[
+        list[str] | None, typer.Option("--source", "-s", help="Refresh only this source (repeatable).")
+    ] = None,
+    all_kbs: Annotated[bool, typer.Option("--all", help="Refresh every knowledge base.")] = False,
+    output: OutputOpt = None,
+) -> None:
+    """Re-fetch URL sources and publish a new version only if some page's text changed.
+
+    Sends If-None-Match / If-Modified-Since from the last fetch; a 304, or a page whose extracted text
+    is unchanged, costs no chunking or embedding. A page that fails keeps serving its last good content
+    (shown as stale by describe) and makes the command exit 1. Nothing refreshes by itself: run this
+    from CI or cron.
+    """
+    check_resource(resource)
+    if (name is None) != all_kbs:
+        raise typer.BadParameter("give a knowledge base NAME or --all (not both)", param_hint="NAME")
+    reporter = CliReporter(quiet=output is not None)
+    with open_store() as store:
+        try:
+            report = store.refresh(None if all_kbs else [str(name)], sources=source or (), reporter=reporter)
+        finally:
+            reporter.close()
+    if output:
+        emit(report, output)
+    if report.failed:
+        raise typer.Exit(1)
+
+
+@app.command()
+@handles_errors
+def validate(filename: Files, recursive: Recursive = False) -> None:
+    """Check manifests without touching any database; print one line per problem (file:line: field: ...)."""
+    manifests = load_manifests(filename, recursive=recursive, stdin=sys.stdin)
+    for m in manifests:
+        typer.echo(f"{m.path}:{m.line}: KnowledgeBase/{m.kb.name} valid")
+
+
+@app.command()
+def schema() -> None:
+    """Print the JSON Schema of the KnowledgeBase manifest (for editors and CI linters)."""
+    typer.echo(json.dumps(json_schema(), indent=2))
+
+
+@app.command()
+@handles_errors
+def get(resource: Resource, name: Annotated[str | None, typer.Argument()] = None, output: OutputOpt = None) -> None:
+    """List knowledge bases: name, current version, sources ready/total, chunks, age."""
+    check_resource(resource)
+    with open_store() as store:
+        items = [store.describe(name)] if name else store.list()
+    if output:
+        emit(items[0] if name else items, output)
+        return
+    if not items:
+        typer.echo("No knowledge bases found.", err=True)
+        return
+    typer.echo(
+        table(
+            ["NAME", "VERSION", "SOURCES", "CHUNKS", "AGE"],
+            [[i.name, i.version or "-", f"{i.ready_sources}/{i.sources}", i.chunks, age(i.created_at)] for i in items],
+        )
+    )
+
+
+@app.command()
+@handles_errors
+def describe(resource: Resource, name: str, output: OutputOpt = None) -> None:
+    """Show a knowledge base in detail: spec in force, current version, and the state of every source."""
+    check_resource(resource)
+    with open_store() as store:
+        d = store.describe(name)
+    if output:
+        emit(d, output)
+        return
+    created = d.version_created_at.strftime("%Y-%m-%d %H:%M:%S %Z") if d.version_created_at else "-"
+    fields = [
+        ("Name", d.name),
+        ("Labels", ",".join(f"{k}={v}" for k, v in sorted(d.labels.items())) or "<none>"),
+        ("Description", d.description or "<none>"),
+        ("Version", f"{d.version} (published {created})"),
+        ("Model", d.model),
+        ("Chunking", " ".join(f"{k}={v}" for k, v in d.chunking.items())),
+        ("Retrieval", " ".join(f"{k}={v}" for k, v in d.retrieval.items())),
+        ("Chunks", f"{d.chunks} ({d.embedded} embedded, {d.reused} reused in version {d.version})"),
+    ]
+    for key, value in fields:
+        typer.echo(f"{key + ':':<13}{value}")
+    typer.echo("Sources:")
+    typer.echo(
+        table(
+            ["NAME", "KIND", "STATE", "CHUNKS", "EMBEDDED", "REUSED", "MESSAGE"],
+            [[s.name, s.kind, s.state, s.chunks, s.embedded, s.reused, s.message] for s in d.source_status],
+            indent="  ",
+        )
+    )
+
+
+@app.command()
+@handles_errors
+def query(
+    name: Annotated[str, typer.Argument(help="Knowledge base to search.")],
+    question: Annotated[str, typer.Argument(help="The question, in natural language.")],
+    top_k: Annotated[
+        int | None,
+        typer.Option("--top-k", min=1, help="Candidates to consider (default: spec.retrieval.topK)."),
+    ] = None,
+    threshold: Annotated[
+        float | None,
+        typer.Option(
+            "--threshold",
+            min=-1.0,
+            max=1.0,
+            help="Minimum cosine similarity (default: spec.retrieval.similarityThreshold).",
+        ),
+    ] = None,
+    max_tokens: Annotated[
+        int | None,
+        typer.Option(
+            "--max-tokens",
+            min=1,
+            help="Token budget of the returned context (default: spec.retrieval.maxContextTokens).",
+        ),
+    ] = None,
+    output: OutputOpt = None,
+) -> None:
+    """Retrieve the chunks most relevant to a question, in rank order, within threshold and token budget.
+
+    When nothing passes the similarity threshold, says so plainly instead of returning weak matches.
+    """
+    with open_store() as store:
+        result = store.query(name, question, top_k=top_k, threshold=threshold, max_tokens=max_tokens)
+    if output:
+        emit(result, output)
+        return
+    for hit in result.hits:
+        where = " > ".join(hit.heading_path) or "(no heading)"
+        typer.echo(
+            f"{hit.rank}. {hit.source} | {where} | chunk {hit.position} | score {hit.score:.3f} | {hit.tokens} tokens"
+        )
+        typer.echo("   " + hit.text.replace("\n", "\n   "))
+        typer.echo("")
+    typer.echo(result.message)
+
+
+@app.command()
+@handles_errors
+def delete(resource: Resource, name: str) -> None:
+    """Delete a knowledge base with its versions, chunks, and the cached vectors no other one uses."""
+    check_resource(resource)
+    with open_store() as store:
+        result = store.delete(name)
+    typer.echo(f"KnowledgeBase/{result.name} deleted ({result.chunks} chunks, {result.vectors} vectors)")
+
+
+@server_app.command("status")
+@handles_errors
+def server_status_cmd(output: OutputOpt = None) -> None:
+    """Say whether the embedded PostgreSQL runs, its pid and connection URL."""
+    status = server_status(Settings.from_env().pgdata)
+    if output:
+        emit(status.__dict__, output)
+    elif status.running:
+        typer.echo(f"running (pid {status.pid}) in {status.pgdata}: {status.url}")
+    else:
+        typer.echo(f"not running ({status.pgdata})")
+
+
+@server_app.command("stop")
+@handles_errors
+def server_stop() -> None:
+    """Stop the embedded PostgreSQL (the next command that needs it starts it again)."""
+    pgdata = Settings.from_env().pgdata
+    typer.echo("stopped" if stop_server(pgdata) else f"not running ({pgdata})")
+
+
+@app.command()
+def version() -> None:
+    """Print the kbctl version."""
+    typer.echo(f"kbctl {__version__}")
