@@ -203,6 +203,11 @@ class Database:
             ) from exc
         register_vector(self._conn)
 
+    @property
+    def connection(self) -> psycopg.Connection[Any]:
+        """The underlying connection, for the store's own modules (kbctl.store.*), not for callers."""
+        return self._conn
+
     def close(self) -> None:
         """Close the connection."""
         self._conn.close()
@@ -324,6 +329,16 @@ class Database:
             (kb_id, source_name, revision_key),
         ).fetchone()
         return (row[0], row[1]) if row else None
+
+    @_store_errors
+    def revision_chunks(self, revision_id: int) -> list[tuple[bytes, int]]:
+        """(sha256 of the embedded text, tokens) of each chunk of a stored revision, in order."""
+        rows = self._conn.execute(
+            "SELECT e.text_sha256, c.token_count FROM kb_chunks c JOIN kb_embeddings e ON e.id = c.embedding_id"
+            " WHERE c.revision_id = %s ORDER BY c.ordinal",
+            (revision_id,),
+        ).fetchall()
+        return [(bytes(h), int(t)) for h, t in rows]
 
     @_store_errors
     def next_version_number(self, kb_id: int | None) -> int:
