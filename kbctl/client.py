@@ -8,6 +8,7 @@ from pathlib import Path
 from pydantic import BaseModel
 
 from kbctl.config import Settings
+from kbctl.controller import Controller, PendingResult, controller_alive, record_pending, wait_for
 from kbctl.embedding import Embedder, get_embedder
 from kbctl.errors import NotFoundError
 from kbctl.manifest import KnowledgeBase, LoadedManifest, load_manifests
@@ -99,6 +100,30 @@ class KnowledgeBaseStore:
         return refresh_knowledge_bases(
             self.db, names, self.embedder, reporter, sources=sources, policy=policy or self.fetch_policy
         )
+
+    def submit(self, knowledge_bases: Sequence[KnowledgeBase | LoadedManifest]) -> list[PendingResult]:
+        """Record knowledge bases as desired state for a controller (`apply` without --wait); no ingestion here."""
+        return [record_pending(self.db, k.kb if isinstance(k, LoadedManifest) else k) for k in knowledge_bases]
+
+    def controller(self, *, reporter: Reporter | None = None) -> Controller:
+        """A controller over this store (use `run_once()` or `run(stop_event)`)."""
+        return Controller(self.db, self.embedder, reporter=reporter, policy=self.fetch_policy)
+
+    def controller_alive(self) -> bool:
+        """Whether a controller has announced itself recently."""
+        return controller_alive(self.db)
+
+    def wait(
+        self,
+        name: str,
+        *,
+        condition: str = "Ready",
+        value: bool = True,
+        generation: int | None = None,
+        timeout: float = 300.0,
+    ) -> bool:
+        """Wait until a knowledge base has a condition (default Ready=True); False on timeout."""
+        return wait_for(self.db, name, condition=condition, value=value, generation=generation, timeout=timeout)
 
     def list(self) -> list[KnowledgeBaseSummary]:
         """Every knowledge base, by name."""

@@ -190,6 +190,12 @@ class Spec(_Model):
     chunking: Chunking = Field(default_factory=Chunking)
     retrieval: Retrieval = Field(default_factory=Retrieval)
     embedding: Embedding = Field(default_factory=Embedding)
+    version_history: _StrictInt = Field(
+        default=5,
+        ge=1,
+        le=100,
+        description="How many versions to keep for rollback (the current one always stays).",
+    )
 
     @field_validator("sources", mode="wrap")
     @classmethod

@@ -14,6 +14,7 @@ from typing import Any, Literal
 from pydantic import BaseModel
 
 from kbctl.changes import field_changes, source_changes
+from kbctl.conditions import conditions_for
 from kbctl.embedding import Embedder
 from kbctl.errors import KbctlError, NotFoundError
 from kbctl.ingest import ingest
@@ -108,20 +109,39 @@ def _reconcile_one(
     mode: FetchMode,
     only: Collection[str],
     policy: FetchPolicy | None,
+    generation: int | None = None,
 ) -> KnowledgeBaseResult:
     name, manifest = kb.name, kb.to_manifest()
     manifest_sha256 = sha256_json(manifest)
-    row = db.get_kb(name)
-    current = db.get_version(row.id, row.current_version) if row and row.current_version else None
+    # In-process apply records the manifest as desired first; a controller (`generation` given) works
+    # on a desired state recorded earlier and must not record it again.
+    row = db.record_desired(name, manifest) if mode == "apply" and generation is None else db.get_kb(name)
+    if row is None:
+        raise NotFoundError(f'knowledgebase "{name}" not found')
+    current = db.get_version(row.id, row.current_version) if row.current_version else None
     previous = {s.source_name: s for s in db.version_sources(current.id)} if current else {}
-    statuses = db.source_statuses(row.id) if row else {}
-    plans = plan_sources(db, kb, row.id if row else None, previous, statuses, mode=mode, only=only, policy=policy)
+    statuses = db.source_statuses(row.id)
+    plans = plan_sources(db, kb, row.id, previous, statuses, mode=mode, only=only, policy=policy)
     now = datetime.now(UTC)
     prefix = f"KnowledgeBase/{name}"
 
+    def record(serving: int) -> None:
+        """Mark this generation reconciled; a newer one recorded meanwhile keeps the KB pending."""
+        done = row.generation if generation is None else generation
+        latest = db.get_kb(name)
+        failing = [(s.source_name, s.message or s.state) for s in (p.status(now) for p in plans) if s.state != "ready"]
+        conditions = conditions_for(
+            row.conditions,
+            now=datetime.now(UTC),
+            serving=serving,
+            pending=latest is not None and latest.generation > done,
+            failing_sources=failing,
+        )
+        db.finish_generation(row.id, done, conditions)
+
     if current is not None and current.manifest_sha256 == manifest_sha256 and not changed_sources(plans, previous):
-        assert row is not None
         db.write_statuses(row.id, [p.status(now) for p in plans])
+        record(current.number)
         if mode == "apply":
             reporter.line(f"{prefix} unchanged (version {current.number})")
         _report_sources(reporter, prefix, plans, embedder.model_id, mode)
@@ -131,9 +151,9 @@ def _reconcile_one(
             name=name, action="unchanged", version=current.number, sources=[_result(p) for p in plans]
         )
 
-    number = db.next_version_number(row.id if row else None)
+    number = db.next_version_number(row.id)
     action: Literal["created", "configured", "refreshed"] = (
-        "created" if row is None else "refreshed" if mode == "refresh" else "configured"
+        "created" if current is None else "refreshed" if mode == "refresh" else "configured"
     )
     if mode == "apply":
         waiting = sum(1 for p in plans if p.ingest or p.failed)
@@ -162,6 +182,7 @@ def _reconcile_one(
         statuses=[p.status(now) for p in plans],
         change_cause=_change_cause(current.manifest if current else None, manifest, plans, mode),
     )
+    record(number)
     _report_sources(reporter, prefix, plans, embedder.model_id, mode)
     if mode == "refresh":
         reporter.line(f"{prefix} refreshed (version {number})")
@@ -196,6 +217,19 @@ def _report_sources(reporter: Reporter, prefix: str, plans: Sequence[SourcePlan]
             reporter.line(f"{src} unchanged")
 
 
+def _record_failure(db: Database, name: str, reason: str) -> None:
+    """Mark an existing knowledge base not Ready after a failed reconcile (its current version still serves)."""
+    try:
+        row = db.get_kb(name)
+        if row is not None:
+            now = datetime.now(UTC)
+            db.set_conditions(
+                row.id, conditions_for(row.conditions, now=now, serving=row.current_version, failure=reason)
+            )
+    except KbctlError:
+        pass  # the store itself is failing: the reason was already reported
+
+
 def _run(
     db: Database,
     knowledge_bases: Sequence[KnowledgeBase],
@@ -205,6 +239,7 @@ def _run(
     mode: FetchMode,
     only: Collection[str] = (),
     policy: FetchPolicy | None = None,
+    generation: int | None = None,
 ) -> ApplyReport:
     reporter = reporter or NullReporter()
     results: list[KnowledgeBaseResult] = []
@@ -212,8 +247,13 @@ def _run(
         try:
             embedder = embedder_for(kb.spec.embedding.model)
             with db.kb_lock(kb.name):
-                results.append(_reconcile_one(db, kb, embedder, reporter, mode=mode, only=only, policy=policy))
+                results.append(
+                    _reconcile_one(
+                        db, kb, embedder, reporter, mode=mode, only=only, policy=policy, generation=generation
+                    )
+                )
         except KbctlError as exc:
+            _record_failure(db, kb.name, str(exc))
             reporter.line(f"KnowledgeBase/{kb.name} failed: {exc}")
             results.append(
                 KnowledgeBaseResult(name=kb.name, action="failed", version=None, sources=[], message=str(exc))
@@ -228,14 +268,16 @@ def apply_knowledge_bases(
     reporter: Reporter | None = None,
     *,
     policy: FetchPolicy | None = None,
+    generation: int | None = None,
 ) -> ApplyReport:
     """Reconcile the store to match each knowledge base, one at a time under its advisory lock.
 
     URL sources are fetched only when new, changed in the spec, or never fetched successfully. A
     knowledge base that fails as a whole (its model cannot load, the store refuses a write) is reported
-    as failed and leaves its current version serving; the others still apply.
+    as failed and leaves its current version serving; the others still apply. `generation` is for
+    the controller: reconcile that recorded generation instead of recording these manifests as desired.
     """
-    return _run(db, knowledge_bases, embedder_for, reporter, mode="apply", policy=policy)
+    return _run(db, knowledge_bases, embedder_for, reporter, mode="apply", policy=policy, generation=generation)
 
 
 def refresh_knowledge_bases(

@@ -7,6 +7,7 @@ from typing import Any
 
 from pydantic import BaseModel
 
+from kbctl.conditions import Condition, is_true
 from kbctl.errors import NotFoundError
 from kbctl.store.database import Database, KnowledgeBaseRow, SourceStatusRow, VersionSourceRow
 
@@ -46,6 +47,10 @@ class KnowledgeBaseSummary(BaseModel):
 
     name: str
     labels: dict[str, str]
+    ready: bool
+    generation: int
+    observed_generation: int
+    conditions: list[Condition]
     version: int | None
     sources: int
     ready_sources: int
@@ -98,6 +103,10 @@ def _detail(db: Database, row: KnowledgeBaseRow) -> KnowledgeBaseDetail:
     return KnowledgeBaseDetail(
         name=row.name,
         labels=row.labels,
+        ready=is_true(row.conditions, "Ready"),
+        generation=row.generation,
+        observed_generation=row.observed_generation,
+        conditions=[Condition.model_validate(c) for c in row.conditions],
         version=row.current_version,
         sources=len(sources),
         ready_sources=sum(1 for s in sources if s.state == "ready"),

@@ -8,7 +8,11 @@ from typing import Annotated
 import typer
 
 from kbctl.cli._common import CliReporter, Files, OutputOpt, Recursive, app, emit, handles_errors, open_store
+from kbctl.cli.diff import PruneOpt, SelectorOpt, diff_lines, plan_apply, prune_selector
+from kbctl.diff import prune_knowledge_bases
 from kbctl.manifest import load_manifests
+from kbctl.reconcile import ApplyReport
+from kbctl.selectors import Selector
 
 
 @app.command()
@@ -24,13 +28,32 @@ def apply(
             "ingests in-process in this version, so this is implied).",
         ),
     ] = True,
+    dry_run: Annotated[
+        bool, typer.Option("--dry-run", help="Print what would happen (as `kbctl diff` does) and change nothing.")
+    ] = False,
+    prune: PruneOpt = False,
+    selector: SelectorOpt = None,
+    exit_code: Annotated[
+        bool,
+        typer.Option("--exit-code", help="Exit 0 when nothing changed, 2 when something did (1 stays failure)."),
+    ] = False,
     output: OutputOpt = None,
 ) -> None:
     """Create or update knowledge bases to match manifests: fetch, chunk, embed what changed, publish a version.
 
     Every manifest is validated first; if any is invalid nothing is written. Exit code 1 when a source
     or a knowledge base failed (the previous version keeps serving).
+
+    --prune -l SELECTOR then deletes the knowledge bases whose labels match and that are not in the
+    manifests ("KnowledgeBase/NAME pruned"). --dry-run writes nothing: it prints what would happen,
+    "KnowledgeBase/NAME configured (dry run)" with the changes `kbctl diff` shows. --exit-code: 0 when
+    nothing changed (or would), 2 when something was (or would be) created, configured or pruned, 1 on
+    any failure.
     """
+    chosen = prune_selector(prune, selector)
+    if dry_run:
+        _dry_run(filename, recursive, chosen, output, exit_code)
+        return
     manifests = load_manifests(filename, recursive=recursive, stdin=sys.stdin)
     reporter = CliReporter(quiet=output is not None)
     with open_store() as store:
@@ -38,10 +61,30 @@ def apply(
             report = store.apply(manifests, reporter=reporter)
         finally:
             reporter.close()
-    if output:
-        emit(report, output)
-    else:
-        n = len(report.results)
-        typer.echo(f"applied {n} resource{'s' if n != 1 else ''}")
+        pruned = prune_knowledge_bases(store.db, [m.kb.name for m in manifests], chosen) if chosen else []
+    _print_report(report, pruned if chosen else None, output)
     if report.failed:
         raise typer.Exit(1)
+    if exit_code and (pruned or any(r.action != "unchanged" for r in report.results)):
+        raise typer.Exit(2)
+
+
+def _print_report(report: ApplyReport, pruned: list[str] | None, output: OutputOpt) -> None:
+    if output:
+        emit(report if pruned is None else {**report.model_dump(mode="json"), "pruned": pruned}, output)
+        return
+    for name in pruned or []:
+        typer.echo(f"KnowledgeBase/{name} pruned")
+    n = len(report.results)
+    typer.echo(f"applied {n} resource{'s' if n != 1 else ''}")
+
+
+def _dry_run(filename: list[str], recursive: bool, chosen: Selector | None, output: OutputOpt, exit_code: bool) -> None:
+    plan = plan_apply(filename, recursive, chosen)
+    if output:
+        emit(plan, output)
+    else:
+        for line in diff_lines(plan, suffix=" (dry run)"):
+            typer.echo(line)
+    if exit_code and plan.differs:
+        raise typer.Exit(2)

@@ -80,7 +80,7 @@ def schema() -> None:
 @app.command()
 @handles_errors
 def get(resource: Resource, name: Annotated[str | None, typer.Argument()] = None, output: OutputOpt = None) -> None:
-    """List knowledge bases: name, current version, sources ready/total, chunks, age."""
+    """List knowledge bases: name, Ready condition, current version, sources ready/total, chunks, age."""
     check_resource(resource)
     with open_store() as store:
         items = [store.describe(name)] if name else store.list()
@@ -92,8 +92,11 @@ def get(resource: Resource, name: Annotated[str | None, typer.Argument()] = None
         return
     typer.echo(
         table(
-            ["NAME", "VERSION", "SOURCES", "CHUNKS", "AGE"],
-            [[i.name, i.version or "-", f"{i.ready_sources}/{i.sources}", i.chunks, age(i.created_at)] for i in items],
+            ["NAME", "READY", "VERSION", "SOURCES", "CHUNKS", "AGE"],
+            [
+                [i.name, i.ready, i.version or "-", f"{i.ready_sources}/{i.sources}", i.chunks, age(i.created_at)]
+                for i in items
+            ],
         )
     )
 
@@ -121,6 +124,15 @@ def describe(resource: Resource, name: str, output: OutputOpt = None) -> None:
     ]
     for key, value in fields:
         typer.echo(f"{key + ':':<13}{value}")
+    typer.echo(f"{'Generation:':<13}{d.generation} (observed {d.observed_generation})")
+    typer.echo("Conditions:")
+    typer.echo(
+        table(
+            ["TYPE", "STATUS", "REASON", "SINCE", "MESSAGE"],
+            [[c.type, c.status, c.reason, age(c.last_transition_time), c.message] for c in d.conditions],
+            indent="  ",
+        )
+    )
     typer.echo("Sources:")
     typer.echo(
         table(

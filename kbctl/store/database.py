@@ -45,6 +45,10 @@ class KnowledgeBaseRow:
     current_version: int | None
     created_at: datetime
     updated_at: datetime
+    generation: int
+    observed_generation: int
+    conditions: list[dict[str, Any]]
+    desired_manifest: dict[str, Any] | None
 
 
 @dataclass(frozen=True)
@@ -236,7 +240,8 @@ class Database:
         """The knowledge base called `name`, or None."""
         with self._conn.cursor(row_factory=class_row(KnowledgeBaseRow)) as cur:
             return cur.execute(
-                "SELECT id, name, labels, manifest, current_version, created_at, updated_at"
+                "SELECT id, name, labels, manifest, current_version, created_at, updated_at, generation,"
+                " observed_generation, conditions, desired_manifest"
                 " FROM kb_knowledge_bases WHERE name = %s",
                 (name,),
             ).fetchone()
@@ -246,7 +251,8 @@ class Database:
         """Every knowledge base, by name."""
         with self._conn.cursor(row_factory=class_row(KnowledgeBaseRow)) as cur:
             return cur.execute(
-                "SELECT id, name, labels, manifest, current_version, created_at, updated_at"
+                "SELECT id, name, labels, manifest, current_version, created_at, updated_at, generation,"
+                " observed_generation, conditions, desired_manifest"
                 " FROM kb_knowledge_bases ORDER BY name"
             ).fetchall()
 
@@ -347,6 +353,55 @@ class Database:
             return 1
         row = self._conn.execute("SELECT max(number) FROM kb_versions WHERE kb_id = %s", (kb_id,)).fetchone()
         return (row[0] or 0) + 1 if row else 1
+
+    @_store_errors
+    def record_desired(self, name: str, manifest: dict[str, Any]) -> KnowledgeBaseRow:
+        """Record `manifest` as the desired state of `name`; a change bumps the generation.
+
+        The desired state is compared with what is desired already: a pending manifest, or the manifest
+        of the serving version. A new knowledge base gets a row with generation 1 and no version yet.
+        """
+        labels = Jsonb(manifest.get("metadata", {}).get("labels", {}))
+        with self._conn.transaction():
+            row = self._conn.execute(
+                "SELECT k.id, coalesce(k.desired_manifest, v.manifest) FROM kb_knowledge_bases k"
+                " LEFT JOIN kb_versions v ON v.kb_id = k.id AND v.number = k.current_version"
+                " WHERE k.name = %s FOR UPDATE OF k",
+                (name,),
+            ).fetchone()
+            if row is None:
+                self._conn.execute(
+                    "INSERT INTO kb_knowledge_bases (name, labels, manifest, generation, observed_generation,"
+                    " desired_manifest) VALUES (%s, %s, %s, 1, 0, %s)",
+                    (name, labels, Jsonb(manifest), Jsonb(manifest)),
+                )
+            elif row[1] != manifest:
+                self._conn.execute(
+                    "UPDATE kb_knowledge_bases SET desired_manifest = %s, generation = generation + 1,"
+                    " updated_at = now() WHERE id = %s",
+                    (Jsonb(manifest), row[0]),
+                )
+        stored = self.get_kb(name)
+        assert stored is not None
+        return stored
+
+    @_store_errors
+    def finish_generation(self, kb_id: int, generation: int, conditions: Sequence[dict[str, Any]]) -> None:
+        """Mark `generation` reconciled; a newer desired manifest recorded meanwhile stays pending."""
+        self._conn.execute(
+            "UPDATE kb_knowledge_bases SET observed_generation = greatest(observed_generation, %s),"
+            " conditions = %s,"
+            " desired_manifest = CASE WHEN generation <= %s THEN NULL ELSE desired_manifest END"
+            " WHERE id = %s",
+            (generation, Jsonb(list(conditions)), generation, kb_id),
+        )
+
+    @_store_errors
+    def set_conditions(self, kb_id: int, conditions: Sequence[dict[str, Any]]) -> None:
+        """Replace the conditions of a knowledge base."""
+        self._conn.execute(
+            "UPDATE kb_knowledge_bases SET conditions = %s WHERE id = %s", (Jsonb(list(conditions)), kb_id)
+        )
 
     # -- the embedding cache -----------------------------------------------------------------------
 

@@ -1,0 +1,85 @@
+"""`kbctl controller` (the long-running reconciler) and `kbctl wait` (block until a condition holds)."""
+
+from __future__ import annotations
+
+import re
+import signal
+import threading
+from typing import Annotated
+
+import typer
+
+from kbctl.cli._common import CliReporter, Resource, app, check_resource, handles_errors, open_store
+
+_DURATION = re.compile(r"^(\d+(?:\.\d+)?)(ms|s|m|h)?$")
+_UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, None: 1.0}
+
+
+def parse_duration(text: str) -> float:
+    """Seconds of a kubectl-style duration: 30s, 5m, 1h, 250ms, or a bare number of seconds."""
+    match = _DURATION.match(text.strip())
+    if match is None:
+        raise typer.BadParameter(f"invalid duration {text!r}; use e.g. 30s, 5m or 1h", param_hint="--timeout")
+    return float(match.group(1)) * _UNITS[match.group(2)]
+
+
+def parse_for(text: str) -> tuple[str, bool]:
+    """(condition, wanted status) of `--for=condition=Ready` or `--for=condition=Degraded=false`."""
+    kind, _, rest = text.partition("=")
+    name, _, value = rest.partition("=")
+    if kind != "condition" or not name or value.lower() not in ("", "true", "false"):
+        raise typer.BadParameter(
+            f"invalid --for {text!r}; use condition=NAME or condition=NAME=true|false", param_hint="--for"
+        )
+    return name, value.lower() != "false"
+
+
+@app.command()
+@handles_errors
+def controller(
+    once: Annotated[bool, typer.Option("--once", help="Process what is pending, then exit.")] = False,
+    poll: Annotated[float, typer.Option("--poll-seconds", min=0.5, help="Check for work at least this often.")] = 5.0,
+) -> None:
+    """Run the reconciler: reconcile knowledge bases recorded by `kbctl apply` (without --wait).
+
+    Wakes up on a PostgreSQL NOTIFY (and every --poll-seconds), claims one pending knowledge base at a
+    time with FOR UPDATE SKIP LOCKED and a lease, so several controllers can share one database
+    without doing the same work twice. Stops cleanly on SIGINT/SIGTERM.
+    """
+    reporter = CliReporter(quiet=False)
+    with open_store() as store:
+        ctl = store.controller(reporter=reporter)
+        if once:
+            done = ctl.run_once()
+            ctl.deregister()
+            typer.echo(f"reconciled {done} knowledge base{'s' if done != 1 else ''}")
+            return
+        stop = threading.Event()
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            signal.signal(sig, lambda *_: stop.set())
+        typer.echo(f"controller {ctl.id} running", err=True)
+        ctl.run(stop, poll_seconds=poll)
+
+
+@app.command()
+@handles_errors
+def wait(
+    resource: Resource,
+    name: str,
+    for_: Annotated[str, typer.Option("--for", help="condition=NAME[=true|false], e.g. condition=Ready.")] = (
+        "condition=Ready"
+    ),
+    timeout: Annotated[str, typer.Option("--timeout", help="Give up after this long (30s, 5m, 1h).")] = "30s",
+) -> None:
+    """Wait until a knowledge base has a condition (Ready, Progressing, Degraded); exit 1 on timeout."""
+    check_resource(resource)
+    condition, value = parse_for(for_)
+    seconds = parse_duration(timeout)
+    with open_store() as store:
+        met = store.wait(name, condition=condition, value=value, timeout=seconds)
+    if not met:
+        typer.echo(
+            f"Error: timed out after {timeout} waiting for {condition}={value} on knowledgebase/{name}", err=True
+        )
+        raise typer.Exit(1)
+    typer.echo(f"knowledgebase/{name} condition met")

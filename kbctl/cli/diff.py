@@ -1,0 +1,146 @@
+"""`kbctl diff`: show what `apply` would change, without changing anything; the prune options apply shares."""
+
+from __future__ import annotations
+
+import functools
+import json
+import sys
+from collections.abc import Callable, Iterator
+from typing import Annotated, ParamSpec, TypeVar
+
+import typer
+
+from kbctl.cli._common import Files, OutputOpt, Recursive, app, emit, handles_errors, open_store
+from kbctl.diff import DiffReport, SourceDiff, diff_knowledge_bases
+from kbctl.manifest import load_manifests
+from kbctl.selectors import Selector, parse_selector
+
+MINUS = "\u2212"  # the minus sign (U+2212) of "+3 \u22122 chunks": ruff flags it written out
+
+P = ParamSpec("P")
+R = TypeVar("R")
+
+PruneOpt = Annotated[
+    bool,
+    typer.Option(
+        "--prune",
+        help="Also delete knowledge bases that match the label selector (-l) and are not in the manifests.",
+    ),
+]
+SelectorOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--selector",
+        "-l",
+        help="Label selector of what --prune may delete: k=v, k==v, k!=v, k, !k; a comma means AND.",
+    ),
+]
+
+
+def prune_selector(prune: bool, selector: str | None) -> Selector | None:
+    """The selector of --prune -l, or None without --prune; usage errors (exit code 2) otherwise."""
+    if prune and selector is None:
+        raise typer.BadParameter(
+            "--prune needs a label selector (-l): kbctl never prunes everything", param_hint="'--prune'"
+        )
+    if selector is None:
+        return None
+    if not prune:
+        raise typer.BadParameter("-l selects what --prune deletes: add --prune", param_hint="'-l' / '--selector'")
+    try:
+        return parse_selector(selector)
+    except ValueError as exc:
+        raise typer.BadParameter(str(exc), param_hint="'-l' / '--selector'") from None
+
+
+def _count(n: int, noun: str) -> str:
+    return f"{n} {noun}" if n == 1 else f"{n} {noun}s"
+
+
+def _source_line(s: SourceDiff) -> str:
+    head = f"source {s.name}" if s.change == "unchanged" else f"source {s.name} {s.change}"
+    if s.fetch:
+        return f"{head} would be fetched" if s.change == "unchanged" else f"{head}: would be fetched"
+    numbers = [f"+{s.chunks_added}"] if s.chunks_added else []
+    numbers += [f"{MINUS}{s.chunks_removed}"] if s.chunks_removed else []
+    details = []
+    if numbers:
+        single = numbers in (["+1"], [f"{MINUS}1"])
+        details.append(" ".join(numbers) + (" chunk" if single else " chunks"))
+    if s.tokens_to_embed:
+        details.append(f"~{_count(s.tokens_to_embed, 'token')} to embed")
+    return f"{head}: {', '.join(details)}" if details else head
+
+
+def diff_lines(report: DiffReport, suffix: str = "") -> Iterator[str]:
+    """The human form of a diff: a line per knowledge base, then its changes indented (unchanged ones omitted)."""
+    for kb in report.results:
+        yield f"KnowledgeBase/{kb.name} {kb.action}{suffix}"
+        for f in kb.fields:
+            yield f"  {f.path}: {_value(f.old)} → {_value(f.new)}"
+        for s in kb.sources:
+            if s.differs:
+                yield f"  {_source_line(s)}"
+
+
+def _value(value: object) -> str:
+    return "<none>" if value is None else json.dumps(value, ensure_ascii=False)
+
+
+def plan_apply(filename: list[str], recursive: bool, selector: Selector | None) -> DiffReport:
+    """Load and validate manifests, then diff them against the store (the shared core of diff and apply --dry-run)."""
+    manifests = load_manifests(filename, recursive=recursive, stdin=sys.stdin)
+    with open_store() as store:
+        return diff_knowledge_bases(store.db, [m.kb for m in manifests], store.embedder, prune_selector=selector)
+
+
+def _errors_exit_2(func: Callable[P, R]) -> Callable[P, R]:
+    """Print errors as every command does, but exit 2: diff's exit code 1 means "differences", as in kubectl."""
+    printed = handles_errors(func)
+
+    @functools.wraps(func)
+    def wrapper(*args: P.args, **kwargs: P.kwargs) -> R:
+        try:
+            return printed(*args, **kwargs)
+        except typer.Exit as exc:
+            if exc.exit_code != 1:
+                raise
+            raise typer.Exit(2) from None
+
+    return wrapper
+
+
+@app.command()
+def diff(
+    filename: Files,
+    recursive: Recursive = False,
+    prune: PruneOpt = False,
+    selector: SelectorOpt = None,
+    output: OutputOpt = None,
+) -> None:
+    """Show what `kbctl apply` would change, changing nothing: nothing is written, fetched or embedded.
+
+    Prints "KnowledgeBase/NAME created|configured|unchanged|pruned" per knowledge base, then its
+    changes, indented (unchanged sources are not shown):
+      spec.chunking.maxChars: 1200 → 800
+      source NAME added|changed: +A −R chunks, ~T tokens to embed
+      source NAME removed: −R chunks
+      source NAME added|changed: would be fetched    (a URL source: diff does not fetch it)
+      source NAME would be fetched                   (a URL source that never had content)
+    Chunks are compared by the text sent to the model; "~T tokens to embed" counts the tokens of the
+    new chunks whose vectors the cache lacks (an estimate of the embedding bill). With --prune -l,
+    stored knowledge bases that match the selector and are not in the manifests show as pruned.
+    -o json|yaml prints the same plan as data (for pull-request bots).
+
+    Exit code: 0 no differences, 1 differences (a URL source apply would fetch counts as one),
+    2 error (invalid manifest, store or model error, usage error).
+    """  # noqa: RUF002  (the minus sign U+2212, as printed)
+    chosen = prune_selector(prune, selector)
+    report = _errors_exit_2(plan_apply)(filename, recursive, chosen)
+    if output:
+        emit(report, output)
+    else:
+        for line in diff_lines(report):
+            typer.echo(line)
+    if report.differs:
+        raise typer.Exit(1)

@@ -1,0 +1,74 @@
+"""`kbctl rollout history|undo` and `kbctl gc`: list versions, switch back to one, drop unreferenced vectors."""
+
+from __future__ import annotations
+
+from datetime import UTC
+from typing import Annotated
+
+import typer
+
+from kbctl.cli._common import OutputOpt, Resource, app, check_resource, emit, handles_errors, open_store, table
+from kbctl.store.history import collect_garbage, list_versions, rollback
+
+rollout_app = typer.Typer(help="Show the versions of a knowledge base and roll back to one.", no_args_is_help=True)
+app.add_typer(rollout_app, name="rollout")
+
+Name = Annotated[str, typer.Argument(help="Knowledge base name.")]
+
+
+@rollout_app.command("history")
+@handles_errors
+def history(resource: Resource, name: Name, output: OutputOpt = None) -> None:
+    """List the versions kept for rollback, newest first; * marks the one serving queries."""
+    check_resource(resource)
+    with open_store() as store:
+        versions = list_versions(store.db, name)
+    if output:
+        emit(versions, output)
+        return
+    rows = [
+        [v.number, "*" if v.current else "", f"{v.created_at.astimezone(UTC):%Y-%m-%dT%H:%M:%SZ}"]
+        + [v.chunk_count, v.embedded_count, v.reused_count, v.change_cause]
+        for v in versions
+    ]
+    typer.echo(table(["VERSION", "CURRENT", "CREATED", "CHUNKS", "EMBEDDED", "REUSED", "CHANGE"], rows))
+
+
+@rollout_app.command("undo")
+@handles_errors
+def undo(
+    resource: Resource,
+    name: Name,
+    to_version: Annotated[
+        int | None, typer.Option("--to-version", min=1, help="Version to serve (default: the one before the current).")
+    ] = None,
+) -> None:
+    """Serve an earlier version again, instantly: nothing is fetched, chunked or embedded.
+
+    Sources whose content differs between the two versions are fetched in full by the next refresh.
+    The next apply compares manifests with the version now serving.
+    """
+    check_resource(resource)
+    with open_store() as store:
+        result = rollback(store.db, name, to_version)
+    typer.echo(f"KnowledgeBase/{result.name} rolled back to version {result.to_version}")
+
+
+@app.command()
+@handles_errors
+def gc(
+    batch: Annotated[int, typer.Option("--batch", min=1, help="Vectors deleted per transaction.")] = 1000,
+    output: OutputOpt = None,
+) -> None:
+    """Delete cached vectors that no chunk uses any more (left by pruned versions and deleted knowledge bases).
+
+    Does nothing while an apply or refresh runs, since it may be about to use such vectors.
+    """
+    with open_store() as store:
+        result = collect_garbage(store.db, batch)
+    if output:
+        emit(result, output)
+    elif result.skipped:
+        typer.echo("skipped: an apply is in progress")
+    else:
+        typer.echo(f"removed {result.removed} unreferenced vector{'' if result.removed == 1 else 's'}")

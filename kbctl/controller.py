@@ -1,0 +1,221 @@
+"""The controller: a long-running reconciler that takes pending knowledge bases from PostgreSQL.
+
+`apply` without `--wait` records the desired manifest (a new generation) and sends a NOTIFY; every
+controller LISTENs, claims one pending knowledge base at a time with `FOR UPDATE SKIP LOCKED` and a
+lease, reconciles it in-process, and releases it. Several controllers can share one database without
+processing the same generation twice; a crashed controller's claim expires with its lease.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import threading
+import time
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+import psycopg
+from psycopg import sql
+from psycopg.types.json import Jsonb
+
+from kbctl.conditions import conditions_for
+from kbctl.embedding import Embedder
+from kbctl.errors import KbctlError, NotFoundError
+from kbctl.manifest import KnowledgeBase
+from kbctl.reconcile import KnowledgeBaseResult, apply_knowledge_bases
+from kbctl.reporting import Reporter
+from kbctl.sources.url import FetchPolicy
+from kbctl.store.database import Database
+
+__all__ = ["CHANNEL", "Controller", "PendingResult", "controller_alive", "record_pending", "wait_for"]
+
+CHANNEL = "kbctl_work"
+LEASE_SECONDS = 600
+HEARTBEAT_TTL_SECONDS = 15
+RETRY_SECONDS = 30
+
+
+@dataclass(frozen=True)
+class PendingResult:
+    """What `apply` without --wait recorded for one knowledge base."""
+
+    name: str
+    action: str  # created | configured | unchanged
+    version: int | None  # the version that will be published (pending) or that serves (unchanged)
+    generation: int
+    pending: bool
+
+
+def record_pending(db: Database, kb: KnowledgeBase) -> PendingResult:
+    """Record `kb` as the desired state for a controller to reconcile, and wake the controllers."""
+    row = db.record_desired(kb.name, kb.to_manifest())
+    pending = row.generation > row.observed_generation
+    if not pending:
+        return PendingResult(kb.name, "unchanged", row.current_version, row.generation, False)
+    conditions = conditions_for(row.conditions, now=datetime.now(UTC), serving=row.current_version, pending=True)
+    db.set_conditions(row.id, conditions)
+    db.connection.execute("SELECT pg_notify(%s, %s)", (CHANNEL, kb.name))
+    action = "created" if row.current_version is None else "configured"
+    return PendingResult(kb.name, action, db.next_version_number(row.id), row.generation, True)
+
+
+def controller_alive(db: Database) -> bool:
+    """Whether some controller has sent a heartbeat recently."""
+    row = db.connection.execute(
+        "SELECT count(*) FROM kb_controllers WHERE last_seen > now() - make_interval(secs => %s)",
+        (HEARTBEAT_TTL_SECONDS,),
+    ).fetchone()
+    return bool(row and row[0])
+
+
+@dataclass(frozen=True)
+class _Claim:
+    kb_id: int
+    name: str
+    generation: int
+    manifest: dict[str, Any]
+
+
+class Controller:
+    """Reconciles pending knowledge bases, one claim at a time; see the module docstring."""
+
+    def __init__(
+        self,
+        db: Database,
+        embedder_for: Callable[[str], Embedder],
+        *,
+        reporter: Reporter | None = None,
+        policy: FetchPolicy | None = None,
+        lease_seconds: int = LEASE_SECONDS,
+    ) -> None:
+        self.db = db
+        self.id = f"{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:8]}"
+        self._embedder_for = embedder_for
+        self._reporter = reporter
+        self._policy = policy
+        self._lease = lease_seconds
+        self.processed: list[KnowledgeBaseResult] = []
+
+    def heartbeat(self) -> None:
+        """Announce this controller as alive."""
+        self.db.connection.execute(
+            "INSERT INTO kb_controllers (id, hostname, pid) VALUES (%s, %s, %s)"
+            " ON CONFLICT (id) DO UPDATE SET last_seen = now()",
+            (self.id, socket.gethostname(), os.getpid()),
+        )
+
+    def deregister(self) -> None:
+        """Remove this controller's heartbeat row."""
+        self.db.connection.execute("DELETE FROM kb_controllers WHERE id = %s", (self.id,))
+
+    def claim(self) -> _Claim | None:
+        """Claim the oldest pending knowledge base no other controller holds (SKIP LOCKED + lease)."""
+        conn = self.db.connection
+        with conn.transaction():
+            row = conn.execute(
+                "SELECT id, name, generation, coalesce(desired_manifest, manifest) FROM kb_knowledge_bases"
+                " WHERE generation > observed_generation AND (claim_expires IS NULL OR claim_expires < now())"
+                " ORDER BY updated_at, id LIMIT 1 FOR UPDATE SKIP LOCKED"
+            ).fetchone()
+            if row is None:
+                return None
+            conn.execute(
+                "UPDATE kb_knowledge_bases SET claimed_by = %s,"
+                " claim_expires = now() + make_interval(secs => %s) WHERE id = %s",
+                (self.id, self._lease, row[0]),
+            )
+        return _Claim(row[0], row[1], row[2], row[3])
+
+    def _release(self, claim: _Claim, *, retry_after: int | None = None) -> None:
+        """Release a claim; after a failure the knowledge base is left alone for `retry_after` seconds."""
+        self.db.connection.execute(
+            "UPDATE kb_knowledge_bases SET claimed_by = NULL,"
+            " claim_expires = CASE WHEN %s THEN now() + make_interval(secs => %s) END"
+            " WHERE id = %s AND claimed_by = %s",
+            (retry_after is not None, retry_after or 0, claim.kb_id, self.id),
+        )
+
+    def process(self, claim: _Claim) -> KnowledgeBaseResult:
+        """Reconcile one claimed knowledge base and release the claim."""
+        retry_after: int | None = None
+        try:
+            kb = KnowledgeBase.model_validate(claim.manifest)
+            [result] = apply_knowledge_bases(
+                self.db, [kb], self._embedder_for, self._reporter, policy=self._policy, generation=claim.generation
+            ).results
+            if result.action == "failed":  # the store or the model failed: try again later
+                retry_after = RETRY_SECONDS
+        except (KbctlError, ValueError) as exc:
+            # A manifest that no longer validates (an older kbctl wrote it) cannot be retried as is.
+            self.db.connection.execute(
+                "UPDATE kb_knowledge_bases SET observed_generation = %s, conditions = %s WHERE id = %s",
+                (
+                    claim.generation,
+                    Jsonb(conditions_for([], now=datetime.now(UTC), serving=None, failure=str(exc))),
+                    claim.kb_id,
+                ),
+            )
+            result = KnowledgeBaseResult(name=claim.name, action="failed", version=None, sources=[], message=str(exc))
+        finally:
+            self._release(claim, retry_after=retry_after)
+        self.processed.append(result)
+        return result
+
+    def run_once(self) -> int:
+        """Process pending knowledge bases until none is left; return how many were processed."""
+        self.heartbeat()
+        done = 0
+        while (claim := self.claim()) is not None:
+            self.process(claim)
+            self.heartbeat()
+            done += 1
+        return done
+
+    def run(self, stop: threading.Event, *, poll_seconds: float = 5.0) -> None:
+        """Serve until `stop` is set: process what is pending, then sleep until a NOTIFY or the poll interval."""
+        self.db.connection.execute(sql.SQL("LISTEN {}").format(sql.Identifier(CHANNEL)))
+        try:
+            while not stop.is_set():
+                self.run_once()
+                deadline = time.monotonic() + poll_seconds
+                while not stop.is_set() and time.monotonic() < deadline:
+                    if any(True for _ in self.db.connection.notifies(timeout=0.5, stop_after=1)):
+                        break
+        finally:
+            try:
+                self.db.connection.execute(sql.SQL("UNLISTEN {}").format(sql.Identifier(CHANNEL)))
+                self.deregister()
+            except (psycopg.Error, KbctlError):
+                pass
+
+
+def wait_for(
+    db: Database,
+    name: str,
+    *,
+    condition: str = "Ready",
+    value: bool = True,
+    generation: int | None = None,
+    timeout: float = 300.0,
+    poll_seconds: float = 0.5,
+) -> bool:
+    """Wait until `name` has `condition` with status `value` (and has observed `generation`, if given).
+
+    Returns False when `timeout` seconds pass first. Raises NotFoundError for an unknown name.
+    """
+    deadline = time.monotonic() + timeout
+    want = "True" if value else "False"
+    while True:
+        row = db.get_kb(name)
+        if row is None:
+            raise NotFoundError(f'knowledgebase "{name}" not found')
+        observed = generation is None or row.observed_generation >= generation
+        if observed and any(c.get("type") == condition and c.get("status") == want for c in row.conditions):
+            return True
+        if time.monotonic() >= deadline:
+            return False
+        time.sleep(poll_seconds)

@@ -1,0 +1,215 @@
+"""Version history: list a knowledge base's versions, roll back to one, prune old ones, collect unused vectors."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+from datetime import datetime
+from typing import Final
+
+from psycopg.rows import class_row
+from pydantic import BaseModel
+
+from kbctl.errors import KbctlError, NotFoundError
+from kbctl.store.database import Database, _store_errors
+
+__all__ = [
+    "GC_LOCK_KEY",
+    "GcResult",
+    "RollbackError",
+    "RollbackResult",
+    "VersionInfo",
+    "applying",
+    "collect_garbage",
+    "list_versions",
+    "prune_history",
+    "rollback",
+]
+
+# Every apply and refresh holds this advisory lock shared for its whole run (see `applying`); garbage
+# collection takes it exclusively, so it never deletes a vector that an apply in progress has cached and
+# will reference only when it publishes. A fixed 64-bit key, next to the migrations' 0x6B6263746C_01.
+GC_LOCK_KEY: Final = 0x6B6263746C_02
+
+
+class RollbackError(KbctlError):
+    """A rollback that cannot be done as asked (the version asked for already serves)."""
+
+
+class VersionInfo(BaseModel):
+    """One retained version of a knowledge base, as `kbctl rollout history` lists it."""
+
+    number: int
+    created_at: datetime
+    change_cause: str
+    chunk_count: int
+    embedded_count: int
+    reused_count: int
+    model: str
+    current: bool
+    sources: int
+    failed_sources: int
+
+
+class RollbackResult(BaseModel):
+    """What `rollout undo` did: the version that served before, the one serving now, the sources re-fetched next."""
+
+    name: str
+    from_version: int
+    to_version: int
+    reset_sources: list[str]
+
+
+class GcResult(BaseModel):
+    """What garbage collection removed, or that it skipped because an apply was in progress."""
+
+    removed: int
+    batches: int
+    skipped: bool
+
+
+@_store_errors
+def list_versions(db: Database, name: str) -> list[VersionInfo]:
+    """The retained versions of a knowledge base, newest first, the serving one marked `current`."""
+    with db.connection.cursor(row_factory=class_row(VersionInfo)) as cur:
+        versions = cur.execute(
+            "SELECT v.number, v.created_at, v.change_cause, v.chunk_count, v.embedded_count, v.reused_count,"
+            " v.model, coalesce(v.number = k.current_version, false) AS current,"
+            " count(vs.source_name) AS sources,"
+            " count(vs.source_name) FILTER (WHERE vs.state = 'failed') AS failed_sources"
+            " FROM kb_knowledge_bases k JOIN kb_versions v ON v.kb_id = k.id"
+            " LEFT JOIN kb_version_sources vs ON vs.version_id = v.id"
+            " WHERE k.name = %s GROUP BY v.id, k.current_version ORDER BY v.number DESC",
+            (name,),
+        ).fetchall()
+    if not versions:
+        raise NotFoundError(f'knowledgebase "{name}" not found')
+    return versions
+
+
+@_store_errors
+def rollback(db: Database, name: str, to_version: int | None = None) -> RollbackResult:
+    """Make a retained version serve again (default: the newest one before the current), re-embedding nothing.
+
+    One transaction under the knowledge base's lock. The live status of each source whose content
+    differs between the two versions is dropped, so its HTTP validators never describe content that no
+    longer serves (the next refresh fetches it in full); the manifest in force becomes the version's.
+    """
+    conn = db.connection
+    with db.kb_lock(name), conn.transaction():
+        kb = conn.execute(
+            "SELECT id, current_version FROM kb_knowledge_bases WHERE name = %s FOR UPDATE", (name,)
+        ).fetchone()
+        if kb is None or kb[1] is None:
+            raise NotFoundError(f'knowledgebase "{name}" not found')
+        kb_id, current = int(kb[0]), int(kb[1])
+        kept = [int(r[0]) for r in conn.execute("SELECT number FROM kb_versions WHERE kb_id = %s", (kb_id,))]
+        target = to_version if to_version is not None else max((n for n in kept if n < current), default=None)
+        if target is None:
+            raise NotFoundError(f'knowledgebase "{name}" has no version before {current} to roll back to')
+        if target == current:
+            raise RollbackError(f"version {target} is already current")
+        if target not in kept:
+            numbers = ", ".join(str(n) for n in sorted(kept))
+            raise NotFoundError(f'knowledgebase "{name}" has no version {target} (versions kept: {numbers})')
+        reset = conn.execute(
+            "WITH served AS (SELECT v.number, vs.source_name, vs.revision_id FROM kb_versions v"
+            "  JOIN kb_version_sources vs ON vs.version_id = v.id"
+            "  WHERE v.kb_id = %(kb)s AND v.number IN (%(old)s, %(new)s)),"
+            " differing AS (SELECT coalesce(o.source_name, n.source_name) AS source_name"
+            "  FROM (SELECT * FROM served WHERE number = %(old)s) o"
+            "  FULL JOIN (SELECT * FROM served WHERE number = %(new)s) n ON n.source_name = o.source_name"
+            "  WHERE o.revision_id IS DISTINCT FROM n.revision_id)"
+            " DELETE FROM kb_source_status s USING differing d"
+            " WHERE s.kb_id = %(kb)s AND s.source_name = d.source_name RETURNING s.source_name",
+            {"kb": kb_id, "old": current, "new": target},
+        ).fetchall()
+        conn.execute(
+            "UPDATE kb_knowledge_bases k SET current_version = v.number, manifest = v.manifest,"
+            " labels = coalesce(v.manifest -> 'metadata' -> 'labels', '{}'), updated_at = now()"
+            " FROM kb_versions v WHERE k.id = %s AND v.kb_id = k.id AND v.number = %s",
+            (kb_id, target),
+        )
+    return RollbackResult(
+        name=name, from_version=current, to_version=target, reset_sources=sorted(str(r[0]) for r in reset)
+    )
+
+
+@_store_errors
+def prune_history(db: Database, kb_id: int, keep: int) -> int:
+    """Delete the versions of a knowledge base beyond the newest `keep`, never the current one; return how many.
+
+    Revisions no remaining version serves go too (their chunks cascade); the vectors they used stay in
+    the cache until `collect_garbage`. Call it under the knowledge base's lock, after publishing.
+    """
+    if keep < 1:
+        raise ValueError(f"keep must be at least 1, got {keep}")
+    conn = db.connection
+    with conn.transaction():
+        deleted = conn.execute(
+            "DELETE FROM kb_versions v USING kb_knowledge_bases k"
+            " WHERE v.kb_id = %(kb)s AND k.id = v.kb_id AND v.number IS DISTINCT FROM k.current_version"
+            " AND v.number NOT IN"
+            " (SELECT number FROM kb_versions WHERE kb_id = %(kb)s ORDER BY number DESC LIMIT %(keep)s)",
+            {"kb": kb_id, "keep": keep},
+        ).rowcount
+        if deleted:
+            conn.execute(
+                "DELETE FROM kb_source_revisions r WHERE r.kb_id = %s"
+                " AND NOT EXISTS (SELECT 1 FROM kb_version_sources vs WHERE vs.revision_id = r.id)",
+                (kb_id,),
+            )
+    return deleted
+
+
+@_store_errors
+def _lock_shared(db: Database) -> None:
+    db.connection.execute("SELECT pg_advisory_lock_shared(%s)", (GC_LOCK_KEY,))
+
+
+@_store_errors
+def _unlock_shared(db: Database) -> None:
+    db.connection.execute("SELECT pg_advisory_unlock_shared(%s)", (GC_LOCK_KEY,))
+
+
+@contextmanager
+def applying(db: Database) -> Iterator[None]:
+    """Hold the garbage-collection lock shared while an apply or refresh runs (applies never wait on each other)."""
+    _lock_shared(db)
+    try:
+        yield
+    finally:
+        _unlock_shared(db)
+
+
+@_store_errors
+def collect_garbage(db: Database, batch: int = 1000) -> GcResult:
+    """Delete the cached vectors no chunk references, `batch` at a time, each batch in its own transaction.
+
+    Skips (skipped=True, nothing deleted) while any apply or refresh holds `applying`, or another
+    collection runs.
+    """
+    if batch < 1:
+        raise ValueError(f"batch must be at least 1, got {batch}")
+    conn = db.connection
+    row = conn.execute("SELECT pg_try_advisory_lock(%s)", (GC_LOCK_KEY,)).fetchone()
+    if row is None or not row[0]:
+        return GcResult(removed=0, batches=0, skipped=True)
+    removed = batches = after = 0
+    try:
+        while True:
+            with conn.transaction():
+                ids = conn.execute(
+                    "DELETE FROM kb_embeddings WHERE id IN (SELECT e.id FROM kb_embeddings e WHERE e.id > %s"
+                    " AND NOT EXISTS (SELECT 1 FROM kb_chunks c WHERE c.embedding_id = e.id)"
+                    " ORDER BY e.id LIMIT %s) RETURNING id",
+                    (after, batch),
+                ).fetchall()
+            if not ids:
+                break
+            batches, removed, after = batches + 1, removed + len(ids), max(int(r[0]) for r in ids)
+            if len(ids) < batch:
+                break
+    finally:
+        conn.execute("SELECT pg_advisory_unlock(%s)", (GC_LOCK_KEY,))
+    return GcResult(removed=removed, batches=batches, skipped=False)

@@ -1,0 +1,145 @@
+"""Desired state, the controller, status conditions and `wait`, on the real store with the real model."""
+
+from __future__ import annotations
+
+import threading
+from collections import Counter
+
+from typer.testing import CliRunner
+
+from kbctl.cli import app
+from kbctl.client import KnowledgeBaseStore
+from kbctl.manifest import parse_manifests
+from kbctl.reconcile import KnowledgeBaseResult
+
+
+def kb_text(name: str, fact: str = "Invoices are kept for seven years.") -> str:
+    """A one-source KnowledgeBase manifest."""
+    return f"""apiVersion: kbctl.dev/v1alpha1
+kind: KnowledgeBase
+metadata:
+  name: {name}
+  labels: {{team: ops}}
+spec:
+  sources:
+    - name: facts
+      text: "{fact}"
+"""
+
+
+def kbs(text: str):  # type: ignore[no-untyped-def]
+    """Parse manifests from YAML text."""
+    return parse_manifests(text, "kb.yaml")
+
+
+def conditions(store: KnowledgeBaseStore, name: str) -> dict[str, tuple[str, str]]:
+    """Condition type → (status, reason) of a knowledge base."""
+    return {c.type: (c.status, c.reason) for c in store.describe(name).conditions}
+
+
+def test_in_process_apply_sets_generation_and_conditions(store: KnowledgeBaseStore) -> None:
+    """A reconciled knowledge base is Ready, not Progressing, not Degraded, with observedGeneration current."""
+    store.apply(kbs(kb_text("a")))
+    store.apply(kbs(kb_text("a", "Invoices are kept for ten years.")))
+    detail = store.describe("a")
+    assert (detail.generation, detail.observed_generation, detail.version) == (2, 2, 2)
+    assert conditions(store, "a") == {
+        "Ready": ("True", "Reconciled"),
+        "Progressing": ("False", "Reconciled"),
+        "Degraded": ("False", "AllSourcesReady"),
+    }
+    store.apply(kbs(kb_text("a", "Invoices are kept for ten years.")))
+    assert store.describe("a").generation == 2  # unchanged manifests do not make a generation
+
+
+def test_submit_records_pending_work_and_the_controller_reconciles_it(store: KnowledgeBaseStore) -> None:
+    """apply without --wait only records the desired state; a controller publishes it and marks it Ready."""
+    store.apply(kbs(kb_text("a")))
+    before = store.db.counts()
+    [pending] = store.submit(kbs(kb_text("a", "Invoices are kept for ten years.")))
+    assert (pending.action, pending.version, pending.pending) == ("configured", 2, True)
+    assert store.db.counts() == before  # nothing ingested yet
+    assert conditions(store, "a")["Ready"] == ("False", "Pending")
+    assert conditions(store, "a")["Progressing"] == ("True", "Pending")
+    assert "seven years" in store.query("a", "how long are invoices kept?").hits[0].text
+    assert not store.wait("a", timeout=0.2)
+
+    processed = store.controller().run_once()
+    assert processed == 1
+    assert store.wait("a", timeout=0.2)
+    assert "ten years" in store.query("a", "how long are invoices kept?").hits[0].text
+    [again] = store.submit(kbs(kb_text("a", "Invoices are kept for ten years.")))
+    assert (again.action, again.version, again.pending) == ("unchanged", 2, False)
+
+
+def test_a_newer_generation_recorded_during_a_reconcile_stays_pending(store: KnowledgeBaseStore) -> None:
+    """A desired manifest recorded while a controller works on an older one is not lost."""
+    store.submit(kbs(kb_text("a", "Version one.")))
+    ctl = store.controller()
+    claim = ctl.claim()
+    assert claim is not None and claim.generation == 1
+    store.submit(kbs(kb_text("a", "Version two.")))
+    ctl.process(claim)
+    row = store.db.get_kb("a")
+    assert row is not None and (row.generation, row.observed_generation) == (2, 1)
+    assert conditions(store, "a")["Ready"] == ("False", "Pending")
+    assert ctl.run_once() == 1
+    assert store.query("a", "which version?", threshold=-1).hits[0].text == "Version two."
+
+
+def test_two_controllers_never_process_one_knowledge_base_twice(store: KnowledgeBaseStore) -> None:
+    """Two controllers draining 10 pending knowledge bases share the work without overlap."""
+    names = [f"kb-{i}" for i in range(10)]
+    store.submit(kbs("---\n".join(kb_text(n, f"Fact number {i}.") for i, n in enumerate(names))))
+    stores = [KnowledgeBaseStore(settings=store.settings) for _ in range(2)]
+    controllers = [s.controller() for s in stores]
+    threads = [threading.Thread(target=c.run_once) for c in controllers]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=300)
+    processed: list[KnowledgeBaseResult] = [r for c in controllers for r in c.processed]
+    counts = Counter(r.name for r in processed)
+    assert sorted(counts) == names and set(counts.values()) == {1}
+    assert all(r.action == "created" and r.version == 1 for r in processed)
+    assert all(s.version == 1 and s.ready for s in store.list())
+    for s in stores:
+        s.close()
+
+
+def test_concurrent_applies_of_one_knowledge_base_make_one_version(store: KnowledgeBaseStore) -> None:
+    """Two applies of the same change at once serialize on the KB lock: exactly one new version results."""
+    store.apply(kbs(kb_text("a")))
+    stores = [KnowledgeBaseStore(settings=store.settings) for _ in range(2)]
+    results: list[str] = []
+
+    def apply(s: KnowledgeBaseStore) -> None:
+        [r] = s.apply(kbs(kb_text("a", "Invoices are kept for ten years."))).results
+        results.append(f"{r.action} {r.version}")
+
+    threads = [threading.Thread(target=apply, args=(s,)) for s in stores]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=300)
+    assert sorted(results) == ["configured 2", "unchanged 2"]
+    versions = store.db.connection.execute("SELECT count(*) FROM kb_versions").fetchone()
+    assert versions == (2,)
+    for s in stores:
+        s.close()
+
+
+def test_wait_and_controller_cli(store: KnowledgeBaseStore, cli: CliRunner) -> None:
+    """`kbctl wait` times out on pending work (exit 1) and succeeds once `kbctl controller --once` ran."""
+    store.submit(kbs(kb_text("a")))
+    timed_out = cli.invoke(app, ["wait", "kb", "a", "--for=condition=Ready", "--timeout=300ms"])
+    assert timed_out.exit_code == 1
+    assert timed_out.stderr == "Error: timed out after 300ms waiting for Ready=True on knowledgebase/a\n"
+    ran = cli.invoke(app, ["controller", "--once"])
+    assert (ran.exit_code, ran.stdout.splitlines()[-1]) == (0, "reconciled 1 knowledge base")
+    ok = cli.invoke(app, ["wait", "knowledgebase", "a", "--for", "condition=Ready", "--timeout", "5s"])
+    assert (ok.exit_code, ok.stdout) == (0, "knowledgebase/a condition met\n")
+    degraded = cli.invoke(app, ["wait", "kb", "a", "--for=condition=Degraded=false", "--timeout=1s"])
+    assert degraded.exit_code == 0
+    bad = cli.invoke(app, ["wait", "kb", "a", "--for=ready"])
+    assert bad.exit_code == 2
