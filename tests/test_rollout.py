@@ -220,7 +220,7 @@ def test_version_history_keeps_the_newest_versions_and_the_current(store: Knowle
     apply_and_prune("one")
     assert [(v.number, v.current) for v in list_versions(db, "policies")] == [(5, True), (4, False)]
     assert stored("kb_chunks", "content LIKE '%five years%'") == 0
-    with pytest.raises(NotFoundError, match=r'has no version 3 \(versions kept: 4, 5\)$'):
+    with pytest.raises(NotFoundError, match=r"has no version 3 \(versions kept: 4, 5\)$"):
         rollback(db, "policies", 3)
 
 

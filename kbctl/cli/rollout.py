@@ -26,10 +26,10 @@ def history(resource: Resource, name: Name, output: OutputOpt = None) -> None:
     if output:
         emit(versions, output)
         return
+    created = [f"{v.created_at.astimezone(UTC):%Y-%m-%dT%H:%M:%SZ}" for v in versions]
     rows = [
-        [v.number, "*" if v.current else "", f"{v.created_at.astimezone(UTC):%Y-%m-%dT%H:%M:%SZ}"]
-        + [v.chunk_count, v.embedded_count, v.reused_count, v.change_cause]
-        for v in versions
+        [v.number, "*" if v.current else "", when, v.chunk_count, v.embedded_count, v.reused_count, v.change_cause]
+        for v, when in zip(versions, created, strict=True)
     ]
     typer.echo(table(["VERSION", "CURRENT", "CREATED", "CHUNKS", "EMBEDDED", "REUSED", "CHANGE"], rows))
 
@@ -60,7 +60,7 @@ def gc(
     batch: Annotated[int, typer.Option("--batch", min=1, help="Vectors deleted per transaction.")] = 1000,
     output: OutputOpt = None,
 ) -> None:
-    """Delete cached vectors that no chunk uses any more (left by pruned versions and deleted knowledge bases).
+    """Delete cached vectors that no chunk uses any more (left by pruned versions and by failed applies).
 
     Does nothing while an apply or refresh runs, since it may be about to use such vectors.
     """
