@@ -10,6 +10,7 @@ from typer.testing import CliRunner
 COMMANDS: list[list[str]] = [
     [],
     ["apply"],
+    ["diff"],
     ["refresh"],
     ["validate"],
     ["get"],
@@ -19,6 +20,8 @@ COMMANDS: list[list[str]] = [
     ["rollout", "history"],
     ["rollout", "undo"],
     ["gc"],
+    ["controller"],
+    ["wait"],
     ["schema"],
     ["server", "status"],
     ["server", "stop"],
@@ -31,7 +34,10 @@ Generated from `kbctl <command> --help` by `python -m kbctl._clidocs > docs/cli.
 this file is stale.
 
 Exit codes: 0 success; 1 failure (invalid manifest, failed source or knowledge base, unknown name,
-database or model error); 2 usage error (unknown command, option or resource type).
+database or model error, `wait` timed out); 2 usage error (unknown command, option or resource type).
+Exceptions, as kubectl: `diff` exits 0 when nothing differs, 1 when something does and 2 on any
+error; `apply --exit-code` exits 0 when nothing changed, 2 when something was created, configured or
+pruned, and 1 on any failure.
 """
 
 

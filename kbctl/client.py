@@ -2,19 +2,28 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from pathlib import Path
 
 from pydantic import BaseModel
 
 from kbctl.config import Settings
-from kbctl.controller import Controller, PendingResult, controller_alive, record_pending, wait_for
+from kbctl.controller import (
+    Controller,
+    PendingResult,
+    controller_alive,
+    record_pending,
+    wait_for,
+    wait_for_controller,
+)
+from kbctl.diff import DiffReport, diff_knowledge_bases, prune_knowledge_bases
 from kbctl.embedding import Embedder, get_embedder
 from kbctl.errors import NotFoundError
 from kbctl.manifest import KnowledgeBase, LoadedManifest, load_manifests
 from kbctl.reconcile import ApplyReport, apply_knowledge_bases, refresh_knowledge_bases
 from kbctl.reporting import Reporter
 from kbctl.retrieval import QueryResult, query_knowledge_base
+from kbctl.selectors import Selector
 from kbctl.sources.url import FetchPolicy
 from kbctl.status import (
     KnowledgeBaseDetail,
@@ -100,6 +109,30 @@ class KnowledgeBaseStore:
         return refresh_knowledge_bases(
             self.db, names, self.embedder, reporter, sources=sources, policy=policy or self.fetch_policy
         )
+
+    def apply_and_wait(
+        self,
+        knowledge_bases: Sequence[KnowledgeBase | LoadedManifest],
+        *,
+        reporter: Reporter | None = None,
+        timeout: float = 600.0,
+    ) -> ApplyReport:
+        """`apply --wait`: hand the work to a running controller and wait for it, or, when no controller
+        runs, reconcile in-process (the same result either way)."""
+        if not self.controller_alive():
+            return self.apply(knowledge_bases, reporter=reporter)
+        return wait_for_controller(self.db, self.submit(knowledge_bases), reporter=reporter, timeout=timeout)
+
+    def diff(
+        self, knowledge_bases: Sequence[KnowledgeBase | LoadedManifest], *, prune_selector: Selector | None = None
+    ) -> DiffReport:
+        """What apply would do (and, with a selector, prune), without writing or fetching anything."""
+        kbs = [k.kb if isinstance(k, LoadedManifest) else k for k in knowledge_bases]
+        return diff_knowledge_bases(self.db, kbs, self.embedder, prune_selector=prune_selector)
+
+    def prune(self, keep: Collection[str], selector: Selector) -> list[str]:
+        """Delete the knowledge bases whose labels match `selector` and whose names are not in `keep`."""
+        return prune_knowledge_bases(self.db, keep, selector)
 
     def submit(self, knowledge_bases: Sequence[KnowledgeBase | LoadedManifest]) -> list[PendingResult]:
         """Record knowledge bases as desired state for a controller (`apply` without --wait); no ingestion here."""

@@ -13,10 +13,10 @@ import socket
 import threading
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, Literal
 
 import psycopg
 from psycopg import sql
@@ -26,12 +26,20 @@ from kbctl.conditions import conditions_for
 from kbctl.embedding import Embedder
 from kbctl.errors import KbctlError, NotFoundError
 from kbctl.manifest import KnowledgeBase
-from kbctl.reconcile import KnowledgeBaseResult, apply_knowledge_bases
-from kbctl.reporting import Reporter
+from kbctl.reconcile import ApplyReport, KnowledgeBaseResult, SourceResult, apply_knowledge_bases
+from kbctl.reporting import NullReporter, Reporter
 from kbctl.sources.url import FetchPolicy
 from kbctl.store.database import Database
 
-__all__ = ["CHANNEL", "Controller", "PendingResult", "controller_alive", "record_pending", "wait_for"]
+__all__ = [
+    "CHANNEL",
+    "Controller",
+    "PendingResult",
+    "controller_alive",
+    "record_pending",
+    "wait_for",
+    "wait_for_controller",
+]
 
 CHANNEL = "kbctl_work"
 LEASE_SECONDS = 600
@@ -219,3 +227,62 @@ def wait_for(
         if time.monotonic() >= deadline:
             return False
         time.sleep(poll_seconds)
+
+
+def wait_for_controller(
+    db: Database, pending: Sequence[PendingResult], *, reporter: Reporter | None = None, timeout: float = 600.0
+) -> ApplyReport:
+    """Wait for a controller to reconcile what `record_pending` recorded; report it as apply would."""
+    reporter = reporter or NullReporter()
+    results: list[KnowledgeBaseResult] = []
+    deadline = time.monotonic() + timeout
+    for p in pending:
+        prefix = f"KnowledgeBase/{p.name}"
+        if not p.pending:
+            reporter.line(f"{prefix} unchanged (version {p.version})")
+            results.append(KnowledgeBaseResult(name=p.name, action="unchanged", version=p.version, sources=[]))
+            continue
+        reporter.line(f"{prefix} {p.action} (version {p.version}); waiting for a controller")
+        left = max(0.0, deadline - time.monotonic())
+        if not wait_for(db, p.name, condition="Progressing", value=False, generation=p.generation, timeout=left):
+            reason = f"not reconciled by a controller within {timeout:.0f} s"
+            reporter.line(f"{prefix} failed: {reason}")
+            results.append(KnowledgeBaseResult(name=p.name, action="failed", version=None, sources=[], message=reason))
+            continue
+        results.append(_result_from_store(db, p, reporter))
+    return ApplyReport(results=results)
+
+
+def _result_from_store(db: Database, p: PendingResult, reporter: Reporter) -> KnowledgeBaseResult:
+    """What the controller did, read back from the store, with apply's source lines."""
+    row = db.get_kb(p.name)
+    version = db.get_version(row.id, row.current_version) if row and row.current_version else None
+    if row is None or version is None:
+        raise NotFoundError(f'knowledgebase "{p.name}" not found')
+    live = db.source_statuses(row.id)
+    sources = []
+    for s in db.version_sources(version.id):
+        status = live.get(s.source_name)
+        state = status.state if status else s.state
+        message = status.message if status else s.message
+        if state != "ready":
+            reporter.line(f"KnowledgeBase/{p.name} source {s.source_name} failed: {message}")
+        elif s.embedded_count:
+            noun = "chunk" if s.chunk_count == 1 else "chunks"
+            reporter.line(
+                f"KnowledgeBase/{p.name} source {s.source_name} ready: {s.chunk_count} {noun} ({version.model})"
+            )
+        sources.append(
+            SourceResult(
+                name=s.source_name,
+                state=state,  # type: ignore[arg-type]
+                fetched=False,
+                ingested=s.embedded_count > 0,
+                chunks=s.chunk_count,
+                embedded=s.embedded_count,
+                reused=s.reused_count,
+                message=message,
+            )
+        )
+    action: Literal["created", "configured"] = "created" if p.action == "created" else "configured"
+    return KnowledgeBaseResult(name=p.name, action=action, version=version.number, sources=sources)

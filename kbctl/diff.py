@@ -17,7 +17,7 @@ from kbctl.chunking import chunk_document
 from kbctl.embedding import Embedder
 from kbctl.errors import StoreError
 from kbctl.manifest import KnowledgeBase
-from kbctl.planning import SourcePlan, changed_sources, plan_sources, sha256_json
+from kbctl.planning import SourcePlan, apply_would_fetch, changed_sources, plan_sources, sha256_json
 from kbctl.selectors import Selector
 from kbctl.store.database import Database, SourceStatusRow, VersionSourceRow
 
@@ -123,19 +123,8 @@ def _plan_without_fetching(
     previous: dict[str, VersionSourceRow],
     statuses: dict[str, SourceStatusRow],
 ) -> list[SourcePlan]:
-    """Plan every source as apply would, except that no URL is fetched (each keeps what the store serves).
-
-    plan_sources has no "never fetch" switch; in refresh mode it fetches only the sources named in
-    `only`, and no source can be named "" (names are validated), so this plans without any request.
-    """
-    return plan_sources(db, kb, kb_id, previous, statuses, mode="refresh", only=("",))
-
-
-def _apply_would_fetch(plan: SourcePlan, prev: VersionSourceRow | None) -> bool:
-    """apply fetches a URL source when it is new, its spec changed, or it never had content (planning.py)."""
-    if plan.source.url is None:
-        return False
-    return prev is None or prev.source_sha256 != plan.source_sha256 or prev.revision_id is None
+    """Plan every source as apply would, except that no URL is fetched (each keeps what the store serves)."""
+    return plan_sources(db, kb, kb_id, previous, statuses, fetch=False)
 
 
 def _hash(text: str) -> bytes:
@@ -200,7 +189,8 @@ class _Planner:
         texts = {h: t for pairs in chunked.values() for h, t in pairs}
         cached = self.db.cached_embeddings(embedder.model_id, list(texts))
         missing = [h for h in texts if h not in cached and (embedder.model_id, h) not in self.counted]
-        counts = dict(zip(missing, embedder.count_tokens([texts[h] for h in missing]), strict=True))
+        found = embedder.count_tokens([texts[h] for h in missing]) if missing else []
+        counts = dict(zip(missing, found, strict=True))
         tokens: dict[str, int] = {}
         for name, pairs in chunked.items():
             mine = {h for h, _ in pairs if h in counts}
@@ -222,7 +212,7 @@ class _Planner:
         change: Literal["added", "changed", "unchanged"] = (
             "added" if name in added else "changed" if name in respec or moved else "unchanged"
         )
-        if _apply_would_fetch(plan, prev):
+        if apply_would_fetch(plan, prev):
             return SourceDiff(
                 name=name,
                 kind=kind,

@@ -20,7 +20,7 @@ from kbctl.sources import Document, read_inline
 from kbctl.sources.url import FetchPolicy, FetchRequest, FetchResult, Validators, fetch_urls
 from kbctl.store.database import ChunkRow, Database, NewRevision, SourceStatusRow, VersionSourceRow
 
-__all__ = ["CHUNKER_VERSION", "SourcePlan", "plan_sources", "sha256_json"]
+__all__ = ["CHUNKER_VERSION", "SourcePlan", "apply_would_fetch", "plan_sources", "sha256_json"]
 
 # Bump when the chunker's output for the same input changes, so stored revisions are rebuilt.
 CHUNKER_VERSION = 1
@@ -140,13 +140,19 @@ def _keep_previous(plan: SourcePlan, prev: VersionSourceRow | None) -> bool:
     return True
 
 
+def apply_would_fetch(plan: SourcePlan, prev: VersionSourceRow | None) -> bool:
+    """apply fetches a URL source only when it is new, its spec changed, or it never had content."""
+    if plan.source.url is None:
+        return False
+    return prev is None or prev.source_sha256 != plan.source_sha256 or prev.revision_id is None
+
+
 def _wants_fetch(plan: SourcePlan, prev: VersionSourceRow | None, mode: FetchMode, only: Collection[str]) -> bool:
     if plan.source.url is None:
         return False
     if mode == "refresh":
         return not only or plan.source.name in only
-    # apply fetches only what is new, whose spec changed, or that never had content
-    return prev is None or prev.source_sha256 != plan.source_sha256 or prev.revision_id is None
+    return apply_would_fetch(plan, prev)
 
 
 def plan_sources(
@@ -159,13 +165,17 @@ def plan_sources(
     mode: FetchMode = "apply",
     only: Collection[str] = (),
     policy: FetchPolicy | None = None,
+    fetch: bool = True,
 ) -> list[SourcePlan]:
-    """Plan every source of `kb` in manifest order, fetching the URL sources `mode` asks for."""
+    """Plan every source of `kb` in manifest order, fetching the URL sources `mode` asks for.
+
+    With fetch=False nothing is fetched: every URL source keeps what the store serves (for diff).
+    """
     plans = [SourcePlan(s, sha256_json(s.model_dump(by_alias=True, mode="json"))) for s in kb.spec.sources]
     requests: list[FetchRequest] = []
     for plan in plans:
         prev, status = previous.get(plan.source.name), statuses.get(plan.source.name)
-        if _wants_fetch(plan, prev, mode, only):
+        if fetch and _wants_fetch(plan, prev, mode, only):
             # Validators only make sense when a 304 lets us keep content we still serve.
             keep = prev is not None and prev.source_sha256 == plan.source_sha256 and prev.revision_id is not None
             validators = Validators(status.etag, status.last_modified) if keep and status else None

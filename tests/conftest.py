@@ -14,7 +14,10 @@ from kbctl.client import KnowledgeBaseStore
 from kbctl.config import Settings
 from kbctl.store.embedded import embedded_url, stop_server
 
-TABLES = "kb_version_sources, kb_versions, kb_chunks, kb_source_revisions, kb_embeddings, kb_knowledge_bases"
+TABLES = (
+    "kb_version_sources, kb_versions, kb_chunks, kb_source_revisions, kb_embeddings, kb_source_status,"
+    " kb_knowledge_bases, kb_controllers"
+)
 
 
 @pytest.fixture(scope="session")

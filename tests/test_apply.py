@@ -78,9 +78,9 @@ def test_first_apply_prints_the_contract_lines(cli: CliRunner, tmp_path: Path) -
 def test_reapply_unchanged_embeds_nothing(store: KnowledgeBaseStore, cli: CliRunner, tmp_path: Path) -> None:
     """Re-applying unchanged manifests prints 'unchanged (version 1)', embeds nothing and writes no version."""
     (tmp_path / "kb.yaml").write_text(manifest())
-    assert cli.invoke(app, ["apply", "-f", str(tmp_path / "kb.yaml")]).exit_code == 0
+    assert cli.invoke(app, ["apply", "--wait", "-f", str(tmp_path / "kb.yaml")]).exit_code == 0
     before = store.db.counts()
-    result = cli.invoke(app, ["apply", "-f", str(tmp_path / "kb.yaml")])
+    result = cli.invoke(app, ["apply", "--wait", "-f", str(tmp_path / "kb.yaml")])
     assert result.exit_code == 0
     assert result.stdout.splitlines() == [
         "KnowledgeBase/policies unchanged (version 1)",
@@ -137,7 +137,7 @@ def test_invalid_manifest_writes_nothing(store: KnowledgeBaseStore, cli: CliRunn
     """When one document is invalid, apply prints file:line: field: message, exits 1 and writes nothing."""
     (tmp_path / "a.yaml").write_text(manifest("good"))
     (tmp_path / "b.yaml").write_text(manifest("bad").replace("maxChars: 150", "maxChar: 150"))
-    result = cli.invoke(app, ["apply", "-f", str(tmp_path)])
+    result = cli.invoke(app, ["apply", "--wait", "-f", str(tmp_path)])
     assert result.exit_code == 1
     assert "Traceback" not in result.output
     [line] = result.stderr.splitlines()
@@ -152,7 +152,7 @@ def test_url_source_fails_clearly_and_others_still_apply(
     """A URL source fails with a clear reason and exit code 1, while the inline sources are published."""
     extra = "    - name: about\n      url: http://127.0.0.1:9/about\n"
     (tmp_path / "kb.yaml").write_text(manifest(extra=extra))
-    result = cli.invoke(app, ["apply", "-f", str(tmp_path / "kb.yaml")])
+    result = cli.invoke(app, ["apply", "--wait", "-f", str(tmp_path / "kb.yaml")])
     assert result.exit_code == 1
     assert (
         "KnowledgeBase/policies source about failed: refused to connect to 127.0.0.1 (loopback address); "

@@ -53,7 +53,7 @@ def test_validate_reports_valid_files_and_writes_nothing() -> None:
 def test_apply_reads_stdin(cli: CliRunner, store: KnowledgeBaseStore) -> None:
     """`apply -f -` reads manifests from standard input, like kubectl."""
     text = (EXAMPLES / "data-handling-policy.yaml").read_text()
-    result = cli.invoke(app, ["apply", "-f", "-", "-o", "json"], input=text)
+    result = cli.invoke(app, ["apply", "--wait", "-f", "-", "-o", "json"], input=text)
     assert result.exit_code == 0, result.output
     report = json.loads(result.stdout)
     assert [(r["name"], r["action"], r["version"]) for r in report["results"]] == [

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import threading
+import time
 from collections import Counter
+from pathlib import Path
 
 from typer.testing import CliRunner
 
@@ -143,3 +145,48 @@ def test_wait_and_controller_cli(store: KnowledgeBaseStore, cli: CliRunner) -> N
     assert degraded.exit_code == 0
     bad = cli.invoke(app, ["wait", "kb", "a", "--for=ready"])
     assert bad.exit_code == 2
+
+
+def test_apply_without_wait_records_pending_work(store: KnowledgeBaseStore, cli: CliRunner, tmp_path: Path) -> None:
+    """`apply` without --wait prints 'created (version 1 pending)', ingests nothing, hints at the controller."""
+    (tmp_path / "kb.yaml").write_text(kb_text("a"))
+    result = cli.invoke(app, ["apply", "-f", str(tmp_path / "kb.yaml"), "--exit-code"])
+    assert (result.exit_code, result.stdout) == (2, "KnowledgeBase/a created (version 1 pending)\n")
+    assert "no controller is running" in result.stderr
+    assert store.db.counts()["versions"] == 0
+    assert cli.invoke(app, ["controller", "--once"]).exit_code == 0
+    again = cli.invoke(app, ["apply", "-f", str(tmp_path / "kb.yaml"), "--exit-code"])
+    assert (again.exit_code, again.stdout) == (0, "KnowledgeBase/a unchanged (version 1)\n")
+
+
+def test_apply_wait_hands_work_to_a_running_controller(store: KnowledgeBaseStore) -> None:
+    """With a controller running, `apply --wait` records the work, waits for it, and reports its lines."""
+    other = KnowledgeBaseStore(settings=store.settings)
+    ctl = other.controller()
+    stop = threading.Event()
+    thread = threading.Thread(target=ctl.run, args=(stop,), kwargs={"poll_seconds": 0.5})
+    thread.start()
+    try:
+        deadline = time.monotonic() + 10
+        while not store.controller_alive() and time.monotonic() < deadline:
+            time.sleep(0.1)
+        lines: list[str] = []
+
+        class Lines:
+            def line(self, text: str) -> None:
+                lines.append(text)
+
+            def embedding_progress(self, done: int, total: int) -> None:
+                pass
+
+        report = store.apply_and_wait(kbs(kb_text("a")), reporter=Lines(), timeout=60)
+    finally:
+        stop.set()
+        thread.join(timeout=30)
+        other.close()
+    assert lines == [
+        "KnowledgeBase/a created (version 1); waiting for a controller",
+        "KnowledgeBase/a source facts ready: 1 chunk (local/all-MiniLM-L6-v2)",
+    ]
+    assert [(r.action, r.version) for r in report.results] == [("created", 1)]
+    assert [r.name for r in ctl.processed] == ["a"]

@@ -9,7 +9,7 @@ from typer.testing import CliRunner
 
 from kbctl.cli import app
 from kbctl.client import KnowledgeBaseStore
-from kbctl.errors import NotFoundError
+from kbctl.errors import ManifestError, NotFoundError
 from kbctl.manifest import parse_manifests
 from kbctl.reconcile import ApplyReport
 from kbctl.sources.url import FetchPolicy
@@ -28,7 +28,7 @@ def retention(years: str) -> str:
     return f"# Retention\nInvoices and accounting records are kept for {years} years, then destroyed.\n"
 
 
-def manifest(years: str = "ten", *, history: int | None = None, extra: str = "") -> str:
+def manifest(years: str = "ten", *, history: int | str | None = None, extra: str = "") -> str:
     """The `policies` KnowledgeBase: a refunds source that never changes and a retention source stating `years`."""
 
     def block(text: str) -> str:
@@ -126,6 +126,23 @@ def test_undo_restores_earlier_answers_without_embedding(store: KnowledgeBaseSto
     assert (kb.action, kb.version, report.embedded) == ("configured", 3, 0)
     assert "seven years" in answer(store)
     assert store.db.counts()["embeddings"] == before["embeddings"]
+
+
+def test_undo_makes_the_version_the_desired_state(store: KnowledgeBaseStore) -> None:
+    """Undo makes the version's manifest desired (a new generation, observed at once), dropping a pending one."""
+    apply_text(store, manifest("ten"))
+    apply_text(store, manifest("seven"))
+    store.submit(parse_manifests(manifest("five"), "kb.yaml"))  # recorded for a controller, not applied
+    before = store.db.get_kb("policies")
+    assert before is not None and (before.generation, before.observed_generation) == (3, 2)
+    rollback(store.db, "policies")
+    after = store.db.get_kb("policies")
+    assert after is not None and (after.generation, after.observed_generation, after.desired_manifest) == (4, 4, None)
+    controller = store.controller()
+    assert controller.run_once() == 0
+    controller.deregister()
+    assert "ten years" in answer(store)
+    assert [v.number for v in list_versions(store.db, "policies")] == [2, 1]
 
 
 def test_undo_to_version(store: KnowledgeBaseStore, cli: CliRunner) -> None:
@@ -240,3 +257,18 @@ def test_prune_history_returns_the_versions_deleted(store: KnowledgeBaseStore) -
     assert "five years" in answer(store)
     with pytest.raises(ValueError, match="keep must be at least 1, got 0"):
         prune_history(store.db, kb_id(store), 0)
+
+
+def test_version_history_must_be_an_integer_from_1_to_100() -> None:
+    """spec.versionHistory defaults to 5 and is refused, with file:line, outside 1..100 or when not an integer."""
+    [default] = parse_manifests(manifest(), "kb.yaml")
+    assert default.kb.spec.version_history == 5
+    cases = {
+        "0": "must be at least 1",
+        "101": "must be at most 100",
+        '"3"': "must be an integer",
+    }
+    for value, message in cases.items():
+        with pytest.raises(ManifestError) as caught:
+            parse_manifests(manifest(history=value), "kb.yaml")
+        assert str(caught.value) == f"kb.yaml:15: spec.versionHistory: {message}"

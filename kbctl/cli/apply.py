@@ -9,8 +9,7 @@ import typer
 
 from kbctl.cli._common import CliReporter, Files, OutputOpt, Recursive, app, emit, handles_errors, open_store
 from kbctl.cli.diff import PruneOpt, SelectorOpt, diff_lines, plan_apply, prune_selector
-from kbctl.diff import prune_knowledge_bases
-from kbctl.manifest import load_manifests
+from kbctl.manifest import LoadedManifest, load_manifests
 from kbctl.reconcile import ApplyReport
 from kbctl.selectors import Selector
 
@@ -24,10 +23,12 @@ def apply(
         bool,
         typer.Option(
             "--wait",
-            help="Wait until every source is ingested (apply always "
-            "ingests in-process in this version, so this is implied).",
+            help="Ingest and publish before returning: through a running controller, or in-process when none runs.",
         ),
-    ] = True,
+    ] = False,
+    timeout: Annotated[
+        float, typer.Option("--timeout", min=1, help="With --wait and a controller: seconds to wait for it.")
+    ] = 600.0,
     dry_run: Annotated[
         bool, typer.Option("--dry-run", help="Print what would happen (as `kbctl diff` does) and change nothing.")
     ] = False,
@@ -41,8 +42,10 @@ def apply(
 ) -> None:
     """Create or update knowledge bases to match manifests: fetch, chunk, embed what changed, publish a version.
 
-    Every manifest is validated first; if any is invalid nothing is written. Exit code 1 when a source
-    or a knowledge base failed (the previous version keeps serving).
+    Every manifest is validated first; if any is invalid nothing is written. With --wait the work is
+    done before the command returns (by a running `kbctl controller`, or in-process when none runs);
+    without it the desired state is recorded for a controller ("configured (version 3 pending)").
+    Exit code 1 when a source or a knowledge base failed (the previous version keeps serving).
 
     --prune -l SELECTOR then deletes the knowledge bases whose labels match and that are not in the
     manifests ("KnowledgeBase/NAME pruned"). --dry-run writes nothing: it prints what would happen,
@@ -55,17 +58,40 @@ def apply(
         _dry_run(filename, recursive, chosen, output, exit_code)
         return
     manifests = load_manifests(filename, recursive=recursive, stdin=sys.stdin)
+    if not wait:
+        _submit(manifests, chosen, output, exit_code)
+        return
     reporter = CliReporter(quiet=output is not None)
     with open_store() as store:
         try:
-            report = store.apply(manifests, reporter=reporter)
+            report = store.apply_and_wait(manifests, reporter=reporter, timeout=timeout)
         finally:
             reporter.close()
-        pruned = prune_knowledge_bases(store.db, [m.kb.name for m in manifests], chosen) if chosen else []
+        pruned = store.prune([m.kb.name for m in manifests], chosen) if chosen else []
     _print_report(report, pruned if chosen else None, output)
     if report.failed:
         raise typer.Exit(1)
     if exit_code and (pruned or any(r.action != "unchanged" for r in report.results)):
+        raise typer.Exit(2)
+
+
+def _submit(manifests: list[LoadedManifest], chosen: Selector | None, output: OutputOpt, exit_code: bool) -> None:
+    """apply without --wait: record the desired state for a controller and return."""
+    with open_store() as store:
+        pending = store.submit(manifests)
+        pruned = store.prune([m.kb.name for m in manifests], chosen) if chosen else []
+        alive = store.controller_alive()
+    if output:
+        emit({"results": [p.__dict__ for p in pending], "pruned": pruned}, output)
+    else:
+        for p in pending:
+            state = f"version {p.version} pending" if p.pending else f"version {p.version}"
+            typer.echo(f"KnowledgeBase/{p.name} {p.action if p.pending else 'unchanged'} ({state})")
+        for name in pruned:
+            typer.echo(f"KnowledgeBase/{name} pruned")
+        if any(p.pending for p in pending) and not alive:
+            typer.echo("no controller is running: start `kbctl controller`, or apply with --wait", err=True)
+    if exit_code and (pruned or any(p.pending for p in pending)):
         raise typer.Exit(2)
 
 

@@ -69,6 +69,8 @@ def _source_line(s: SourceDiff) -> str:
         details.append(" ".join(numbers) + (" chunk" if single else " chunks"))
     if s.tokens_to_embed:
         details.append(f"~{_count(s.tokens_to_embed, 'token')} to embed")
+    if not details and s.change == "changed":
+        details.append("same chunks")  # re-chunked (e.g. a chunking setting changed) into the same texts
     return f"{head}: {', '.join(details)}" if details else head
 
 
@@ -124,9 +126,10 @@ def diff(
     changes, indented (unchanged sources are not shown):
       spec.chunking.maxChars: 1200 → 800
       source NAME added|changed: +A −R chunks, ~T tokens to embed
+      source NAME changed: same chunks              (re-chunked into the same texts)
       source NAME removed: −R chunks
-      source NAME added|changed: would be fetched    (a URL source: diff does not fetch it)
-      source NAME would be fetched                   (a URL source that never had content)
+      source NAME added|changed: would be fetched   (a URL source: diff does not fetch it)
+      source NAME would be fetched                  (a URL source that never had content)
     Chunks are compared by the text sent to the model; "~T tokens to embed" counts the tokens of the
     new chunks whose vectors the cache lacks (an estimate of the embedding bill). With --prune -l,
     stored knowledge bases that match the selector and are not in the manifests show as pruned.

@@ -93,7 +93,9 @@ def rollback(db: Database, name: str, to_version: int | None = None) -> Rollback
 
     One transaction under the knowledge base's lock. The live status of each source whose content
     differs between the two versions is dropped, so its HTTP validators never describe content that no
-    longer serves (the next refresh fetches it in full); the manifest in force becomes the version's.
+    longer serves (the next refresh fetches it in full). The version's manifest becomes the one in force
+    and the desired state (a new generation, observed at once, when it differs: like `kubectl rollout
+    undo`, this drops a manifest still pending for a controller). Conditions are the caller's to update.
     """
     conn = db.connection
     with db.kb_lock(name), conn.transaction():
@@ -124,11 +126,17 @@ def rollback(db: Database, name: str, to_version: int | None = None) -> Rollback
             " WHERE s.kb_id = %(kb)s AND s.source_name = d.source_name RETURNING s.source_name",
             {"kb": kb_id, "old": current, "new": target},
         ).fetchall()
+        # The version's manifest becomes the desired state, reconciled at once: a new generation when it
+        # differs from what was desired (a pending manifest a controller has not applied yet is dropped).
         conn.execute(
             "UPDATE kb_knowledge_bases k SET current_version = v.number, manifest = v.manifest,"
-            " labels = coalesce(v.manifest -> 'metadata' -> 'labels', '{}'), updated_at = now()"
-            " FROM kb_versions v WHERE k.id = %s AND v.kb_id = k.id AND v.number = %s",
-            (kb_id, target),
+            " labels = coalesce(v.manifest -> 'metadata' -> 'labels', '{}'), desired_manifest = NULL,"
+            " generation = k.generation + (coalesce(k.desired_manifest, cur.manifest) <> v.manifest)::int,"
+            " observed_generation = k.generation + (coalesce(k.desired_manifest, cur.manifest) <> v.manifest)::int,"
+            " updated_at = now()"
+            " FROM kb_versions v, kb_versions cur WHERE k.id = %(kb)s AND v.kb_id = k.id AND v.number = %(new)s"
+            " AND cur.kb_id = k.id AND cur.number = %(old)s",
+            {"kb": kb_id, "new": target, "old": current},
         )
     return RollbackResult(
         name=name, from_version=current, to_version=target, reset_sources=sorted(str(r[0]) for r in reset)
