@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 from collections.abc import Collection, Sequence
+from datetime import UTC, datetime
 from pathlib import Path
 
 from pydantic import BaseModel
 
+from kbctl.conditions import conditions_for
 from kbctl.config import Settings
 from kbctl.controller import (
     Controller,
@@ -33,6 +35,7 @@ from kbctl.status import (
 )
 from kbctl.store.database import Database
 from kbctl.store.embedded import embedded_url
+from kbctl.store.history import GcResult, RollbackResult, VersionInfo, collect_garbage, list_versions, rollback
 
 __all__ = ["DeleteResult", "KnowledgeBaseStore"]
 
@@ -157,6 +160,28 @@ class KnowledgeBaseStore:
     ) -> bool:
         """Wait until a knowledge base has a condition (default Ready=True); False on timeout."""
         return wait_for(self.db, name, condition=condition, value=value, generation=generation, timeout=timeout)
+
+    def history(self, name: str) -> list[VersionInfo]:
+        """The retained versions of a knowledge base, newest first, with what changed in each."""
+        return list_versions(self.db, name)
+
+    def rollback(self, name: str, to_version: int | None = None) -> RollbackResult:
+        """Serve an earlier retained version again (default: the one before the current); nothing is re-embedded."""
+        result = rollback(self.db, name, to_version)
+        row = self.db.get_kb(name)
+        if row is not None:
+            failing = [
+                (n, s.message or s.state) for n, s in self.db.source_statuses(row.id).items() if s.state != "ready"
+            ]
+            conditions = conditions_for(
+                row.conditions, now=datetime.now(UTC), serving=result.to_version, failing_sources=failing
+            )
+            self.db.set_conditions(row.id, conditions)
+        return result
+
+    def collect_garbage(self, batch: int = 1000) -> GcResult:
+        """Delete cached vectors no chunk references, in batches (skipped while an apply runs)."""
+        return collect_garbage(self.db, batch)
 
     def list(self) -> list[KnowledgeBaseSummary]:
         """Every knowledge base, by name."""

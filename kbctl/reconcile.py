@@ -23,6 +23,7 @@ from kbctl.planning import FetchMode, SourcePlan, changed_sources, plan_sources,
 from kbctl.reporting import NullReporter, Reporter
 from kbctl.sources.url import FetchPolicy
 from kbctl.store.database import Database, SourceEntry
+from kbctl.store.history import applying, prune_history
 
 __all__ = [
     "ApplyReport",
@@ -182,6 +183,7 @@ def _reconcile_one(
         statuses=[p.status(now) for p in plans],
         change_cause=_change_cause(current.manifest if current else None, manifest, plans, mode),
     )
+    prune_history(db, row.id, kb.spec.version_history)
     record(number)
     _report_sources(reporter, prefix, plans, embedder.model_id, mode)
     if mode == "refresh":
@@ -246,7 +248,7 @@ def _run(
     for kb in knowledge_bases:
         try:
             embedder = embedder_for(kb.spec.embedding.model)
-            with db.kb_lock(kb.name):
+            with applying(db), db.kb_lock(kb.name):
                 results.append(
                     _reconcile_one(
                         db, kb, embedder, reporter, mode=mode, only=only, policy=policy, generation=generation

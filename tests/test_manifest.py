@@ -95,6 +95,7 @@ def test_defaults_are_filled_in() -> None:
             "chunking": {"maxChars": 1200, "overlapChars": 150},
             "retrieval": {"topK": 8, "similarityThreshold": 0.2, "maxContextTokens": 1500},
             "embedding": {"model": DEFAULT_MODEL},
+            "versionHistory": 5,
         },
     }
 

@@ -8,7 +8,6 @@ from typing import Annotated
 import typer
 
 from kbctl.cli._common import OutputOpt, Resource, app, check_resource, emit, handles_errors, open_store, table
-from kbctl.store.history import collect_garbage, list_versions, rollback
 
 rollout_app = typer.Typer(help="Show the versions of a knowledge base and roll back to one.", no_args_is_help=True)
 app.add_typer(rollout_app, name="rollout")
@@ -22,7 +21,7 @@ def history(resource: Resource, name: Name, output: OutputOpt = None) -> None:
     """List the versions kept for rollback, newest first; * marks the one serving queries."""
     check_resource(resource)
     with open_store() as store:
-        versions = list_versions(store.db, name)
+        versions = store.history(name)
     if output:
         emit(versions, output)
         return
@@ -50,7 +49,7 @@ def undo(
     """
     check_resource(resource)
     with open_store() as store:
-        result = rollback(store.db, name, to_version)
+        result = store.rollback(name, to_version)
     typer.echo(f"KnowledgeBase/{result.name} rolled back to version {result.to_version}")
 
 
@@ -65,7 +64,7 @@ def gc(
     Does nothing while an apply or refresh runs, since it may be about to use such vectors.
     """
     with open_store() as store:
-        result = collect_garbage(store.db, batch)
+        result = store.collect_garbage(batch)
     if output:
         emit(result, output)
     elif result.skipped:

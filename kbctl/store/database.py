@@ -22,6 +22,7 @@ from kbctl.errors import StoreError
 from kbctl.store.migrations import migrate
 
 __all__ = [
+    "GC_LOCK_KEY",
     "ChunkHit",
     "ChunkRow",
     "Database",
@@ -175,6 +176,11 @@ def _store_errors(func: Callable[P, R]) -> Callable[P, R]:
             raise StoreError(f"database error{state}: {str(exc).strip().splitlines()[0]}") from exc
 
     return wrapper
+
+
+# Garbage collection of cached vectors takes this advisory lock exclusively; every apply holds it shared
+# (its vectors are cached before the chunks that reference them are published).
+GC_LOCK_KEY = 0x6B6263746C_02
 
 
 def _lock_key(name: str) -> int:
@@ -580,6 +586,9 @@ class Database:
             assert row is not None
             chunks, embedding_ids = int(row[0]), list(row[1])
             self._conn.execute("DELETE FROM kb_knowledge_bases WHERE id = %s", (kb[0],))
+            lock = self._conn.execute("SELECT pg_try_advisory_xact_lock(%s)", (GC_LOCK_KEY,)).fetchone()
+            if not (lock and lock[0]):  # an apply is running: it may be about to use these vectors
+                return chunks, 0
             cur = self._conn.execute(
                 "DELETE FROM kb_embeddings e WHERE e.id = ANY(%s)"
                 " AND NOT EXISTS (SELECT 1 FROM kb_chunks c WHERE c.embedding_id = e.id)",

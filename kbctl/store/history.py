@@ -5,13 +5,12 @@ from __future__ import annotations
 from collections.abc import Iterator
 from contextlib import contextmanager
 from datetime import datetime
-from typing import Final
 
 from psycopg.rows import class_row
 from pydantic import BaseModel
 
 from kbctl.errors import KbctlError, NotFoundError
-from kbctl.store.database import Database, _store_errors
+from kbctl.store.database import GC_LOCK_KEY, Database, _store_errors
 
 __all__ = [
     "GC_LOCK_KEY",
@@ -29,7 +28,6 @@ __all__ = [
 # Every apply and refresh holds this advisory lock shared for its whole run (see `applying`); garbage
 # collection takes it exclusively, so it never deletes a vector that an apply in progress has cached and
 # will reference only when it publishes. A fixed 64-bit key, next to the migrations' 0x6B6263746C_01.
-GC_LOCK_KEY: Final = 0x6B6263746C_02
 
 
 class RollbackError(KbctlError):
