@@ -159,7 +159,8 @@ def _reconcile_one(
     if mode == "apply":
         waiting = sum(1 for p in plans if p.ingest or p.failed)
         noun = "source" if waiting == 1 else "sources"
-        reporter.line(f"{prefix} {action} (version {number}); waiting for the ingestion of {waiting} {noun}")
+        work = f"waiting for the ingestion of {waiting} {noun}" if waiting else "every source reuses stored content"
+        reporter.line(f"{prefix} {action} (version {number}); {work}")
     ids = ingest(db, kb, plans, embedder, reporter)
     db.publish(
         name=name,

@@ -126,3 +126,17 @@ def test_manifest_reference_names_every_field() -> None:
     fields = {name for d in schema["$defs"].values() for name in d.get("properties", {})}
     missing = sorted(f for f in fields if f"`{f}`" not in doc)
     assert not missing, f"docs/manifest.md does not document: {missing}"
+
+
+def test_validate_exit_codes(tmp_path: Path) -> None:
+    """`validate` exits 1 with one line per problem, and 2 on a usage error."""
+    (tmp_path / "bad.yaml").write_text("apiVersion: v1\nkind: KnowledgeBase\n")
+    runner = CliRunner()
+    bad = runner.invoke(app, ["validate", "-f", str(tmp_path / "bad.yaml")])
+    assert bad.exit_code == 1
+    assert (
+        bad.stderr
+        == f"{tmp_path / 'bad.yaml'}:1: apiVersion: unsupported apiVersion 'v1', expected kbctl.dev/v1alpha1\n"
+    )
+    assert runner.invoke(app, ["validate"]).exit_code == 2
+    assert runner.invoke(app, ["no-such-command"]).exit_code == 2
