@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import hashlib
 from collections import Counter
 from collections.abc import Callable, Collection, Iterator, Sequence
 from contextlib import contextmanager
@@ -13,11 +12,10 @@ from psycopg.pq import TransactionStatus
 from pydantic import BaseModel, ConfigDict, computed_field
 
 from kbctl.changes import field_changes, source_changes
-from kbctl.chunking import chunk_document
 from kbctl.embedding import Embedder
 from kbctl.errors import StoreError
 from kbctl.manifest import KnowledgeBase
-from kbctl.planning import SourcePlan, apply_would_fetch, changed_sources, plan_sources, sha256_json
+from kbctl.planning import SourcePlan, apply_would_fetch, changed_sources, plan_sources, sha256_json, text_sha256
 from kbctl.selectors import Selector
 from kbctl.store.database import Database, SourceStatusRow, VersionSourceRow
 
@@ -127,10 +125,6 @@ def _plan_without_fetching(
     return plan_sources(db, kb, kb_id, previous, statuses, fetch=False)
 
 
-def _hash(text: str) -> bytes:
-    return hashlib.sha256(text.encode()).digest()
-
-
 class _Planner:
     """Diffs knowledge bases one by one; remembers the texts already counted, so each is billed once."""
 
@@ -173,14 +167,8 @@ class _Planner:
 
     def _chunks(self, plan: SourcePlan, kb: KnowledgeBase) -> list[tuple[bytes, str]]:
         """(sha256 of the text to embed, the chunk's text) of new content, chunked exactly as ingest does."""
-        assert plan.document is not None
-        chunks = chunk_document(
-            plan.document.text,
-            max_chars=kb.spec.chunking.max_chars,
-            overlap_chars=kb.spec.chunking.overlap_chars,
-            markdown=plan.source.url is not None or plan.source.format == "markdown",
-        )
-        plan.hashes = [_hash(c.embed_text) for c in chunks]
+        chunks = plan.split(kb)
+        plan.hashes = [text_sha256(c.embed_text) for c in chunks]
         return [(h, c.text) for h, c in zip(plan.hashes, chunks, strict=True)]
 
     def _tokens(self, embedder: Embedder, plans: Sequence[SourcePlan], kb: KnowledgeBase) -> dict[str, int]:

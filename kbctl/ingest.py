@@ -2,13 +2,11 @@
 
 from __future__ import annotations
 
-import hashlib
 from collections.abc import Sequence
 
-from kbctl.chunking import chunk_document
 from kbctl.embedding import Embedder
 from kbctl.manifest import KnowledgeBase
-from kbctl.planning import SourcePlan
+from kbctl.planning import SourcePlan, text_sha256
 from kbctl.reporting import Reporter
 from kbctl.store.database import Database
 
@@ -19,19 +17,13 @@ EMBED_BATCH = 64
 
 def _chunk(plan: SourcePlan, kb: KnowledgeBase, embedder: Embedder) -> list[tuple[bytes, str]]:
     """Chunk a source to ingest; return its (sha256 of the text to embed, that text) pairs."""
-    assert plan.document is not None
-    chunks = chunk_document(
-        plan.document.text,
-        max_chars=kb.spec.chunking.max_chars,
-        overlap_chars=kb.spec.chunking.overlap_chars,
-        markdown=plan.source.url is not None or plan.source.format == "markdown",
-    )
+    chunks = plan.split(kb)
     if not chunks:
         plan.message = "no text extracted"
         return []
     texts = [c.embed_text for c in chunks]
     plan.chunks, plan.chunk_count = chunks, len(chunks)
-    plan.hashes = [hashlib.sha256(t.encode()).digest() for t in texts]
+    plan.hashes = [text_sha256(t) for t in texts]
     plan.tokens = embedder.count_tokens([c.text for c in chunks])
     return list(zip(plan.hashes, texts, strict=True))
 

@@ -13,19 +13,24 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Literal
 
-from kbctl.chunking import Chunk
+from kbctl.chunking import Chunk, chunk_document
 from kbctl.errors import SourceError
 from kbctl.manifest import KnowledgeBase, Source
 from kbctl.sources import Document, read_inline
 from kbctl.sources.url import FetchPolicy, FetchRequest, FetchResult, Validators, fetch_urls
 from kbctl.store.database import ChunkRow, Database, NewRevision, SourceStatusRow, VersionSourceRow
 
-__all__ = ["CHUNKER_VERSION", "SourcePlan", "apply_would_fetch", "plan_sources", "sha256_json"]
+__all__ = ["CHUNKER_VERSION", "SourcePlan", "apply_would_fetch", "plan_sources", "sha256_json", "text_sha256"]
 
 # Bump when the chunker's output for the same input changes, so stored revisions are rebuilt.
 CHUNKER_VERSION = 1
 
 FetchMode = Literal["apply", "refresh"]
+
+
+def text_sha256(text: str) -> bytes:
+    """The vector cache key of a text (with the model id): sha256 of exactly the text sent to the model."""
+    return hashlib.sha256(text.encode()).digest()
 
 
 def sha256_json(data: object) -> str:
@@ -75,6 +80,16 @@ class SourcePlan:
         if not self.failed:
             return "ready"
         return "stale" if self.revision is not None else "failed"
+
+    def split(self, kb: KnowledgeBase) -> list[Chunk]:
+        """The chunks of this plan's new document under the knowledge base's chunking settings."""
+        assert self.document is not None
+        return chunk_document(
+            self.document.text,
+            max_chars=kb.spec.chunking.max_chars,
+            overlap_chars=kb.spec.chunking.overlap_chars,
+            markdown=self.source.url is not None or self.source.format == "markdown",
+        )
 
     def new_revision(self, ids: dict[bytes, int]) -> NewRevision:
         """The chunked source as a revision to publish, its chunks pointing at their cached vectors."""

@@ -95,10 +95,10 @@ def test_history_lists_versions_newest_first_with_change_causes(store: Knowledge
     assert result.exit_code == 0, result.output
     v3, v2, v1 = versions
     assert result.stdout.splitlines() == [
-        "VERSION   CURRENT   CREATED                CHUNKS   EMBEDDED   REUSED   CHANGE",
-        f"3         *         {created(v3)}   3        1          2        source notes added",
-        f"2                   {created(v2)}   2        1          1        source retention changed",
-        f"1                   {created(v1)}   2        2          0        created",
+        "VERSION   CURRENT   CREATED                SOURCES   CHUNKS   EMBEDDED   REUSED   CHANGE",
+        f"3         *         {created(v3)}   3/3       3        1          2        source notes added",
+        f"2                   {created(v2)}   2/2       2        1          1        source retention changed",
+        f"1                   {created(v1)}   2/2       2        2          0        created",
     ]
     as_json = json.loads(cli.invoke(app, ["rollout", "history", "kb", "policies", "-o", "json"]).stdout)
     assert [(i["number"], i["current"], i["model"]) for i in as_json["items"]] == [

@@ -18,7 +18,8 @@ Name = Annotated[str, typer.Argument(help="Knowledge base name.")]
 @rollout_app.command("history")
 @handles_errors
 def history(resource: Resource, name: Name, output: OutputOpt = None) -> None:
-    """List the versions kept for rollback, newest first; * marks the one serving queries."""
+    """List the versions kept for rollback, newest first: * marks the one serving queries, SOURCES the
+    sources ready when it was published, CHANGE what made it."""
     check_resource(resource)
     with open_store() as store:
         versions = store.history(name)
@@ -27,10 +28,14 @@ def history(resource: Resource, name: Name, output: OutputOpt = None) -> None:
         return
     created = [f"{v.created_at.astimezone(UTC):%Y-%m-%dT%H:%M:%SZ}" for v in versions]
     rows = [
-        [v.number, "*" if v.current else "", when, v.chunk_count, v.embedded_count, v.reused_count, v.change_cause]
+        [
+            *(v.number, "*" if v.current else "", when, f"{v.sources - v.failed_sources}/{v.sources}"),
+            *(v.chunk_count, v.embedded_count, v.reused_count, v.change_cause),
+        ]
         for v, when in zip(versions, created, strict=True)
     ]
-    typer.echo(table(["VERSION", "CURRENT", "CREATED", "CHUNKS", "EMBEDDED", "REUSED", "CHANGE"], rows))
+    headers = ["VERSION", "CURRENT", "CREATED", "SOURCES", "CHUNKS", "EMBEDDED", "REUSED", "CHANGE"]
+    typer.echo(table(headers, rows))
 
 
 @rollout_app.command("undo")
