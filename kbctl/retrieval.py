@@ -94,7 +94,7 @@ def query_knowledge_base(
     if k < 1 or budget < 1:
         raise ValueError("top_k and max_tokens must be at least 1")
     embedder = embedder_for(version.model)
-    [vector] = embedder.embed([question])
+    [vector] = embedder.embed([question], purpose="query")
     candidates = db.search(version.id, vector, k)
     hits: list[QueryHit] = []
     below = over = used = 0

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Protocol
+from typing import Literal, Protocol
 
 import numpy as np
 import numpy.typing as npt
@@ -11,9 +11,10 @@ import numpy.typing as npt
 from kbctl.config import Settings
 from kbctl.errors import EmbeddingError
 
-__all__ = ["Embedder", "get_embedder"]
+__all__ = ["Embedder", "Purpose", "Vector", "get_embedder"]
 
 Vector = npt.NDArray[np.float32]
+Purpose = Literal["document", "query"]
 
 
 class Embedder(Protocol):
@@ -22,8 +23,9 @@ class Embedder(Protocol):
     model_id: str
     dimensions: int
 
-    def embed(self, texts: Sequence[str]) -> list[Vector]:
-        """Embed texts (documents or queries), one normalized vector each, in order."""
+    def embed(self, texts: Sequence[str], purpose: Purpose = "document") -> list[Vector]:
+        """Embed texts, one normalized vector each, in order; `purpose` says documents or queries
+        (some providers embed them differently, e.g. Voyage's input_type)."""
         ...
 
     def count_tokens(self, texts: Sequence[str]) -> list[int]:

@@ -18,7 +18,7 @@ from typing import Any
 import numpy as np
 
 from kbctl.config import Settings
-from kbctl.embedding import Vector
+from kbctl.embedding import Purpose, Vector
 from kbctl.errors import EmbeddingError
 
 __all__ = ["MODEL_SHA256", "LocalEmbedder"]
@@ -167,8 +167,8 @@ class LocalEmbedder:
             self._model = self._load_model()
         return self._model
 
-    def embed(self, texts: Sequence[str]) -> list[Vector]:
-        """Embed texts in batches; vectors are L2-normalized float32."""
+    def embed(self, texts: Sequence[str], purpose: Purpose = "document") -> list[Vector]:
+        """Embed texts in batches; vectors are L2-normalized float32 (this model embeds queries and documents alike)."""
         if not texts:
             return []
         model = self._embedding_model()
