@@ -23,6 +23,7 @@ COMMANDS: list[list[str]] = [
     ["controller"],
     ["wait"],
     ["schema"],
+    ["config", "view"],
     ["server", "status"],
     ["server", "stop"],
     ["version"],

@@ -67,7 +67,9 @@ class KnowledgeBaseStore:
         self.settings = settings or Settings.from_env(home=home, database_url=database_url)
         url = self.settings.database_url or embedded_url(self.settings.pgdata)
         self.db = Database(url)
-        self.fetch_policy = fetch_policy or FetchPolicy.from_env()
+        self.fetch_policy = fetch_policy or FetchPolicy.from_env(
+            **({"allow_private": True} if self.settings.config.allow_private_networks else {})
+        )
 
     def close(self) -> None:
         """Close the connection (the embedded server keeps running; `kbctl server stop` stops it)."""

@@ -17,7 +17,7 @@ from kbctl.errors import StoreError
 from kbctl.manifest import KnowledgeBase
 from kbctl.planning import SourcePlan, apply_would_fetch, changed_sources, plan_sources, sha256_json, text_sha256
 from kbctl.selectors import Selector
-from kbctl.store.database import Database, SourceStatusRow, VersionSourceRow
+from kbctl.store.database import Database, VersionSourceRow
 
 __all__ = [
     "DiffReport",
@@ -114,17 +114,6 @@ def _read_only(db: Database) -> Iterator[None]:
         raise StoreError(f"database error: {str(exc).strip().splitlines()[0]}") from exc
 
 
-def _plan_without_fetching(
-    db: Database,
-    kb: KnowledgeBase,
-    kb_id: int | None,
-    previous: dict[str, VersionSourceRow],
-    statuses: dict[str, SourceStatusRow],
-) -> list[SourcePlan]:
-    """Plan every source as apply would, except that no URL is fetched (each keeps what the store serves)."""
-    return plan_sources(db, kb, kb_id, previous, statuses, fetch=False)
-
-
 class _Planner:
     """Diffs knowledge bases one by one; remembers the texts already counted, so each is billed once."""
 
@@ -135,12 +124,14 @@ class _Planner:
 
     def diff(self, kb: KnowledgeBase) -> KnowledgeBaseDiff:
         db, manifest = self.db, kb.to_manifest()
-        embedder = self.embedder_for(kb.spec.embedding.model)
+        embedder = self.embedder_for(kb.spec.embedding.ref)
         row = db.get_kb(kb.name)
         current = db.get_version(row.id, row.current_version) if row and row.current_version else None
         previous = {s.source_name: s for s in db.version_sources(current.id)} if current else {}
         statuses = db.source_statuses(row.id) if row else {}
-        plans = _plan_without_fetching(db, kb, row.id if row else None, previous, statuses)
+        # Planned as apply would, except that no URL is fetched (each keeps what the store serves).
+        kb_id = row.id if row else None
+        plans = plan_sources(db, kb, kb_id, previous, statuses, model_id=embedder.model_id, fetch=False)
         old = current.manifest if current else None
         added, removed, respec = source_changes(old, manifest)
         tokens = self._tokens(embedder, [p for p in plans if p.ingest], kb)

@@ -22,6 +22,15 @@ def _chunk(plan: SourcePlan, kb: KnowledgeBase, embedder: Embedder) -> list[tupl
         plan.message = "no text extracted"
         return []
     texts = [c.embed_text for c in chunks]
+    limit: int | None = getattr(embedder, "max_input_tokens", None)
+    if limit is not None:  # refuse at plan time rather than let the provider truncate or reject
+        worst, at = max((n, i) for i, n in enumerate(embedder.count_tokens(texts)))
+        if worst > limit:
+            plan.message = (
+                f"chunk {at} has ~{worst} tokens, over the {limit}-token input limit of {embedder.model_id}; "
+                "lower spec.chunking.maxChars"
+            )
+            return []
     plan.chunks, plan.chunk_count = chunks, len(chunks)
     plan.hashes = [text_sha256(t) for t in texts]
     plan.tokens = embedder.count_tokens([c.text for c in chunks])

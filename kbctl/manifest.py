@@ -169,7 +169,27 @@ class Retrieval(_Model):
 class Embedding(_Model):
     """Which embedding model turns chunks into vectors."""
 
-    model: str = Field(default=DEFAULT_MODEL, description="'provider/name', e.g. local/all-MiniLM-L6-v2.")
+    model: str = Field(
+        default=DEFAULT_MODEL,
+        description="'provider/name', e.g. local/all-MiniLM-L6-v2 or openai/text-embedding-3-small.",
+    )
+    profile: str | None = Field(
+        default=None,
+        description="A named embedding profile of the kbctl configuration (instead of model).",
+    )
+
+    @model_validator(mode="after")
+    def _model_or_profile(self) -> Embedding:
+        if self.profile is not None and "model" in self.model_fields_set:
+            raise ValueError("set either model or profile, not both")
+        if self.profile is not None and not self.profile.strip():
+            raise ValueError("profile must not be empty")
+        return self
+
+    @property
+    def ref(self) -> str:
+        """What names the embedder: `profile:NAME`, or the model id."""
+        return f"profile:{self.profile}" if self.profile else self.model
 
     @field_validator("model")
     @classmethod

@@ -123,7 +123,7 @@ class SourcePlan:
         )
 
 
-def _revision_key(kb: KnowledgeBase, source: Source, doc: Document) -> str:
+def _revision_key(kb: KnowledgeBase, source: Source, doc: Document, model_id: str) -> str:
     c = kb.spec.chunking
     return sha256_json(
         {
@@ -131,14 +131,16 @@ def _revision_key(kb: KnowledgeBase, source: Source, doc: Document) -> str:
             "format": "markdown" if source.url else source.format,
             "maxChars": c.max_chars,
             "overlapChars": c.overlap_chars,
-            "model": kb.spec.embedding.model,
+            "model": model_id,
             "chunker": CHUNKER_VERSION,
         }
     )
 
 
-def _use_document(db: Database, kb_id: int | None, kb: KnowledgeBase, plan: SourcePlan, doc: Document) -> None:
-    plan.revision_key = _revision_key(kb, plan.source, doc)
+def _use_document(
+    db: Database, kb_id: int | None, kb: KnowledgeBase, plan: SourcePlan, doc: Document, model_id: str
+) -> None:
+    plan.revision_key = _revision_key(kb, plan.source, doc, model_id)
     plan.origin = doc.origin
     stored = db.find_revision(kb_id, plan.source.name, plan.revision_key) if kb_id is not None else None
     if stored is not None:
@@ -179,12 +181,14 @@ def plan_sources(
     *,
     mode: FetchMode = "apply",
     only: Collection[str] = (),
+    model_id: str,
     policy: FetchPolicy | None = None,
     fetch: bool = True,
 ) -> list[SourcePlan]:
     """Plan every source of `kb` in manifest order, fetching the URL sources `mode` asks for.
 
-    With fetch=False nothing is fetched: every URL source keeps what the store serves (for diff).
+    `model_id` is the id of the embedder the knowledge base uses (part of every revision key). With
+    fetch=False nothing is fetched: every URL source keeps what the store serves (for diff).
     """
     plans = [SourcePlan(s, sha256_json(s.model_dump(by_alias=True, mode="json"))) for s in kb.spec.sources]
     requests: list[FetchRequest] = []
@@ -201,12 +205,12 @@ def plan_sources(
         prev, status = previous.get(plan.source.name), statuses.get(plan.source.name)
         name = plan.source.name
         if plan.source.url is None:
-            _use_document(db, kb_id, kb, plan, read_inline(plan.source))
+            _use_document(db, kb_id, kb, plan, read_inline(plan.source), model_id)
         elif name not in fetched:  # not fetched this time: carry what the store has
             _keep_previous(plan, prev)
             plan.untouched_status = status
         else:
-            _apply_fetch(db, kb_id, kb, plan, prev, status, fetched[name], now)
+            _apply_fetch(db, kb_id, kb, plan, prev, status, fetched[name], now, model_id)
     return plans
 
 
@@ -219,6 +223,7 @@ def _apply_fetch(
     status: SourceStatusRow | None,
     outcome: FetchResult | SourceError,
     now: datetime,
+    model_id: str,
 ) -> None:
     plan.fetched = True
     if isinstance(outcome, SourceError):
@@ -234,7 +239,7 @@ def _apply_fetch(
         plan.origin = status.origin if status else outcome.final_url
         return
     assert outcome.document is not None
-    _use_document(db, kb_id, kb, plan, outcome.document)
+    _use_document(db, kb_id, kb, plan, outcome.document, model_id)
 
 
 def changed_sources(plans: Sequence[SourcePlan], previous: dict[str, VersionSourceRow]) -> bool:

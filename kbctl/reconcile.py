@@ -122,7 +122,9 @@ def _reconcile_one(
     current = db.get_version(row.id, row.current_version) if row.current_version else None
     previous = {s.source_name: s for s in db.version_sources(current.id)} if current else {}
     statuses = db.source_statuses(row.id)
-    plans = plan_sources(db, kb, row.id, previous, statuses, mode=mode, only=only, policy=policy)
+    plans = plan_sources(
+        db, kb, row.id, previous, statuses, mode=mode, only=only, model_id=embedder.model_id, policy=policy
+    )
     now = datetime.now(UTC)
     prefix = f"KnowledgeBase/{name}"
 
@@ -248,7 +250,7 @@ def _run(
     results: list[KnowledgeBaseResult] = []
     for kb in knowledge_bases:
         try:
-            embedder = embedder_for(kb.spec.embedding.model)
+            embedder = embedder_for(kb.spec.embedding.ref)
             with applying(db), db.kb_lock(kb.name):
                 results.append(
                     _reconcile_one(

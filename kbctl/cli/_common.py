@@ -28,6 +28,8 @@ app = typer.Typer(
 )
 server_app = typer.Typer(help="Manage the embedded PostgreSQL server (used when no database URL is set).")
 app.add_typer(server_app, name="server")
+config_app = typer.Typer(help="Show kbctl's configuration (embedding providers and profiles, networks).")
+app.add_typer(config_app, name="config")
 
 RESOURCES = {"knowledgebase", "knowledgebases", "kb", "kbs"}
 state: dict[str, Any] = {"debug": False, "database_url": None}

@@ -12,19 +12,22 @@ from kbctl import __version__
 from kbctl.cli._common import (
     CliReporter,
     Files,
+    Output,
     OutputOpt,
     Recursive,
     Resource,
     age,
     app,
     check_resource,
+    config_app,
     emit,
     handles_errors,
     open_store,
     server_app,
+    state,
     table,
 )
-from kbctl.config import Settings
+from kbctl.config import Settings, effective_config
 from kbctl.manifest import json_schema, load_manifests
 from kbctl.store.embedded import server_status, stop_server
 
@@ -219,6 +222,17 @@ def server_stop() -> None:
     """Stop the embedded PostgreSQL (the next command that needs it starts it again)."""
     pgdata = Settings.from_env().pgdata
     typer.echo("stopped" if stop_server(pgdata) else f"not running ({pgdata})")
+
+
+@config_app.command("view")
+@handles_errors
+def config_view(output: OutputOpt = None) -> None:
+    """Show the effective configuration (file, environment, defaults) with secrets redacted.
+
+    API keys are never shown: each provider names the variable that holds its key and says whether it
+    is set; a database password is replaced by ***. YAML by default, or -o json.
+    """
+    emit(effective_config(Settings.from_env(database_url=state["database_url"])), output or Output.yaml)
 
 
 @app.command()

@@ -1,0 +1,107 @@
+"""kbctl's own configuration file: embedding providers and profiles, and the private-network allowance.
+
+Endpoints, key variable names and limits live here (`~/.config/kbctl/config.yaml`, or the file named
+by `KBCTL_CONFIG`), never in manifests, which a pull request can change. Keys themselves live in the
+environment: the file names the variable (`apiKeyEnv`).
+
+    allowPrivateNetworks: false
+    embedding:
+      providers:
+        openai:   {baseURL: https://api.openai.com/v1, apiKeyEnv: OPENAI_API_KEY}
+        voyage:   {baseURL: https://api.voyageai.com/v1, apiKeyEnv: VOYAGE_API_KEY,
+                   documentFields: {input_type: document}, queryFields: {input_type: query}}
+        gateway:  {baseURL: http://litellm.internal:4000/v1, apiKeyEnv: LITELLM_KEY, maxConcurrency: 8}
+      profiles:
+        corp-gateway: {provider: gateway, model: text-embedding-3-small, dimensions: 512}
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic.alias_generators import to_camel
+from ruamel.yaml import YAML
+from ruamel.yaml.error import YAMLError
+
+from kbctl.errors import KbctlError
+
+__all__ = ["BUILTIN_PROVIDERS", "ConfigFile", "Profile", "Provider", "config_path", "load_config"]
+
+DEFAULT_CONFIG = Path("~/.config/kbctl/config.yaml")
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(extra="forbid", populate_by_name=True, alias_generator=to_camel, frozen=True)
+
+
+class Provider(_Model):
+    """An OpenAI-compatible /v1/embeddings endpoint and how to talk to it."""
+
+    base_url: str = Field(alias="baseURL")
+    api_key_env: str | None = None
+    batch_size: int = Field(64, ge=1, le=2048)
+    max_batch_tokens: int = Field(100_000, ge=1)
+    max_concurrency: int = Field(4, ge=1, le=64)
+    max_input_tokens: int = Field(8191, ge=1)
+    document_fields: dict[str, Any] = Field(default_factory=dict)
+    query_fields: dict[str, Any] = Field(default_factory=dict)
+    timeout: float = Field(60.0, gt=0)
+    retries: int = Field(4, ge=0, le=20)
+
+
+class Profile(_Model):
+    """A named embedding setup a manifest can refer to (`spec.embedding.profile`)."""
+
+    provider: str
+    model: str
+    dimensions: int | None = Field(None, ge=1)
+
+
+class EmbeddingConfig(_Model):
+    """Embedding providers and profiles."""
+
+    providers: dict[str, Provider] = Field(default_factory=dict)
+    profiles: dict[str, Profile] = Field(default_factory=dict)
+
+
+class ConfigFile(_Model):
+    """The whole configuration file."""
+
+    allow_private_networks: bool = False
+    embedding: EmbeddingConfig = Field(default_factory=EmbeddingConfig)
+
+    def provider(self, name: str) -> Provider | None:
+        """A provider from the file, else a built-in one (openai), else None."""
+        return self.embedding.providers.get(name) or BUILTIN_PROVIDERS.get(name)
+
+
+BUILTIN_PROVIDERS: dict[str, Provider] = {
+    "openai": Provider.model_validate({"baseURL": "https://api.openai.com/v1", "apiKeyEnv": "OPENAI_API_KEY"}),
+}
+
+
+def config_path(environ: dict[str, str] | None = None) -> Path:
+    """The configuration file kbctl reads: $KBCTL_CONFIG, else ~/.config/kbctl/config.yaml."""
+    env = os.environ if environ is None else environ
+    return Path(env.get("KBCTL_CONFIG") or DEFAULT_CONFIG).expanduser()
+
+
+def load_config(path: Path) -> ConfigFile:
+    """Read and validate the configuration file; a missing file is an empty configuration."""
+    if not path.is_file():
+        if os.environ.get("KBCTL_CONFIG"):
+            raise KbctlError(f"{path}: no such file (named by KBCTL_CONFIG)")
+        return ConfigFile()
+    try:
+        data = YAML(typ="safe", pure=True).load(path.read_text()) or {}
+    except (OSError, YAMLError) as exc:
+        raise KbctlError(f"{path}: cannot read the configuration: {str(exc).splitlines()[0]}") from exc
+    try:
+        return ConfigFile.model_validate(data)
+    except ValidationError as exc:
+        err = exc.errors()[0]
+        where = ".".join(str(p) for p in err["loc"])
+        raise KbctlError(f"{path}: {where}: {err['msg']}") from exc
