@@ -94,7 +94,7 @@ def test_defaults_are_filled_in() -> None:
             "sources": [{"name": "faq", "url": None, "text": "hello", "format": "markdown"}],
             "chunking": {"maxChars": 1200, "overlapChars": 150},
             "retrieval": {"topK": 8, "similarityThreshold": 0.2, "maxContextTokens": 1500},
-            "embedding": {"model": DEFAULT_MODEL},
+            "embedding": {"model": DEFAULT_MODEL, "profile": None},
             "versionHistory": 5,
         },
     }
