@@ -53,7 +53,7 @@ def test_profiles_and_model_ids_resolve_to_http_embedders(config_file: Path, tmp
     assert dict(config.query_fields) == {"input_type": "query"}
     assert get_embedder("gateway/other-model", settings).model_id == "gateway/other-model"
     assert get_embedder("openai/text-embedding-3-small", settings).config.base_url == "https://api.openai.com/v1"  # type: ignore[attr-defined]
-    with pytest.raises(EmbeddingError, match="unknown embedding profile 'nope': define it under embedding.profiles"):
+    with pytest.raises(EmbeddingError, match=r"unknown embedding profile 'nope': define it under embedding\.profiles"):
         get_embedder("profile:nope", settings)
     with pytest.raises(EmbeddingError, match="unknown embedding provider 'acme'"):
         get_embedder("acme/model", settings)
@@ -69,7 +69,7 @@ def test_invalid_config_is_one_clear_error(tmp_path: Path, monkeypatch: pytest.M
     ):
         Settings.from_env(home=tmp_path)
     monkeypatch.setenv("KBCTL_CONFIG", str(tmp_path / "missing.yaml"))
-    with pytest.raises(KbctlError, match="missing.yaml: no such file"):
+    with pytest.raises(KbctlError, match=r"missing\.yaml: no such file"):
         Settings.from_env(home=tmp_path)
 
 

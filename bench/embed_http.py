@@ -1,0 +1,157 @@
+"""HTTP embedding benchmark: client concurrency 1 / 4 / 8 x batch 16 / 64 against a loopback /v1/embeddings server."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import random
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import httpx
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from kbctl.embedding.http import HttpEmbedder, HttpEmbeddingConfig
+
+REPO = Path(__file__).resolve().parent.parent
+
+USAGE = """
+    python bench/embed_http.py [--texts 2000] [--model-texts 384] [--latency 0.05] [--server-model none|local|both]
+
+Sends deterministic chunk-sized texts (~1,000 characters) through HttpEmbedder to tests/embedserver.py, run as
+its own process on 127.0.0.1 (so server and client do not share a GIL) and adding `--latency` seconds to every
+request. Prints, for each (concurrency, batch) pair: requests and the most requests the server had in flight at
+once (both counted by the server), wall time, texts/s and the ratio to (concurrency 1, batch 16), all measured in
+one run.
+
+Two server models (default: both, `--both` is the same):
+- none:  deterministic pseudo-vectors, no model runs, so the figures isolate the client's batching and
+         concurrency against per-request latency; `--texts` texts per configuration.
+- local: the real all-MiniLM-L6-v2 behind the server. It needs the CPU (~17 texts/s of this size on 2 cores),
+         so the model, not the client, sets the pace; `--model-texts` texts per configuration keep the run short.
+"""
+
+CONCURRENCY = (1, 4, 8)
+BATCHES = (16, 64)
+KEY_VAR = "BENCH_EMBEDDING_KEY"
+KEY = "bench-key"
+MODEL = "all-MiniLM-L6-v2"
+
+WORDS = (
+    "client engagement invoice retention policy refund deposit contract notice breach access audit record "
+    "consultant partner report schedule deadline review approval escalation complaint service level response "
+    "confidential data backup encryption vendor payment term penalty renewal termination scope quarterly"
+).split()
+
+
+def chunk_texts(n: int, size: int = 1000, seed: int = 7) -> list[str]:
+    """n distinct texts of `size` characters: numbered sentences of words from a fixed vocabulary."""
+    rng = random.Random(seed)
+    texts = []
+    for i in range(n):
+        sentences = [f"Section {i}."]
+        length = len(sentences[0])
+        while length < size:
+            sentence = " ".join(rng.choices(WORDS, k=rng.randint(8, 16))).capitalize() + "."
+            sentences.append(sentence)
+            length += len(sentence) + 1
+        texts.append(" ".join(sentences)[:size])
+    return texts
+
+
+@contextmanager
+def server_process(mode: str, latency: float) -> Iterator[str]:
+    """Run tests/embedserver.py in a child process; yields its /v1 URL once its model is loaded."""
+    command = [sys.executable, "-m", "tests.embedserver", "--model", mode, "--latency", str(latency)]
+    proc = subprocess.Popen([*command, "--require-key", KEY], cwd=REPO, stdout=subprocess.PIPE, text=True)
+    try:
+        assert proc.stdout is not None
+        url = proc.stdout.readline().strip()
+        if not url.startswith("http://127.0.0.1:"):
+            raise SystemExit(f"the embeddings server did not start (exit code {proc.poll()})")
+        yield url
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)
+
+
+def stats(url: str) -> dict[str, int]:
+    """The server's request count and in-flight maximum since the last call (which clears both)."""
+    response = httpx.get(url.removesuffix("/v1") + "/_stats?clear=1", timeout=10)
+    response.raise_for_status()
+    result: dict[str, int] = response.json()
+    return result
+
+
+def run(url: str, texts: list[str], concurrency: int, batch: int) -> tuple[float, int, int]:
+    """(wall seconds, requests, max in flight) of embedding `texts` once with this concurrency and batch size."""
+    config = HttpEmbeddingConfig(
+        base_url=url,
+        model=MODEL,
+        model_id=f"bench/{MODEL}",
+        api_key_env=KEY_VAR,
+        batch_size=batch,
+        max_concurrency=concurrency,
+        timeout=300,
+    )
+    embedder = HttpEmbedder(config, environ={KEY_VAR: KEY})
+    stats(url)
+    started = time.perf_counter()
+    vectors = embedder.embed(texts)
+    elapsed = time.perf_counter() - started
+    if len(vectors) != len(texts) or embedder.dimensions != 384:
+        raise SystemExit(f"expected {len(texts)} vectors of 384 dimensions, got {len(vectors)}")
+    seen = stats(url)
+    return elapsed, seen["request_count"], seen["max_in_flight"]
+
+
+def bench(mode: str, texts: list[str], latency: float) -> None:
+    """Run every (concurrency, batch) pair against one server process and print the table."""
+    label = {"none": "none (deterministic pseudo-vectors)", "local": f"local/{MODEL} (the real model)"}[mode]
+    with server_process(mode, latency) as url:
+        run(url, texts[:4], 1, 4)  # open the code paths once before anything is timed
+        print(
+            f"server model: {label}; {len(texts)} texts of {sum(map(len, texts)) // len(texts)} characters, "
+            f"+{latency * 1000:.0f} ms per request, {os.cpu_count()} cores"
+        )
+        print(
+            f"{'concurrency':>11}{'batch':>7}{'requests':>10}{'in flight':>11}{'wall s':>9}{'texts/s':>10}"
+            f"{'vs c1/b16':>11}"
+        )
+        baseline = None
+        for concurrency in CONCURRENCY:
+            for batch in BATCHES:
+                elapsed, requests, in_flight = run(url, texts, concurrency, batch)
+                rate = len(texts) / elapsed
+                baseline = baseline or rate
+                print(
+                    f"{concurrency:>11}{batch:>7}{requests:>10}{in_flight:>11}{elapsed:>9.2f}{rate:>10.1f}"
+                    f"{rate / baseline:>10.2f}x"
+                )
+    print()
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(
+        description=__doc__, epilog=USAGE, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--texts", type=int, default=2000, help="texts per configuration with --server-model none")
+    parser.add_argument("--model-texts", type=int, default=384, help="texts per configuration with the real model")
+    parser.add_argument("--latency", type=float, default=0.05, help="seconds the server adds to every request")
+    parser.add_argument("--server-model", choices=("none", "local", "both"), default="both")
+    parser.add_argument("--both", action="store_true", help="same as --server-model both (the default)")
+    args = parser.parse_args()
+    modes = ("none", "local") if args.both or args.server_model == "both" else (args.server_model,)
+    started = time.perf_counter()
+    for mode in modes:
+        bench(mode, chunk_texts(args.texts if mode == "none" else args.model_texts), args.latency)
+    print(f"total {time.perf_counter() - started:.1f} s")
+
+
+if __name__ == "__main__":
+    main()

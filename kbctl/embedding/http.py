@@ -1,0 +1,478 @@
+"""An embedder for any OpenAI-compatible `/v1/embeddings` endpoint (OpenAI, LiteLLM, Voyage, Ollama, vLLM, TEI)."""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import email.utils
+import json
+import os
+import ssl
+import threading
+from collections.abc import Generator, Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any
+
+import httpx
+import numpy as np
+from tenacity import (
+    AsyncRetrying,
+    RetryCallState,
+    retry_if_exception_type,
+    stop_after_attempt,
+    wait_exponential,
+    wait_random,
+)
+
+from kbctl.embedding import Purpose, Vector
+from kbctl.errors import EmbeddingError
+
+__all__ = ["CHARS_PER_TOKEN", "HttpEmbedder", "HttpEmbeddingConfig", "estimate_tokens"]
+
+# Characters per token assumed by `estimate_tokens`. OpenAI's rule of thumb is ~4 characters per token for
+# English; 3 over-counts English prose a little, which keeps batches and the input limit on the safe side for
+# code, numbers and most other languages. No tokenizer can be downloaded offline, so this is an estimate.
+CHARS_PER_TOKEN = 3
+
+_RETRY_STATUSES = frozenset({429, 500, 502, 503, 504})
+_AUTH_STATUSES = frozenset({401, 403})
+_RESERVED_FIELDS = frozenset({"model", "input", "encoding_format", "dimensions"})
+_MESSAGE_LIMIT = 200
+_TIMEOUT_KINDS: dict[type[Exception], str] = {
+    httpx.ConnectTimeout: "connect timed out",
+    httpx.ReadTimeout: "read timed out",
+    httpx.WriteTimeout: "write timed out",
+    httpx.PoolTimeout: "no free connection",
+}
+
+
+def estimate_tokens(text: str) -> int:
+    """Estimated tokens of `text`: ceil(len(text) / 3) (see CHARS_PER_TOKEN), conservative for English prose."""
+    return -(-len(text) // CHARS_PER_TOKEN)
+
+
+@dataclass(frozen=True)
+class HttpEmbeddingConfig:
+    """Where and how to embed over HTTP; it holds the NAME of the API key's environment variable, never the key."""
+
+    base_url: str  # e.g. "https://api.openai.com/v1"; requests go to f"{base_url.rstrip('/')}/embeddings"
+    model: str  # sent as "model" in the request body, e.g. "text-embedding-3-small"
+    model_id: str  # provider-qualified id stored with every vector, e.g. "openai/text-embedding-3-small"
+    api_key_env: str | None = None  # the environment variable holding the key (None: no Authorization header)
+    dimensions: int | None = None  # sent as "dimensions" when set; every returned vector must have this length
+    batch_size: int = 64  # max inputs per request
+    max_batch_tokens: int = 100_000  # max estimated tokens per request
+    max_concurrency: int = 4  # requests in flight at once
+    max_input_tokens: int = 8191  # estimated tokens of one input; longer inputs fail before any request
+    document_fields: Mapping[str, Any] = field(default_factory=dict, hash=False)  # extra body fields, documents
+    query_fields: Mapping[str, Any] = field(default_factory=dict, hash=False)  # extra body fields, queries
+    timeout: float = 60.0  # per request phase: connect, read, write, pool
+    retries: int = 4  # extra attempts on 429 / 5xx / timeouts / connection errors
+    backoff_base: float = 0.5  # jittered exponential backoff: base, 2x base, 4x base... plus up to base at random
+    max_retry_after: float = 60.0  # cap on Retry-After and on the backoff between two attempts
+
+    def __post_init__(self) -> None:
+        try:
+            url = httpx.URL(self.base_url)
+        except httpx.InvalidURL as exc:
+            raise ValueError(f"base_url {self.base_url!r} is not a valid URL: {exc}") from exc
+        if url.scheme not in ("http", "https") or not url.host:
+            raise ValueError(f"base_url {self.base_url!r} must be an http:// or https:// URL")
+        if url.userinfo or url.query or url.fragment:
+            raise ValueError("base_url must not hold credentials, a query or a fragment (the key goes in api_key_env)")
+        for name in ("model", "model_id"):
+            if not getattr(self, name):
+                raise ValueError(f"{name} must not be empty")
+        if self.api_key_env is not None and not self.api_key_env:
+            raise ValueError("api_key_env must be a variable name or None")
+        if self.dimensions is not None and self.dimensions < 1:
+            raise ValueError("dimensions must be at least 1")
+        for name in ("batch_size", "max_batch_tokens", "max_concurrency", "max_input_tokens"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name} must be at least 1")
+        if self.timeout <= 0:
+            raise ValueError("timeout must be positive")
+        for name in ("retries", "backoff_base", "max_retry_after"):
+            if getattr(self, name) < 0:
+                raise ValueError(f"{name} must not be negative")
+        for name in ("document_fields", "query_fields"):
+            reserved = sorted(_RESERVED_FIELDS & set(getattr(self, name)))
+            if reserved:
+                raise ValueError(f"{name} must not set {', '.join(reserved)} (kbctl sets them)")
+
+    @property
+    def url(self) -> str:
+        """The embeddings endpoint."""
+        return f"{self.base_url.rstrip('/')}/embeddings"
+
+
+class _BearerAuth(httpx.Auth):
+    """Adds `Authorization: Bearer <key>`; its repr names the variable, never the key."""
+
+    def __init__(self, key: str, variable: str) -> None:
+        self._key = key
+        self.variable = variable
+
+    def auth_flow(self, request: httpx.Request) -> Generator[httpx.Request, httpx.Response, None]:
+        request.headers["Authorization"] = f"Bearer {self._key}"
+        yield request
+
+    def redact(self, text: str) -> str:
+        """`text` with the key replaced by a mention of its variable."""
+        return text.replace(self._key, f"${self.variable}")
+
+    def __repr__(self) -> str:
+        return f"<bearer token from ${self.variable}>"
+
+
+class _Retryable(Exception):
+    """One attempt failed in a way worth retrying; `retry_after` is the server's wish in seconds."""
+
+    def __init__(self, reason: str, retry_after: float | None = None) -> None:
+        super().__init__(reason)
+        self.reason = reason
+        self.retry_after = retry_after
+
+
+def _user_agent() -> str:
+    from kbctl import __version__  # lazily: kbctl/__init__ imports modules that may import this one
+
+    return f"kbctl/{__version__}"
+
+
+def _status_line(response: httpx.Response) -> str:
+    phrase = httpx.codes.get_reason_phrase(response.status_code) or response.reason_phrase
+    return f"HTTP {response.status_code} {phrase}".rstrip()
+
+
+def _retry_after(headers: httpx.Headers) -> float | None:
+    """Seconds from `retry-after-ms`, else `Retry-After` (delta-seconds or HTTP date); None when absent or bad."""
+    millis = headers.get("retry-after-ms", "").strip()
+    try:
+        if millis and float(millis) >= 0:
+            return float(millis) / 1000
+    except ValueError:
+        pass
+    value = headers.get("retry-after", "").strip()
+    if not value:
+        return None
+    try:
+        seconds = float(value)
+    except ValueError:
+        pass
+    else:
+        return seconds if seconds >= 0 else None
+    try:
+        when = email.utils.parsedate_to_datetime(value)
+    except (TypeError, ValueError):
+        return None
+    if when.tzinfo is None:
+        when = when.replace(tzinfo=UTC)
+    return max(0.0, (when - datetime.now(UTC)).total_seconds())
+
+
+def _error_message(response: httpx.Response, auth: _BearerAuth | None) -> str:
+    """An error body's short message (error.message, error, detail, message or plain text), key redacted, cut."""
+    message: Any = None
+    try:
+        payload = json.loads(response.content)
+    except (ValueError, RecursionError):
+        media = response.headers.get("content-type", "").split(";")[0].strip().lower()
+        if media == "text/plain":
+            message = response.text
+    else:
+        if isinstance(payload, dict):
+            error = payload.get("error")
+            if isinstance(error, dict):
+                error = error.get("message")
+            message = next((m for m in (error, payload.get("detail"), payload.get("message")) if m), None)
+    if message is None:
+        return ""
+    text = " ".join((message if isinstance(message, str) else json.dumps(message)).split())
+    if auth is not None:
+        text = auth.redact(text)
+    return text if len(text) <= _MESSAGE_LIMIT else text[: _MESSAGE_LIMIT - 3] + "..."
+
+
+def _tls_failure(exc: BaseException) -> ssl.SSLError | None:
+    seen: BaseException | None = exc
+    while seen is not None:
+        if isinstance(seen, ssl.SSLError):
+            return seen
+        seen = seen.__cause__ or seen.__context__
+    return None
+
+
+def _plural(n: int, word: str) -> str:
+    return f"{n} {word}" if n == 1 else f"{n} {word}s"
+
+
+class HttpEmbedder:
+    """Embeds through an OpenAI-compatible `/embeddings` endpoint; satisfies `kbctl.embedding.Embedder`.
+
+    `dimensions` is the configured size, or 0 until the first response tells it (then every later response
+    must agree). Token counts are estimates (`estimate_tokens`): no provider tokenizer is available offline.
+    Decisions the callers can rely on:
+    - Inputs are cut into batches in input order, by count (`batch_size`) and by estimated size (`max_batch_tokens`);
+      an input larger than `max_batch_tokens` (but within `max_input_tokens`) goes alone. Batches are sent with at
+      most `max_concurrency` requests in flight, and the vectors come back in input order.
+    - Every check that needs no network happens before the first request: the purpose, each input's estimated
+      size against `max_input_tokens`, and the API key's environment variable.
+    - The API key is read from the environment at each `embed` call and lives only inside an httpx auth object
+      whose repr is masked; it is never put into a message (a server's error text that echoes it is redacted).
+    - 429 / 500 / 502 / 503 / 504, timeouts and connection errors are retried with jittered exponential backoff,
+      or after the server's `Retry-After` / `retry-after-ms` (capped at `max_retry_after`); everything else fails
+      at once. When one batch fails for good, the batches still in flight are cancelled.
+    - Every response is validated (shape, count, `index` order, dimensions, finite numbers) and every vector is
+      returned as L2-normalized float32.
+    - Environment proxy settings and SSL_CERT_FILE are honoured (httpx's `trust_env`); redirects are not followed.
+    """
+
+    def __init__(self, config: HttpEmbeddingConfig, *, environ: Mapping[str, str] | None = None) -> None:
+        self.config = config
+        self.model_id = config.model_id
+        self.dimensions = config.dimensions or 0
+        self.url = config.url
+        self._environ: Mapping[str, str] = os.environ if environ is None else environ
+        self._lock = threading.Lock()
+        self._backoff = wait_exponential(multiplier=config.backoff_base, max=config.max_retry_after) + wait_random(
+            0, config.backoff_base
+        )
+
+    def __repr__(self) -> str:
+        return f"HttpEmbedder(model_id={self.model_id!r}, url={self.url!r}, api_key_env={self.config.api_key_env!r})"
+
+    # ---- the Embedder protocol ----
+
+    def embed(self, texts: Sequence[str], purpose: Purpose = "document") -> list[Vector]:
+        """Embed texts in batches over HTTP; one L2-normalized float32 vector per text, in input order."""
+        if purpose not in ("document", "query"):
+            raise ValueError(f"purpose must be 'document' or 'query', not {purpose!r}")
+        if isinstance(texts, str):
+            raise TypeError("embed: texts must be a sequence of strings, not one string")
+        items = list(texts)
+        for i, text in enumerate(items):
+            if not isinstance(text, str):
+                raise TypeError(f"embed: texts[{i}] is {type(text).__name__}, not str")
+        if not items:
+            return []
+        sizes = [estimate_tokens(text) for text in items]
+        limit = self.config.max_input_tokens
+        for i, size in enumerate(sizes):
+            if size > limit:
+                raise EmbeddingError(
+                    f"input {i} is too long for {self.model_id}: about {size} tokens "
+                    f"({len(items[i])} characters / {CHARS_PER_TOKEN}), the limit is {limit}"
+                )
+        auth = self._auth()
+        batches = self._batches(sizes)
+        try:
+            asyncio.get_running_loop()
+        except RuntimeError:
+            return asyncio.run(self._embed_all(items, batches, purpose, auth))
+        # Called from inside an event loop (e.g. an async agent): run on a loop of our own in a worker thread.
+        with concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="kbctl-embed") as pool:
+            return pool.submit(asyncio.run, self._embed_all(items, batches, purpose, auth)).result()
+
+    def count_tokens(self, texts: Sequence[str]) -> list[int]:
+        """Estimated tokens per text (`estimate_tokens`: ceil(characters / 3)), no tokenizer involved."""
+        return [estimate_tokens(text) for text in texts]
+
+    # ---- planning ----
+
+    def _auth(self) -> _BearerAuth | None:
+        variable = self.config.api_key_env
+        if variable is None:
+            return None
+        key = (self._environ.get(variable) or "").strip()
+        if not key:
+            raise EmbeddingError(
+                f"environment variable {variable} is not set (it holds the API key for {self.model_id})"
+            )
+        return _BearerAuth(key, variable)
+
+    def _batches(self, sizes: list[int]) -> list[range]:
+        """Consecutive index ranges, each within batch_size inputs and max_batch_tokens (unless one input)."""
+        batches: list[range] = []
+        start = tokens = 0
+        for i, size in enumerate(sizes):
+            if i > start and (i - start >= self.config.batch_size or tokens + size > self.config.max_batch_tokens):
+                batches.append(range(start, i))
+                start, tokens = i, 0
+            tokens += size
+        batches.append(range(start, len(sizes)))
+        return batches
+
+    def _body(self, inputs: list[str], purpose: Purpose) -> dict[str, Any]:
+        config = self.config
+        body: dict[str, Any] = {"model": config.model, "input": inputs, "encoding_format": "float"}
+        if config.dimensions is not None:
+            body["dimensions"] = config.dimensions
+        body.update(config.document_fields if purpose == "document" else config.query_fields)
+        return body
+
+    # ---- requests ----
+
+    async def _embed_all(
+        self, texts: list[str], batches: list[range], purpose: Purpose, auth: _BearerAuth | None
+    ) -> list[Vector]:
+        config = self.config
+        results: list[Vector | None] = [None] * len(texts)
+        slots = asyncio.Semaphore(config.max_concurrency)
+        limits = httpx.Limits(max_connections=config.max_concurrency, max_keepalive_connections=config.max_concurrency)
+        headers = {"User-Agent": _user_agent(), "Accept": "application/json"}
+        async with httpx.AsyncClient(
+            auth=auth, headers=headers, timeout=httpx.Timeout(config.timeout), limits=limits, follow_redirects=False
+        ) as client:
+
+            async def run(batch: range) -> None:
+                async with slots:
+                    body = self._body([texts[i] for i in batch], purpose)
+                    vectors = await self._request(client, body, batch.start, auth)
+                for i, vector in zip(batch, vectors, strict=True):
+                    results[i] = vector
+
+            tasks = [asyncio.create_task(run(batch)) for batch in batches]
+            try:
+                await asyncio.wait(tasks, return_when=asyncio.FIRST_EXCEPTION)
+            finally:  # one batch failed for good (or we were cancelled): stop the others
+                for task in tasks:
+                    task.cancel()
+                await asyncio.gather(*tasks, return_exceptions=True)
+        for task in tasks:
+            failure = None if task.cancelled() else task.exception()
+            if failure is not None:
+                raise failure
+        vectors = [vector for vector in results if vector is not None]
+        assert len(vectors) == len(texts), "every batch filled its slots"
+        return vectors
+
+    async def _request(
+        self, client: httpx.AsyncClient, body: dict[str, Any], offset: int, auth: _BearerAuth | None
+    ) -> list[Vector]:
+        """One batch: the POST with its retries, then the validated vectors."""
+        attempts = 0
+        retrying = AsyncRetrying(
+            stop=stop_after_attempt(self.config.retries + 1),
+            wait=self._wait,
+            retry=retry_if_exception_type(_Retryable),
+            reraise=True,
+        )
+        try:
+            async for attempt in retrying:
+                with attempt:
+                    attempts = attempt.retry_state.attempt_number
+                    response = await self._post(client, body, auth)
+        except _Retryable as failure:
+            raise EmbeddingError(
+                f"embedding request to {self.url} failed: {failure.reason} (after {_plural(attempts, 'attempt')})"
+            ) from failure.__cause__
+        return self._vectors(response, len(body["input"]), offset)
+
+    def _wait(self, state: RetryCallState) -> float:
+        failure = state.outcome.exception() if state.outcome is not None else None
+        if isinstance(failure, _Retryable) and failure.retry_after is not None:
+            return min(failure.retry_after, self.config.max_retry_after)
+        return float(self._backoff(state))
+
+    async def _post(self, client: httpx.AsyncClient, body: dict[str, Any], auth: _BearerAuth | None) -> httpx.Response:
+        """One attempt; a retryable failure raises _Retryable, any other EmbeddingError."""
+        url = self.url
+        try:
+            response = await client.post(url, json=body)
+        except httpx.TimeoutException as exc:
+            raise _Retryable(f"{_TIMEOUT_KINDS.get(type(exc), 'timed out')} after {self.config.timeout:g} s") from exc
+        except httpx.ConnectError as exc:
+            tls = _tls_failure(exc)
+            if isinstance(tls, ssl.SSLCertVerificationError):
+                raise EmbeddingError(f"TLS certificate of {url} not accepted: {tls.verify_message}") from exc
+            if tls is not None:
+                raise EmbeddingError(f"TLS handshake with {url} failed: {tls.reason or tls}") from exc
+            raise _Retryable(f"cannot connect: {exc or type(exc).__name__}") from exc
+        except httpx.TransportError as exc:
+            raise _Retryable(f"connection error: {exc or type(exc).__name__}") from exc
+        except httpx.HTTPError as exc:
+            raise EmbeddingError(f"embedding request to {url} failed: {exc or type(exc).__name__}") from exc
+        status = response.status_code
+        if 200 <= status < 300:
+            return response
+        line = _status_line(response)
+        if status in _RETRY_STATUSES:
+            raise _Retryable(line, retry_after=_retry_after(response.headers))
+        if status in _AUTH_STATUSES:
+            if auth is None:
+                raise EmbeddingError(
+                    f"embedding endpoint {url} requires an API key ({line}); "
+                    "name the environment variable that holds it in api_key_env"
+                )
+            raise EmbeddingError(f"embedding endpoint {url} rejected the API key in ${auth.variable} ({line})")
+        if status == 404:
+            raise EmbeddingError(f"model '{self.config.model}' not found at {url} ({line})")
+        message = _error_message(response, auth)
+        if not message and 300 <= status < 400 and "location" in response.headers:
+            message = f"redirects to {response.headers['location']} (set base_url to the final address)"
+        raise EmbeddingError(f"{line} from {url}: {message}" if message else f"{line} from {url}")
+
+    # ---- responses ----
+
+    def _vectors(self, response: httpx.Response, expected: int, offset: int) -> list[Vector]:
+        """The validated, normalized vectors of one response, in input order."""
+        url = self.url
+        try:
+            payload = json.loads(response.content)
+        except (ValueError, RecursionError) as exc:
+            raise EmbeddingError(f"invalid JSON from {url}") from exc
+        data = payload.get("data") if isinstance(payload, dict) else None
+        if not isinstance(data, list):
+            raise EmbeddingError(f"{url} returned no 'data' list")
+        if len(data) != expected:
+            raise EmbeddingError(f"{url} returned {len(data)} embeddings for {_plural(expected, 'input')}")
+        for n, entry in enumerate(data):
+            if not isinstance(entry, dict) or not isinstance(entry.get("embedding"), list):
+                raise EmbeddingError(f"{url} returned an entry without an 'embedding' list (data[{n}])")
+        if any("index" in entry for entry in data):
+            indexes = [entry.get("index") for entry in data]
+            numbers = [i for i in indexes if type(i) is int]  # JSON true/false are not indexes
+            if len(numbers) != expected or sorted(numbers) != list(range(expected)):
+                raise EmbeddingError(f"{url} returned 'index' values that do not number the inputs 0..{expected - 1}")
+            data = sorted(data, key=lambda entry: entry["index"])
+        raw: list[list[Any]] = [entry["embedding"] for entry in data]
+        sizes = list(dict.fromkeys(len(r) for r in raw))
+        if len(sizes) > 1:
+            raise EmbeddingError(
+                f"{url} returned vectors of mixed dimensions ({' and '.join(map(str, sizes[:2]))}) in one response"
+            )
+        self._check_dimensions(sizes[0])
+        return [self._vector(r, offset + n) for n, r in enumerate(raw)]
+
+    def _check_dimensions(self, size: int) -> None:
+        url = self.url
+        if size == 0:
+            raise EmbeddingError(f"{url} returned empty vectors")
+        with self._lock:
+            if self.dimensions == 0:
+                self.dimensions = size  # learned from the first response
+                return
+            if size != self.dimensions:
+                learned = "" if self.config.dimensions else " (as in its earlier responses)"
+                raise EmbeddingError(
+                    f"{url} returned vectors of {size} dimensions, expected {self.dimensions}{learned}"
+                )
+
+    def _vector(self, raw: list[Any], position: int) -> Vector:
+        url = self.url
+        if not set(map(type, raw)) <= {float, int}:
+            raise EmbeddingError(f"{url} returned non-numeric values in the vector of input {position}")
+        try:
+            values = np.asarray(raw, dtype=np.float64)
+        except OverflowError:
+            values = np.array([np.inf])
+        if not np.isfinite(values).all():
+            raise EmbeddingError(f"{url} returned NaN or infinite values in the vector of input {position}")
+        scale = float(np.abs(values).max())
+        if scale == 0.0:
+            raise EmbeddingError(f"{url} returned a zero vector for input {position}")
+        values = values / scale  # no overflow in the norm, whatever the magnitude
+        normalized: Vector = (values / np.linalg.norm(values)).astype(np.float32)
+        return normalized
