@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
-from kbctl.userconfig import BUILTIN_PROVIDERS, ConfigFile, config_path, load_config
+from kbctl.userconfig import BUILTIN_PROVIDERS, ConfigFile, config_path, load_config, with_env_overrides
 
 __all__ = ["Settings", "effective_config"]
 
@@ -42,7 +42,7 @@ class Settings:
             home=Path(raw_home).expanduser().resolve(),
             database_url=url,
             model_dir=Path(model_dir).expanduser().resolve() if model_dir else None,
-            config=load_config(path),
+            config=with_env_overrides(load_config(path), os.environ),
             config_file=path,
         )
 
@@ -83,8 +83,7 @@ def effective_config(settings: Settings) -> dict[str, Any]:
         "home": str(settings.home),
         "database": _redact_url(settings.database_url) if settings.database_url else f"embedded ({settings.pgdata})",
         "modelDir": str(settings.model_dir) if settings.model_dir else None,
-        "allowPrivateNetworks": settings.config.allow_private_networks
-        or os.environ.get("KBCTL_ALLOW_PRIVATE_NETWORKS", "").strip().lower() in ("1", "true"),
+        "allowPrivateNetworks": settings.config.allow_private_networks,
         "embedding": {
             "providers": providers,
             "profiles": {

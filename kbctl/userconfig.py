@@ -18,6 +18,8 @@ environment: the file names the variable (`apiKeyEnv`).
 from __future__ import annotations
 
 import os
+import re
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -28,7 +30,15 @@ from ruamel.yaml.error import YAMLError
 
 from kbctl.errors import KbctlError
 
-__all__ = ["BUILTIN_PROVIDERS", "ConfigFile", "Profile", "Provider", "config_path", "load_config"]
+__all__ = [
+    "BUILTIN_PROVIDERS",
+    "ConfigFile",
+    "Profile",
+    "Provider",
+    "config_path",
+    "load_config",
+    "with_env_overrides",
+]
 
 DEFAULT_CONFIG = Path("~/.config/kbctl/config.yaml")
 
@@ -87,6 +97,35 @@ def config_path(environ: dict[str, str] | None = None) -> Path:
     """The configuration file kbctl reads: $KBCTL_CONFIG, else ~/.config/kbctl/config.yaml."""
     env = os.environ if environ is None else environ
     return Path(env.get("KBCTL_CONFIG") or DEFAULT_CONFIG).expanduser()
+
+
+_ENV_PROVIDER = re.compile(r"^KBCTL_PROVIDER_([A-Z0-9_]+)_(BASE_URL|API_KEY_ENV)$")
+
+
+def with_env_overrides(config: ConfigFile, environ: Mapping[str, str]) -> ConfigFile:
+    """Apply `KBCTL_PROVIDER_<NAME>_BASE_URL` / `KBCTL_PROVIDER_<NAME>_API_KEY_ENV` (they define or override
+    provider `<name>`, lower-cased with '_' as '-') and `KBCTL_ALLOW_PRIVATE_NETWORKS`."""
+    changes: dict[str, dict[str, str]] = {}
+    for key, value in environ.items():
+        match = _ENV_PROVIDER.match(key)
+        if match and value:
+            name = match.group(1).lower().replace("_", "-")
+            field = "baseURL" if match.group(2) == "BASE_URL" else "apiKeyEnv"
+            changes.setdefault(name, {})[field] = value
+    providers = dict(config.embedding.providers)
+    for name, fields in changes.items():
+        base = providers.get(name) or BUILTIN_PROVIDERS.get(name)
+        merged = {**(base.model_dump(by_alias=True) if base else {}), **fields}
+        try:
+            providers[name] = Provider.model_validate(merged)
+        except ValidationError as exc:
+            raise KbctlError(f"KBCTL_PROVIDER_{name.upper().replace('-', '_')}_*: {exc.errors()[0]['msg']}") from exc
+    allow = config.allow_private_networks or environ.get("KBCTL_ALLOW_PRIVATE_NETWORKS", "").strip().lower() in (
+        "1",
+        "true",
+    )
+    embedding = config.embedding.model_copy(update={"providers": providers})
+    return config.model_copy(update={"embedding": embedding, "allow_private_networks": allow})
 
 
 def load_config(path: Path) -> ConfigFile:

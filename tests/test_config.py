@@ -117,3 +117,19 @@ def test_allow_private_networks_from_config(config_file: Path, store: KnowledgeB
     finally:
         other.close()
     assert store.fetch_policy.allow_private is False
+
+
+def test_environment_defines_providers(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """KBCTL_PROVIDER_<NAME>_BASE_URL / _API_KEY_ENV define a provider (or point openai at a proxy)."""
+    monkeypatch.setenv("KBCTL_CONFIG", "")
+    monkeypatch.setenv("KBCTL_PROVIDER_OPENAI_BASE_URL", "http://litellm.internal:4000/v1")
+    monkeypatch.setenv("KBCTL_PROVIDER_MY_TEI_BASE_URL", "http://tei.internal/v1")
+    monkeypatch.setenv("KBCTL_PROVIDER_MY_TEI_API_KEY_ENV", "TEI_TOKEN")
+    settings = Settings.from_env(home=tmp_path)
+    openai = settings.config.provider("openai")
+    tei = settings.config.provider("my-tei")
+    assert openai is not None and (openai.base_url, openai.api_key_env) == (
+        "http://litellm.internal:4000/v1",
+        "OPENAI_API_KEY",
+    )
+    assert tei is not None and (tei.base_url, tei.api_key_env) == ("http://tei.internal/v1", "TEI_TOKEN")
