@@ -83,8 +83,10 @@ def query_knowledge_base(
     if not question.strip():
         raise ValueError("question must not be empty")
     row = db.get_kb(name)
-    if row is None or row.current_version is None:
+    if row is None:
         raise NotFoundError(f'knowledgebase "{name}" not found')
+    if row.current_version is None:
+        raise NotFoundError(f'knowledgebase "{name}" has no published version yet (is a controller running?)')
     version = db.get_version(row.id, row.current_version)
     assert version is not None
     retrieval = version.manifest["spec"]["retrieval"]

@@ -190,3 +190,13 @@ def test_apply_wait_hands_work_to_a_running_controller(store: KnowledgeBaseStore
     ]
     assert [(r.action, r.version) for r in report.results] == [("created", 1)]
     assert [r.name for r in ctl.processed] == ["a"]
+
+
+def test_query_of_a_pending_new_knowledge_base_says_why(store: KnowledgeBaseStore, cli: CliRunner) -> None:
+    """Querying a knowledge base recorded but never reconciled names the reason, exit 1."""
+    store.submit(kbs(kb_text("a")))
+    result = cli.invoke(app, ["query", "a", "anything"])
+    assert (result.exit_code, result.stderr) == (
+        1,
+        'Error: knowledgebase "a" has no published version yet (is a controller running?)\n',
+    )
