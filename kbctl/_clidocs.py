@@ -16,6 +16,7 @@ COMMANDS: list[list[str]] = [
     ["get"],
     ["describe"],
     ["query"],
+    ["eval"],
     ["delete"],
     ["rollout", "history"],
     ["rollout", "undo"],

@@ -201,10 +201,11 @@ class KnowledgeBaseStore:
         top_k: int | None = None,
         threshold: float | None = None,
         max_tokens: int | None = None,
+        mode: str | None = None,
     ) -> QueryResult:
-        """The chunks most relevant to `question`, honouring threshold and token budget (spec defaults)."""
+        """The chunks most relevant to `question` (hybrid, vector or keyword; spec defaults for what is unset)."""
         return query_knowledge_base(
-            self.db, name, question, self.embedder, top_k=top_k, threshold=threshold, max_tokens=max_tokens
+            self.db, name, question, self.embedder, top_k=top_k, threshold=threshold, max_tokens=max_tokens, mode=mode
         )
 
     def delete(self, name: str) -> DeleteResult:

@@ -164,6 +164,15 @@ class Retrieval(_Model):
         default=0.2, ge=-1.0, le=1.0, allow_inf_nan=False, description="Minimum cosine similarity."
     )
     max_context_tokens: _StrictInt = Field(default=1500, ge=1, description="Token budget for the returned context.")
+    mode: Literal["hybrid", "vector", "keyword"] = Field(
+        default="hybrid",
+        description="hybrid: full-text and vector candidates fused by reciprocal rank; or one of them alone.",
+    )
+    language: str = Field(
+        default="english",
+        pattern=r"^[a-z_]+$",
+        description="PostgreSQL text search configuration for keyword search ('simple' for codes and mixed text).",
+    )
 
 
 class Embedding(_Model):

@@ -57,6 +57,7 @@ class SourcePlan:
     tokens: list[int] = field(default_factory=list)
     hashes: list[bytes] = field(default_factory=list)
     embedded: int = 0
+    language: str = "english"  # the KB's text search configuration, for the chunks' tsvector
     untouched_status: SourceStatusRow | None = None  # a URL source not fetched this run keeps its live status
 
     @property
@@ -101,6 +102,7 @@ class SourcePlan:
             origin=self.document.origin,
             title=self.document.title,
             char_count=len(self.document.text),
+            language=self.language,
             chunks=[
                 ChunkRow(c.ordinal, c.text, c.start, c.end, c.heading_path, n, ids[h])
                 for c, n, h in zip(self.chunks, self.tokens, self.hashes, strict=True)
@@ -132,6 +134,7 @@ def _revision_key(kb: KnowledgeBase, source: Source, doc: Document, model_id: st
             "maxChars": c.max_chars,
             "overlapChars": c.overlap_chars,
             "model": model_id,
+            "language": kb.spec.retrieval.language,
             "chunker": CHUNKER_VERSION,
         }
     )
@@ -190,7 +193,10 @@ def plan_sources(
     `model_id` is the id of the embedder the knowledge base uses (part of every revision key). With
     fetch=False nothing is fetched: every URL source keeps what the store serves (for diff).
     """
-    plans = [SourcePlan(s, sha256_json(s.model_dump(by_alias=True, mode="json"))) for s in kb.spec.sources]
+    plans = [
+        SourcePlan(s, sha256_json(s.model_dump(by_alias=True, mode="json")), language=kb.spec.retrieval.language)
+        for s in kb.spec.sources
+    ]
     requests: list[FetchRequest] = []
     for plan in plans:
         prev, status = previous.get(plan.source.name), statuses.get(plan.source.name)

@@ -16,7 +16,7 @@ from pydantic import BaseModel
 from kbctl.changes import field_changes, source_changes
 from kbctl.conditions import conditions_for
 from kbctl.embedding import Embedder
-from kbctl.errors import KbctlError, NotFoundError
+from kbctl.errors import KbctlError, NotFoundError, StoreError
 from kbctl.ingest import ingest
 from kbctl.manifest import KnowledgeBase
 from kbctl.planning import FetchMode, SourcePlan, changed_sources, plan_sources, sha256_json
@@ -114,6 +114,11 @@ def _reconcile_one(
 ) -> KnowledgeBaseResult:
     name, manifest = kb.name, kb.to_manifest()
     manifest_sha256 = sha256_json(manifest)
+    if not db.has_text_search_config(kb.spec.retrieval.language):
+        raise StoreError(
+            f"spec.retrieval.language '{kb.spec.retrieval.language}' is not a text search configuration of this "
+            "PostgreSQL (english and simple always exist)"
+        )
     # In-process apply records the manifest as desired first; a controller (`generation` given) works
     # on a desired state recorded earlier and must not record it again.
     row = db.record_desired(name, manifest) if mode == "apply" and generation is None else db.get_kb(name)

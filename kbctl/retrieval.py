@@ -1,14 +1,26 @@
-"""Query a knowledge base: nearest chunks by cosine similarity, cut by threshold and token budget."""
+"""Query a knowledge base: full-text and vector candidates fused by reciprocal rank, cut by threshold and budget.
+
+Modes: `vector` ranks by cosine similarity; `keyword` by PostgreSQL full-text rank (ts_rank_cd over the
+words of the question, any of them); `hybrid` (the default) takes the best 30 of each and fuses their
+ranks with reciprocal rank fusion, 1/(60 + rank) summed over the lists.
+
+The similarity threshold applies to every candidate's cosine similarity, with one exception that keeps
+exact terms findable: a chunk containing an identifier of the question, a token with a digit or an
+underscore (ERR_4092, ISO-27001, form B12) or an acronym of two or more capitals (SLA, DPO), passes even
+when its similarity is low. In keyword mode the threshold does not apply (a full-text match is the
+evidence).
+"""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import re
+from collections.abc import Callable, Sequence
 
 from pydantic import BaseModel
 
 from kbctl.embedding import Embedder
 from kbctl.errors import NotFoundError
-from kbctl.store.database import Database
+from kbctl.store.database import ChunkHit, Database
 
 __all__ = ["QueryHit", "QueryResult", "query_knowledge_base"]
 
@@ -24,7 +36,11 @@ class QueryHit(BaseModel):
     position: int
     char_start: int
     char_end: int
-    score: float
+    score: float  # cosine similarity to the question
+    vector_rank: int | None = None  # 1-based rank among the vector candidates, None if not one
+    keyword_rank: int | None = None  # 1-based rank among the full-text candidates, None if not one
+    fused_score: float = 0.0  # reciprocal rank fusion score (hybrid), else 1/(60 + rank)
+    matched_identifiers: list[str] = []
     tokens: int
     text: str
 
@@ -36,6 +52,8 @@ class QueryResult(BaseModel):
     version: int
     model: str
     question: str
+    mode: str
+    identifiers: list[str]
     top_k: int
     similarity_threshold: float
     max_context_tokens: int
@@ -54,6 +72,8 @@ class QueryResult(BaseModel):
             noun = "chunk" if len(self.hits) == 1 else "chunks"
             return f"{len(self.hits)} {noun} from {kb} (version {self.version}), {self.tokens} tokens"
         if self.candidates == 0:
+            if self.mode == "keyword":
+                return f"nothing relevant found in {kb}: no chunk contains a word of the question"
             return f"nothing relevant found: {kb} has no chunks"
         if self.below_threshold == self.candidates:
             return (
@@ -61,6 +81,45 @@ class QueryResult(BaseModel):
                 f"below the similarity threshold {self.similarity_threshold:.2f}"
             )
         return f"nothing fits the token budget of {self.max_context_tokens} tokens in {kb}"
+
+
+CANDIDATES = 30
+RRF_K = 60
+_TOKEN = re.compile(r"[A-Za-z0-9][A-Za-z0-9_\-./]*[A-Za-z0-9_]|[A-Za-z0-9]")
+
+
+def identifiers(question: str) -> list[str]:
+    """Exact terms of a question: tokens of 3+ characters with a digit or '_', and acronyms (2+ capitals)."""
+    found = []
+    for token in _TOKEN.findall(question):
+        if (len(token) >= 3 and any(ch.isdigit() or ch == "_" for ch in token)) or (
+            len(token) >= 2 and token.isupper() and token.isalpha()
+        ):
+            found.append(token)
+    return list(dict.fromkeys(found))
+
+
+def _contains(text: str, term: str) -> bool:
+    return re.search(rf"(?<![A-Za-z0-9_]){re.escape(term)}(?![A-Za-z0-9_])", text, re.IGNORECASE) is not None
+
+
+def _fuse(
+    mode: str, by_vector: Sequence[ChunkHit], by_keyword: Sequence[ChunkHit]
+) -> list[tuple[ChunkHit, dict[str, float | int | None]]]:
+    """Candidates in the mode's order, each with its ranks and fused score."""
+    ranks: dict[int, dict[str, float | int | None]] = {}
+    hits: dict[int, ChunkHit] = {}
+    lists = {"vector": by_vector, "keyword": by_keyword}
+    for kind, found in lists.items():
+        if mode not in (kind, "hybrid"):
+            continue
+        for rank, hit in enumerate(found, start=1):
+            hits.setdefault(hit.chunk_id, hit)
+            entry = ranks.setdefault(hit.chunk_id, {"vector_rank": None, "keyword_rank": None, "fused_score": 0.0})
+            entry[f"{kind}_rank"] = rank
+            entry["fused_score"] = float(entry["fused_score"] or 0.0) + 1.0 / (RRF_K + rank)
+    order = sorted(ranks, key=lambda cid: (-float(ranks[cid]["fused_score"] or 0.0), -hits[cid].score, cid))
+    return [(hits[cid], ranks[cid]) for cid in order]
 
 
 def query_knowledge_base(
@@ -72,13 +131,15 @@ def query_knowledge_base(
     top_k: int | None = None,
     threshold: float | None = None,
     max_tokens: int | None = None,
+    mode: str | None = None,
 ) -> QueryResult:
-    """Retrieve the chunks of the current version of `name` most similar to `question`.
+    """Retrieve the chunks of the current version of `name` most relevant to `question`.
 
-    The best `top_k` chunks by cosine similarity are kept in rank order while their score is at
-    least the threshold and their tokens fit the budget (the first chunk that does not fit ends the
-    list). Unset limits come from the version's `spec.retrieval`; the question is embedded with the
-    model of the version, whatever the manifest says now.
+    Candidates are ranked as the mode says (see the module docstring); they are kept in that order
+    while they pass the threshold rule, up to `top_k`, and while their tokens fit the budget (the first
+    chunk that does not fit ends the list). Unset limits and the mode come from the version's
+    `spec.retrieval`; the question is embedded with the model of the version, whatever the manifest
+    says now.
     """
     if not question.strip():
         raise ValueError("question must not be empty")
@@ -93,16 +154,27 @@ def query_knowledge_base(
     k = top_k if top_k is not None else int(retrieval["topK"])
     th = threshold if threshold is not None else float(retrieval["similarityThreshold"])
     budget = max_tokens if max_tokens is not None else int(retrieval["maxContextTokens"])
+    chosen = mode or str(retrieval.get("mode", "hybrid"))
+    if chosen not in ("hybrid", "vector", "keyword"):
+        raise ValueError(f"mode must be hybrid, vector or keyword, got {chosen!r}")
     if k < 1 or budget < 1:
         raise ValueError("top_k and max_tokens must be at least 1")
     embedder = embedder_for(version.model)
     [vector] = embedder.embed([question], purpose="query")
-    candidates = db.search(version.id, vector, k)
+    pool = max(CANDIDATES, k)
+    by_vector = db.search(version.id, vector, pool) if chosen != "keyword" else []
+    language = str(retrieval.get("language", "english"))
+    by_keyword = db.keyword_search(version.id, language, question, vector, pool) if chosen != "vector" else []
+    terms = identifiers(question)
+    candidates = _fuse(chosen, by_vector, by_keyword)
     hits: list[QueryHit] = []
     below = over = used = 0
-    for c in candidates:
-        if c.score < th:
+    for c, ranks in candidates:
+        matched = [t for t in terms if _contains(c.content, t) or _contains(" ".join(c.heading_path), t)]
+        if chosen != "keyword" and c.score < th and not matched:
             below += 1
+        elif len(hits) >= k:
+            continue
         elif over or used + c.token_count > budget:
             over += 1
         else:
@@ -118,15 +190,22 @@ def query_knowledge_base(
                     char_start=c.char_start,
                     char_end=c.char_end,
                     score=round(float(c.score), 4),
+                    vector_rank=ranks["vector_rank"],  # type: ignore[arg-type]
+                    keyword_rank=ranks["keyword_rank"],  # type: ignore[arg-type]
+                    fused_score=round(float(ranks["fused_score"] or 0.0), 6),
+                    matched_identifiers=matched,
                     tokens=c.token_count,
                     text=c.content,
                 )
             )
+    best = max((c.score for c, _ in candidates), default=None)
     return QueryResult(
         knowledge_base=name,
         version=version.number,
         model=version.model,
         question=question,
+        mode=chosen,
+        identifiers=terms,
         top_k=k,
         similarity_threshold=th,
         max_context_tokens=budget,
@@ -135,5 +214,5 @@ def query_knowledge_base(
         below_threshold=below,
         over_budget=over,
         tokens=used,
-        best_score=round(float(candidates[0].score), 4) if candidates else None,
+        best_score=round(float(best), 4) if best is not None else None,
     )

@@ -178,13 +178,16 @@ def test_failed_knowledge_base_keeps_previous_version(store: KnowledgeBaseStore)
 def test_query_ranks_and_honours_threshold_and_budget(store: KnowledgeBaseStore, cli: CliRunner) -> None:
     """Query returns chunks best first; the threshold and the token budget cut, and -o json shows it all."""
     apply_text(store, manifest())
-    result = store.query("policies", "how long are invoices kept?", threshold=0.0)
+    result = store.query("policies", "how long are invoices kept?", threshold=0.0, mode="vector")
     assert result.hits[0].source == "retention"
     scores = [h.score for h in result.hits]
     assert scores == sorted(scores, reverse=True)
-    tight = store.query("policies", "how long are invoices kept?", threshold=0.0, max_tokens=result.hits[0].tokens)
+    tight = store.query(
+        "policies", "how long are invoices kept?", threshold=0.0, max_tokens=result.hits[0].tokens, mode="vector"
+    )
     assert len(tight.hits) == 1 and tight.over_budget == len(result.hits) - 1
-    out = cli.invoke(app, ["query", "policies", "refund if I cancel 20 days before the start?", "-o", "json"])
+    question = "refund if I cancel 20 days before the start?"
+    out = cli.invoke(app, ["query", "policies", question, "--mode", "vector", "-o", "json"])
     data = json.loads(out.stdout)
     assert data["hits"][0]["heading_path"] == ["Refunds", "Cancelled engagements"]
     assert "50% of the deposit" in data["hits"][0]["text"]

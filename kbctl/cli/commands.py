@@ -172,6 +172,12 @@ def query(
             help="Token budget of the returned context (default: spec.retrieval.maxContextTokens).",
         ),
     ] = None,
+    mode: Annotated[
+        str | None,
+        typer.Option(
+            "--mode", help="hybrid (full text + vectors, fused), vector or keyword (default: spec.retrieval.mode)."
+        ),
+    ] = None,
     output: OutputOpt = None,
 ) -> None:
     """Retrieve the chunks most relevant to a question, in rank order, within threshold and token budget.
@@ -179,7 +185,7 @@ def query(
     When nothing passes the similarity threshold, says so plainly instead of returning weak matches.
     """
     with open_store() as store:
-        result = store.query(name, question, top_k=top_k, threshold=threshold, max_tokens=max_tokens)
+        result = store.query(name, question, top_k=top_k, threshold=threshold, max_tokens=max_tokens, mode=mode)
     if output:
         emit(result, output)
         return

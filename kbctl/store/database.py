@@ -110,6 +110,7 @@ class NewRevision:
     title: str | None
     char_count: int
     chunks: Sequence[ChunkRow]
+    language: str = "english"  # text search configuration of the chunks' tsvector
 
 
 @dataclass(frozen=True)
@@ -547,7 +548,46 @@ class Database:
                         c.embedding_id,
                     )
                 )
+        # Full-text vectors beside the embeddings, in the knowledge base's text search language.
+        self._conn.execute(
+            "UPDATE kb_chunks SET tsv = to_tsvector(%s::regconfig,"
+            " array_to_string(heading_path, ' ') || ' ' || content) WHERE revision_id = %s",
+            (rev.language, revision_id),
+        )
         return revision_id
+
+    @_store_errors
+    def has_text_search_config(self, name: str) -> bool:
+        """Whether PostgreSQL has a text search configuration called `name` (english, simple, german...)."""
+        row = self._conn.execute("SELECT count(*) FROM pg_ts_config WHERE cfgname = %s", (name,)).fetchone()
+        return bool(row and row[0])
+
+    @_store_errors
+    def keyword_search(
+        self, version_id: int, language: str, question: str, vector: Vector, limit: int
+    ) -> list[ChunkHit]:
+        """The `limit` chunks of a version best matching any word of `question` (full text, ts_rank_cd),
+        best first, each with its cosine similarity to `vector`."""
+        row = self._conn.execute(
+            "SELECT string_agg(quote_literal(l), ' | ')"
+            " FROM unnest(tsvector_to_array(to_tsvector(%s::regconfig, %s))) l",
+            (language, question),
+        ).fetchone()
+        if row is None or not row[0]:
+            return []  # only stop words
+        with self._conn.cursor(row_factory=class_row(ChunkHit)) as cur:
+            return cur.execute(
+                "SELECT c.id AS chunk_id, vs.source_name, r.origin, r.title, c.ordinal, c.char_start,"
+                " c.char_end, c.heading_path, c.content, c.token_count,"
+                " 1 - (e.embedding <=> %(q)s) AS score"
+                " FROM kb_version_sources vs"
+                " JOIN kb_source_revisions r ON r.id = vs.revision_id"
+                " JOIN kb_chunks c ON c.revision_id = vs.revision_id"
+                " JOIN kb_embeddings e ON e.id = c.embedding_id"
+                " WHERE vs.version_id = %(v)s AND c.tsv @@ to_tsquery('simple', %(tsq)s)"
+                " ORDER BY ts_rank_cd(c.tsv, to_tsquery('simple', %(tsq)s)) DESC, c.id LIMIT %(n)s",
+                {"q": np.asarray(vector, dtype=np.float32), "v": version_id, "tsq": row[0], "n": limit},
+            ).fetchall()
 
     # -- search and delete -------------------------------------------------------------------------
 

@@ -142,6 +142,15 @@ MIGRATIONS: list[tuple[int, str, str]] = [
         );
         """,
     ),
+    (
+        4,
+        "full-text search beside the vectors: a tsvector per chunk (the KB's text search language) and its GIN index",
+        """
+        ALTER TABLE kb_chunks ADD COLUMN tsv tsvector;
+        UPDATE kb_chunks SET tsv = to_tsvector('english', array_to_string(heading_path, ' ') || ' ' || content);
+        CREATE INDEX kb_chunks_tsv ON kb_chunks USING gin (tsv);
+        """,
+    ),
 ]
 
 # Serializes migrations of one database across processes (an arbitrary, fixed 64-bit key).

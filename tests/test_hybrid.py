@@ -1,0 +1,102 @@
+"""Hybrid retrieval: full text beside vectors, fused by reciprocal rank, and exact identifiers past the threshold."""
+
+from __future__ import annotations
+
+import pytest
+from typer.testing import CliRunner
+
+from kbctl.cli import app
+from kbctl.client import KnowledgeBaseStore
+from kbctl.manifest import parse_manifests
+from kbctl.retrieval import identifiers
+
+RUNBOOK = """# Payment errors
+## Card declined
+When the bank declines a card, ask the client to contact their bank and try another card.
+
+## Suspended merchant account
+The gateway answers ERR_4092 when the merchant account is suspended. Escalate to the finance lead.
+
+## Refund delays
+Refunds reach the client's account within 5 to 10 business days.
+"""
+
+
+def manifest(language: str = "english") -> str:
+    """A runbook KnowledgeBase whose sections become separate chunks."""
+    body = "\n".join("        " + line for line in RUNBOOK.splitlines())
+    return f"""apiVersion: kbctl.dev/v1alpha1
+kind: KnowledgeBase
+metadata: {{name: runbook}}
+spec:
+  sources:
+    - name: payments
+      text: |
+{body}
+  retrieval: {{similarityThreshold: 0.5, language: {language}}}
+"""
+
+
+@pytest.fixture
+def runbook(store: KnowledgeBaseStore) -> KnowledgeBaseStore:
+    """The store with the runbook applied."""
+    store.apply(parse_manifests(manifest(), "kb.yaml"))
+    return store
+
+
+def test_identifiers_of_a_question() -> None:
+    """Tokens with digits or underscores and acronyms count as exact identifiers; plain words do not."""
+    assert identifiers("What does ERR_4092 mean for our SLA under ISO-27001, page 7?") == [
+        "ERR_4092",
+        "SLA",
+        "ISO-27001",
+    ]
+    assert identifiers("how long are invoices kept?") == []
+
+
+def test_exact_identifier_is_found_even_below_the_threshold(runbook: KnowledgeBaseStore) -> None:
+    """An error code finds its chunk although its similarity is under the threshold; without it, nothing passes."""
+    hybrid = runbook.query("runbook", "ERR_4092?", threshold=0.6)
+    assert hybrid.mode == "hybrid" and hybrid.identifiers == ["ERR_4092"]
+    [top] = hybrid.hits
+    assert "merchant account is suspended" in top.text
+    assert top.matched_identifiers == ["ERR_4092"] and top.keyword_rank == 1 and top.score < 0.6
+    control = runbook.query("runbook", "which code?", threshold=0.6)
+    assert control.hits == [] and control.message.startswith("nothing relevant found")
+
+
+def test_keyword_mode_needs_a_word_of_the_question(runbook: KnowledgeBaseStore) -> None:
+    """Keyword mode returns only chunks sharing a word with the question, and says so when none does."""
+    result = runbook.query("runbook", "card declined by the bank", mode="keyword")
+    assert result.hits[0].heading_path == ["Payment errors", "Card declined"]
+    assert all(h.keyword_rank is not None and h.vector_rank is None for h in result.hits)
+    nothing = runbook.query("runbook", "photosynthesis chlorophyll", mode="keyword")
+    assert nothing.hits == []
+    assert (
+        nothing.message == "nothing relevant found in KnowledgeBase/runbook: no chunk contains a word of the question"
+    )
+
+
+def test_hybrid_fuses_both_rankings(runbook: KnowledgeBaseStore, cli: CliRunner) -> None:
+    """Hybrid candidates carry both ranks and a reciprocal-rank-fusion score, best first; --mode is on the CLI."""
+    result = runbook.query("runbook", "how many business days until a refund arrives?", threshold=0.0)
+    top = result.hits[0]
+    assert top.heading_path == ["Payment errors", "Refund delays"]
+    assert top.vector_rank == 1 and top.keyword_rank == 1
+    assert top.fused_score == round(2 / 61, 6)
+    fused = [h.fused_score for h in result.hits]
+    assert fused == sorted(fused, reverse=True)
+    out = cli.invoke(app, ["query", "runbook", "card declined", "--mode", "keyword"])
+    assert out.exit_code == 0 and "Card declined" in out.stdout.splitlines()[0]
+    bad = cli.invoke(app, ["query", "runbook", "card declined", "--mode", "fuzzy"])
+    assert bad.exit_code == 1 and "mode must be hybrid, vector or keyword" in bad.stderr
+
+
+def test_language_is_checked_and_simple_keeps_codes(store: KnowledgeBaseStore) -> None:
+    """spec.retrieval.language must exist in PostgreSQL; 'simple' indexes words without stemming."""
+    report = store.apply(parse_manifests(manifest("klingon"), "kb.yaml"))
+    assert report.results[0].action == "failed"
+    assert "spec.retrieval.language 'klingon' is not a text search configuration" in (report.results[0].message or "")
+    store.apply(parse_manifests(manifest("simple"), "kb.yaml"))
+    hits = store.query("runbook", "declines", mode="keyword").hits  # no stemming: "declines" is a word of its own
+    assert [h.heading_path[-1] for h in hits] == ["Card declined"]
