@@ -12,6 +12,7 @@ from kbctl.errors import (
     SourceError,
     StoreError,
 )
+from kbctl.grounding import GroundedContext, Passage
 from kbctl.manifest import KnowledgeBase, LoadedManifest, load_manifests, parse_manifests
 from kbctl.reconcile import ApplyReport, KnowledgeBaseResult, SourceResult
 from kbctl.retrieval import QueryHit, QueryResult
@@ -21,6 +22,7 @@ __all__ = [
     "ApplyReport",
     "DeleteResult",
     "EmbeddingError",
+    "GroundedContext",
     "KbctlError",
     "KnowledgeBase",
     "KnowledgeBaseDetail",
@@ -31,6 +33,7 @@ __all__ = [
     "ManifestError",
     "ManifestProblem",
     "NotFoundError",
+    "Passage",
     "QueryHit",
     "QueryResult",
     "SourceError",

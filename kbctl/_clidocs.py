@@ -16,6 +16,7 @@ COMMANDS: list[list[str]] = [
     ["get"],
     ["describe"],
     ["query"],
+    ["context"],
     ["eval"],
     ["delete"],
     ["rollout", "history"],

@@ -21,6 +21,7 @@ from kbctl.controller import (
 from kbctl.diff import DiffReport, diff_knowledge_bases, prune_knowledge_bases
 from kbctl.embedding import Embedder, get_embedder
 from kbctl.errors import NotFoundError
+from kbctl.grounding import GroundedContext, build_context
 from kbctl.manifest import KnowledgeBase, LoadedManifest, load_manifests
 from kbctl.reconcile import ApplyReport, apply_knowledge_bases, refresh_knowledge_bases
 from kbctl.reporting import Reporter
@@ -207,6 +208,21 @@ class KnowledgeBaseStore:
         return query_knowledge_base(
             self.db, name, question, self.embedder, top_k=top_k, threshold=threshold, max_tokens=max_tokens, mode=mode
         )
+
+    def context(
+        self,
+        name: str,
+        question: str,
+        *,
+        top_k: int | None = None,
+        threshold: float | None = None,
+        max_tokens: int | None = None,
+        mode: str | None = None,
+    ) -> GroundedContext:
+        """The block a model should receive for `question`: merged passages marked as reference data,
+        or an explicit "no relevant context was found" block."""
+        result = self.query(name, question, top_k=top_k, threshold=threshold, max_tokens=max_tokens, mode=mode)
+        return build_context(result)
 
     def delete(self, name: str) -> DeleteResult:
         """Delete a knowledge base with everything only it used (versions, chunks, cached vectors)."""

@@ -201,6 +201,34 @@ def query(
 
 @app.command()
 @handles_errors
+def context(
+    name: Annotated[str, typer.Argument(help="Knowledge base to search.")],
+    question: Annotated[str, typer.Argument(help="The question, in natural language.")],
+    top_k: Annotated[int | None, typer.Option("--top-k", min=1, help="Chunks to keep at most.")] = None,
+    threshold: Annotated[
+        float | None, typer.Option("--threshold", min=-1.0, max=1.0, help="Minimum cosine similarity.")
+    ] = None,
+    max_tokens: Annotated[int | None, typer.Option("--max-tokens", min=1, help="Token budget.")] = None,
+    mode: Annotated[str | None, typer.Option("--mode", help="hybrid, vector or keyword.")] = None,
+    output: OutputOpt = None,
+) -> None:
+    """Print the grounded context block for a question, ready to put in a model's prompt.
+
+    Passages are tagged with source, title, origin, section and character range, marked as reference
+    data and not instructions, and escaped so their text cannot break out of the block. Neighbouring
+    chunks of one source are merged so their overlap is sent once. When nothing passes the threshold
+    the block says plainly that no relevant context was found.
+    """
+    with open_store() as store:
+        grounded = store.context(name, question, top_k=top_k, threshold=threshold, max_tokens=max_tokens, mode=mode)
+    if output:
+        emit(grounded, output)
+    else:
+        typer.echo(grounded.block)
+
+
+@app.command()
+@handles_errors
 def delete(resource: Resource, name: str) -> None:
     """Delete a knowledge base with its versions, chunks, and the cached vectors no other one uses."""
     check_resource(resource)
