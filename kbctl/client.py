@@ -203,10 +203,20 @@ class KnowledgeBaseStore:
         threshold: float | None = None,
         max_tokens: int | None = None,
         mode: str | None = None,
+        explain: bool = False,
     ) -> QueryResult:
-        """The chunks most relevant to `question` (hybrid, vector or keyword; spec defaults for what is unset)."""
+        """The chunks most relevant to `question` (hybrid, vector or keyword; spec defaults for what is unset);
+        `explain` adds a per-stage trace of candidates, ranks, scores, cuts and timings."""
         return query_knowledge_base(
-            self.db, name, question, self.embedder, top_k=top_k, threshold=threshold, max_tokens=max_tokens, mode=mode
+            self.db,
+            name,
+            question,
+            self.embedder,
+            top_k=top_k,
+            threshold=threshold,
+            max_tokens=max_tokens,
+            mode=mode,
+            explain=explain,
         )
 
     def context(

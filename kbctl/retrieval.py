@@ -14,15 +14,18 @@ evidence).
 from __future__ import annotations
 
 import re
+import time
 from collections.abc import Callable, Sequence
+from typing import Any
 
+import numpy as np
 from pydantic import BaseModel
 
 from kbctl.embedding import Embedder
 from kbctl.errors import NotFoundError
 from kbctl.store.database import ChunkHit, Database
 
-__all__ = ["QueryHit", "QueryResult", "query_knowledge_base"]
+__all__ = ["QueryHit", "QueryResult", "TraceEntry", "TraceStage", "identifiers", "query_knowledge_base"]
 
 
 class QueryHit(BaseModel):
@@ -45,6 +48,25 @@ class QueryHit(BaseModel):
     text: str
 
 
+class TraceEntry(BaseModel):
+    """One candidate as a stage saw it."""
+
+    chunk_id: int
+    source: str
+    position: int
+    rank: int
+    score: float
+    detail: str = ""
+
+
+class TraceStage(BaseModel):
+    """What one stage of a query did and how long it took."""
+
+    stage: str
+    ms: float
+    entries: list[TraceEntry] = []
+
+
 class QueryResult(BaseModel):
     """The answer to a query: the chunks kept, and why the others were not."""
 
@@ -63,6 +85,8 @@ class QueryResult(BaseModel):
     over_budget: int
     tokens: int
     best_score: float | None
+    duplicates: int = 0
+    trace: list[TraceStage] | None = None
 
     @property
     def message(self) -> str:
@@ -85,6 +109,35 @@ class QueryResult(BaseModel):
 
 CANDIDATES = 30
 RRF_K = 60
+DUPLICATE_COSINE = 0.99
+
+
+class _Clock:
+    """Times the stages of a query and, when explaining, keeps what each saw."""
+
+    def __init__(self, explain: bool) -> None:
+        self.explain = explain
+        self.stages: list[TraceStage] = []
+        self._last = time.perf_counter()
+
+    def stage(self, name: str, entries: list[TraceEntry] | None = None) -> None:
+        now = time.perf_counter()
+        if self.explain:
+            self.stages.append(TraceStage(stage=name, ms=round((now - self._last) * 1000, 2), entries=entries or []))
+        self._last = now
+
+
+def _array(vector: Any) -> Any:
+    """A stored vector as a float32 numpy array (pgvector hands back its own Vector type)."""
+    return np.asarray(vector.to_numpy() if hasattr(vector, "to_numpy") else vector, dtype=np.float32)
+
+
+def _entry(c: ChunkHit, rank: int, score: float, detail: str = "") -> TraceEntry:
+    return TraceEntry(
+        chunk_id=c.chunk_id, source=c.source_name, position=c.ordinal, rank=rank, score=round(score, 4), detail=detail
+    )
+
+
 _TOKEN = re.compile(r"[A-Za-z0-9][A-Za-z0-9_\-./]*[A-Za-z0-9_]|[A-Za-z0-9]")
 
 
@@ -132,12 +185,15 @@ def query_knowledge_base(
     threshold: float | None = None,
     max_tokens: int | None = None,
     mode: str | None = None,
+    explain: bool = False,
 ) -> QueryResult:
     """Retrieve the chunks of the current version of `name` most relevant to `question`.
 
     Candidates are ranked as the mode says (see the module docstring); they are kept in that order
     while they pass the threshold rule, up to `top_k`, and while their tokens fit the budget (the first
-    chunk that does not fit ends the list). Unset limits and the mode come from the version's
+    chunk that does not fit ends the list); a chunk whose vector is a near-duplicate (cosine >= 0.99)
+    of one already kept is dropped, so one fact is not sent twice. With `explain`, `trace` records
+    every stage's candidates, ranks, scores, verdicts and time. Unset limits and the mode come from the version's
     `spec.retrieval`; the question is embedded with the model of the version, whatever the manifest
     says now.
     """
@@ -159,26 +215,40 @@ def query_knowledge_base(
         raise ValueError(f"mode must be hybrid, vector or keyword, got {chosen!r}")
     if k < 1 or budget < 1:
         raise ValueError("top_k and max_tokens must be at least 1")
+    clock = _Clock(explain)
     embedder = embedder_for(version.model)
     [vector] = embedder.embed([question], purpose="query")
+    clock.stage("embed question")
     pool = max(CANDIDATES, k)
     by_vector = db.search(version.id, vector, pool) if chosen != "keyword" else []
+    clock.stage("vector", [_entry(c, r, c.score) for r, c in enumerate(by_vector, start=1)])
     language = str(retrieval.get("language", "english"))
     by_keyword = db.keyword_search(version.id, language, question, vector, pool) if chosen != "vector" else []
+    clock.stage("keyword", [_entry(c, r, c.score) for r, c in enumerate(by_keyword, start=1)])
     terms = identifiers(question)
     candidates = _fuse(chosen, by_vector, by_keyword)
+    clock.stage("fuse", [_entry(c, r, float(x["fused_score"] or 0)) for r, (c, x) in enumerate(candidates, start=1)])
     hits: list[QueryHit] = []
-    below = over = used = 0
-    for c, ranks in candidates:
+    kept: list[Any] = []
+    below = over = duplicates = used = 0
+    verdicts: list[TraceEntry] = []
+    for rank, (c, ranks) in enumerate(candidates, start=1):
         matched = [t for t in terms if _contains(c.content, t) or _contains(" ".join(c.heading_path), t)]
         if chosen != "keyword" and c.score < th and not matched:
             below += 1
+            verdict = f"cut: similarity below {th}"
         elif len(hits) >= k:
-            continue
+            verdict = f"cut: beyond topK {k}"
+        elif any(float(np.dot(_array(c.vector), v)) >= DUPLICATE_COSINE for v in kept):
+            duplicates += 1
+            verdict = f"cut: near-duplicate (cosine >= {DUPLICATE_COSINE}) of a kept chunk"
         elif over or used + c.token_count > budget:
             over += 1
+            verdict = f"cut: token budget {budget}"
         else:
             used += c.token_count
+            kept.append(_array(c.vector))
+            verdict = f"kept as {len(hits) + 1}" + (f" (identifier {', '.join(matched)})" if matched else "")
             hits.append(
                 QueryHit(
                     rank=len(hits) + 1,
@@ -198,6 +268,8 @@ def query_knowledge_base(
                     text=c.content,
                 )
             )
+        verdicts.append(_entry(c, rank, c.score, verdict))
+    clock.stage("select", verdicts)
     best = max((c.score for c, _ in candidates), default=None)
     return QueryResult(
         knowledge_base=name,
@@ -215,4 +287,6 @@ def query_knowledge_base(
         over_budget=over,
         tokens=used,
         best_score=round(float(best), 4) if best is not None else None,
+        duplicates=duplicates,
+        trace=clock.stages if explain else None,
     )

@@ -100,3 +100,33 @@ def test_language_is_checked_and_simple_keeps_codes(store: KnowledgeBaseStore) -
     store.apply(parse_manifests(manifest("simple"), "kb.yaml"))
     hits = store.query("runbook", "declines", mode="keyword").hits  # no stemming: "declines" is a word of its own
     assert [h.heading_path[-1] for h in hits] == ["Card declined"]
+
+
+def test_near_duplicates_are_sent_once(store: KnowledgeBaseStore) -> None:
+    """The same paragraph in two sources is returned once; the copy is counted as a duplicate."""
+    text = """apiVersion: kbctl.dev/v1alpha1
+kind: KnowledgeBase
+metadata: {name: dup}
+spec:
+  sources:
+    - {name: a, text: "Invoices are kept for ten years, then destroyed."}
+    - {name: b, text: "Invoices are kept for ten years, then destroyed."}
+    - {name: c, text: "Visitors sign in at the front desk."}
+"""
+    store.apply(parse_manifests(text, "kb.yaml"))
+    result = store.query("dup", "how long are invoices kept?", threshold=0.3)
+    assert [h.source for h in result.hits] in (["a"], ["b"]) and result.duplicates == 1
+
+
+def test_explain_traces_every_stage(runbook: KnowledgeBaseStore, cli: CliRunner) -> None:
+    """--explain records each stage with timings, ranks, scores and the verdict on every candidate."""
+    result = runbook.query("runbook", "ERR_4092?", threshold=0.6, explain=True)
+    assert result.trace is not None
+    assert [s.stage for s in result.trace] == ["embed question", "vector", "keyword", "fuse", "select"]
+    assert all(s.ms >= 0 for s in result.trace)
+    select = {e.position: e.detail for e in result.trace[-1].entries}
+    assert select[1] == "kept as 1 (identifier ERR_4092)"
+    assert select[0] == "cut: similarity below 0.6"
+    assert runbook.query("runbook", "ERR_4092?").trace is None
+    out = cli.invoke(app, ["query", "runbook", "ERR_4092?", "--threshold", "0.6", "--explain"])
+    assert out.exit_code == 0 and "\nselect (" in out.stdout and "kept as 1 (identifier ERR_4092)" in out.stdout

@@ -178,6 +178,9 @@ def query(
             "--mode", help="hybrid (full text + vectors, fused), vector or keyword (default: spec.retrieval.mode)."
         ),
     ] = None,
+    explain: Annotated[
+        bool, typer.Option("--explain", help="Show each stage's candidates, ranks, scores, cuts and timings.")
+    ] = False,
     output: OutputOpt = None,
 ) -> None:
     """Retrieve the chunks most relevant to a question, in rank order, within threshold and token budget.
@@ -185,7 +188,9 @@ def query(
     When nothing passes the similarity threshold, says so plainly instead of returning weak matches.
     """
     with open_store() as store:
-        result = store.query(name, question, top_k=top_k, threshold=threshold, max_tokens=max_tokens, mode=mode)
+        result = store.query(
+            name, question, top_k=top_k, threshold=threshold, max_tokens=max_tokens, mode=mode, explain=explain
+        )
     if output:
         emit(result, output)
         return
@@ -197,6 +202,12 @@ def query(
         typer.echo("   " + hit.text.replace("\n", "\n   "))
         typer.echo("")
     typer.echo(result.message)
+    for stage in result.trace or []:
+        typer.echo(f"\n{stage.stage} ({stage.ms:.1f} ms)")
+        for e in stage.entries[:15]:
+            typer.echo(f"  {e.rank:>3}. {e.source} chunk {e.position}  score {e.score:.3f}  {e.detail}".rstrip())
+        if len(stage.entries) > 15:
+            typer.echo(f"  ... {len(stage.entries) - 15} more (all of them with -o json)")
 
 
 @app.command()

@@ -159,6 +159,7 @@ class ChunkHit:
     content: str
     token_count: int
     score: float
+    vector: Any  # the chunk's embedding (numpy float32), for near-duplicate checks
 
 
 P = ParamSpec("P")
@@ -578,7 +579,7 @@ class Database:
         with self._conn.cursor(row_factory=class_row(ChunkHit)) as cur:
             return cur.execute(
                 "SELECT c.id AS chunk_id, vs.source_name, r.origin, r.title, c.ordinal, c.char_start,"
-                " c.char_end, c.heading_path, c.content, c.token_count,"
+                " c.char_end, c.heading_path, c.content, c.token_count, e.embedding AS vector,"
                 " 1 - (e.embedding <=> %(q)s) AS score"
                 " FROM kb_version_sources vs"
                 " JOIN kb_source_revisions r ON r.id = vs.revision_id"
@@ -597,7 +598,7 @@ class Database:
         with self._conn.cursor(row_factory=class_row(ChunkHit)) as cur:
             return cur.execute(
                 "SELECT c.id AS chunk_id, vs.source_name, r.origin, r.title, c.ordinal, c.char_start,"
-                " c.char_end, c.heading_path, c.content, c.token_count,"
+                " c.char_end, c.heading_path, c.content, c.token_count, e.embedding AS vector,"
                 " 1 - (e.embedding <=> %(q)s) AS score"
                 " FROM kb_version_sources vs"
                 " JOIN kb_source_revisions r ON r.id = vs.revision_id"
