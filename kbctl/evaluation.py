@@ -20,7 +20,6 @@ and `evaluate_store` through a `KnowledgeBaseStore`.
 
 from __future__ import annotations
 
-import inspect
 import json
 import math
 import sys
@@ -496,7 +495,7 @@ def evaluate(
 
 @dataclass
 class _StoreQuery:
-    """store.query as a `store_query` callable, noting the mode the store reports it used."""
+    """store.query as a `store_query` callable, noting the mode the store says it used."""
 
     store: KnowledgeBaseStore
     name: str
@@ -504,13 +503,9 @@ class _StoreQuery:
     resolved: dict[str | None, str]
 
     def __call__(self, question: str, mode: str | None) -> Sequence[HitLike]:
-        query: Callable[..., Any] = self.store.query  # `mode` only exists once hybrid search is in
-        result = query(self.name, question, top_k=self.top_k, **({} if mode is None else {"mode": mode}))
-        used = getattr(result, "mode", None)
-        if isinstance(used, str):
-            self.resolved.setdefault(mode, used)
-        hits: Sequence[HitLike] = result.hits
-        return hits
+        result = self.store.query(self.name, question, top_k=self.top_k, mode=mode)
+        self.resolved.setdefault(mode, result.mode)
+        return result.hits
 
 
 def evaluate_store(
@@ -525,11 +520,9 @@ def evaluate_store(
     spec's threshold and token budget, in each mode (None: the spec's default mode).
 
     Raises KbctlError when the eval set expects a source the knowledge base does not have (a typo
-    would otherwise just read as poor recall) or asks for a mode this store cannot search in.
+    would otherwise just read as poor recall).
     """
     _check_k(k)
-    if any(m is not None for m in modes) and "mode" not in inspect.signature(store.query).parameters:
-        raise KbctlError("this kbctl cannot choose a retrieval mode yet; evaluate without --mode")
     known = {s.name for s in store.describe(name).source_status}
     unknown: dict[str, str] = {}
     for query in evalset.queries:

@@ -13,7 +13,7 @@ from typer.testing import CliRunner
 
 from kbctl.cli import app
 from kbctl.client import KnowledgeBaseStore
-from kbctl.errors import KbctlError, ManifestError
+from kbctl.errors import ManifestError
 from kbctl.evaluation import (
     EvalQuery,
     EvalSet,
@@ -272,19 +272,6 @@ def test_example_evalsets_load() -> None:
 # ---------------------------------------------------------------- the real store
 
 
-class _StoreWithoutModes:
-    """A store whose query() has no mode parameter (kbctl before hybrid search)."""
-
-    def query(self, name: str, question: str, *, top_k: int | None = None) -> None:
-        raise AssertionError("not reached")
-
-
-def test_modes_need_a_store_that_supports_them() -> None:
-    evalset = EvalSet(queries=[EvalQuery(id="a", question="a", no_answer=True)])
-    with pytest.raises(KbctlError, match="cannot choose a retrieval mode"):
-        evaluate_store(_StoreWithoutModes(), "kb", evalset, modes=["vector"])  # type: ignore[arg-type]
-
-
 def test_eval_command_on_the_example_knowledge_base(cli: CliRunner, store: KnowledgeBaseStore) -> None:
     """`kbctl eval` runs the example eval set: a table, sane figures, gates that fail with one line, json."""
     assert not store.apply_paths([str(EXAMPLES)]).failed
@@ -315,6 +302,20 @@ def test_eval_command_on_the_example_knowledge_base(cli: CliRunner, store: Knowl
         assert 0.0 <= mode[key] <= 1.0
     first = mode["results"][0]
     assert first["id"] == "cancel-two-weeks-before" and set(first) >= {"retrieved", "relevant_ranks", "recall"}
+
+
+def test_evaluate_store_in_each_mode(store: KnowledgeBaseStore) -> None:
+    """The library runs the example eval set once per mode and records the mode the store used."""
+    assert not store.apply_paths([str(EXAMPLES / "data-handling-policy.yaml")]).failed
+    evalset = load_evalset(str(EVALSETS / "data-handling-policy.yaml"))
+    report = evaluate_store(store, "data-handling-policy", evalset, k=5, modes=[None, "vector", "keyword"])
+    assert [(m.mode, m.resolved_mode) for m in report.modes][1:] == [("vector", "vector"), ("keyword", "keyword")]
+    default = report.modes[0]
+    assert default.resolved_mode in ("hybrid", "vector", "keyword") and default.label.endswith(" (default)")
+    for m in report.modes:
+        assert (m.queries, m.answerable, m.no_answer_queries) == (33, 29, 4)
+        assert all(0.0 <= (x or 0.0) <= 1.0 for x in (m.recall, m.mrr, m.ndcg, m.hit_rate, m.no_answer_accuracy))
+        print(m.label, m.recall, m.mrr, m.ndcg, m.no_answer_accuracy)
 
 
 def test_eval_command_errors(cli: CliRunner, store: KnowledgeBaseStore, tmp_path: Path) -> None:

@@ -116,6 +116,9 @@ spec:
     store.apply(parse_manifests(text, "kb.yaml"))
     result = store.query("dup", "how long are invoices kept?", threshold=0.3)
     assert [h.source for h in result.hits] in (["a"], ["b"]) and result.duplicates == 1
+    assert {s.name: s.chunks for s in store.describe("dup").source_status} == {"a": 1, "b": 1, "c": 1}
+    revisions = store.db.connection.execute("SELECT count(*) FROM kb_source_revisions").fetchone()
+    assert revisions == (3,)  # one per source, none orphaned
 
 
 def test_explain_traces_every_stage(runbook: KnowledgeBaseStore, cli: CliRunner) -> None:

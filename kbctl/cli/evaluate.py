@@ -78,10 +78,10 @@ def evaluate(
 ) -> None:
     """Measure retrieval quality against an eval set: recall@k, MRR@10, nDCG@10, hit rate@k, no-answer accuracy.
 
-    Each question is asked with top-k max(k, 10) and the spec's threshold and token budget. A hit is
-    relevant when it comes from one of the query's expectedSources or contains one of its expectedText;
-    a noAnswer query is correct when nothing is returned. Exits 1 when a mode falls below --min-recall
-    or --min-ndcg, so CI can gate on retrieval quality.
+    Each question is asked with top-k max(k, 10) and the spec's threshold and token budget, once per
+    --mode. A hit is relevant when it comes from one of the query's expectedSources or contains one
+    of its expectedText (any case); a noAnswer query is correct when nothing is returned. Exits 1
+    when a mode falls below --min-recall or --min-ndcg, so CI can gate on retrieval quality.
     """
     evalset = load_evalset(filename, stdin=sys.stdin)
     target = name or evalset.knowledge_base

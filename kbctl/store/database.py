@@ -468,7 +468,8 @@ class Database:
             ).fetchone()
             assert row is not None
             kb_id = int(row[0])
-            new_ids = {rev.revision_key: self._insert_revision(kb_id, rev) for rev in new_revisions}
+            # Keyed by source too: two sources with the same text and settings share a key, not a revision.
+            new_ids = {(rev.source_name, rev.revision_key): self._insert_revision(kb_id, rev) for rev in new_revisions}
             chunks = sum(s.chunk_count for s in sources if s.revision is not None)
             embedded = sum(s.embedded for s in sources)
             vrow = self._conn.execute(
@@ -499,7 +500,7 @@ class Database:
                             pos,
                             s.name,
                             s.source_sha256,
-                            new_ids[s.revision] if isinstance(s.revision, str) else s.revision,
+                            new_ids[(s.name, s.revision)] if isinstance(s.revision, str) else s.revision,
                             s.state,
                             s.message,
                             s.embedded,
