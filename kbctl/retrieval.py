@@ -2,7 +2,8 @@
 
 Modes: `vector` ranks by cosine similarity; `keyword` by PostgreSQL full-text rank (ts_rank_cd over the
 words of the question, any of them); `hybrid` (the default) takes the best 30 of each and fuses their
-ranks with reciprocal rank fusion, 1/(60 + rank) summed over the lists.
+ranks with weighted reciprocal rank fusion, w/(60 + rank) summed over the lists (w = 1 for vectors,
+0.3 for full text).
 
 The similarity threshold applies to every candidate's cosine similarity, with one exception that keeps
 exact terms findable: a chunk containing an identifier of the question, a token with a digit or an
@@ -109,6 +110,10 @@ class QueryResult(BaseModel):
 
 CANDIDATES = 30
 RRF_K = 60
+# Weight of the full-text list in hybrid fusion (vector: 1). Measured with `kbctl eval` on examples/eval
+# (67 questions, mostly reworded): MRR@10 0.89 / 0.97 at weight 1, 0.93 / 0.98 at 0.5, 0.95 / 0.98 at
+# 0.3, vector alone 0.96 / 1.00. Exact terms do not depend on it: identifiers pass the threshold anyway.
+KEYWORD_WEIGHT = 0.3
 DUPLICATE_COSINE = 0.99
 
 
@@ -170,7 +175,8 @@ def _fuse(
             hits.setdefault(hit.chunk_id, hit)
             entry = ranks.setdefault(hit.chunk_id, {"vector_rank": None, "keyword_rank": None, "fused_score": 0.0})
             entry[f"{kind}_rank"] = rank
-            entry["fused_score"] = float(entry["fused_score"] or 0.0) + 1.0 / (RRF_K + rank)
+            weight = KEYWORD_WEIGHT if kind == "keyword" and mode == "hybrid" else 1.0
+            entry["fused_score"] = float(entry["fused_score"] or 0.0) + weight / (RRF_K + rank)
     order = sorted(ranks, key=lambda cid: (-float(ranks[cid]["fused_score"] or 0.0), -hits[cid].score, cid))
     return [(hits[cid], ranks[cid]) for cid in order]
 

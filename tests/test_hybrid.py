@@ -8,7 +8,7 @@ from typer.testing import CliRunner
 from kbctl.cli import app
 from kbctl.client import KnowledgeBaseStore
 from kbctl.manifest import parse_manifests
-from kbctl.retrieval import identifiers
+from kbctl.retrieval import KEYWORD_WEIGHT, identifiers
 
 RUNBOOK = """# Payment errors
 ## Card declined
@@ -83,7 +83,7 @@ def test_hybrid_fuses_both_rankings(runbook: KnowledgeBaseStore, cli: CliRunner)
     top = result.hits[0]
     assert top.heading_path == ["Payment errors", "Refund delays"]
     assert top.vector_rank == 1 and top.keyword_rank == 1
-    assert top.fused_score == round(2 / 61, 6)
+    assert top.fused_score == round((1 + KEYWORD_WEIGHT) / 61, 6)
     fused = [h.fused_score for h in result.hits]
     assert fused == sorted(fused, reverse=True)
     out = cli.invoke(app, ["query", "runbook", "card declined", "--mode", "keyword"])
