@@ -4,14 +4,12 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
-import email.utils
 import json
 import os
 import ssl
 import threading
 from collections.abc import Generator, Mapping, Sequence
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
 from typing import Any
 
 import httpx
@@ -25,6 +23,7 @@ from tenacity import (
     wait_random,
 )
 
+from kbctl._retry_after import retry_after_seconds
 from kbctl.embedding import Purpose, Vector
 from kbctl.errors import EmbeddingError
 
@@ -154,22 +153,7 @@ def _retry_after(headers: httpx.Headers) -> float | None:
             return float(millis) / 1000
     except ValueError:
         pass
-    value = headers.get("retry-after", "").strip()
-    if not value:
-        return None
-    try:
-        seconds = float(value)
-    except ValueError:
-        pass
-    else:
-        return seconds if seconds >= 0 else None
-    try:
-        when = email.utils.parsedate_to_datetime(value)
-    except (TypeError, ValueError):
-        return None
-    if when.tzinfo is None:
-        when = when.replace(tzinfo=UTC)
-    return max(0.0, (when - datetime.now(UTC)).total_seconds())
+    return retry_after_seconds(headers.get("retry-after"))
 
 
 def _error_message(response: httpx.Response, auth: _BearerAuth | None) -> str:

@@ -18,7 +18,6 @@ from __future__ import annotations
 import asyncio
 import codecs
 import concurrent.futures
-import email.utils
 import importlib.util
 import os
 import re
@@ -26,12 +25,12 @@ import ssl
 import zlib
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
 from typing import Any
 
 import httpx
 from tenacity import AsyncRetrying, RetryCallState, retry_if_exception, wait_exponential, wait_random
 
+from kbctl._retry_after import retry_after_seconds
 from kbctl.errors import SourceError
 from kbctl.sources import Document
 from kbctl.sources._guard import ALLOW_ENV, Guard, guarded_transport
@@ -178,22 +177,6 @@ def _seconds(s: float) -> str:
 def _status_line(code: int, server_phrase: str) -> str:
     phrase = httpx.codes.get_reason_phrase(code) or server_phrase
     return f"HTTP {code} {phrase}".rstrip()
-
-
-def _retry_after(value: str | None) -> float | None:
-    """Seconds from a Retry-After header (delta-seconds or HTTP date), or None when absent or unreadable."""
-    if not value:
-        return None
-    value = value.strip()
-    if value.isdigit():
-        return float(value)
-    try:
-        when = email.utils.parsedate_to_datetime(value)
-    except (TypeError, ValueError):
-        return None
-    if when.tzinfo is None:
-        when = when.replace(tzinfo=UTC)
-    return max(0.0, (when - datetime.now(UTC)).total_seconds())
 
 
 def _parse_content_type(value: str | None) -> tuple[str | None, str | None]:
@@ -537,7 +520,7 @@ class _Fetcher:
             raise _Failure(
                 _status_line(status, response.reason_phrase),
                 retryable=True,
-                retry_after=_retry_after(headers.get("retry-after")),
+                retry_after=retry_after_seconds(headers.get("retry-after")),
             )
         if not 200 <= status < 300:
             raise _Failure(_status_line(status, response.reason_phrase))

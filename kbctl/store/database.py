@@ -185,6 +185,18 @@ def _store_errors(func: Callable[P, R]) -> Callable[P, R]:
 GC_LOCK_KEY = 0x6B6263746C_02
 
 
+# The chunks a version serves, with their source, place, vector and cosine similarity to %(q)s.
+_HITS_OF_VERSION = (
+    "SELECT c.id AS chunk_id, vs.source_name, r.origin, r.title, c.ordinal, c.char_start,"
+    " c.char_end, c.heading_path, c.content, c.token_count, e.embedding AS vector,"
+    " 1 - (e.embedding <=> %(q)s) AS score"
+    " FROM kb_version_sources vs"
+    " JOIN kb_source_revisions r ON r.id = vs.revision_id"
+    " JOIN kb_chunks c ON c.revision_id = vs.revision_id"
+    " JOIN kb_embeddings e ON e.id = c.embedding_id"
+)
+
+
 def _lock_key(name: str) -> int:
     """A stable signed 64-bit advisory lock key for a knowledge base name."""
     return int.from_bytes(hashlib.sha256(f"kbctl:kb:{name}".encode()).digest()[:8], "big", signed=True)
@@ -579,14 +591,7 @@ class Database:
             return []  # only stop words
         with self._conn.cursor(row_factory=class_row(ChunkHit)) as cur:
             return cur.execute(
-                "SELECT c.id AS chunk_id, vs.source_name, r.origin, r.title, c.ordinal, c.char_start,"
-                " c.char_end, c.heading_path, c.content, c.token_count, e.embedding AS vector,"
-                " 1 - (e.embedding <=> %(q)s) AS score"
-                " FROM kb_version_sources vs"
-                " JOIN kb_source_revisions r ON r.id = vs.revision_id"
-                " JOIN kb_chunks c ON c.revision_id = vs.revision_id"
-                " JOIN kb_embeddings e ON e.id = c.embedding_id"
-                " WHERE vs.version_id = %(v)s AND c.tsv @@ to_tsquery('simple', %(tsq)s)"
+                _HITS_OF_VERSION + " WHERE vs.version_id = %(v)s AND c.tsv @@ to_tsquery('simple', %(tsq)s)"
                 " ORDER BY ts_rank_cd(c.tsv, to_tsquery('simple', %(tsq)s)) DESC, c.id LIMIT %(n)s",
                 {"q": np.asarray(vector, dtype=np.float32), "v": version_id, "tsq": row[0], "n": limit},
             ).fetchall()
@@ -598,15 +603,7 @@ class Database:
         """The `limit` chunks of a version nearest to `vector` by cosine distance, best first."""
         with self._conn.cursor(row_factory=class_row(ChunkHit)) as cur:
             return cur.execute(
-                "SELECT c.id AS chunk_id, vs.source_name, r.origin, r.title, c.ordinal, c.char_start,"
-                " c.char_end, c.heading_path, c.content, c.token_count, e.embedding AS vector,"
-                " 1 - (e.embedding <=> %(q)s) AS score"
-                " FROM kb_version_sources vs"
-                " JOIN kb_source_revisions r ON r.id = vs.revision_id"
-                " JOIN kb_chunks c ON c.revision_id = vs.revision_id"
-                " JOIN kb_embeddings e ON e.id = c.embedding_id"
-                " WHERE vs.version_id = %(v)s"
-                " ORDER BY e.embedding <=> %(q)s, c.id LIMIT %(n)s",
+                _HITS_OF_VERSION + " WHERE vs.version_id = %(v)s ORDER BY e.embedding <=> %(q)s, c.id LIMIT %(n)s",
                 {"q": np.asarray(vector, dtype=np.float32), "v": version_id, "n": limit},
             ).fetchall()
 
