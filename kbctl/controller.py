@@ -16,11 +16,9 @@ import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any, Literal
+from typing import Literal
 
-import psycopg
-from psycopg import sql
-from psycopg.types.json import Jsonb
+from pydantic import ValidationError
 
 from kbctl.conditions import conditions_for
 from kbctl.embedding import Embedder
@@ -29,6 +27,8 @@ from kbctl.manifest import KnowledgeBase
 from kbctl.reconcile import ApplyReport, KnowledgeBaseResult, SourceResult, apply_knowledge_bases
 from kbctl.reporting import NullReporter, Reporter
 from kbctl.sources.url import FetchPolicy
+from kbctl.store import claims
+from kbctl.store.claims import CHANNEL, Claim
 from kbctl.store.database import Database
 
 __all__ = [
@@ -41,7 +41,6 @@ __all__ = [
     "wait_for_controller",
 ]
 
-CHANNEL = "kbctl_work"
 LEASE_SECONDS = 600
 HEARTBEAT_TTL_SECONDS = 15
 RETRY_SECONDS = 30
@@ -66,26 +65,14 @@ def record_pending(db: Database, kb: KnowledgeBase) -> PendingResult:
         return PendingResult(kb.name, "unchanged", row.current_version, row.generation, False)
     conditions = conditions_for(row.conditions, now=datetime.now(UTC), serving=row.current_version, pending=True)
     db.set_conditions(row.id, conditions)
-    db.connection.execute("SELECT pg_notify(%s, %s)", (CHANNEL, kb.name))
+    claims.notify_work(db, kb.name)
     action = "created" if row.current_version is None else "configured"
     return PendingResult(kb.name, action, db.next_version_number(row.id), row.generation, True)
 
 
 def controller_alive(db: Database) -> bool:
     """Whether some controller has sent a heartbeat recently."""
-    row = db.connection.execute(
-        "SELECT count(*) FROM kb_controllers WHERE last_seen > now() - make_interval(secs => %s)",
-        (HEARTBEAT_TTL_SECONDS,),
-    ).fetchone()
-    return bool(row and row[0])
-
-
-@dataclass(frozen=True)
-class _Claim:
-    kb_id: int
-    name: str
-    generation: int
-    manifest: dict[str, Any]
+    return claims.controllers_alive(db, HEARTBEAT_TTL_SECONDS)
 
 
 class Controller:
@@ -110,44 +97,17 @@ class Controller:
 
     def heartbeat(self) -> None:
         """Announce this controller as alive."""
-        self.db.connection.execute(
-            "INSERT INTO kb_controllers (id, hostname, pid) VALUES (%s, %s, %s)"
-            " ON CONFLICT (id) DO UPDATE SET last_seen = now()",
-            (self.id, socket.gethostname(), os.getpid()),
-        )
+        claims.heartbeat(self.db, self.id)
 
     def deregister(self) -> None:
         """Remove this controller's heartbeat row."""
-        self.db.connection.execute("DELETE FROM kb_controllers WHERE id = %s", (self.id,))
+        claims.deregister(self.db, self.id)
 
-    def claim(self) -> _Claim | None:
+    def claim(self) -> Claim | None:
         """Claim the oldest pending knowledge base no other controller holds (SKIP LOCKED + lease)."""
-        conn = self.db.connection
-        with conn.transaction():
-            row = conn.execute(
-                "SELECT id, name, generation, coalesce(desired_manifest, manifest) FROM kb_knowledge_bases"
-                " WHERE generation > observed_generation AND (claim_expires IS NULL OR claim_expires < now())"
-                " ORDER BY updated_at, id LIMIT 1 FOR UPDATE SKIP LOCKED"
-            ).fetchone()
-            if row is None:
-                return None
-            conn.execute(
-                "UPDATE kb_knowledge_bases SET claimed_by = %s,"
-                " claim_expires = now() + make_interval(secs => %s) WHERE id = %s",
-                (self.id, self._lease, row[0]),
-            )
-        return _Claim(row[0], row[1], row[2], row[3])
+        return claims.claim_next(self.db, self.id, self._lease)
 
-    def _release(self, claim: _Claim, *, retry_after: int | None = None) -> None:
-        """Release a claim; after a failure the knowledge base is left alone for `retry_after` seconds."""
-        self.db.connection.execute(
-            "UPDATE kb_knowledge_bases SET claimed_by = NULL,"
-            " claim_expires = CASE WHEN %s THEN now() + make_interval(secs => %s) END"
-            " WHERE id = %s AND claimed_by = %s",
-            (retry_after is not None, retry_after or 0, claim.kb_id, self.id),
-        )
-
-    def process(self, claim: _Claim) -> KnowledgeBaseResult:
+    def process(self, claim: Claim) -> KnowledgeBaseResult:
         """Reconcile one claimed knowledge base and release the claim."""
         retry_after: int | None = None
         try:
@@ -157,19 +117,12 @@ class Controller:
             ).results
             if result.action == "failed":  # the store or the model failed: try again later
                 retry_after = RETRY_SECONDS
-        except (KbctlError, ValueError) as exc:
+        except ValidationError as exc:
             # A manifest that no longer validates (an older kbctl wrote it) cannot be retried as is.
-            self.db.connection.execute(
-                "UPDATE kb_knowledge_bases SET observed_generation = %s, conditions = %s WHERE id = %s",
-                (
-                    claim.generation,
-                    Jsonb(conditions_for([], now=datetime.now(UTC), serving=None, failure=str(exc))),
-                    claim.kb_id,
-                ),
-            )
+            claims.give_up(self.db, claim, conditions_for([], now=datetime.now(UTC), serving=None, failure=str(exc)))
             result = KnowledgeBaseResult(name=claim.name, action="failed", version=None, sources=[], message=str(exc))
         finally:
-            self._release(claim, retry_after=retry_after)
+            claims.release(self.db, claim, self.id, retry_after=retry_after)
         self.processed.append(result)
         return result
 
@@ -185,20 +138,20 @@ class Controller:
 
     def run(self, stop: threading.Event, *, poll_seconds: float = 5.0) -> None:
         """Serve until `stop` is set: process what is pending, then sleep until a NOTIFY or the poll interval."""
-        self.db.connection.execute(sql.SQL("LISTEN {}").format(sql.Identifier(CHANNEL)))
+        claims.listen(self.db)
         try:
             while not stop.is_set():
                 self.run_once()
                 deadline = time.monotonic() + poll_seconds
                 while not stop.is_set() and time.monotonic() < deadline:
-                    if any(True for _ in self.db.connection.notifies(timeout=0.5, stop_after=1)):
+                    if any(True for _ in claims.wake_ups(self.db, 0.5)):
                         break
         finally:
             try:
-                self.db.connection.execute(sql.SQL("UNLISTEN {}").format(sql.Identifier(CHANNEL)))
+                claims.unlisten(self.db)
                 self.deregister()
-            except (psycopg.Error, KbctlError):
-                pass
+            except KbctlError:
+                pass  # the connection is gone: nothing left to clean up
 
 
 def wait_for(

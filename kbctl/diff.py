@@ -13,11 +13,10 @@ from pydantic import BaseModel, ConfigDict, computed_field
 
 from kbctl.changes import field_changes, source_changes
 from kbctl.embedding import Embedder
-from kbctl.errors import StoreError
 from kbctl.manifest import KnowledgeBase
 from kbctl.planning import SourcePlan, apply_would_fetch, changed_sources, plan_sources, sha256_json, text_sha256
 from kbctl.selectors import Selector
-from kbctl.store.database import Database, VersionSourceRow
+from kbctl.store.database import Database, VersionSourceRow, store_error
 
 __all__ = [
     "DiffReport",
@@ -111,7 +110,7 @@ def _read_only(db: Database) -> Iterator[None]:
             conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY")
             yield
     except psycopg.Error as exc:
-        raise StoreError(f"database error: {str(exc).strip().splitlines()[0]}") from exc
+        raise store_error(exc) from exc
 
 
 class _Planner:

@@ -32,6 +32,7 @@ __all__ = [
     "SourceStatusRow",
     "VersionRow",
     "VersionSourceRow",
+    "store_error",
 ]
 
 
@@ -174,10 +175,15 @@ def _store_errors(func: Callable[P, R]) -> Callable[P, R]:
         try:
             return func(*args, **kwargs)
         except psycopg.Error as exc:
-            state = f" [SQLSTATE {exc.sqlstate}]" if exc.sqlstate else ""
-            raise StoreError(f"database error{state}: {str(exc).strip().splitlines()[0]}") from exc
+            raise store_error(exc) from exc
 
     return wrapper
+
+
+def store_error(exc: psycopg.Error) -> StoreError:
+    """The StoreError a driver error becomes: its first line, with the SQLSTATE."""
+    state = f" [SQLSTATE {exc.sqlstate}]" if exc.sqlstate else ""
+    return StoreError(f"database error{state}: {str(exc).strip().splitlines()[0]}")
 
 
 # Garbage collection of cached vectors takes this advisory lock exclusively; every apply holds it shared
@@ -243,15 +249,21 @@ class Database:
         self.close()
 
     @contextmanager
-    @_store_errors
     def kb_lock(self, name: str) -> Iterator[None]:
         """Hold the advisory lock of one knowledge base: applies of one KB serialize, others don't."""
+        # Translated here: a decorator on a generator function would only wrap the generator's creation.
         key = _lock_key(name)
-        self._conn.execute("SELECT pg_advisory_lock(%s)", (key,))
+        try:
+            self._conn.execute("SELECT pg_advisory_lock(%s)", (key,))
+        except psycopg.Error as exc:
+            raise store_error(exc) from exc
         try:
             yield
         finally:
-            self._conn.execute("SELECT pg_advisory_unlock(%s)", (key,))
+            try:
+                self._conn.execute("SELECT pg_advisory_unlock(%s)", (key,))
+            except psycopg.Error as exc:
+                raise store_error(exc) from exc
 
     # -- reads -----------------------------------------------------------------------------------
 

@@ -1,0 +1,130 @@
+"""The controllers' side of the store: heartbeats, wake-ups, and claims of pending knowledge bases."""
+
+from __future__ import annotations
+
+import os
+import socket
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from psycopg import sql
+from psycopg.types.json import Jsonb
+
+from kbctl.store.database import Database, _store_errors
+
+__all__ = [
+    "CHANNEL",
+    "Claim",
+    "claim_next",
+    "controllers_alive",
+    "deregister",
+    "give_up",
+    "heartbeat",
+    "listen",
+    "notify_work",
+    "release",
+    "unlisten",
+    "wake_ups",
+]
+
+CHANNEL = "kbctl_work"
+
+
+@dataclass(frozen=True)
+class Claim:
+    """A pending knowledge base one controller holds: the generation and manifest to reconcile."""
+
+    kb_id: int
+    name: str
+    generation: int
+    manifest: dict[str, Any]
+
+
+@_store_errors
+def heartbeat(db: Database, controller_id: str) -> None:
+    """Announce a controller as alive."""
+    db.connection.execute(
+        "INSERT INTO kb_controllers (id, hostname, pid) VALUES (%s, %s, %s)"
+        " ON CONFLICT (id) DO UPDATE SET last_seen = now()",
+        (controller_id, socket.gethostname(), os.getpid()),
+    )
+
+
+@_store_errors
+def deregister(db: Database, controller_id: str) -> None:
+    """Remove a controller's heartbeat row."""
+    db.connection.execute("DELETE FROM kb_controllers WHERE id = %s", (controller_id,))
+
+
+@_store_errors
+def controllers_alive(db: Database, ttl_seconds: int) -> bool:
+    """Whether some controller has sent a heartbeat in the last `ttl_seconds`."""
+    row = db.connection.execute(
+        "SELECT count(*) FROM kb_controllers WHERE last_seen > now() - make_interval(secs => %s)", (ttl_seconds,)
+    ).fetchone()
+    return bool(row and row[0])
+
+
+@_store_errors
+def notify_work(db: Database, name: str) -> None:
+    """Wake the listening controllers: `name` has a new desired state."""
+    db.connection.execute("SELECT pg_notify(%s, %s)", (CHANNEL, name))
+
+
+@_store_errors
+def listen(db: Database) -> None:
+    """Start receiving wake-ups on this connection."""
+    db.connection.execute(sql.SQL("LISTEN {}").format(sql.Identifier(CHANNEL)))
+
+
+@_store_errors
+def unlisten(db: Database) -> None:
+    """Stop receiving wake-ups on this connection."""
+    db.connection.execute(sql.SQL("UNLISTEN {}").format(sql.Identifier(CHANNEL)))
+
+
+@_store_errors
+def wake_ups(db: Database, timeout: float) -> Iterator[Any]:
+    """The wake-ups received within `timeout` seconds (at most one)."""
+    return iter(list(db.connection.notifies(timeout=timeout, stop_after=1)))
+
+
+@_store_errors
+def claim_next(db: Database, controller_id: str, lease_seconds: int) -> Claim | None:
+    """Claim the oldest pending knowledge base no other controller holds (FOR UPDATE SKIP LOCKED + a lease)."""
+    conn = db.connection
+    with conn.transaction():
+        row = conn.execute(
+            "SELECT id, name, generation, coalesce(desired_manifest, manifest) FROM kb_knowledge_bases"
+            " WHERE generation > observed_generation AND (claim_expires IS NULL OR claim_expires < now())"
+            " ORDER BY updated_at, id LIMIT 1 FOR UPDATE SKIP LOCKED"
+        ).fetchone()
+        if row is None:
+            return None
+        conn.execute(
+            "UPDATE kb_knowledge_bases SET claimed_by = %s, claim_expires = now() + make_interval(secs => %s)"
+            " WHERE id = %s",
+            (controller_id, lease_seconds, row[0]),
+        )
+    return Claim(row[0], row[1], row[2], row[3])
+
+
+@_store_errors
+def release(db: Database, claim: Claim, controller_id: str, *, retry_after: int | None = None) -> None:
+    """Release a claim; after a failure the knowledge base is left alone for `retry_after` seconds."""
+    db.connection.execute(
+        "UPDATE kb_knowledge_bases SET claimed_by = NULL,"
+        " claim_expires = CASE WHEN %s THEN now() + make_interval(secs => %s) END"
+        " WHERE id = %s AND claimed_by = %s",
+        (retry_after is not None, retry_after or 0, claim.kb_id, controller_id),
+    )
+
+
+@_store_errors
+def give_up(db: Database, claim: Claim, conditions: Sequence[dict[str, Any]]) -> None:
+    """Mark a claimed generation observed without reconciling it (its manifest cannot be read any more)."""
+    db.connection.execute(
+        "UPDATE kb_knowledge_bases SET observed_generation = %s, conditions = %s WHERE id = %s",
+        (claim.generation, Jsonb(list(conditions)), claim.kb_id),
+    )
