@@ -16,7 +16,7 @@ import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Literal
+from typing import Literal, cast
 
 from pydantic import ValidationError
 
@@ -24,9 +24,10 @@ from kbctl.conditions import conditions_for
 from kbctl.embedding import Embedder
 from kbctl.errors import KbctlError, NotFoundError
 from kbctl.manifest import KnowledgeBase
-from kbctl.reconcile import ApplyReport, KnowledgeBaseResult, SourceResult, apply_knowledge_bases
+from kbctl.reconcile import ApplyReport, KnowledgeBaseResult, SourceResult, apply_knowledge_bases, source_lines
 from kbctl.reporting import NullReporter, Reporter
 from kbctl.sources.url import FetchPolicy
+from kbctl.status import describe_knowledge_base
 from kbctl.store import claims
 from kbctl.store.claims import CHANNEL, Claim
 from kbctl.store.database import Database
@@ -207,35 +208,24 @@ def wait_for_controller(
 
 
 def _result_from_store(db: Database, p: PendingResult, reporter: Reporter) -> KnowledgeBaseResult:
-    """What the controller did, read back from the store, with apply's source lines."""
-    row = db.get_kb(p.name)
-    version = db.get_version(row.id, row.current_version) if row and row.current_version else None
-    if row is None or version is None:
-        raise NotFoundError(f'knowledgebase "{p.name}" not found')
-    live = db.source_statuses(row.id)
-    sources = []
-    for s in db.version_sources(version.id):
-        status = live.get(s.source_name)
-        state = status.state if status else s.state
-        message = status.message if status else s.message
-        if state != "ready":
-            reporter.line(f"KnowledgeBase/{p.name} source {s.source_name} failed: {message}")
-        elif s.embedded_count:
-            noun = "chunk" if s.chunk_count == 1 else "chunks"
-            reporter.line(
-                f"KnowledgeBase/{p.name} source {s.source_name} ready: {s.chunk_count} {noun} ({version.model})"
-            )
-        sources.append(
-            SourceResult(
-                name=s.source_name,
-                state=state,  # type: ignore[arg-type]
-                fetched=False,
-                ingested=s.embedded_count > 0,
-                chunks=s.chunk_count,
-                embedded=s.embedded_count,
-                reused=s.reused_count,
-                message=message,
-            )
+    """What the controller did, read back from the store (live source states), with apply's source lines."""
+    detail = describe_knowledge_base(db, p.name)
+    if detail.version is None:
+        raise NotFoundError(f'knowledgebase "{p.name}" has no published version yet')
+    sources = [
+        SourceResult(
+            name=s.name,
+            state=cast(Literal["ready", "stale", "failed"], s.state),
+            fetched=False,
+            ingested=s.embedded > 0,
+            chunks=s.chunks,
+            embedded=s.embedded,
+            reused=s.reused,
+            message=s.message,
         )
+        for s in detail.source_status
+    ]
+    for line in source_lines(f"KnowledgeBase/{p.name}", sources, detail.model):
+        reporter.line(line)
     action: Literal["created", "configured"] = "created" if p.action == "created" else "configured"
-    return KnowledgeBaseResult(name=p.name, action=action, version=version.number, sources=sources)
+    return KnowledgeBaseResult(name=p.name, action=action, version=detail.version, sources=sources)

@@ -31,6 +31,7 @@ __all__ = [
     "SourceResult",
     "apply_knowledge_bases",
     "refresh_knowledge_bases",
+    "source_lines",
 ]
 
 
@@ -152,12 +153,12 @@ def _reconcile_one(
         record(current.number)
         if mode == "apply":
             reporter.line(f"{prefix} unchanged (version {current.number})")
-        _report_sources(reporter, prefix, plans, embedder.model_id, mode)
+        results = [_result(p) for p in plans]
+        for line in source_lines(prefix, results, embedder.model_id, mode):
+            reporter.line(line)
         if mode == "refresh":
             reporter.line(f"{prefix} unchanged (version {current.number})")
-        return KnowledgeBaseResult(
-            name=name, action="unchanged", version=current.number, sources=[_result(p) for p in plans]
-        )
+        return KnowledgeBaseResult(name=name, action="unchanged", version=current.number, sources=results)
 
     number = db.next_version_number(row.id)
     action: Literal["created", "configured", "refreshed"] = (
@@ -193,10 +194,12 @@ def _reconcile_one(
     )
     prune_history(db, row.id, kb.spec.version_history)
     record(number)
-    _report_sources(reporter, prefix, plans, embedder.model_id, mode)
+    results = [_result(p) for p in plans]  # after ingest: embedded counts and failures are known
+    for line in source_lines(prefix, results, embedder.model_id, mode):
+        reporter.line(line)
     if mode == "refresh":
         reporter.line(f"{prefix} refreshed (version {number})")
-    return KnowledgeBaseResult(name=name, action=action, version=number, sources=[_result(p) for p in plans])
+    return KnowledgeBaseResult(name=name, action=action, version=number, sources=results)
 
 
 def _change_cause(old: dict[str, Any] | None, new: dict[str, Any], plans: Sequence[SourcePlan], mode: FetchMode) -> str:
@@ -214,17 +217,20 @@ def _change_cause(old: dict[str, Any] | None, new: dict[str, Any], plans: Sequen
     return "; ".join(parts) or "no content change"
 
 
-def _report_sources(reporter: Reporter, prefix: str, plans: Sequence[SourcePlan], model: str, mode: FetchMode) -> None:
-    for p in plans:
-        src = f"{prefix} source {p.source.name}"
-        if p.failed:
-            reporter.line(f"{src} failed: {p.message}")
-        elif p.ingest:
-            noun = "chunk" if p.chunk_count == 1 else "chunks"
-            new = f", {p.embedded} new" if mode == "refresh" else ""
-            reporter.line(f"{src} ready: {p.chunk_count} {noun} ({model}){new}")
-        elif p.fetched and mode == "refresh":
-            reporter.line(f"{src} unchanged")
+def source_lines(prefix: str, sources: Sequence[SourceResult], model: str, mode: FetchMode = "apply") -> list[str]:
+    """The per-source lines of apply and refresh (`KnowledgeBase/x source faq ready: 3 chunks (model)`)."""
+    lines = []
+    for r in sources:
+        src = f"{prefix} source {r.name}"
+        if r.failed:
+            lines.append(f"{src} failed: {r.message}")
+        elif r.ingested:
+            noun = "chunk" if r.chunks == 1 else "chunks"
+            new = f", {r.embedded} new" if mode == "refresh" else ""
+            lines.append(f"{src} ready: {r.chunks} {noun} ({model}){new}")
+        elif r.fetched and mode == "refresh":
+            lines.append(f"{src} unchanged")
+    return lines
 
 
 def _record_failure(db: Database, name: str, reason: str) -> None:
