@@ -17,6 +17,7 @@ from __future__ import annotations
 import re
 import time
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -161,23 +162,30 @@ def _contains(text: str, term: str) -> bool:
     return re.search(rf"(?<![A-Za-z0-9_]){re.escape(term)}(?![A-Za-z0-9_])", text, re.IGNORECASE) is not None
 
 
+@dataclass
+class _Ranks:
+    """A candidate's place in each list and its fused score."""
+
+    vector_rank: int | None = None
+    keyword_rank: int | None = None
+    fused_score: float = 0.0
+
+
 def _fuse(
-    mode: str, by_vector: Sequence[ChunkHit], by_keyword: Sequence[ChunkHit]
-) -> list[tuple[ChunkHit, dict[str, float | int | None]]]:
-    """Candidates in the mode's order, each with its ranks and fused score."""
-    ranks: dict[int, dict[str, float | int | None]] = {}
+    by_vector: Sequence[ChunkHit], by_keyword: Sequence[ChunkHit], keyword_weight: float
+) -> list[tuple[ChunkHit, _Ranks]]:
+    """Candidates of both lists (either may be empty) by weighted reciprocal rank fusion, best first."""
+    ranks: dict[int, _Ranks] = {}
     hits: dict[int, ChunkHit] = {}
-    lists = {"vector": by_vector, "keyword": by_keyword}
-    for kind, found in lists.items():
-        if mode not in (kind, "hybrid"):
-            continue
-        for rank, hit in enumerate(found, start=1):
-            hits.setdefault(hit.chunk_id, hit)
-            entry = ranks.setdefault(hit.chunk_id, {"vector_rank": None, "keyword_rank": None, "fused_score": 0.0})
-            entry[f"{kind}_rank"] = rank
-            weight = KEYWORD_WEIGHT if kind == "keyword" and mode == "hybrid" else 1.0
-            entry["fused_score"] = float(entry["fused_score"] or 0.0) + weight / (RRF_K + rank)
-    order = sorted(ranks, key=lambda cid: (-float(ranks[cid]["fused_score"] or 0.0), -hits[cid].score, cid))
+    for rank, hit in enumerate(by_vector, start=1):
+        hits.setdefault(hit.chunk_id, hit)
+        entry = ranks.setdefault(hit.chunk_id, _Ranks())
+        entry.vector_rank, entry.fused_score = rank, entry.fused_score + 1.0 / (RRF_K + rank)
+    for rank, hit in enumerate(by_keyword, start=1):
+        hits.setdefault(hit.chunk_id, hit)
+        entry = ranks.setdefault(hit.chunk_id, _Ranks())
+        entry.keyword_rank, entry.fused_score = rank, entry.fused_score + keyword_weight / (RRF_K + rank)
+    order = sorted(ranks, key=lambda cid: (-ranks[cid].fused_score, -hits[cid].score, cid))
     return [(hits[cid], ranks[cid]) for cid in order]
 
 
@@ -232,8 +240,9 @@ def query_knowledge_base(
     by_keyword = db.keyword_search(version.id, language, question, vector, pool) if chosen != "vector" else []
     clock.stage("keyword", [_entry(c, r, c.score) for r, c in enumerate(by_keyword, start=1)])
     terms = identifiers(question)
-    candidates = _fuse(chosen, by_vector, by_keyword)
-    clock.stage("fuse", [_entry(c, r, float(x["fused_score"] or 0)) for r, (c, x) in enumerate(candidates, start=1)])
+    # Alone, the keyword list orders by its own rank: its weight only matters beside the vector list.
+    candidates = _fuse(by_vector, by_keyword, KEYWORD_WEIGHT if chosen == "hybrid" else 1.0)
+    clock.stage("fuse", [_entry(c, r, x.fused_score) for r, (c, x) in enumerate(candidates, start=1)])
     hits: list[QueryHit] = []
     kept: list[Any] = []
     below = over = duplicates = used = 0
@@ -266,9 +275,9 @@ def query_knowledge_base(
                     char_start=c.char_start,
                     char_end=c.char_end,
                     score=round(float(c.score), 4),
-                    vector_rank=ranks["vector_rank"],  # type: ignore[arg-type]
-                    keyword_rank=ranks["keyword_rank"],  # type: ignore[arg-type]
-                    fused_score=round(float(ranks["fused_score"] or 0.0), 6),
+                    vector_rank=ranks.vector_rank,
+                    keyword_rank=ranks.keyword_rank,
+                    fused_score=round(ranks.fused_score, 6),
                     matched_identifiers=matched,
                     tokens=c.token_count,
                     text=c.content,
