@@ -501,9 +501,13 @@ class _StoreQuery:
     name: str
     top_k: int
     resolved: dict[str | None, str]
+    threshold: float | None = None
+    max_tokens: int | None = None
 
     def __call__(self, question: str, mode: str | None) -> Sequence[HitLike]:
-        result = self.store.query(self.name, question, top_k=self.top_k, mode=mode)
+        result = self.store.query(
+            self.name, question, top_k=self.top_k, mode=mode, threshold=self.threshold, max_tokens=self.max_tokens
+        )
         self.resolved.setdefault(mode, result.mode)
         return result.hits
 
@@ -515,9 +519,12 @@ def evaluate_store(
     *,
     k: int = 5,
     modes: Sequence[str | None] = (None,),
+    threshold: float | None = None,
+    max_tokens: int | None = None,
 ) -> EvalReport:
     """Evaluate knowledge base `name` of a store: each question is asked with top_k=max(k, 10) and the
-    spec's threshold and token budget, in each mode (None: the spec's default mode).
+    spec's threshold and token budget (or `threshold` / `max_tokens` when given), in each mode (None:
+    the spec's default mode).
 
     Raises KbctlError when the eval set expects a source the knowledge base does not have (a typo
     would otherwise just read as poor recall).
@@ -532,7 +539,7 @@ def evaluate_store(
     if unknown:
         listed = ", ".join(f"{s} (query {i})" for s, i in unknown.items())
         raise KbctlError(f"KnowledgeBase/{name} has no source {listed}; it has: {', '.join(sorted(known))}")
-    store_query = _StoreQuery(store, name, max(k, MRR_DEPTH, NDCG_DEPTH), {})
+    store_query = _StoreQuery(store, name, max(k, MRR_DEPTH, NDCG_DEPTH), {}, threshold, max_tokens)
     report = evaluate(store_query, evalset, k=k, modes=modes, knowledge_base=name)
     for m in report.modes:
         m.resolved_mode = store_query.resolved.get(m.mode)
