@@ -21,7 +21,8 @@ import pytest
 import kbctl
 from kbctl.config import Settings
 from kbctl.embedding import Vector
-from kbctl.embedding.http import HttpEmbedder, HttpEmbeddingConfig, _retry_after, estimate_tokens
+from kbctl.embedding.http import HttpEmbedder, HttpEmbeddingConfig, estimate_tokens
+from kbctl.embedding.http import retry_after as _retry_after
 from kbctl.embedding.local import LocalEmbedder
 from kbctl.errors import EmbeddingError
 from tests.embedserver import EmbeddingServer, serve_embeddings

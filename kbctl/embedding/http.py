@@ -6,9 +6,8 @@ import asyncio
 import concurrent.futures
 import json
 import os
-import ssl
 import threading
-from collections.abc import Generator, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -23,27 +22,27 @@ from tenacity import (
     wait_random,
 )
 
-from kbctl._retry_after import retry_after_seconds
+from kbctl._http_api import (
+    BearerAuth,
+    Retryable,
+    bearer_auth,
+    check_response,
+    plural,
+    retry_after,
+    transport_failure,
+    user_agent,
+)
 from kbctl.embedding import Purpose, Vector
 from kbctl.errors import EmbeddingError
 
-__all__ = ["CHARS_PER_TOKEN", "HttpEmbedder", "HttpEmbeddingConfig", "estimate_tokens"]
+__all__ = ["CHARS_PER_TOKEN", "HttpEmbedder", "HttpEmbeddingConfig", "estimate_tokens", "retry_after"]
 
 # Characters per token assumed by `estimate_tokens`. OpenAI's rule of thumb is ~4 characters per token for
 # English; 3 over-counts English prose a little, which keeps batches and the input limit on the safe side for
 # code, numbers and most other languages. No tokenizer can be downloaded offline, so this is an estimate.
 CHARS_PER_TOKEN = 3
 
-_RETRY_STATUSES = frozenset({429, 500, 502, 503, 504})
-_AUTH_STATUSES = frozenset({401, 403})
 _RESERVED_FIELDS = frozenset({"model", "input", "encoding_format", "dimensions"})
-_MESSAGE_LIMIT = 200
-_TIMEOUT_KINDS: dict[type[Exception], str] = {
-    httpx.ConnectTimeout: "connect timed out",
-    httpx.ReadTimeout: "read timed out",
-    httpx.WriteTimeout: "write timed out",
-    httpx.PoolTimeout: "no free connection",
-}
 
 
 def estimate_tokens(text: str) -> int:
@@ -104,92 +103,6 @@ class HttpEmbeddingConfig:
     def url(self) -> str:
         """The embeddings endpoint."""
         return f"{self.base_url.rstrip('/')}/embeddings"
-
-
-class _BearerAuth(httpx.Auth):
-    """Adds `Authorization: Bearer <key>`; its repr names the variable, never the key."""
-
-    def __init__(self, key: str, variable: str) -> None:
-        self._key = key
-        self.variable = variable
-
-    def auth_flow(self, request: httpx.Request) -> Generator[httpx.Request, httpx.Response, None]:
-        request.headers["Authorization"] = f"Bearer {self._key}"
-        yield request
-
-    def redact(self, text: str) -> str:
-        """`text` with the key replaced by a mention of its variable."""
-        return text.replace(self._key, f"${self.variable}")
-
-    def __repr__(self) -> str:
-        return f"<bearer token from ${self.variable}>"
-
-
-class _Retryable(Exception):
-    """One attempt failed in a way worth retrying; `retry_after` is the server's wish in seconds."""
-
-    def __init__(self, reason: str, retry_after: float | None = None) -> None:
-        super().__init__(reason)
-        self.reason = reason
-        self.retry_after = retry_after
-
-
-def _user_agent() -> str:
-    from kbctl import __version__  # lazily: kbctl/__init__ imports modules that may import this one
-
-    return f"kbctl/{__version__}"
-
-
-def _status_line(response: httpx.Response) -> str:
-    phrase = httpx.codes.get_reason_phrase(response.status_code) or response.reason_phrase
-    return f"HTTP {response.status_code} {phrase}".rstrip()
-
-
-def _retry_after(headers: httpx.Headers) -> float | None:
-    """Seconds from `retry-after-ms`, else `Retry-After` (delta-seconds or HTTP date); None when absent or bad."""
-    millis = headers.get("retry-after-ms", "").strip()
-    try:
-        if millis and float(millis) >= 0:
-            return float(millis) / 1000
-    except ValueError:
-        pass
-    return retry_after_seconds(headers.get("retry-after"))
-
-
-def _error_message(response: httpx.Response, auth: _BearerAuth | None) -> str:
-    """An error body's short message (error.message, error, detail, message or plain text), key redacted, cut."""
-    message: Any = None
-    try:
-        payload = json.loads(response.content)
-    except (ValueError, RecursionError):
-        media = response.headers.get("content-type", "").split(";")[0].strip().lower()
-        if media == "text/plain":
-            message = response.text
-    else:
-        if isinstance(payload, dict):
-            error = payload.get("error")
-            if isinstance(error, dict):
-                error = error.get("message")
-            message = next((m for m in (error, payload.get("detail"), payload.get("message")) if m), None)
-    if message is None:
-        return ""
-    text = " ".join((message if isinstance(message, str) else json.dumps(message)).split())
-    if auth is not None:
-        text = auth.redact(text)
-    return text if len(text) <= _MESSAGE_LIMIT else text[: _MESSAGE_LIMIT - 3] + "..."
-
-
-def _tls_failure(exc: BaseException) -> ssl.SSLError | None:
-    seen: BaseException | None = exc
-    while seen is not None:
-        if isinstance(seen, ssl.SSLError):
-            return seen
-        seen = seen.__cause__ or seen.__context__
-    return None
-
-
-def _plural(n: int, word: str) -> str:
-    return f"{n} {word}" if n == 1 else f"{n} {word}s"
 
 
 class HttpEmbedder:
@@ -265,16 +178,8 @@ class HttpEmbedder:
 
     # ---- planning ----
 
-    def _auth(self) -> _BearerAuth | None:
-        variable = self.config.api_key_env
-        if variable is None:
-            return None
-        key = (self._environ.get(variable) or "").strip()
-        if not key:
-            raise EmbeddingError(
-                f"environment variable {variable} is not set (it holds the API key for {self.model_id})"
-            )
-        return _BearerAuth(key, variable)
+    def _auth(self) -> BearerAuth | None:
+        return bearer_auth(self.config.api_key_env, self._environ, self.model_id, EmbeddingError)
 
     def _batches(self, sizes: list[int]) -> list[range]:
         """Consecutive index ranges, each within batch_size inputs and max_batch_tokens (unless one input)."""
@@ -299,13 +204,13 @@ class HttpEmbedder:
     # ---- requests ----
 
     async def _embed_all(
-        self, texts: list[str], batches: list[range], purpose: Purpose, auth: _BearerAuth | None
+        self, texts: list[str], batches: list[range], purpose: Purpose, auth: BearerAuth | None
     ) -> list[Vector]:
         config = self.config
         results: list[Vector | None] = [None] * len(texts)
         slots = asyncio.Semaphore(config.max_concurrency)
         limits = httpx.Limits(max_connections=config.max_concurrency, max_keepalive_connections=config.max_concurrency)
-        headers = {"User-Agent": _user_agent(), "Accept": "application/json"}
+        headers = {"User-Agent": user_agent(), "Accept": "application/json"}
         async with httpx.AsyncClient(
             auth=auth, headers=headers, timeout=httpx.Timeout(config.timeout), limits=limits, follow_redirects=False
         ) as client:
@@ -333,14 +238,14 @@ class HttpEmbedder:
         return vectors
 
     async def _request(
-        self, client: httpx.AsyncClient, body: dict[str, Any], offset: int, auth: _BearerAuth | None
+        self, client: httpx.AsyncClient, body: dict[str, Any], offset: int, auth: BearerAuth | None
     ) -> list[Vector]:
         """One batch: the POST with its retries, then the validated vectors."""
         attempts = 0
         retrying = AsyncRetrying(
             stop=stop_after_attempt(self.config.retries + 1),
             wait=self._wait,
-            retry=retry_if_exception_type(_Retryable),
+            retry=retry_if_exception_type(Retryable),
             reraise=True,
         )
         try:
@@ -348,55 +253,25 @@ class HttpEmbedder:
                 with attempt:
                     attempts = attempt.retry_state.attempt_number
                     response = await self._post(client, body, auth)
-        except _Retryable as failure:
+        except Retryable as failure:
             raise EmbeddingError(
-                f"embedding request to {self.url} failed: {failure.reason} (after {_plural(attempts, 'attempt')})"
+                f"embedding request to {self.url} failed: {failure.reason} (after {plural(attempts, 'attempt')})"
             ) from failure.__cause__
         return self._vectors(response, len(body["input"]), offset)
 
     def _wait(self, state: RetryCallState) -> float:
         failure = state.outcome.exception() if state.outcome is not None else None
-        if isinstance(failure, _Retryable) and failure.retry_after is not None:
+        if isinstance(failure, Retryable) and failure.retry_after is not None:
             return min(failure.retry_after, self.config.max_retry_after)
         return float(self._backoff(state))
 
-    async def _post(self, client: httpx.AsyncClient, body: dict[str, Any], auth: _BearerAuth | None) -> httpx.Response:
-        """One attempt; a retryable failure raises _Retryable, any other EmbeddingError."""
-        url = self.url
+    async def _post(self, client: httpx.AsyncClient, body: dict[str, Any], auth: BearerAuth | None) -> httpx.Response:
+        """One attempt; a retryable failure raises Retryable, any other EmbeddingError."""
         try:
-            response = await client.post(url, json=body)
-        except httpx.TimeoutException as exc:
-            raise _Retryable(f"{_TIMEOUT_KINDS.get(type(exc), 'timed out')} after {self.config.timeout:g} s") from exc
-        except httpx.ConnectError as exc:
-            tls = _tls_failure(exc)
-            if isinstance(tls, ssl.SSLCertVerificationError):
-                raise EmbeddingError(f"TLS certificate of {url} not accepted: {tls.verify_message}") from exc
-            if tls is not None:
-                raise EmbeddingError(f"TLS handshake with {url} failed: {tls.reason or tls}") from exc
-            raise _Retryable(f"cannot connect: {exc or type(exc).__name__}") from exc
-        except httpx.TransportError as exc:
-            raise _Retryable(f"connection error: {exc or type(exc).__name__}") from exc
+            response = await client.post(self.url, json=body)
         except httpx.HTTPError as exc:
-            raise EmbeddingError(f"embedding request to {url} failed: {exc or type(exc).__name__}") from exc
-        status = response.status_code
-        if 200 <= status < 300:
-            return response
-        line = _status_line(response)
-        if status in _RETRY_STATUSES:
-            raise _Retryable(line, retry_after=_retry_after(response.headers))
-        if status in _AUTH_STATUSES:
-            if auth is None:
-                raise EmbeddingError(
-                    f"embedding endpoint {url} requires an API key ({line}); "
-                    "name the environment variable that holds it in api_key_env"
-                )
-            raise EmbeddingError(f"embedding endpoint {url} rejected the API key in ${auth.variable} ({line})")
-        if status == 404:
-            raise EmbeddingError(f"model '{self.config.model}' not found at {url} ({line})")
-        message = _error_message(response, auth)
-        if not message and 300 <= status < 400 and "location" in response.headers:
-            message = f"redirects to {response.headers['location']} (set base_url to the final address)"
-        raise EmbeddingError(f"{line} from {url}: {message}" if message else f"{line} from {url}")
+            raise transport_failure(exc, self.url, self.config.timeout, EmbeddingError, "embedding") from exc
+        return check_response(response, self.url, auth, EmbeddingError, what="embedding", model=self.config.model)
 
     # ---- responses ----
 
@@ -411,7 +286,7 @@ class HttpEmbedder:
         if not isinstance(data, list):
             raise EmbeddingError(f"{url} returned no 'data' list")
         if len(data) != expected:
-            raise EmbeddingError(f"{url} returned {len(data)} embeddings for {_plural(expected, 'input')}")
+            raise EmbeddingError(f"{url} returned {len(data)} embeddings for {plural(expected, 'input')}")
         for n, entry in enumerate(data):
             if not isinstance(entry, dict) or not isinstance(entry.get("embedding"), list):
                 raise EmbeddingError(f"{url} returned an entry without an 'embedding' list (data[{n}])")
