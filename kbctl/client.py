@@ -25,6 +25,7 @@ from kbctl.grounding import GroundedContext, build_context
 from kbctl.manifest import KnowledgeBase, LoadedManifest, load_manifests
 from kbctl.reconcile import ApplyReport, apply_knowledge_bases, refresh_knowledge_bases
 from kbctl.reporting import Reporter
+from kbctl.rerank import Reranker, get_reranker
 from kbctl.retrieval import QueryResult, query_knowledge_base
 from kbctl.selectors import Selector
 from kbctl.sources.url import FetchPolicy
@@ -85,6 +86,10 @@ class KnowledgeBaseStore:
     def embedder(self, model_id: str) -> Embedder:
         """The embedder of a model id, loaded once per process."""
         return get_embedder(model_id, self.settings)
+
+    def reranker(self, model_id: str) -> Reranker:
+        """The reranker of a `provider/name` model id, loaded once per process."""
+        return get_reranker(model_id, self.settings)
 
     def apply(
         self, knowledge_bases: Sequence[KnowledgeBase | LoadedManifest], *, reporter: Reporter | None = None
@@ -204,9 +209,11 @@ class KnowledgeBaseStore:
         max_tokens: int | None = None,
         mode: str | None = None,
         explain: bool = False,
+        rerank: bool | None = None,
     ) -> QueryResult:
         """The chunks most relevant to `question` (hybrid, vector or keyword; spec defaults for what is unset);
-        `explain` adds a per-stage trace of candidates, ranks, scores, cuts and timings."""
+        `rerank` False skips the spec's reranker, True requires one; `explain` adds a per-stage trace of
+        candidates, ranks, scores, cuts and timings."""
         return query_knowledge_base(
             self.db,
             name,
@@ -217,6 +224,8 @@ class KnowledgeBaseStore:
             max_tokens=max_tokens,
             mode=mode,
             explain=explain,
+            rerank=rerank,
+            reranker_for=self.reranker,
         )
 
     def context(
@@ -228,10 +237,13 @@ class KnowledgeBaseStore:
         threshold: float | None = None,
         max_tokens: int | None = None,
         mode: str | None = None,
+        rerank: bool | None = None,
     ) -> GroundedContext:
         """The block a model should receive for `question`: merged passages marked as reference data,
         or an explicit "no relevant context was found" block."""
-        result = self.query(name, question, top_k=top_k, threshold=threshold, max_tokens=max_tokens, mode=mode)
+        result = self.query(
+            name, question, top_k=top_k, threshold=threshold, max_tokens=max_tokens, mode=mode, rerank=rerank
+        )
         return build_context(result)
 
     def delete(self, name: str) -> DeleteResult:

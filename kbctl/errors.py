@@ -21,6 +21,7 @@ __all__ = [
     "ManifestError",
     "ManifestProblem",
     "NotFoundError",
+    "RerankError",
     "SourceError",
     "StoreError",
 ]
@@ -60,6 +61,10 @@ class SourceError(KbctlError):
 
 class EmbeddingError(KbctlError):
     """The embedding model could not be loaded, or embedding failed."""
+
+
+class RerankError(KbctlError):
+    """The reranker could not be loaded, or reranking failed."""
 
 
 class StoreError(KbctlError):

@@ -57,6 +57,7 @@ __all__ = [
     "recall_at_k",
     "reciprocal_rank",
     "score_query",
+    "split_mode",
 ]
 
 MRR_DEPTH: Final = 10
@@ -505,11 +506,31 @@ class _StoreQuery:
     max_tokens: int | None = None
 
     def __call__(self, question: str, mode: str | None) -> Sequence[HitLike]:
+        base, rerank = split_mode(mode)
         result = self.store.query(
-            self.name, question, top_k=self.top_k, mode=mode, threshold=self.threshold, max_tokens=self.max_tokens
+            self.name,
+            question,
+            top_k=self.top_k,
+            mode=base,
+            threshold=self.threshold,
+            max_tokens=self.max_tokens,
+            rerank=rerank,
         )
-        self.resolved.setdefault(mode, result.mode)
+        if result.rerank is not None and result.rerank.error:
+            raise KbctlError(f"mode {mode or 'default'}: {result.rerank.error}")
+        self.resolved.setdefault(mode, result.mode + ("+rerank" if result.rerank is not None else ""))
         return result.hits
+
+
+def split_mode(mode: str | None) -> tuple[str | None, bool | None]:
+    """(retrieval mode, rerank) of an eval mode: `hybrid` is hybrid without a reranker, `hybrid+rerank`
+    with the spec's reranker, None the spec's mode and reranker."""
+    if mode is None:
+        return None, None
+    base, plus, suffix = mode.partition("+")
+    if plus and suffix != "rerank":
+        raise ValueError(f"mode must be hybrid, vector or keyword, optionally with +rerank, got {mode!r}")
+    return base, bool(plus)
 
 
 def evaluate_store(
@@ -524,7 +545,8 @@ def evaluate_store(
 ) -> EvalReport:
     """Evaluate knowledge base `name` of a store: each question is asked with top_k=max(k, 10) and the
     spec's threshold and token budget (or `threshold` / `max_tokens` when given), in each mode (None:
-    the spec's default mode).
+    the spec's default mode and reranker; `hybrid` is measured without a reranker, `hybrid+rerank` with
+    the spec's; a reranker that fails fails the evaluation rather than measure the fused order).
 
     Raises KbctlError when the eval set expects a source the knowledge base does not have (a typo
     would otherwise just read as poor recall).

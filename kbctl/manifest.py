@@ -17,11 +17,13 @@ from pydantic import (
     BaseModel,
     ConfigDict,
     Field,
+    SerializerFunctionWrapHandler,
     Strict,
     ValidationError,
     ValidationInfo,
     ValidatorFunctionWrapHandler,
     field_validator,
+    model_serializer,
     model_validator,
 )
 from pydantic.alias_generators import to_camel, to_snake
@@ -49,6 +51,7 @@ __all__ = [
     "KnowledgeBase",
     "LoadedManifest",
     "Metadata",
+    "Rerank",
     "Retrieval",
     "Source",
     "Spec",
@@ -156,6 +159,30 @@ class Chunking(_Model):
         return value
 
 
+def _provider_slash_name(value: str) -> str:
+    if not value.strip():
+        raise ValueError("must not be empty")
+    provider, slash, name = value.partition("/")
+    if not slash or not provider or not name or any(ch.isspace() for ch in value):
+        raise ValueError(f"must be of the form provider/name, got {value!r}")
+    return value
+
+
+class Rerank(_Model):
+    """A second-stage reranker that reorders the best candidates before topK, threshold and budget apply."""
+
+    model: Annotated[str, AfterValidator(_provider_slash_name)] = Field(
+        description="'provider/name': a rerank provider of the kbctl configuration (cohere/rerank-v3.5, "
+        "jina/jina-reranker-v2-base-multilingual, or one of your own), or local/NAME for a local cross-encoder.",
+    )
+    candidates: _StrictInt = Field(
+        default=30, ge=1, le=200, description="How many of the best candidates (after the threshold) to rerank."
+    )
+    min_score: _StrictFloat | None = Field(
+        default=None, allow_inf_nan=False, description="Drop reranked chunks scoring below this (the model's scale)."
+    )
+
+
 class Retrieval(_Model):
     """How chunks are retrieved for a query."""
 
@@ -173,6 +200,16 @@ class Retrieval(_Model):
         pattern=r"^[a-z_]+$",
         description="PostgreSQL text search configuration for keyword search ('simple' for codes and mixed text).",
     )
+    rerank: Rerank | None = Field(default=None, description="Optional reranker applied to the fused candidates.")
+
+    @model_serializer(mode="wrap")
+    def _omit_unset_rerank(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        # Without a reranker the dump (and so every spec hash and stored manifest) stays what it was before
+        # rerank existed: adding the field must not give every knowledge base a new version.
+        data: dict[str, Any] = handler(self)
+        if data.get("rerank", ...) is None:
+            del data["rerank"]
+        return data
 
 
 class Embedding(_Model):
@@ -202,13 +239,8 @@ class Embedding(_Model):
 
     @field_validator("model")
     @classmethod
-    def _provider_slash_name(cls, value: str) -> str:
-        if not value.strip():
-            raise ValueError("must not be empty")
-        provider, slash, name = value.partition("/")
-        if not slash or not provider or not name or any(ch.isspace() for ch in value):
-            raise ValueError(f"must be of the form provider/name, got {value!r}")
-        return value
+    def _valid_model(cls, value: str) -> str:
+        return _provider_slash_name(value)
 
 
 class Spec(_Model):

@@ -10,6 +10,12 @@ exact terms findable: a chunk containing an identifier of the question, a token 
 underscore (ERR_4092, ISO-27001, form B12) or an acronym of two or more capitals (SLA, DPO), passes even
 when its similarity is low. In keyword mode the threshold does not apply (a full-text match is the
 evidence).
+
+With `spec.retrieval.rerank`, the best `candidates` (default 30) of the fused list that pass the threshold
+rule are scored by the reranker and reordered by its score (the rest are cut); `minScore`, when set, cuts
+those scoring below it. Then topK, near-duplicates and the token budget apply, in the reranked order. If
+the reranker fails (endpoint down, model missing) the query still answers, in fused order, and says so in
+`rerank.error`.
 """
 
 from __future__ import annotations
@@ -24,10 +30,19 @@ import numpy as np
 from pydantic import BaseModel
 
 from kbctl.embedding import Embedder
-from kbctl.errors import NotFoundError
+from kbctl.errors import NotFoundError, RerankError
+from kbctl.rerank import Reranker
 from kbctl.store.database import ChunkHit, Database
 
-__all__ = ["QueryHit", "QueryResult", "TraceEntry", "TraceStage", "identifiers", "query_knowledge_base"]
+__all__ = [
+    "QueryHit",
+    "QueryResult",
+    "RerankInfo",
+    "TraceEntry",
+    "TraceStage",
+    "identifiers",
+    "query_knowledge_base",
+]
 
 
 class QueryHit(BaseModel):
@@ -45,6 +60,7 @@ class QueryHit(BaseModel):
     vector_rank: int | None = None  # 1-based rank among the vector candidates, None if not one
     keyword_rank: int | None = None  # 1-based rank among the full-text candidates, None if not one
     fused_score: float = 0.0  # reciprocal rank fusion score (hybrid), else 1/(60 + rank)
+    rerank_score: float | None = None  # the reranker's score, None when no reranker ran
     matched_identifiers: list[str] = []
     tokens: int
     text: str
@@ -69,6 +85,18 @@ class TraceStage(BaseModel):
     entries: list[TraceEntry] = []
 
 
+class RerankInfo(BaseModel):
+    """What the reranker did for one query."""
+
+    model: str
+    candidates: int  # how many candidates were sent to it
+    min_score: float | None
+    applied: bool  # False when it failed and the fused order was kept
+    below_min_score: int = 0
+    best_score: float | None = None
+    error: str | None = None
+
+
 class QueryResult(BaseModel):
     """The answer to a query: the chunks kept, and why the others were not."""
 
@@ -88,6 +116,7 @@ class QueryResult(BaseModel):
     tokens: int
     best_score: float | None
     duplicates: int = 0
+    rerank: RerankInfo | None = None
     trace: list[TraceStage] | None = None
 
     @property
@@ -101,6 +130,12 @@ class QueryResult(BaseModel):
             if self.mode == "keyword":
                 return f"nothing relevant found in {kb}: no chunk contains a word of the question"
             return f"nothing relevant found: {kb} has no chunks"
+        if self.rerank is not None and self.rerank.candidates and self.rerank.below_min_score == self.rerank.candidates:
+            best = self.rerank.best_score
+            return (
+                f"nothing relevant found in {kb}: the best rerank score is {best:.2f}, "
+                f"below the rerank minScore {self.rerank.min_score:.2f}"
+            )
         if self.below_threshold == self.candidates:
             return (
                 f"nothing relevant found in {kb}: the best match scores {self.best_score:.2f}, "
@@ -189,6 +224,56 @@ def _fuse(
     return [(hits[cid], ranks[cid]) for cid in order]
 
 
+def _rerank_text(c: ChunkHit) -> str:
+    """What the reranker reads of a chunk: its heading path, then its text (as the embedder did)."""
+    return (" > ".join(c.heading_path) + "\n\n" + c.content) if c.heading_path else c.content
+
+
+@dataclass
+class _Candidate:
+    """A candidate that passed the threshold rule, with what the later stages need."""
+
+    chunk: ChunkHit
+    ranks: _Ranks
+    matched: list[str]
+    rerank_score: float | None = None
+
+
+def _rerank(
+    pool: list[_Candidate], question: str, reranker: Reranker, spec: dict[str, Any]
+) -> tuple[list[_Candidate], RerankInfo, list[TraceEntry]]:
+    """The first `candidates` of the pool reordered by the reranker and cut by minScore; the rest are cut.
+
+    A failing reranker leaves the pool as it was and says why in the RerankInfo."""
+    limit = int(spec.get("candidates", 30))
+    min_score = spec.get("minScore")
+    sent, rest = pool[:limit], pool[limit:]
+    info = RerankInfo(model=reranker.model_id, candidates=len(sent), min_score=min_score, applied=False)
+    try:
+        scores = reranker.rerank(question, [_rerank_text(c.chunk) for c in sent])
+    except RerankError as exc:
+        info.error = str(exc)
+        return pool, info, [_entry(c.chunk, r, c.chunk.score, "kept in fused order") for r, c in enumerate(pool, 1)]
+    info.applied = True
+    for c, score in zip(sent, scores, strict=True):
+        c.rerank_score = score
+    ordered = sorted(sent, key=lambda c: -(c.rerank_score or 0.0))
+    info.best_score = round(ordered[0].rerank_score or 0.0, 4) if ordered else None
+    entries: list[TraceEntry] = []
+    kept: list[_Candidate] = []
+    for rank, c in enumerate(ordered, start=1):
+        score = c.rerank_score or 0.0
+        if min_score is not None and score < min_score:
+            info.below_min_score += 1
+            entries.append(_entry(c.chunk, rank, score, f"cut: rerank score below minScore {min_score}"))
+        else:
+            kept.append(c)
+            entries.append(_entry(c.chunk, rank, score, f"fused rank {pool.index(c) + 1}"))
+    for rank, c in enumerate(rest, start=len(sent) + 1):
+        entries.append(_entry(c.chunk, rank, c.chunk.score, f"cut: beyond the {limit} rerank candidates"))
+    return kept, info, entries
+
+
 def query_knowledge_base(
     db: Database,
     name: str,
@@ -200,16 +285,19 @@ def query_knowledge_base(
     max_tokens: int | None = None,
     mode: str | None = None,
     explain: bool = False,
+    rerank: bool | None = None,
+    reranker_for: Callable[[str], Reranker] | None = None,
 ) -> QueryResult:
     """Retrieve the chunks of the current version of `name` most relevant to `question`.
 
-    Candidates are ranked as the mode says (see the module docstring); they are kept in that order
-    while they pass the threshold rule, up to `top_k`, and while their tokens fit the budget (the first
-    chunk that does not fit ends the list); a chunk whose vector is a near-duplicate (cosine >= 0.99)
-    of one already kept is dropped, so one fact is not sent twice. With `explain`, `trace` records
-    every stage's candidates, ranks, scores, verdicts and time. Unset limits and the mode come from the version's
-    `spec.retrieval`; the question is embedded with the model of the version, whatever the manifest
-    says now.
+    Candidates are ranked as the mode says (see the module docstring) and kept while they pass the
+    threshold rule; with a reranker (the spec's `retrieval.rerank`, unless `rerank` is False; `rerank`
+    True requires one) the best of them are reordered by its scores. They are then kept in order up to
+    `top_k`, and while their tokens fit the budget (the first chunk that does not fit ends the list); a
+    chunk whose vector is a near-duplicate (cosine >= 0.99) of one already kept is dropped, so one fact is
+    not sent twice. With `explain`, `trace` records every stage's candidates, ranks, scores, verdicts and
+    time. Unset limits and the mode come from the version's `spec.retrieval`; the question is embedded
+    with the model of the version, whatever the manifest says now.
     """
     if not question.strip():
         raise ValueError("question must not be empty")
@@ -229,6 +317,14 @@ def query_knowledge_base(
         raise ValueError(f"mode must be hybrid, vector or keyword, got {chosen!r}")
     if k < 1 or budget < 1:
         raise ValueError("top_k and max_tokens must be at least 1")
+    rerank_spec: dict[str, Any] | None = retrieval.get("rerank")
+    if rerank and rerank_spec is None:
+        raise ValueError(f"KnowledgeBase/{name} (version {version.number}) has no spec.retrieval.rerank")
+    reranker = None
+    if rerank_spec is not None and rerank is not False:
+        if reranker_for is None:
+            raise ValueError("a reranker is configured but no reranker_for was given")
+        reranker = reranker_for(str(rerank_spec["model"]))
     clock = _Clock(explain)
     embedder = embedder_for(version.model)
     [vector] = embedder.embed([question], purpose="query")
@@ -243,16 +339,26 @@ def query_knowledge_base(
     # Alone, the keyword list orders by its own rank: its weight only matters beside the vector list.
     candidates = _fuse(by_vector, by_keyword, KEYWORD_WEIGHT if chosen == "hybrid" else 1.0)
     clock.stage("fuse", [_entry(c, r, x.fused_score) for r, (c, x) in enumerate(candidates, start=1)])
-    hits: list[QueryHit] = []
-    kept: list[Any] = []
-    below = over = duplicates = used = 0
-    verdicts: list[TraceEntry] = []
+    passing: list[_Candidate] = []
+    cuts: list[TraceEntry] = []
     for rank, (c, ranks) in enumerate(candidates, start=1):
         matched = [t for t in terms if _contains(c.content, t) or _contains(" ".join(c.heading_path), t)]
         if chosen != "keyword" and c.score < th and not matched:
-            below += 1
-            verdict = f"cut: similarity below {th}"
-        elif len(hits) >= k:
+            cuts.append(_entry(c, rank, c.score, f"cut: similarity below {th}"))
+        else:
+            passing.append(_Candidate(c, ranks, matched))
+    clock.stage("threshold", cuts)
+    info = None
+    if reranker is not None and rerank_spec is not None:
+        passing, info, entries = _rerank(passing, question, reranker, rerank_spec)
+        clock.stage("rerank", entries)
+    hits: list[QueryHit] = []
+    kept: list[Any] = []
+    over = duplicates = used = 0
+    verdicts: list[TraceEntry] = []
+    for rank, cand in enumerate(passing, start=1):
+        c, ranks, matched = cand.chunk, cand.ranks, cand.matched
+        if len(hits) >= k:
             verdict = f"cut: beyond topK {k}"
         elif any(float(np.dot(_array(c.vector), v)) >= DUPLICATE_COSINE for v in kept):
             duplicates += 1
@@ -278,6 +384,7 @@ def query_knowledge_base(
                     vector_rank=ranks.vector_rank,
                     keyword_rank=ranks.keyword_rank,
                     fused_score=round(ranks.fused_score, 6),
+                    rerank_score=None if cand.rerank_score is None else round(cand.rerank_score, 4),
                     matched_identifiers=matched,
                     tokens=c.token_count,
                     text=c.content,
@@ -298,10 +405,11 @@ def query_knowledge_base(
         max_context_tokens=budget,
         hits=hits,
         candidates=len(candidates),
-        below_threshold=below,
+        below_threshold=len(cuts),
         over_budget=over,
         tokens=used,
         best_score=round(float(best), 4) if best is not None else None,
         duplicates=duplicates,
+        rerank=info,
         trace=clock.stages if explain else None,
     )

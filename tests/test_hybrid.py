@@ -125,11 +125,12 @@ def test_explain_traces_every_stage(runbook: KnowledgeBaseStore, cli: CliRunner)
     """--explain records each stage with timings, ranks, scores and the verdict on every candidate."""
     result = runbook.query("runbook", "ERR_4092?", threshold=0.6, explain=True)
     assert result.trace is not None
-    assert [s.stage for s in result.trace] == ["embed question", "vector", "keyword", "fuse", "select"]
+    assert [s.stage for s in result.trace] == ["embed question", "vector", "keyword", "fuse", "threshold", "select"]
     assert all(s.ms >= 0 for s in result.trace)
+    threshold = {e.position: e.detail for e in result.trace[-2].entries}
     select = {e.position: e.detail for e in result.trace[-1].entries}
     assert select[1] == "kept as 1 (identifier ERR_4092)"
-    assert select[0] == "cut: similarity below 0.6"
+    assert threshold[0] == "cut: similarity below 0.6" and 0 not in select
     assert runbook.query("runbook", "ERR_4092?").trace is None
     out = cli.invoke(app, ["query", "runbook", "ERR_4092?", "--threshold", "0.6", "--explain"])
     assert out.exit_code == 0 and "\nselect (" in out.stdout and "kept as 1 (identifier ERR_4092)" in out.stdout

@@ -17,6 +17,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 
 from kbctl.client import KnowledgeBaseStore
 from kbctl.errors import KbctlError, ManifestError
+from kbctl.retrieval import RerankInfo
 
 app = typer.Typer(
     name="kbctl",
@@ -48,6 +49,19 @@ Files = Annotated[
 ]
 Recursive = Annotated[bool, typer.Option("--recursive", "-R", help="Process directories recursively.")]
 OutputOpt = Annotated[Output | None, typer.Option("--output", "-o", help="Print json or yaml instead of text.")]
+RerankOpt = Annotated[
+    bool | None,
+    typer.Option(
+        "--rerank/--no-rerank",
+        help="Rerank with spec.retrieval.rerank, or skip it (default: rerank when the spec names a reranker).",
+    ),
+]
+
+
+def warn_rerank(info: RerankInfo | None) -> None:
+    """Say on stderr that the reranker failed and the answer is in fused order."""
+    if info is not None and info.error:
+        typer.echo(f"warning: rerank skipped, results are in fused order: {info.error}", err=True)
 Resource = Annotated[str, typer.Argument(help="Resource type: knowledgebase (aliases: knowledgebases, kb).")]
 
 P = ParamSpec("P")

@@ -15,6 +15,7 @@ from kbctl.cli._common import (
     Output,
     OutputOpt,
     Recursive,
+    RerankOpt,
     Resource,
     age,
     app,
@@ -26,8 +27,10 @@ from kbctl.cli._common import (
     server_app,
     state,
     table,
+    warn_rerank,
 )
 from kbctl.config import Settings, effective_config
+from kbctl.grounding import build_context
 from kbctl.manifest import json_schema, load_manifests
 from kbctl.store.embedded import server_status, stop_server
 
@@ -181,23 +184,38 @@ def query(
     explain: Annotated[
         bool, typer.Option("--explain", help="Show each stage's candidates, ranks, scores, cuts and timings.")
     ] = False,
+    rerank: RerankOpt = None,
     output: OutputOpt = None,
 ) -> None:
     """Retrieve the chunks most relevant to a question, in rank order, within threshold and token budget.
 
     When nothing passes the similarity threshold, says so plainly instead of returning weak matches.
+    With spec.retrieval.rerank, the best candidates are reordered by the reranker first; if it fails,
+    the answer comes in fused order with a warning on stderr.
+
+    Example: kbctl query client-service-policy "how long do we keep invoices?" --explain
     """
     with open_store() as store:
         result = store.query(
-            name, question, top_k=top_k, threshold=threshold, max_tokens=max_tokens, mode=mode, explain=explain
+            name,
+            question,
+            top_k=top_k,
+            threshold=threshold,
+            max_tokens=max_tokens,
+            mode=mode,
+            explain=explain,
+            rerank=rerank,
         )
+    warn_rerank(result.rerank)
     if output:
         emit(result, output)
         return
     for hit in result.hits:
         where = " > ".join(hit.heading_path) or "(no heading)"
+        rerank_score = "" if hit.rerank_score is None else f" | rerank {hit.rerank_score:.3f}"
         typer.echo(
-            f"{hit.rank}. {hit.source} | {where} | chunk {hit.position} | score {hit.score:.3f} | {hit.tokens} tokens"
+            f"{hit.rank}. {hit.source} | {where} | chunk {hit.position} | score {hit.score:.3f}{rerank_score} | "
+            f"{hit.tokens} tokens"
         )
         typer.echo("   " + hit.text.replace("\n", "\n   "))
         typer.echo("")
@@ -221,6 +239,7 @@ def context(
     ] = None,
     max_tokens: Annotated[int | None, typer.Option("--max-tokens", min=1, help="Token budget.")] = None,
     mode: Annotated[str | None, typer.Option("--mode", help="hybrid, vector or keyword.")] = None,
+    rerank: RerankOpt = None,
     output: OutputOpt = None,
 ) -> None:
     """Print the grounded context block for a question, ready to put in a model's prompt.
@@ -231,7 +250,11 @@ def context(
     the block says plainly that no relevant context was found.
     """
     with open_store() as store:
-        grounded = store.context(name, question, top_k=top_k, threshold=threshold, max_tokens=max_tokens, mode=mode)
+        result = store.query(
+            name, question, top_k=top_k, threshold=threshold, max_tokens=max_tokens, mode=mode, rerank=rerank
+        )
+    warn_rerank(result.rerank)
+    grounded = build_context(result)
     if output:
         emit(grounded, output)
     else:

@@ -18,6 +18,9 @@ class Mode(StrEnum):
     hybrid = "hybrid"
     vector = "vector"
     keyword = "keyword"
+    hybrid_rerank = "hybrid+rerank"
+    vector_rerank = "vector+rerank"
+    keyword_rerank = "keyword+rerank"
 
 
 def _num(value: float | None) -> str:
@@ -65,7 +68,22 @@ def evaluate(
     k: Annotated[int, typer.Option("--k", "-k", min=1, help="Cut-off of recall@k and hit rate@k.")] = 5,
     mode: Annotated[
         list[Mode] | None,
-        typer.Option("--mode", "-m", help="Retrieval mode to measure (repeatable; default: the spec's mode)."),
+        typer.Option(
+            "--mode",
+            "-m",
+            help="Retrieval mode to measure (repeatable; default: the spec's mode and reranker). "
+            "A mode without +rerank is measured without the reranker.",
+        ),
+    ] = None,
+    threshold: Annotated[
+        float | None,
+        typer.Option(
+            "--threshold", min=-1.0, max=1.0, help="Similarity threshold (default: spec.retrieval.similarityThreshold)."
+        ),
+    ] = None,
+    max_tokens: Annotated[
+        int | None,
+        typer.Option("--max-tokens", min=1, help="Token budget (default: spec.retrieval.maxContextTokens)."),
     ] = None,
     min_recall: Annotated[
         float | None, typer.Option("--min-recall", min=0.0, help="Exit 1 when mean recall@k is below this.")
@@ -78,17 +96,28 @@ def evaluate(
 ) -> None:
     """Measure retrieval quality against an eval set: recall@k, MRR@10, nDCG@10, hit rate@k, no-answer accuracy.
 
-    Each question is asked with top-k max(k, 10) and the spec's threshold and token budget, once per
-    --mode. A hit is relevant when it comes from one of the query's expectedSources or contains one
-    of its expectedText (any case); a noAnswer query is correct when nothing is returned. Exits 1
-    when a mode falls below --min-recall or --min-ndcg, so CI can gate on retrieval quality.
+    Each question is asked with top-k max(k, 10) and the spec's threshold and token budget (or
+    --threshold / --max-tokens), once per --mode. A hit is relevant when it comes from one of the
+    query's expectedSources or contains one of its expectedText (any case); a noAnswer query is correct
+    when nothing is returned. Exits 1 when a mode falls below --min-recall or --min-ndcg, so CI can gate
+    on retrieval quality.
+
+    Example: kbctl eval client-service-policy -f examples/eval/client-service-policy.yaml -m hybrid -m vector
     """
     evalset = load_evalset(filename, stdin=sys.stdin)
     target = name or evalset.knowledge_base
     if target is None:
         raise typer.BadParameter("give a knowledge base NAME or set knowledgeBase in the eval set", param_hint="NAME")
     with open_store() as store:
-        report = evaluate_store(store, target, evalset, k=k, modes=[m.value for m in mode] if mode else [None])
+        report = evaluate_store(
+            store,
+            target,
+            evalset,
+            k=k,
+            modes=[m.value for m in mode] if mode else [None],
+            threshold=threshold,
+            max_tokens=max_tokens,
+        )
     if output:
         emit(report, output)
     else:

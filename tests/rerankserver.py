@@ -1,0 +1,516 @@
+"""A real rerank server on 127.0.0.1 (Cohere/Jina or text-embeddings-inference format), scored by the local model."""
+
+from __future__ import annotations
+
+import json
+import math
+import shutil
+import socket
+import tempfile
+import threading
+import time
+import uuid
+from collections import deque
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+from http import HTTPStatus
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any, Literal
+
+import numpy as np
+
+from kbctl.embedding import Embedder
+
+__all__ = ["RerankRequest", "RerankServer", "ScoreFn", "keyword_scores", "serve_rerank"]
+
+MODEL_NAME = "rerank-test-v1"
+EMBEDDING_MODEL = "all-MiniLM-L6-v2"
+
+Api = Literal["cohere", "tei"]
+ScoreFn = Callable[[str, Sequence[str]], Sequence[float]]
+
+
+@dataclass(frozen=True)
+class RerankRequest:
+    """One request the server received."""
+
+    method: str
+    path: str
+    headers: dict[str, str]  # lower-cased names
+    body: Any  # the parsed JSON body; None when there was none or it was not JSON
+    time: float  # time.monotonic() when it arrived
+
+
+@dataclass(frozen=True)
+class _Action:
+    """A one-shot answer queued for the next request."""
+
+    kind: Literal["fail", "bad_json", "mangle", "disconnect"]
+    status: int = 200
+    headers: Mapping[str, str] | None = None
+    body: bytes | str | Mapping[str, Any] | None = None
+    mangle: Callable[[Any], Any] | None = None
+
+
+def _sigmoid(x: float) -> float:
+    return 1.0 / (1.0 + math.exp(-x)) if x >= 0 else math.exp(x) / (1.0 + math.exp(x))
+
+
+def keyword_scores(word: str) -> ScoreFn:
+    """A `score_fn` that ranks documents containing `word` (case-insensitive) first, in their given order:
+    1.0, 0.9, ... for those, then 0.0, -0.1, ... for the rest, whatever the query says."""
+
+    def score(query: str, documents: Sequence[str]) -> list[float]:
+        hits = [i for i, d in enumerate(documents) if word.lower() in d.lower()]
+        misses = [i for i, d in enumerate(documents) if word.lower() not in d.lower()]
+        scores = [0.0] * len(documents)
+        for rank, i in enumerate(hits):
+            scores[i] = 1.0 - rank / 10
+        for rank, i in enumerate(misses):
+            scores[i] = -rank / 10
+        return scores
+
+    return score
+
+
+class RerankServer:
+    """The server, its knobs and what it saw; use `serve_rerank()` to start and stop it.
+
+        with serve_rerank(embedder=local) as server:            # api="cohere": POST {server.url}/rerank
+            server.fail_next(429, headers={"Retry-After": "0"})
+            httpx.post(f"{server.url}/rerank", json={"model": server.model_name, "query": "q", "documents": [...]})
+
+    Scores are real: the query and each document are embedded with the local all-MiniLM-L6-v2 and a document
+    scores its cosine similarity to the query, unless `score_fn(query, documents) -> scores` replaces that (e.g.
+    `keyword_scores("pgvector")` to make the reranker disagree with vector order on purpose).
+
+    `api="cohere"` (Cohere v1/v2 and Jina): POST {prefix}/rerank with {"model", "query", "documents": [str],
+    "top_n"?, "return_documents"?} answers {"id", "results": [{"index", "relevance_score", "document"?: {"text"}}],
+    "meta"}, best first, cut to top_n. A model other than `model_name` gets 404 {"message": "model 'x' not found"};
+    a malformed body gets 400 {"message": ...}. `server.url` is the base URL including `prefix` (default /v1).
+
+    `api="tei"` (text-embeddings-inference): POST /rerank with {"query", "texts": [str], "raw_scores"?,
+    "return_text"?} answers [{"index", "score", "text"?}], best first. Like TEI, scores go through a sigmoid
+    unless raw_scores is true (then they are the cosines, or score_fn's values, unchanged); a malformed body gets
+    422 {"error", "error_type": "Validation"} (400 when it is not JSON, 415 without a JSON Content-Type) and a
+    batch larger than `max_documents` gets 413. GET /info and GET /health answer like TEI. `server.url` is the
+    bare origin (TEI serves at the root).
+
+    `api_key` makes every request need `Authorization: Bearer <key>` (401 otherwise: Cohere's {"message"} body,
+    an empty body for TEI). Knobs a test may change at any time: `latency` (seconds, or a function of the
+    request), `api_key`, `score_fn`, `max_documents`, `model_name`, and the one-shot queue `fail_next`,
+    `bad_json_next`, `mangle_next`, `disconnect_next` (consumed in order, one entry per request). `reset()`
+    restores the knobs and forgets the requests, so one server (and one loaded model) can serve a whole module.
+    """
+
+    def __init__(
+        self,
+        *,
+        api: Api = "cohere",
+        embedder: Embedder | None = None,
+        home: Path | None = None,
+        score_fn: ScoreFn | None = None,
+        api_key: str | None = None,
+        model_name: str = MODEL_NAME,
+        prefix: str = "/v1",
+        max_documents: int | None = None,
+        host: str = "127.0.0.1",
+    ) -> None:
+        if api not in ("cohere", "tei"):
+            raise ValueError(f"api must be 'cohere' or 'tei', not {api!r}")
+        owner = self
+
+        class _Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+            disable_nagle_algorithm = True
+            timeout = 30  # an idle keep-alive connection is dropped after this many seconds
+
+            def do_POST(self) -> None:
+                owner._serve(self)
+
+            def do_GET(self) -> None:
+                owner._serve(self)
+
+            def log_message(self, format: str, *args: object) -> None:
+                pass
+
+        class _Server(ThreadingHTTPServer):
+            address_family = socket.AF_INET6 if ":" in host else socket.AF_INET
+            daemon_threads = True
+            request_queue_size = 64
+
+        self.api: Api = api
+        stripped = prefix.strip("/")
+        self.prefix = f"/{stripped}" if api == "cohere" and stripped else ""  # TEI serves at the root
+        self.rerank_path = f"{self.prefix}/rerank"
+        self._temp_home: Path | None = None
+        self._embedder_home = home
+        self._embedder = embedder
+        self._initial = (score_fn, api_key, model_name, max_documents)
+        self._lock = threading.Lock()
+        self._load_lock = threading.Lock()
+        self._loaded = False
+        self._stopping = threading.Event()
+        self._actions: deque[_Action] = deque()
+        self.requests: list[RerankRequest] = []
+        self.in_flight = 0
+        self.max_in_flight = 0
+        self._defaults()
+        self._httpd = _Server((host, 0), _Handler)
+        self.port: int = self._httpd.server_address[1]
+        shown = f"[{host}]" if ":" in host else host
+        self.origin = f"http://{shown}:{self.port}"
+        self.url = self.origin + self.prefix
+        self._thread = threading.Thread(
+            target=self._httpd.serve_forever,
+            kwargs={"poll_interval": 0.05},
+            name=f"rerankserver-{self.port}",
+            daemon=True,
+        )
+
+    def _defaults(self) -> None:
+        # Seconds added to every request, or a function of the request (e.g. to make one batch slower).
+        self.latency: float | Callable[[RerankRequest], float] = 0.0
+        self.score_fn: ScoreFn | None
+        self.api_key: str | None  # the expected bearer token; 401 for anything else
+        self.model_name: str  # the only model accepted (Cohere format)
+        self.max_documents: int | None  # more documents in one request: rejected (Cohere 400, TEI 413)
+        self.score_fn, self.api_key, self.model_name, self.max_documents = self._initial
+
+    # ---- knobs ----
+
+    def fail_next(
+        self,
+        status: int,
+        times: int = 1,
+        headers: Mapping[str, str] | None = None,
+        body: bytes | str | Mapping[str, Any] | None = None,
+    ) -> None:
+        """Answer the next `times` requests with `status` (body: the API's own error JSON unless given)."""
+        self._queue(_Action("fail", status=status, headers=headers, body=body), times)
+
+    def bad_json_next(self, times: int = 1) -> None:
+        """Answer the next `times` requests 200 with a body that is not JSON."""
+        self._queue(_Action("bad_json"), times)
+
+    def mangle_next(self, fn: Callable[[Any], Any], times: int = 1) -> None:
+        """Score the next `times` requests as usual, then send `fn(payload)` instead of the payload (a dict for
+        Cohere, a list for TEI; NaN allowed). `fn` may change the payload in place and return None."""
+        self._queue(_Action("mangle", mangle=fn), times)
+
+    def disconnect_next(self, times: int = 1) -> None:
+        """Close the connection of the next `times` requests without answering."""
+        self._queue(_Action("disconnect"), times)
+
+    def _queue(self, action: _Action, times: int) -> None:
+        with self._lock:
+            self._actions.extend([action] * times)
+
+    def reset(self) -> None:
+        """Restore every knob, drop queued one-shot answers, forget the requests and the in-flight maximum."""
+        with self._lock:
+            self._defaults()
+            self._actions.clear()
+            self.requests.clear()
+            self.max_in_flight = self.in_flight
+
+    # ---- what the server saw ----
+
+    @property
+    def request_count(self) -> int:
+        """Requests received on any path, including the ones failed on purpose."""
+        with self._lock:
+            return len(self.requests)
+
+    @property
+    def rerank_requests(self) -> list[RerankRequest]:
+        """The POST .../rerank requests, oldest first."""
+        with self._lock:
+            return [r for r in self.requests if r.method == "POST" and r.path == self.rerank_path]
+
+    def expected_scores(self, query: str, documents: Sequence[str]) -> list[float]:
+        """The raw score of each document in its given order (cosine, or score_fn's), computed directly."""
+        return self._scores(query, list(documents))
+
+    def expected_order(self, query: str, documents: Sequence[str]) -> list[int]:
+        """Document indexes, best first, as the server ranks them."""
+        scores = self._scores(query, list(documents))
+        return sorted(range(len(documents)), key=lambda i: -scores[i])
+
+    # ---- lifecycle ----
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def close(self) -> None:
+        self._stopping.set()  # wakes handlers sleeping in `latency`
+        self._httpd.shutdown()
+        self._httpd.server_close()
+        self._thread.join(timeout=5)
+        if self._temp_home is not None:
+            shutil.rmtree(self._temp_home, ignore_errors=True)
+
+    # ---- scoring ----
+
+    def _model(self) -> Embedder:
+        if not self._loaded:  # build and load the model once, not once per concurrent first request
+            with self._load_lock:
+                if not self._loaded:
+                    if self._embedder is None:
+                        from kbctl.config import Settings
+                        from kbctl.embedding.local import LocalEmbedder
+
+                        home = self._embedder_home
+                        if home is None:
+                            home = self._temp_home = Path(tempfile.mkdtemp(prefix="kbctl-rerankserver-"))
+                        self._embedder = LocalEmbedder(EMBEDDING_MODEL, Settings(home=home))
+                    self._embedder.embed(["warm up"])
+                    self._loaded = True
+        assert self._embedder is not None
+        return self._embedder
+
+    def _scores(self, query: str, documents: list[str]) -> list[float]:
+        with self._lock:
+            score_fn = self.score_fn
+        if score_fn is not None:
+            scores = [float(s) for s in score_fn(query, documents)]
+            if len(scores) != len(documents):
+                raise ValueError(f"score_fn returned {len(scores)} scores for {len(documents)} documents")
+            return scores
+        model = self._model()
+        q = np.asarray(model.embed([query], purpose="query")[0], dtype=np.float64)
+        docs = [np.asarray(v, dtype=np.float64) for v in model.embed(documents, purpose="document")]
+        norms = [float(np.linalg.norm(q)) * float(np.linalg.norm(d)) for d in docs]
+        return [float(np.dot(q, d)) / norm if norm else 0.0 for d, norm in zip(docs, norms, strict=True)]
+
+    # ---- serving ----
+
+    def _serve(self, h: BaseHTTPRequestHandler) -> None:
+        length = int(h.headers.get("Content-Length") or 0)
+        raw = h.rfile.read(length) if length else b""
+        try:
+            body: Any = json.loads(raw) if raw else None
+            parsed = True
+        except ValueError:
+            body, parsed = None, not raw
+        request = RerankRequest(
+            method=h.command,
+            path=h.path.split("?")[0],
+            headers={k.lower(): v for k, v in h.headers.items()},
+            body=body,
+            time=time.monotonic(),
+        )
+        with self._lock:
+            self.requests.append(request)
+            self.in_flight += 1
+            self.max_in_flight = max(self.max_in_flight, self.in_flight)
+            action = self._actions.popleft() if self._actions else None
+            latency = self.latency
+        try:
+            if callable(latency):
+                latency = latency(request)
+            if latency > 0 and self._stopping.wait(latency):
+                h.close_connection = True
+                return
+            if action is not None and action.kind == "disconnect":
+                h.close_connection = True
+                return
+            status, headers, payload = self._answer(request, action, parsed)
+            self._write(h, status, headers, payload)
+        except (BrokenPipeError, ConnectionResetError, TimeoutError):
+            h.close_connection = True  # the client went away (e.g. it gave up on a slow answer)
+        finally:
+            with self._lock:
+                self.in_flight -= 1
+
+    def _error(self, status: int, message: str) -> tuple[int, dict[str, str], bytes]:
+        if self.api == "tei":
+            kinds = {413: "Validation", 422: "Validation", 429: "Overloaded", 424: "Backend", 400: "Validation"}
+            data = {"error": message, "error_type": kinds.get(status, "Unhealthy" if status == 503 else "Backend")}
+        else:
+            data = {"message": message}
+        return status, {}, json.dumps(data).encode()
+
+    def _answer(
+        self, request: RerankRequest, action: _Action | None, parsed: bool
+    ) -> tuple[int, dict[str, str], bytes]:
+        """(status, headers, body) of one request."""
+        if action is not None and action.kind == "fail":
+            given = action.body
+            if given is None:
+                _, _, data = self._error(action.status, HTTPStatus(action.status).phrase)
+            elif isinstance(given, Mapping):
+                data = json.dumps(given).encode()
+            else:
+                data = given.encode() if isinstance(given, str) else given
+            return action.status, dict(action.headers or {}), data
+        if action is not None and action.kind == "bad_json":
+            return 200, {}, b'{"results": [{"index": 0, "relevance_score": 0.9'
+        with self._lock:
+            api_key, model_name, max_documents = self.api_key, self.model_name, self.max_documents
+        token = request.headers.get("authorization", "").removeprefix("Bearer ")
+        if api_key is not None and token != api_key:
+            if self.api == "tei":
+                return 401, {}, b""
+            return 401, {}, json.dumps({"message": "invalid api token"}).encode()
+        if self.api == "tei" and request.method == "GET" and request.path == "/health":
+            return 200, {}, b""
+        if self.api == "tei" and request.method == "GET" and request.path == "/info":
+            return 200, {}, json.dumps(self._tei_info(model_name, max_documents)).encode()
+        if request.path != self.rerank_path:
+            return self._error(404, f"Unknown request URL: {request.method} {request.path}")
+        if request.method != "POST":
+            status, headers, data = self._error(405, f"Method {request.method} not allowed on {request.path}")
+            return status, {**headers, "Allow": "POST"}, data
+        if self.api == "tei":
+            result = self._tei(request, parsed, max_documents)
+        else:
+            result = self._cohere(request, parsed, model_name, max_documents)
+        if isinstance(result, tuple):
+            return result
+        payload = result
+        if action is not None and action.kind == "mangle" and action.mangle is not None:
+            changed = action.mangle(payload)
+            payload = payload if changed is None else changed
+        return 200, {}, json.dumps(payload).encode()
+
+    def _ranked(self, query: str, documents: list[str]) -> list[tuple[int, float]]:
+        scores = self._scores(query, documents)
+        return sorted(enumerate(scores), key=lambda pair: -pair[1])  # stable: ties keep the given order
+
+    def _cohere(
+        self, request: RerankRequest, parsed: bool, model_name: str, max_documents: int | None
+    ) -> Any | tuple[int, dict[str, str], bytes]:
+        body = request.body
+        if not parsed or not isinstance(body, dict):
+            return self._error(400, "invalid request: the body must be a JSON object")
+        model = body.get("model")
+        if not isinstance(model, str) or not model:
+            return self._error(400, "invalid request: model is required")
+        if model != model_name:
+            return self._error(404, f"model '{model}' not found")
+        query = body.get("query")
+        if not isinstance(query, str):
+            return self._error(400, "invalid request: query must be a string")
+        documents = body.get("documents")
+        if not isinstance(documents, list) or not documents or not all(isinstance(d, str) for d in documents):
+            return self._error(400, "invalid request: documents must be a non-empty list of strings")
+        if max_documents is not None and len(documents) > max_documents:
+            return self._error(400, f"invalid request: too many documents ({len(documents)} > {max_documents})")
+        top_n = body.get("top_n")
+        if top_n is not None and (type(top_n) is not int or top_n < 1):
+            return self._error(400, "invalid request: top_n must be a positive integer")
+        return_documents = body.get("return_documents", False)
+        if not isinstance(return_documents, bool):
+            return self._error(400, "invalid request: return_documents must be a boolean")
+        ranked = self._ranked(query, documents)
+        if top_n is not None:
+            ranked = ranked[:top_n]
+        results: list[dict[str, Any]] = []
+        for index, score in ranked:
+            entry: dict[str, Any] = {"index": index, "relevance_score": score}
+            if return_documents:
+                entry["document"] = {"text": documents[index]}
+            results.append(entry)
+        return {
+            "id": str(uuid.uuid4()),
+            "results": results,
+            "meta": {"api_version": {"version": "1"}, "billed_units": {"search_units": 1}},
+        }
+
+    def _tei(
+        self, request: RerankRequest, parsed: bool, max_documents: int | None
+    ) -> Any | tuple[int, dict[str, str], bytes]:
+        content_type = request.headers.get("content-type", "").split(";")[0].strip().lower()
+        if content_type != "application/json":  # like TEI's JSON extractor, answered in plain text
+            message = b"Expected request with `Content-Type: application/json`"
+            return 415, {"Content-Type": "text/plain; charset=utf-8"}, message
+        if not parsed:
+            return self._error(400, "Failed to parse the request body as JSON")
+        body = request.body
+        if not isinstance(body, dict):
+            return self._error(422, "Failed to deserialize the JSON body: expected a JSON object")
+        query = body.get("query")
+        texts = body.get("texts")
+        if not isinstance(query, str):
+            return self._error(422, "Failed to deserialize the JSON body: `query` must be a string")
+        if not isinstance(texts, list) or not all(isinstance(t, str) for t in texts):
+            return self._error(422, "Failed to deserialize the JSON body: `texts` must be a list of strings")
+        if not texts:
+            return self._error(422, "`texts` cannot be empty")
+        if max_documents is not None and len(texts) > max_documents:
+            return self._error(413, f"batch size {len(texts)} > maximum allowed batch size {max_documents}")
+        raw_scores = body.get("raw_scores", False)
+        return_text = body.get("return_text", False)
+        if not isinstance(raw_scores, bool) or not isinstance(return_text, bool):
+            return self._error(422, "Failed to deserialize the JSON body: `raw_scores` and `return_text` are booleans")
+        results: list[dict[str, Any]] = []
+        for index, score in self._ranked(query, texts):
+            entry: dict[str, Any] = {"index": index, "score": score if raw_scores else _sigmoid(score)}
+            if return_text:
+                entry["text"] = texts[index]
+            results.append(entry)
+        return results
+
+    @staticmethod
+    def _tei_info(model_name: str, max_documents: int | None) -> dict[str, Any]:
+        return {
+            "model_id": model_name,
+            "model_sha": None,
+            "model_dtype": "float32",
+            "model_type": {"reranker": {"id2label": {"0": "LABEL_0"}, "label2id": {"LABEL_0": 0}}},
+            "max_concurrent_requests": 512,
+            "max_input_length": 512,
+            "max_batch_tokens": 16384,
+            "max_client_batch_size": max_documents if max_documents is not None else 32,
+            "tokenization_workers": 1,
+            "version": "1.5.0",
+        }
+
+    def _write(self, h: BaseHTTPRequestHandler, status: int, headers: dict[str, str], body: bytes) -> None:
+        h.send_response(status)
+        if body and not any(k.lower() == "content-type" for k in headers):
+            h.send_header("Content-Type", "application/json")
+        for name, value in headers.items():
+            h.send_header(name, value)
+        h.send_header("Content-Length", str(len(body)))
+        h.end_headers()
+        h.wfile.write(body)
+        h.wfile.flush()
+
+
+@contextmanager
+def serve_rerank(
+    *,
+    api: Api = "cohere",
+    embedder: Embedder | None = None,
+    home: Path | None = None,
+    score_fn: ScoreFn | None = None,
+    api_key: str | None = None,
+    model_name: str = MODEL_NAME,
+    prefix: str = "/v1",
+    max_documents: int | None = None,
+    host: str = "127.0.0.1",
+) -> Iterator[RerankServer]:
+    """Start a rerank server on `host` (an ephemeral port), yield it, stop it.
+
+    `server.url` is the base URL a client is configured with: `http://127.0.0.1:PORT/v1` for Cohere (rerank at
+    `{url}/rerank`), `http://127.0.0.1:PORT` for TEI (rerank at `{url}/rerank`)."""
+    server = RerankServer(
+        api=api,
+        embedder=embedder,
+        home=home,
+        score_fn=score_fn,
+        api_key=api_key,
+        model_name=model_name,
+        prefix=prefix,
+        max_documents=max_documents,
+        host=host,
+    )
+    server.start()
+    try:
+        yield server
+    finally:
+        server.close()
