@@ -3,12 +3,22 @@
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
-from kbctl.userconfig import BUILTIN_PROVIDERS, ConfigFile, config_path, load_config, with_env_overrides
+from kbctl.userconfig import (
+    BUILTIN_PROVIDERS,
+    BUILTIN_RERANKERS,
+    ConfigFile,
+    Provider,
+    RerankProvider,
+    config_path,
+    load_config,
+    with_env_overrides,
+)
 
 __all__ = ["Settings", "effective_config"]
 
@@ -71,12 +81,8 @@ def effective_config(settings: Settings) -> dict[str, Any]:
 
     API keys are never read out: each provider shows the name of its key variable and whether it is set.
     """
-    providers: dict[str, Any] = {}
-    for name, provider in {**BUILTIN_PROVIDERS, **settings.config.embedding.providers}.items():
-        data = provider.model_dump(by_alias=True, mode="json")
-        env = provider.api_key_env
-        data["apiKeyEnv"] = None if env is None else f"{env} ({'set' if os.environ.get(env) else 'not set'})"
-        providers[name] = data
+    providers = _shown({**BUILTIN_PROVIDERS, **settings.config.embedding.providers})
+    rerankers = _shown({**BUILTIN_RERANKERS, **settings.config.rerank.providers})
     found = settings.config_file is not None and settings.config_file.is_file()
     return {
         "configFile": f"{settings.config_file} ({'found' if found else 'absent'})",
@@ -90,4 +96,19 @@ def effective_config(settings: Settings) -> dict[str, Any]:
                 n: p.model_dump(by_alias=True, mode="json") for n, p in settings.config.embedding.profiles.items()
             },
         },
+        "rerank": {
+            "providers": rerankers,
+            "localModels": {n: str(p) for n, p in settings.config.rerank.local_models.items()},
+        },
     }
+
+
+def _shown(providers: Mapping[str, Provider | RerankProvider]) -> dict[str, Any]:
+    """Providers as `config view` shows them: each key variable named, with whether it is set."""
+    shown: dict[str, Any] = {}
+    for name, provider in providers.items():
+        data = provider.model_dump(by_alias=True, mode="json")
+        env = provider.api_key_env
+        data["apiKeyEnv"] = None if env is None else f"{env} ({'set' if os.environ.get(env) else 'not set'})"
+        shown[name] = data
+    return shown

@@ -26,6 +26,11 @@ embedding:
       queryFields: {input_type: query}
   profiles:
     corp: {provider: gateway, model: text-embedding-3-small, dimensions: 256}
+rerank:
+  providers:
+    tei: {baseURL: http://127.0.0.1:9, api: tei}
+  localModels:
+    ms-marco: /opt/models/ms-marco
 """
 
 
@@ -90,6 +95,23 @@ def test_config_view_redacts_secrets(config_file: Path, monkeypatch: pytest.Monk
         "dimensions": 256,
     }
     assert data["allowPrivateNetworks"] is True
+    rerank = data["rerank"]
+    assert rerank["providers"]["cohere"]["apiKeyEnv"] == "COHERE_API_KEY (not set)"
+    assert rerank["providers"]["tei"]["api"] == "tei" and rerank["providers"]["tei"]["apiKeyEnv"] is None
+    assert rerank["localModels"] == {"ms-marco": "/opt/models/ms-marco"}
+
+
+def test_environment_defines_rerank_providers(monkeypatch: pytest.MonkeyPatch) -> None:
+    """KBCTL_RERANKER_<NAME>_BASE_URL / _API_KEY_ENV define a rerank provider or override a built-in one."""
+    monkeypatch.setenv("KBCTL_CONFIG", "")
+    monkeypatch.setenv("KBCTL_RERANKER_MY_TEI_BASE_URL", "http://tei.internal:8080")
+    monkeypatch.setenv("KBCTL_RERANKER_COHERE_API_KEY_ENV", "CO_KEY")
+    config = Settings.from_env().config
+    assert config.rerank_provider("my-tei") is not None
+    assert config.rerank_provider("my-tei").base_url == "http://tei.internal:8080"  # type: ignore[union-attr]
+    cohere = config.rerank_provider("cohere")
+    assert cohere is not None and (cohere.base_url, cohere.api_key_env) == ("https://api.cohere.com/v2", "CO_KEY")
+    assert config.rerank_provider("nope") is None
 
 
 def test_unknown_profile_fails_the_knowledge_base_clearly(store: KnowledgeBaseStore) -> None:
