@@ -5,11 +5,13 @@ words of the question, any of them); `hybrid` (the default) takes the best 30 of
 ranks with weighted reciprocal rank fusion, w/(60 + rank) summed over the lists (w = 1 for vectors,
 0.3 for full text).
 
-The similarity threshold applies to every candidate's cosine similarity, with one exception that keeps
-exact terms findable: a chunk containing an identifier of the question, a token with a digit or an
-underscore (ERR_4092, ISO-27001, form B12) or an acronym of two or more capitals (SLA, DPO), passes even
-when its similarity is low. In keyword mode the threshold does not apply (a full-text match is the
-evidence).
+The similarity threshold applies to every candidate's cosine similarity, with two exceptions that keep
+exact terms findable. A chunk passes even when its similarity is low when it contains
+- an identifier of the question: a token with a digit or an underscore (ERR_4092, ISO-27001, form B12)
+  or an acronym of two or more capitals (SLA, DPO); or
+- every word of the question, as full-text search reads it (stemmed, stop words dropped), when there are
+  at least two such words ("What is the wind-down fee and what is its cap?": wind, down, fee, cap).
+In keyword mode the threshold does not apply (a full-text match is the evidence).
 
 With `spec.retrieval.rerank`, the best `candidates` (default 30) of the fused list that pass the threshold
 rule are scored by the reranker and reordered by its score (the rest are cut); `minScore`, when set, cuts
@@ -62,6 +64,7 @@ class QueryHit(BaseModel):
     fused_score: float = 0.0  # reciprocal rank fusion score (hybrid), else 1/(60 + rank)
     rerank_score: float | None = None  # the reranker's score, None when no reranker ran
     matched_identifiers: list[str] = []
+    all_words: bool = False  # the chunk contains every word of the question (full-text reading)
     tokens: int
     text: str
 
@@ -236,6 +239,7 @@ class _Candidate:
     chunk: ChunkHit
     ranks: _Ranks
     matched: list[str]
+    all_words: bool
     rerank_score: float | None = None
 
 
@@ -339,14 +343,16 @@ def query_knowledge_base(
     # Alone, the keyword list orders by its own rank: its weight only matters beside the vector list.
     candidates = _fuse(by_vector, by_keyword, KEYWORD_WEIGHT if chosen == "hybrid" else 1.0)
     clock.stage("fuse", [_entry(c, r, x.fused_score) for r, (c, x) in enumerate(candidates, start=1)])
+    weak = [c.chunk_id for c, _ in candidates if c.score < th] if chosen != "keyword" else []
+    all_words = db.containing_all_words(weak, language, question)
     passing: list[_Candidate] = []
     cuts: list[TraceEntry] = []
     for rank, (c, ranks) in enumerate(candidates, start=1):
         matched = [t for t in terms if _contains(c.content, t) or _contains(" ".join(c.heading_path), t)]
-        if chosen != "keyword" and c.score < th and not matched:
+        if chosen != "keyword" and c.score < th and not matched and c.chunk_id not in all_words:
             cuts.append(_entry(c, rank, c.score, f"cut: similarity below {th}"))
         else:
-            passing.append(_Candidate(c, ranks, matched))
+            passing.append(_Candidate(c, ranks, matched, c.chunk_id in all_words))
     clock.stage("threshold", cuts)
     info = None
     if reranker is not None and rerank_spec is not None:
@@ -358,6 +364,8 @@ def query_knowledge_base(
     verdicts: list[TraceEntry] = []
     for rank, cand in enumerate(passing, start=1):
         c, ranks, matched = cand.chunk, cand.ranks, cand.matched
+        why = [f"identifier {', '.join(matched)}"] if matched else []
+        why += ["every word of the question"] if cand.all_words else []
         if len(hits) >= k:
             verdict = f"cut: beyond topK {k}"
         elif any(float(np.dot(_array(c.vector), v)) >= DUPLICATE_COSINE for v in kept):
@@ -369,7 +377,7 @@ def query_knowledge_base(
         else:
             used += c.token_count
             kept.append(_array(c.vector))
-            verdict = f"kept as {len(hits) + 1}" + (f" (identifier {', '.join(matched)})" if matched else "")
+            verdict = f"kept as {len(hits) + 1}" + (f" ({'; '.join(why)})" if why else "")
             hits.append(
                 QueryHit(
                     rank=len(hits) + 1,
@@ -386,6 +394,7 @@ def query_knowledge_base(
                     fused_score=round(ranks.fused_score, 6),
                     rerank_score=None if cand.rerank_score is None else round(cand.rerank_score, 4),
                     matched_identifiers=matched,
+                    all_words=cand.all_words,
                     tokens=c.token_count,
                     text=c.content,
                 )

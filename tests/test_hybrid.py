@@ -56,13 +56,26 @@ def test_identifiers_of_a_question() -> None:
 
 def test_exact_identifier_is_found_even_below_the_threshold(runbook: KnowledgeBaseStore) -> None:
     """An error code finds its chunk although its similarity is under the threshold; without it, nothing passes."""
-    hybrid = runbook.query("runbook", "ERR_4092?", threshold=0.6)
+    hybrid = runbook.query("runbook", "ERR_4092 at checkout?", threshold=0.6)
     assert hybrid.mode == "hybrid" and hybrid.identifiers == ["ERR_4092"]
     [top] = hybrid.hits
     assert "merchant account is suspended" in top.text
     assert top.matched_identifiers == ["ERR_4092"] and top.keyword_rank == 1 and top.score < 0.6
+    assert not top.all_words  # "checkout" is not in the chunk: the identifier alone let it pass
     control = runbook.query("runbook", "which code?", threshold=0.6)
     assert control.hits == [] and control.message.startswith("nothing relevant found")
+
+
+def test_a_chunk_with_every_word_of_the_question_passes_the_threshold(runbook: KnowledgeBaseStore) -> None:
+    """All of the question's words (stemmed, stop words dropped) in one chunk count as exact evidence."""
+    result = runbook.query("runbook", "Escalate a suspended merchant account?", threshold=0.95)
+    [top] = result.hits
+    assert top.heading_path[-1] == "Suspended merchant account" and top.all_words and top.score < 0.95
+    assert top.matched_identifiers == []
+    control = runbook.query("runbook", "Escalate a suspended merchant account to the auditors?", threshold=0.95)
+    assert control.hits == []  # "auditors" is in no chunk
+    one_word = runbook.query("runbook", "suspended?", threshold=0.95)
+    assert one_word.hits == []  # a single word is too little evidence
 
 
 def test_keyword_mode_needs_a_word_of_the_question(runbook: KnowledgeBaseStore) -> None:
@@ -129,8 +142,8 @@ def test_explain_traces_every_stage(runbook: KnowledgeBaseStore, cli: CliRunner)
     assert all(s.ms >= 0 for s in result.trace)
     threshold = {e.position: e.detail for e in result.trace[-2].entries}
     select = {e.position: e.detail for e in result.trace[-1].entries}
-    assert select[1] == "kept as 1 (identifier ERR_4092)"
+    assert select[1] == "kept as 1 (identifier ERR_4092; every word of the question)"
     assert threshold[0] == "cut: similarity below 0.6" and 0 not in select
     assert runbook.query("runbook", "ERR_4092?").trace is None
     out = cli.invoke(app, ["query", "runbook", "ERR_4092?", "--threshold", "0.6", "--explain"])
-    assert out.exit_code == 0 and "\nselect (" in out.stdout and "kept as 1 (identifier ERR_4092)" in out.stdout
+    assert out.exit_code == 0 and "\nselect (" in out.stdout and "kept as 1 (identifier ERR_4092; every word of the question)" in out.stdout

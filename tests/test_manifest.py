@@ -95,7 +95,7 @@ def test_defaults_are_filled_in() -> None:
             "chunking": {"maxChars": 1200, "overlapChars": 150},
             "retrieval": {
                 "topK": 8,
-                "similarityThreshold": 0.2,
+                "similarityThreshold": 0.35,
                 "maxContextTokens": 1500,
                 "mode": "hybrid",
                 "language": "english",

@@ -608,6 +608,24 @@ class Database:
                 {"q": np.asarray(vector, dtype=np.float32), "v": version_id, "tsq": row[0], "n": limit},
             ).fetchall()
 
+    @_store_errors
+    def containing_all_words(self, chunk_ids: Sequence[int], language: str, question: str) -> set[int]:
+        """Those of `chunk_ids` whose full text holds every word of `question` (as `plainto_tsquery` reads
+        it: stemmed, stop words dropped); none when the question has fewer than two such words."""
+        if not chunk_ids:
+            return set()
+        row = self._conn.execute(
+            "SELECT coalesce(array_length(tsvector_to_array(to_tsvector(%s::regconfig, %s)), 1), 0)",
+            (language, question),
+        ).fetchone()
+        if row is None or row[0] < 2:
+            return set()
+        rows = self._conn.execute(
+            "SELECT id FROM kb_chunks WHERE id = ANY(%s) AND tsv @@ plainto_tsquery(%s::regconfig, %s)",
+            (list(chunk_ids), language, question),
+        ).fetchall()
+        return {r[0] for r in rows}
+
     # -- search and delete -------------------------------------------------------------------------
 
     @_store_errors
