@@ -18,6 +18,7 @@ COMMANDS: list[list[str]] = [
     ["query"],
     ["context"],
     ["eval"],
+    ["import", "beir"],
     ["delete"],
     ["rollout", "history"],
     ["rollout", "undo"],

@@ -62,6 +62,8 @@ def warn_rerank(info: RerankInfo | None) -> None:
     """Say on stderr that the reranker failed and the answer is in fused order."""
     if info is not None and info.error:
         typer.echo(f"warning: rerank skipped, results are in fused order: {info.error}", err=True)
+
+
 Resource = Annotated[str, typer.Argument(help="Resource type: knowledgebase (aliases: knowledgebases, kb).")]
 
 P = ParamSpec("P")
