@@ -11,7 +11,7 @@ from xml.sax.saxutils import escape, quoteattr
 
 from pydantic import BaseModel
 
-from kbctl.retrieval import QueryHit, QueryResult
+from kbctl.retrieval import QueryHit, QueryResult, RerankInfo
 
 __all__ = ["GroundedContext", "Passage", "build_context"]
 
@@ -51,6 +51,7 @@ class GroundedContext(BaseModel):
     found: bool
     passages: list[Passage]
     block: str
+    rerank: RerankInfo | None = None  # what the reranker did, when the knowledge base has one
 
 
 def _merge(hits: list[QueryHit]) -> list[Passage]:
@@ -122,4 +123,5 @@ def build_context(result: QueryResult) -> GroundedContext:
         found=bool(passages),
         passages=passages,
         block=_render(result, passages),
+        rerank=result.rerank,
     )

@@ -34,7 +34,8 @@ from typing import Any, Literal
 
 import numpy as np
 
-from kbctl.embedding.local import _packaged_files
+from kbctl.embedding.local import _SPECIAL_TOKENS, _packaged_files
+from kbctl.embedding.local import _TOKENIZER_CONFIG as _MINILM_TOKENIZER_CONFIG
 
 __all__ = ["HIDDEN_SIZE", "MODEL_NAME", "build_cross_encoder", "load_cross_encoder"]
 
@@ -55,23 +56,7 @@ _CONFIG = {
     "pad_token_id": 0,
     "max_position_embeddings": 512,
 }
-_TOKENIZER_CONFIG = {
-    "do_lower_case": True,
-    "model_max_length": MAX_TOKENS,
-    "pad_token": "[PAD]",
-    "cls_token": "[CLS]",
-    "sep_token": "[SEP]",
-    "unk_token": "[UNK]",
-    "mask_token": "[MASK]",
-    "tokenizer_class": "BertTokenizer",
-}
-_SPECIAL_TOKENS = {
-    "unk_token": "[UNK]",
-    "sep_token": "[SEP]",
-    "pad_token": "[PAD]",
-    "cls_token": "[CLS]",
-    "mask_token": "[MASK]",
-}
+_TOKENIZER_CONFIG = {**_MINILM_TOKENIZER_CONFIG, "model_max_length": MAX_TOKENS}
 
 
 def _source_files() -> tuple[Path, Path]:

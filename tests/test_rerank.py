@@ -164,6 +164,13 @@ def test_a_failing_reranker_answers_in_fused_order_with_a_warning(
     assert "1. retention" in out.stdout
     out = cli.invoke(app, ["query", "policy", QUESTION, "--no-rerank", "-o", "json"])
     assert out.exit_code == 0 and json.loads(out.stdout)["rerank"] is None and len(cohere.rerank_requests) == 3
+    cohere.fail_next(400, body={"message": "query too long"})
+    out = cli.invoke(app, ["context", "policy", QUESTION])
+    assert out.exit_code == 0 and out.stdout.startswith("<reference_data")
+    assert out.stderr == (
+        f"warning: rerank skipped, results are in fused order: HTTP 400 Bad Request from {cohere.url}/rerank: "
+        "query too long\n"
+    )
 
 
 def test_rerank_true_needs_a_reranker_in_the_spec(store: KnowledgeBaseStore) -> None:

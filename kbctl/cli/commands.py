@@ -30,7 +30,6 @@ from kbctl.cli._common import (
     warn_rerank,
 )
 from kbctl.config import Settings, effective_config
-from kbctl.grounding import build_context
 from kbctl.manifest import json_schema, load_manifests
 from kbctl.store.embedded import server_status, stop_server
 
@@ -250,11 +249,10 @@ def context(
     the block says plainly that no relevant context was found.
     """
     with open_store() as store:
-        result = store.query(
+        grounded = store.context(
             name, question, top_k=top_k, threshold=threshold, max_tokens=max_tokens, mode=mode, rerank=rerank
         )
-    warn_rerank(result.rerank)
-    grounded = build_context(result)
+    warn_rerank(grounded.rerank)
     if output:
         emit(grounded, output)
     else:
