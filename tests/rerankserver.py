@@ -4,24 +4,18 @@ from __future__ import annotations
 
 import json
 import math
-import shutil
-import socket
-import tempfile
 import threading
-import time
 import uuid
-from collections import deque
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass
 from http import HTTPStatus
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any, Literal
 
 import numpy as np
 
 from kbctl.embedding import Embedder
+from tests.loopback import Answer, LoopbackRequest, LoopbackServer, Payload
 
 __all__ = ["RerankRequest", "RerankServer", "ScoreFn", "keyword_scores", "serve_rerank"]
 
@@ -31,27 +25,7 @@ EMBEDDING_MODEL = "all-MiniLM-L6-v2"
 Api = Literal["cohere", "tei"]
 ScoreFn = Callable[[str, Sequence[str]], Sequence[float]]
 
-
-@dataclass(frozen=True)
-class RerankRequest:
-    """One request the server received."""
-
-    method: str
-    path: str
-    headers: dict[str, str]  # lower-cased names
-    body: Any  # the parsed JSON body; None when there was none or it was not JSON
-    time: float  # time.monotonic() when it arrived
-
-
-@dataclass(frozen=True)
-class _Action:
-    """A one-shot answer queued for the next request."""
-
-    kind: Literal["fail", "bad_json", "mangle", "disconnect"]
-    status: int = 200
-    headers: Mapping[str, str] | None = None
-    body: bytes | str | Mapping[str, Any] | None = None
-    mangle: Callable[[Any], Any] | None = None
+RerankRequest = LoopbackRequest  # one request the server received
 
 
 def _sigmoid(x: float) -> float:
@@ -75,7 +49,7 @@ def keyword_scores(word: str) -> ScoreFn:
     return score
 
 
-class RerankServer:
+class RerankServer(LoopbackServer):
     """The server, its knobs and what it saw; use `serve_rerank()` to start and stop it.
 
         with serve_rerank(embedder=local) as server:            # api="cohere": POST {server.url}/rerank
@@ -103,7 +77,10 @@ class RerankServer:
     request), `api_key`, `score_fn`, `max_documents`, `model_name`, and the one-shot queue `fail_next`,
     `bad_json_next`, `mangle_next`, `disconnect_next` (consumed in order, one entry per request). `reset()`
     restores the knobs and forgets the requests, so one server (and one loaded model) can serve a whole module.
+    `mangle_next(fn)` gets the payload as a dict for Cohere, a list for TEI.
     """
+
+    bad_json_body = b'{"results": [{"index": 0, "relevance_score": 0.9'
 
     def __init__(
         self,
@@ -120,115 +97,32 @@ class RerankServer:
     ) -> None:
         if api not in ("cohere", "tei"):
             raise ValueError(f"api must be 'cohere' or 'tei', not {api!r}")
-        owner = self
-
-        class _Handler(BaseHTTPRequestHandler):
-            protocol_version = "HTTP/1.1"
-            disable_nagle_algorithm = True
-            timeout = 30  # an idle keep-alive connection is dropped after this many seconds
-
-            def do_POST(self) -> None:
-                owner._serve(self)
-
-            def do_GET(self) -> None:
-                owner._serve(self)
-
-            def log_message(self, format: str, *args: object) -> None:
-                pass
-
-        class _Server(ThreadingHTTPServer):
-            address_family = socket.AF_INET6 if ":" in host else socket.AF_INET
-            daemon_threads = True
-            request_queue_size = 64
-
+        self._initial = (score_fn, api_key, model_name, max_documents)
+        super().__init__(name="rerankserver", host=host)
         self.api: Api = api
         stripped = prefix.strip("/")
         self.prefix = f"/{stripped}" if api == "cohere" and stripped else ""  # TEI serves at the root
         self.rerank_path = f"{self.prefix}/rerank"
-        self._temp_home: Path | None = None
+        self.url = self.origin + self.prefix
         self._embedder_home = home
         self._embedder = embedder
-        self._initial = (score_fn, api_key, model_name, max_documents)
-        self._lock = threading.Lock()
         self._load_lock = threading.Lock()
         self._loaded = False
-        self._stopping = threading.Event()
-        self._actions: deque[_Action] = deque()
-        self.requests: list[RerankRequest] = []
-        self.in_flight = 0
-        self.max_in_flight = 0
-        self._defaults()
-        self._httpd = _Server((host, 0), _Handler)
-        self.port: int = self._httpd.server_address[1]
-        shown = f"[{host}]" if ":" in host else host
-        self.origin = f"http://{shown}:{self.port}"
-        self.url = self.origin + self.prefix
-        self._thread = threading.Thread(
-            target=self._httpd.serve_forever,
-            kwargs={"poll_interval": 0.05},
-            name=f"rerankserver-{self.port}",
-            daemon=True,
-        )
 
     def _defaults(self) -> None:
-        # Seconds added to every request, or a function of the request (e.g. to make one batch slower).
-        self.latency: float | Callable[[RerankRequest], float] = 0.0
+        super()._defaults()
         self.score_fn: ScoreFn | None
         self.api_key: str | None  # the expected bearer token; 401 for anything else
         self.model_name: str  # the only model accepted (Cohere format)
         self.max_documents: int | None  # more documents in one request: rejected (Cohere 400, TEI 413)
         self.score_fn, self.api_key, self.model_name, self.max_documents = self._initial
 
-    # ---- knobs ----
-
-    def fail_next(
-        self,
-        status: int,
-        times: int = 1,
-        headers: Mapping[str, str] | None = None,
-        body: bytes | str | Mapping[str, Any] | None = None,
-    ) -> None:
-        """Answer the next `times` requests with `status` (body: the API's own error JSON unless given)."""
-        self._queue(_Action("fail", status=status, headers=headers, body=body), times)
-
-    def bad_json_next(self, times: int = 1) -> None:
-        """Answer the next `times` requests 200 with a body that is not JSON."""
-        self._queue(_Action("bad_json"), times)
-
-    def mangle_next(self, fn: Callable[[Any], Any], times: int = 1) -> None:
-        """Score the next `times` requests as usual, then send `fn(payload)` instead of the payload (a dict for
-        Cohere, a list for TEI; NaN allowed). `fn` may change the payload in place and return None."""
-        self._queue(_Action("mangle", mangle=fn), times)
-
-    def disconnect_next(self, times: int = 1) -> None:
-        """Close the connection of the next `times` requests without answering."""
-        self._queue(_Action("disconnect"), times)
-
-    def _queue(self, action: _Action, times: int) -> None:
-        with self._lock:
-            self._actions.extend([action] * times)
-
-    def reset(self) -> None:
-        """Restore every knob, drop queued one-shot answers, forget the requests and the in-flight maximum."""
-        with self._lock:
-            self._defaults()
-            self._actions.clear()
-            self.requests.clear()
-            self.max_in_flight = self.in_flight
-
     # ---- what the server saw ----
-
-    @property
-    def request_count(self) -> int:
-        """Requests received on any path, including the ones failed on purpose."""
-        with self._lock:
-            return len(self.requests)
 
     @property
     def rerank_requests(self) -> list[RerankRequest]:
         """The POST .../rerank requests, oldest first."""
-        with self._lock:
-            return [r for r in self.requests if r.method == "POST" and r.path == self.rerank_path]
+        return self._requests_to("POST", self.rerank_path)
 
     def expected_scores(self, query: str, documents: Sequence[str]) -> list[float]:
         """The raw score of each document in its given order (cosine, or score_fn's), computed directly."""
@@ -238,19 +132,6 @@ class RerankServer:
         """Document indexes, best first, as the server ranks them."""
         scores = self._scores(query, list(documents))
         return sorted(range(len(documents)), key=lambda i: -scores[i])
-
-    # ---- lifecycle ----
-
-    def start(self) -> None:
-        self._thread.start()
-
-    def close(self) -> None:
-        self._stopping.set()  # wakes handlers sleeping in `latency`
-        self._httpd.shutdown()
-        self._httpd.server_close()
-        self._thread.join(timeout=5)
-        if self._temp_home is not None:
-            shutil.rmtree(self._temp_home, ignore_errors=True)
 
     # ---- scoring ----
 
@@ -264,7 +145,7 @@ class RerankServer:
 
                         home = self._embedder_home
                         if home is None:
-                            home = self._temp_home = Path(tempfile.mkdtemp(prefix="kbctl-rerankserver-"))
+                            home = self._temporary_folder()
                         self._embedder = LocalEmbedder(EMBEDDING_MODEL, Settings(home=home))
                     self._embedder.embed(["warm up"])
                     self._loaded = True
@@ -287,45 +168,7 @@ class RerankServer:
 
     # ---- serving ----
 
-    def _serve(self, h: BaseHTTPRequestHandler) -> None:
-        length = int(h.headers.get("Content-Length") or 0)
-        raw = h.rfile.read(length) if length else b""
-        try:
-            body: Any = json.loads(raw) if raw else None
-            parsed = True
-        except ValueError:
-            body, parsed = None, not raw
-        request = RerankRequest(
-            method=h.command,
-            path=h.path.split("?")[0],
-            headers={k.lower(): v for k, v in h.headers.items()},
-            body=body,
-            time=time.monotonic(),
-        )
-        with self._lock:
-            self.requests.append(request)
-            self.in_flight += 1
-            self.max_in_flight = max(self.max_in_flight, self.in_flight)
-            action = self._actions.popleft() if self._actions else None
-            latency = self.latency
-        try:
-            if callable(latency):
-                latency = latency(request)
-            if latency > 0 and self._stopping.wait(latency):
-                h.close_connection = True
-                return
-            if action is not None and action.kind == "disconnect":
-                h.close_connection = True
-                return
-            status, headers, payload = self._answer(request, action, parsed)
-            self._write(h, status, headers, payload)
-        except (BrokenPipeError, ConnectionResetError, TimeoutError):
-            h.close_connection = True  # the client went away (e.g. it gave up on a slow answer)
-        finally:
-            with self._lock:
-                self.in_flight -= 1
-
-    def _error(self, status: int, message: str) -> tuple[int, dict[str, str], bytes]:
+    def _error(self, status: int, message: str) -> Answer:
         if self.api == "tei":
             kinds = {413: "Validation", 422: "Validation", 429: "Overloaded", 424: "Backend", 400: "Validation"}
             data = {"error": message, "error_type": kinds.get(status, "Unhealthy" if status == 503 else "Backend")}
@@ -333,21 +176,11 @@ class RerankServer:
             data = {"message": message}
         return status, {}, json.dumps(data).encode()
 
-    def _answer(
-        self, request: RerankRequest, action: _Action | None, parsed: bool
-    ) -> tuple[int, dict[str, str], bytes]:
-        """(status, headers, body) of one request."""
-        if action is not None and action.kind == "fail":
-            given = action.body
-            if given is None:
-                _, _, data = self._error(action.status, HTTPStatus(action.status).phrase)
-            elif isinstance(given, Mapping):
-                data = json.dumps(given).encode()
-            else:
-                data = given.encode() if isinstance(given, str) else given
-            return action.status, dict(action.headers or {}), data
-        if action is not None and action.kind == "bad_json":
-            return 200, {}, b'{"results": [{"index": 0, "relevance_score": 0.9'
+    def _fail_body(self, status: int) -> bytes:
+        _, _, data = self._error(status, HTTPStatus(status).phrase)
+        return data
+
+    def _answer(self, request: RerankRequest, parsed: bool) -> Answer | Payload:
         with self._lock:
             api_key, model_name, max_documents = self.api_key, self.model_name, self.max_documents
         token = request.headers.get("authorization", "").removeprefix("Bearer ")
@@ -365,16 +198,8 @@ class RerankServer:
             status, headers, data = self._error(405, f"Method {request.method} not allowed on {request.path}")
             return status, {**headers, "Allow": "POST"}, data
         if self.api == "tei":
-            result = self._tei(request, parsed, max_documents)
-        else:
-            result = self._cohere(request, parsed, model_name, max_documents)
-        if isinstance(result, tuple):
-            return result
-        payload = result
-        if action is not None and action.kind == "mangle" and action.mangle is not None:
-            changed = action.mangle(payload)
-            payload = payload if changed is None else changed
-        return 200, {}, json.dumps(payload).encode()
+            return self._tei(request, parsed, max_documents)
+        return self._cohere(request, parsed, model_name, max_documents)
 
     def _ranked(self, query: str, documents: list[str]) -> list[tuple[int, float]]:
         scores = self._scores(query, documents)
@@ -382,7 +207,7 @@ class RerankServer:
 
     def _cohere(
         self, request: RerankRequest, parsed: bool, model_name: str, max_documents: int | None
-    ) -> Any | tuple[int, dict[str, str], bytes]:
+    ) -> Answer | Payload:
         body = request.body
         if not parsed or not isinstance(body, dict):
             return self._error(400, "invalid request: the body must be a JSON object")
@@ -420,9 +245,7 @@ class RerankServer:
             "meta": {"api_version": {"version": "1"}, "billed_units": {"search_units": 1}},
         }
 
-    def _tei(
-        self, request: RerankRequest, parsed: bool, max_documents: int | None
-    ) -> Any | tuple[int, dict[str, str], bytes]:
+    def _tei(self, request: RerankRequest, parsed: bool, max_documents: int | None) -> Answer | Payload:
         content_type = request.headers.get("content-type", "").split(";")[0].strip().lower()
         if content_type != "application/json":  # like TEI's JSON extractor, answered in plain text
             message = b"Expected request with `Content-Type: application/json`"
@@ -469,17 +292,6 @@ class RerankServer:
             "version": "1.5.0",
         }
 
-    def _write(self, h: BaseHTTPRequestHandler, status: int, headers: dict[str, str], body: bytes) -> None:
-        h.send_response(status)
-        if body and not any(k.lower() == "content-type" for k in headers):
-            h.send_header("Content-Type", "application/json")
-        for name, value in headers.items():
-            h.send_header(name, value)
-        h.send_header("Content-Length", str(len(body)))
-        h.end_headers()
-        h.wfile.write(body)
-        h.wfile.flush()
-
 
 @contextmanager
 def serve_rerank(
@@ -498,7 +310,7 @@ def serve_rerank(
 
     `server.url` is the base URL a client is configured with: `http://127.0.0.1:PORT/v1` for Cohere (rerank at
     `{url}/rerank`), `http://127.0.0.1:PORT` for TEI (rerank at `{url}/rerank`)."""
-    server = RerankServer(
+    with RerankServer(
         api=api,
         embedder=embedder,
         home=home,
@@ -508,9 +320,5 @@ def serve_rerank(
         prefix=prefix,
         max_documents=max_documents,
         host=host,
-    )
-    server.start()
-    try:
+    ) as server:
         yield server
-    finally:
-        server.close()
