@@ -278,3 +278,10 @@ def test_malformed_rerank_responses_are_refused(local_model: Embedder, mangle, m
         srv.mangle_next(mangle)
         with pytest.raises(RerankError, match=message):
             reranker.rerank("q", ["a", "b", "c"])
+
+
+def test_describe_shows_the_reranker(rerank_store: KnowledgeBaseStore, cohere: RerankServer, cli: CliRunner) -> None:
+    out = cli.invoke(app, ["describe", "kb", "policy"])
+    assert out.exit_code == 0, out.output
+    [line] = [x for x in out.stdout.splitlines() if x.startswith("Retrieval:")]
+    assert f"rerank.model=loop/{cohere.model_name} rerank.candidates=10 " in line and "minScore" not in line

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 import sys
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 
@@ -106,6 +106,17 @@ def get(resource: Resource, name: Annotated[str | None, typer.Argument()] = None
     )
 
 
+def _settings(values: dict[str, Any], prefix: str = "") -> str:
+    """`key=value` pairs of a spec section, nested ones dotted (rerank.model=...), unset ones left out."""
+    pairs = []
+    for key, value in values.items():
+        if isinstance(value, dict):
+            pairs.append(_settings(value, f"{prefix}{key}."))
+        elif value is not None:
+            pairs.append(f"{prefix}{key}={value}")
+    return " ".join(p for p in pairs if p)
+
+
 @app.command()
 @handles_errors
 def describe(resource: Resource, name: str, output: OutputOpt = None) -> None:
@@ -123,8 +134,8 @@ def describe(resource: Resource, name: str, output: OutputOpt = None) -> None:
         ("Description", d.description or "<none>"),
         ("Version", f"{d.version} (published {created})"),
         ("Model", d.model),
-        ("Chunking", " ".join(f"{k}={v}" for k, v in d.chunking.items())),
-        ("Retrieval", " ".join(f"{k}={v}" for k, v in d.retrieval.items())),
+        ("Chunking", _settings(d.chunking)),
+        ("Retrieval", _settings(d.retrieval)),
         ("Chunks", f"{d.chunks} ({d.embedded} embedded, {d.reused} reused in version {d.version})"),
     ]
     for key, value in fields:
