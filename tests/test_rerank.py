@@ -14,7 +14,7 @@ from kbctl.cli import app
 from kbctl.client import KnowledgeBaseStore
 from kbctl.config import Settings
 from kbctl.embedding import Embedder, get_embedder
-from kbctl.errors import ManifestError, RerankError
+from kbctl.errors import KbctlError, ManifestError, RerankError
 from kbctl.evaluation import EvalQuery, EvalSet, evaluate_store
 from kbctl.manifest import parse_manifests
 from kbctl.rerank.http import HttpRerankConfig, HttpReranker
@@ -285,3 +285,11 @@ def test_describe_shows_the_reranker(rerank_store: KnowledgeBaseStore, cohere: R
     assert out.exit_code == 0, out.output
     [line] = [x for x in out.stdout.splitlines() if x.startswith("Retrieval:")]
     assert f"rerank.model=loop/{cohere.model_name} rerank.candidates=10 " in line and "minScore" not in line
+
+
+def test_eval_refuses_to_measure_a_failing_reranker(rerank_store: KnowledgeBaseStore, cohere: RerankServer) -> None:
+    """A reranker that fails would silently measure the fused order: eval stops with the reason instead."""
+    evalset = EvalSet(queries=[EvalQuery(id="keep", question=QUESTION, expected_sources=["retention"])])
+    cohere.fail_next(404)
+    with pytest.raises(KbctlError, match=r"^mode hybrid\+rerank: model 'rerank-test-v1' not found at "):
+        evaluate_store(rerank_store, "policy", evalset, modes=["hybrid+rerank"])
