@@ -10,10 +10,11 @@ from __future__ import annotations
 
 import json
 import ssl
-from collections.abc import Generator, Mapping
+from collections.abc import Callable, Generator, Mapping
 from typing import Any
 
 import httpx
+from tenacity import RetryCallState, wait_exponential, wait_random
 
 from kbctl._retry_after import retry_after_seconds
 from kbctl.errors import KbctlError
@@ -26,6 +27,7 @@ __all__ = [
     "error_message",
     "plural",
     "retry_after",
+    "retry_wait",
     "status_line",
     "transport_failure",
     "user_agent",
@@ -80,6 +82,20 @@ class Retryable(Exception):
         super().__init__(reason)
         self.reason = reason
         self.retry_after = retry_after
+
+
+def retry_wait(backoff_base: float, max_retry_after: float) -> Callable[[RetryCallState], float]:
+    """A tenacity `wait`: the server's Retry-After when it gave one (capped at `max_retry_after`), else
+    jittered exponential backoff (base, 2x base, 4x base... plus up to base at random, same cap)."""
+    backoff = wait_exponential(multiplier=backoff_base, max=max_retry_after) + wait_random(0, backoff_base)
+
+    def wait(state: RetryCallState) -> float:
+        failure = state.outcome.exception() if state.outcome is not None else None
+        if isinstance(failure, Retryable) and failure.retry_after is not None:
+            return min(failure.retry_after, max_retry_after)
+        return float(backoff(state))
+
+    return wait
 
 
 def user_agent() -> str:

@@ -15,11 +15,8 @@ import httpx
 import numpy as np
 from tenacity import (
     AsyncRetrying,
-    RetryCallState,
     retry_if_exception_type,
     stop_after_attempt,
-    wait_exponential,
-    wait_random,
 )
 
 from kbctl._http_api import (
@@ -29,6 +26,7 @@ from kbctl._http_api import (
     check_response,
     plural,
     retry_after,
+    retry_wait,
     transport_failure,
     user_agent,
 )
@@ -133,9 +131,7 @@ class HttpEmbedder:
         self.url = config.url
         self._environ: Mapping[str, str] = os.environ if environ is None else environ
         self._lock = threading.Lock()
-        self._backoff = wait_exponential(multiplier=config.backoff_base, max=config.max_retry_after) + wait_random(
-            0, config.backoff_base
-        )
+        self._wait = retry_wait(config.backoff_base, config.max_retry_after)
 
     def __repr__(self) -> str:
         return f"HttpEmbedder(model_id={self.model_id!r}, url={self.url!r}, api_key_env={self.config.api_key_env!r})"
@@ -258,12 +254,6 @@ class HttpEmbedder:
                 f"embedding request to {self.url} failed: {failure.reason} (after {plural(attempts, 'attempt')})"
             ) from failure.__cause__
         return self._vectors(response, len(body["input"]), offset)
-
-    def _wait(self, state: RetryCallState) -> float:
-        failure = state.outcome.exception() if state.outcome is not None else None
-        if isinstance(failure, Retryable) and failure.retry_after is not None:
-            return min(failure.retry_after, self.config.max_retry_after)
-        return float(self._backoff(state))
 
     async def _post(self, client: httpx.AsyncClient, body: dict[str, Any], auth: BearerAuth | None) -> httpx.Response:
         """One attempt; a retryable failure raises Retryable, any other EmbeddingError."""

@@ -17,12 +17,9 @@ from typing import Any, Literal
 
 import httpx
 from tenacity import (
-    RetryCallState,
     Retrying,
     retry_if_exception_type,
     stop_after_attempt,
-    wait_exponential,
-    wait_random,
 )
 
 from kbctl._http_api import (
@@ -31,6 +28,7 @@ from kbctl._http_api import (
     bearer_auth,
     check_response,
     plural,
+    retry_wait,
     transport_failure,
     user_agent,
 )
@@ -72,9 +70,7 @@ class HttpReranker:
         self.model_id = config.model_id
         self.url = config.url
         self._environ: Mapping[str, str] = os.environ if environ is None else environ
-        self._backoff = wait_exponential(multiplier=config.backoff_base, max=config.max_retry_after) + wait_random(
-            0, config.backoff_base
-        )
+        self._wait = retry_wait(config.backoff_base, config.max_retry_after)
 
     def __repr__(self) -> str:
         return f"HttpReranker(model_id={self.model_id!r}, url={self.url!r}, api={self.config.api!r})"
@@ -110,12 +106,6 @@ class HttpReranker:
                     f"rerank request to {self.url} failed: {failure.reason} (after {plural(attempts, 'attempt')})"
                 ) from failure.__cause__
         return self._scores(response, len(items))
-
-    def _wait(self, state: RetryCallState) -> float:
-        failure = state.outcome.exception() if state.outcome is not None else None
-        if isinstance(failure, Retryable) and failure.retry_after is not None:
-            return min(failure.retry_after, self.config.max_retry_after)
-        return float(self._backoff(state))
 
     def _post(self, client: httpx.Client, body: dict[str, Any], auth: BearerAuth | None) -> httpx.Response:
         try:
