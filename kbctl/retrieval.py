@@ -237,6 +237,7 @@ class _Candidate:
     """A candidate that passed the threshold rule, with what the later stages need."""
 
     chunk: ChunkHit
+    fused_rank: int  # 1-based place in the fused list, before the threshold
     ranks: _Ranks
     matched: list[str]
     all_words: bool
@@ -272,7 +273,7 @@ def _rerank(
             entries.append(_entry(c.chunk, rank, score, f"cut: rerank score below minScore {min_score}"))
         else:
             kept.append(c)
-            entries.append(_entry(c.chunk, rank, score, f"fused rank {pool.index(c) + 1}"))
+            entries.append(_entry(c.chunk, rank, score, f"fused rank {c.fused_rank}"))
     for rank, c in enumerate(rest, start=len(sent) + 1):
         entries.append(_entry(c.chunk, rank, c.chunk.score, f"cut: beyond the {limit} rerank candidates"))
     return kept, info, entries
@@ -352,7 +353,7 @@ def query_knowledge_base(
         if chosen != "keyword" and c.score < th and not matched and c.chunk_id not in all_words:
             cuts.append(_entry(c, rank, c.score, f"cut: similarity below {th}"))
         else:
-            passing.append(_Candidate(c, ranks, matched, c.chunk_id in all_words))
+            passing.append(_Candidate(c, rank, ranks, matched, c.chunk_id in all_words))
     clock.stage("threshold", cuts)
     info = None
     if reranker is not None and rerank_spec is not None:

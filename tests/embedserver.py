@@ -8,8 +8,8 @@ import json
 import math
 import signal
 import threading
-from collections.abc import Iterator, Sequence
-from contextlib import contextmanager, suppress
+from collections.abc import Sequence
+from contextlib import suppress
 from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler
 from pathlib import Path
@@ -211,18 +211,8 @@ class EmbeddingServer(LoopbackServer):
         }
 
 
-@contextmanager
-def serve_embeddings(
-    *,
-    model: Literal["local", "none"] = "local",
-    embedder: Embedder | None = None,
-    home: Path | None = None,
-    model_name: str = MODEL_NAME,
-    host: str = "127.0.0.1",
-) -> Iterator[EmbeddingServer]:
-    """Start an embeddings server on `host` (an ephemeral port), yield it, stop it; `server.url` ends in /v1."""
-    with EmbeddingServer(model=model, embedder=embedder, home=home, model_name=model_name, host=host) as server:
-        yield server
+# The server is its own context manager: `with serve_embeddings(...) as server:` starts it and stops it on the way out.
+serve_embeddings = EmbeddingServer
 
 
 def main() -> None:

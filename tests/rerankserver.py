@@ -6,8 +6,7 @@ import json
 import math
 import threading
 import uuid
-from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Callable, Sequence
 from http import HTTPStatus
 from pathlib import Path
 from typing import Any, Literal
@@ -293,32 +292,5 @@ class RerankServer(LoopbackServer):
         }
 
 
-@contextmanager
-def serve_rerank(
-    *,
-    api: Api = "cohere",
-    embedder: Embedder | None = None,
-    home: Path | None = None,
-    score_fn: ScoreFn | None = None,
-    api_key: str | None = None,
-    model_name: str = MODEL_NAME,
-    prefix: str = "/v1",
-    max_documents: int | None = None,
-    host: str = "127.0.0.1",
-) -> Iterator[RerankServer]:
-    """Start a rerank server on `host` (an ephemeral port), yield it, stop it.
-
-    `server.url` is the base URL a client is configured with: `http://127.0.0.1:PORT/v1` for Cohere (rerank at
-    `{url}/rerank`), `http://127.0.0.1:PORT` for TEI (rerank at `{url}/rerank`)."""
-    with RerankServer(
-        api=api,
-        embedder=embedder,
-        home=home,
-        score_fn=score_fn,
-        api_key=api_key,
-        model_name=model_name,
-        prefix=prefix,
-        max_documents=max_documents,
-        host=host,
-    ) as server:
-        yield server
+# The server is its own context manager: `with serve_rerank(...) as server:` starts it and stops it on the way out.
+serve_rerank = RerankServer

@@ -614,15 +614,10 @@ class Database:
         it: stemmed, stop words dropped); none when the question has fewer than two such words."""
         if not chunk_ids:
             return set()
-        row = self._conn.execute(
-            "SELECT coalesce(array_length(tsvector_to_array(to_tsvector(%s::regconfig, %s)), 1), 0)",
-            (language, question),
-        ).fetchone()
-        if row is None or row[0] < 2:
-            return set()
         rows = self._conn.execute(
-            "SELECT id FROM kb_chunks WHERE id = ANY(%s) AND tsv @@ plainto_tsquery(%s::regconfig, %s)",
-            (list(chunk_ids), language, question),
+            "SELECT id FROM kb_chunks WHERE id = ANY(%(ids)s) AND tsv @@ plainto_tsquery(%(l)s::regconfig, %(q)s)"
+            " AND coalesce(array_length(tsvector_to_array(to_tsvector(%(l)s::regconfig, %(q)s)), 1), 0) >= 2",
+            {"ids": list(chunk_ids), "l": language, "q": question},
         ).fetchall()
         return {r[0] for r in rows}
 
