@@ -71,11 +71,11 @@ def test_two_expected_sources_one_found() -> None:
 def test_chunks_of_one_source_count_once_in_ndcg() -> None:
     """Three chunks of the one expected source: a perfect ranking, not a score above 1."""
     query = q(["a"])
-    assert ndcg_at_k(query, hits("a", "a", "a")) == 1.0
+    assert ndcg_at_k(query, hits("a", "a", "a")) == pytest.approx(1.0)
     both = q(["a", "b"])
     # a at 1, a again at 2 (no gain), b at 3: (1 + 1/2) / (1 + 1/log2(3))
     assert ndcg_at_k(both, hits("a", "a", "b")) == pytest.approx(1.5 / (1 + 1 / math.log2(3)))
-    assert ndcg_at_k(both, hits("b", "a")) == 1.0
+    assert ndcg_at_k(both, hits("b", "a")) == pytest.approx(1.0)
 
 
 def test_metrics_stop_at_their_depth() -> None:
