@@ -67,7 +67,7 @@ def chunk_texts(n: int, size: int = 1000, seed: int = 7) -> list[str]:
 @contextmanager
 def server_process(mode: str, latency: float) -> Iterator[str]:
     """Run tests/embedserver.py in a child process; yields its /v1 URL once its model is loaded."""
-    command = [sys.executable, "-m", "tests.embedserver", "--model", mode, "--latency", str(latency)]
+    command = [sys.executable, "-m", "tests.support.embedserver", "--model", mode, "--latency", str(latency)]
     proc = subprocess.Popen([*command, "--require-key", KEY], cwd=REPO, stdout=subprocess.PIPE, text=True)
     try:
         assert proc.stdout is not None

@@ -21,11 +21,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from kbctl.client import KnowledgeBaseStore
 from kbctl.config import Settings
+from kbctl.engine.apply import ApplyReport
 from kbctl.manifest import parse_manifests
-from kbctl.reconcile import ApplyReport
 from kbctl.sources.url import FetchPolicy
 from kbctl.store.embedded import stop_server
-from tests.httpserver import HTTPTestServer, serve
+from tests.support.httpserver import HTTPTestServer, serve
 
 WORDS = (
     "warehouse route carrier freight pallet invoice customs tariff depot fleet driver schedule dock "

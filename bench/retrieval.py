@@ -24,11 +24,11 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from kbctl.beir import RANKING_RETRIEVAL, BeirImport, import_beir
 from kbctl.client import KnowledgeBaseStore
 from kbctl.config import Settings
 from kbctl.errors import KbctlError
-from kbctl.evaluation import EvalReport, EvalSet, evaluate_store, load_evalset
+from kbctl.eval.beir import RANKING_RETRIEVAL, BeirImport, import_beir
+from kbctl.eval.run import EvalReport, EvalSet, evaluate_store, load_evalset
 from kbctl.manifest import Retrieval
 from kbctl.store.embedded import stop_server
 

@@ -1,22 +1,58 @@
-"""kbctl: declarative, kubectl-style knowledge bases on PostgreSQL + pgvector, importable by agents."""
+"""kbctl: declarative, kubectl-style knowledge bases on PostgreSQL + pgvector, importable by agents.
 
-__version__ = "0.1.0"
+The public API is the names in `__all__`; each is imported on first use, so `import kbctl` stays cheap
+and no module of the package has to import the package itself.
+"""
 
-from kbctl.client import DeleteResult, KnowledgeBaseStore
-from kbctl.errors import (
-    EmbeddingError,
-    KbctlError,
-    ManifestError,
-    ManifestProblem,
-    NotFoundError,
-    SourceError,
-    StoreError,
-)
-from kbctl.grounding import GroundedContext, Passage
-from kbctl.manifest import KnowledgeBase, LoadedManifest, load_manifests, parse_manifests
-from kbctl.reconcile import ApplyReport, KnowledgeBaseResult, SourceResult
-from kbctl.retrieval import QueryHit, QueryResult
-from kbctl.status import KnowledgeBaseDetail, KnowledgeBaseSummary, SourceStatus
+from __future__ import annotations
+
+from importlib import import_module
+from typing import TYPE_CHECKING, Any
+
+from kbctl._version import __version__ as __version__
+
+if TYPE_CHECKING:
+    from kbctl.client import DeleteResult, KnowledgeBaseStore
+    from kbctl.engine.apply import ApplyReport, KnowledgeBaseResult, SourceResult
+    from kbctl.engine.status import KnowledgeBaseDetail, KnowledgeBaseSummary, SourceStatus
+    from kbctl.errors import (
+        EmbeddingError,
+        KbctlError,
+        ManifestError,
+        ManifestProblem,
+        NotFoundError,
+        SourceError,
+        StoreError,
+    )
+    from kbctl.manifest import KnowledgeBase, LoadedManifest, load_manifests, parse_manifests
+    from kbctl.query.context import GroundedContext, Passage
+    from kbctl.query.retrieve import QueryHit, QueryResult
+
+_WHERE = {
+    "ApplyReport": "kbctl.engine.apply",
+    "DeleteResult": "kbctl.client",
+    "EmbeddingError": "kbctl.errors",
+    "GroundedContext": "kbctl.query.context",
+    "KbctlError": "kbctl.errors",
+    "KnowledgeBase": "kbctl.manifest",
+    "KnowledgeBaseDetail": "kbctl.engine.status",
+    "KnowledgeBaseResult": "kbctl.engine.apply",
+    "KnowledgeBaseStore": "kbctl.client",
+    "KnowledgeBaseSummary": "kbctl.engine.status",
+    "LoadedManifest": "kbctl.manifest",
+    "ManifestError": "kbctl.errors",
+    "ManifestProblem": "kbctl.errors",
+    "NotFoundError": "kbctl.errors",
+    "Passage": "kbctl.query.context",
+    "QueryHit": "kbctl.query.retrieve",
+    "QueryResult": "kbctl.query.retrieve",
+    "SourceError": "kbctl.errors",
+    "SourceResult": "kbctl.engine.apply",
+    "SourceStatus": "kbctl.engine.status",
+    "StoreError": "kbctl.errors",
+    "load_manifests": "kbctl.manifest",
+    "parse_manifests": "kbctl.manifest",
+}
 
 __all__ = [
     "ApplyReport",
@@ -43,3 +79,16 @@ __all__ = [
     "load_manifests",
     "parse_manifests",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    """Import a public name from its module on first use."""
+    if name not in _WHERE:
+        raise AttributeError(f"module 'kbctl' has no attribute {name!r}")
+    value = getattr(import_module(_WHERE[name]), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted([*__all__, "__version__"])

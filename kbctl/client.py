@@ -8,9 +8,11 @@ from pathlib import Path
 
 from pydantic import BaseModel
 
-from kbctl.conditions import conditions_for
 from kbctl.config import Settings
-from kbctl.controller import (
+from kbctl.embedding import Embedder, get_embedder
+from kbctl.engine.apply import ApplyReport, apply_knowledge_bases, refresh_knowledge_bases
+from kbctl.engine.conditions import conditions_for
+from kbctl.engine.controller import (
     Controller,
     PendingResult,
     controller_alive,
@@ -18,23 +20,21 @@ from kbctl.controller import (
     wait_for,
     wait_for_controller,
 )
-from kbctl.diff import DiffReport, diff_knowledge_bases, prune_knowledge_bases
-from kbctl.embedding import Embedder, get_embedder
-from kbctl.errors import NotFoundError
-from kbctl.grounding import GroundedContext, build_context
-from kbctl.manifest import KnowledgeBase, LoadedManifest, load_manifests
-from kbctl.reconcile import ApplyReport, apply_knowledge_bases, refresh_knowledge_bases
-from kbctl.reporting import Reporter
-from kbctl.rerank import Reranker, get_reranker
-from kbctl.retrieval import QueryResult, query_knowledge_base
-from kbctl.selectors import Selector
-from kbctl.sources.url import FetchPolicy
-from kbctl.status import (
+from kbctl.engine.events import Reporter
+from kbctl.engine.explain import DiffReport, diff_knowledge_bases, prune_knowledge_bases
+from kbctl.engine.status import (
     KnowledgeBaseDetail,
     KnowledgeBaseSummary,
     describe_knowledge_base,
     list_knowledge_bases,
 )
+from kbctl.errors import NotFoundError
+from kbctl.manifest import KnowledgeBase, LoadedManifest, load_manifests
+from kbctl.manifest.selectors import Selector
+from kbctl.query.context import GroundedContext, build_context
+from kbctl.query.retrieve import QueryResult, query_knowledge_base
+from kbctl.rerank import Reranker, get_reranker
+from kbctl.sources.url import FetchPolicy
 from kbctl.store.database import Database
 from kbctl.store.embedded import embedded_url
 from kbctl.store.history import GcResult, RollbackResult, VersionInfo, collect_garbage, list_versions, rollback

@@ -1,1 +1,1 @@
-"""Tests of kbctl (importable as the `tests` package so helpers like tests.httpserver can be shared)."""
+"""Tests of kbctl (importable as the `tests` package so helpers like tests.support.httpserver can be shared)."""

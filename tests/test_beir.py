@@ -12,13 +12,13 @@ from typing import Any
 import pytest
 from typer.testing import CliRunner
 
-from kbctl._field_checks import SOURCE_NAME
-from kbctl.beir import import_beir, plan_beir, read_beir, source_names
 from kbctl.cli import app
 from kbctl.client import KnowledgeBaseStore
 from kbctl.errors import ManifestError
-from kbctl.evaluation import load_evalset
+from kbctl.eval.beir import import_beir, plan_beir, read_beir, source_names
+from kbctl.eval.run import load_evalset
 from kbctl.manifest import load_manifests
+from kbctl.manifest._field_checks import SOURCE_NAME
 
 ROOT = Path(__file__).resolve().parent.parent
 

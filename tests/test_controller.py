@@ -11,8 +11,8 @@ from typer.testing import CliRunner
 
 from kbctl.cli import app
 from kbctl.client import KnowledgeBaseStore
+from kbctl.engine.apply import KnowledgeBaseResult
 from kbctl.manifest import parse_manifests
-from kbctl.reconcile import KnowledgeBaseResult
 
 
 def kb_text(name: str, fact: str = "Invoices are kept for seven years.") -> str:

@@ -6,11 +6,10 @@ import math
 from pathlib import Path
 
 import pytest
-
 from fastembed.common.model_description import ModelSource
 from fastembed.rerank.cross_encoder import TextCrossEncoder
 
-from tests.crossencoder import build_cross_encoder
+from tests.support.crossencoder import build_cross_encoder
 
 NAME = "kbctl-test/fixture-cross-encoder"
 QUERY = "How do I store vectors in PostgreSQL?"

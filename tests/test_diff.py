@@ -10,11 +10,11 @@ from typer.testing import CliRunner
 from kbctl.chunking import chunk_document
 from kbctl.cli import app
 from kbctl.client import KnowledgeBaseStore
-from kbctl.diff import diff_knowledge_bases
 from kbctl.embedding import Embedder
+from kbctl.engine.explain import diff_knowledge_bases
 from kbctl.manifest import parse_manifests
 from kbctl.sources.url import FetchPolicy
-from tests.httpserver import serve
+from tests.support.httpserver import serve
 
 MODEL = "local/all-MiniLM-L6-v2"
 

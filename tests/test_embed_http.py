@@ -25,7 +25,7 @@ from kbctl.embedding.http import HttpEmbedder, HttpEmbeddingConfig, estimate_tok
 from kbctl.embedding.http import retry_after as _retry_after
 from kbctl.embedding.local import LocalEmbedder
 from kbctl.errors import EmbeddingError
-from tests.embedserver import EmbeddingServer, serve_embeddings
+from tests.support.embedserver import EmbeddingServer, serve_embeddings
 
 KEY = "sk-kbctl-test-SECRET-7f3a9c21d04e"
 VAR = "OPENAI_API_KEY"

@@ -14,7 +14,7 @@ from typer.testing import CliRunner
 from kbctl.cli import app
 from kbctl.client import KnowledgeBaseStore
 from kbctl.errors import ManifestError
-from kbctl.evaluation import (
+from kbctl.eval.run import (
     EvalQuery,
     EvalSet,
     evaluate,

@@ -17,7 +17,7 @@ import kbctl
 from kbctl.errors import SourceError
 from kbctl.sources.extract import extract_html
 from kbctl.sources.url import ACCEPT, FetchPolicy, FetchRequest, FetchResult, Validators, fetch_urls
-from tests.httpserver import HTTPTestServer, Reply, loopback_only, serve
+from tests.support.httpserver import HTTPTestServer, Reply, loopback_only, serve
 
 KiB = 1024
 MiB = 1024 * KiB

@@ -6,9 +6,9 @@ from typer.testing import CliRunner
 
 from kbctl.cli import app
 from kbctl.client import KnowledgeBaseStore
-from kbctl.grounding import NOTHING, build_context
 from kbctl.manifest import parse_manifests
-from kbctl.retrieval import QueryHit, QueryResult
+from kbctl.query.context import NOTHING, build_context
+from kbctl.query.retrieve import QueryHit, QueryResult
 
 SOURCE = "Alpha beta gamma. Delta epsilon zeta. Eta theta iota."
 

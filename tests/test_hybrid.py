@@ -8,7 +8,7 @@ from typer.testing import CliRunner
 from kbctl.cli import app
 from kbctl.client import KnowledgeBaseStore
 from kbctl.manifest import parse_manifests
-from kbctl.retrieval import KEYWORD_WEIGHT, identifiers
+from kbctl.query.retrieve import KEYWORD_WEIGHT, identifiers
 
 RUNBOOK = """# Payment errors
 ## Card declined

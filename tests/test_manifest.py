@@ -20,12 +20,12 @@ from kbctl.manifest import (
     Metadata,
     Source,
     Spec,
-    _main,
     json_schema,
     load_manifests,
     parse_manifests,
     write_schema,
 )
+from kbctl.manifest.load import _main
 
 SCHEMA_FILE = Path(__file__).resolve().parent.parent / "schemas" / "knowledgebase.schema.json"
 

@@ -11,7 +11,7 @@ from kbctl.client import KnowledgeBaseStore
 from kbctl.config import Settings
 from kbctl.embedding import get_embedder
 from kbctl.manifest import parse_manifests
-from tests.embedserver import EmbeddingServer, serve_embeddings
+from tests.support.embedserver import EmbeddingServer, serve_embeddings
 
 KEY = "sk-test-7f3a9c0e51d2b8"
 

@@ -9,9 +9,9 @@ from typer.testing import CliRunner
 
 from kbctl.cli import app
 from kbctl.client import KnowledgeBaseStore
-from kbctl.diff import prune_knowledge_bases
+from kbctl.engine.explain import prune_knowledge_bases
 from kbctl.manifest import parse_manifests
-from kbctl.selectors import Requirement, Selector, parse_selector
+from kbctl.manifest.selectors import Requirement, Selector, parse_selector
 from tests.test_diff import usage_error
 
 LABELS = {"web-a": "{team: web}", "web-b": "{team: web, tier: gold}", "ops": "{team: ops}", "bare": "{}"}

@@ -26,7 +26,7 @@ from typer.testing import CliRunner
 
 from kbctl.cli import app
 from kbctl.client import KnowledgeBaseStore
-from tests.httpserver import HTTPTestServer, serve
+from tests.support.httpserver import HTTPTestServer, serve
 
 ROOT = Path(__file__).resolve().parent.parent
 README = ROOT / "README.md"

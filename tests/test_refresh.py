@@ -12,7 +12,7 @@ from kbctl.cli import app
 from kbctl.client import KnowledgeBaseStore
 from kbctl.manifest import parse_manifests
 from kbctl.sources.url import FetchPolicy
-from tests.httpserver import HTTPTestServer, serve
+from tests.support.httpserver import HTTPTestServer, serve
 
 MODEL = "local/all-MiniLM-L6-v2"
 

@@ -15,11 +15,11 @@ from kbctl.client import KnowledgeBaseStore
 from kbctl.config import Settings
 from kbctl.embedding import Embedder, get_embedder
 from kbctl.errors import KbctlError, ManifestError, RerankError
-from kbctl.evaluation import EvalQuery, EvalSet, evaluate_store
+from kbctl.eval.run import EvalQuery, EvalSet, evaluate_store
 from kbctl.manifest import parse_manifests
 from kbctl.rerank.http import HttpRerankConfig, HttpReranker
-from tests.crossencoder import build_cross_encoder
-from tests.rerankserver import RerankServer, keyword_scores, serve_rerank
+from tests.support.crossencoder import build_cross_encoder
+from tests.support.rerankserver import RerankServer, keyword_scores, serve_rerank
 
 KEY = "rk-test-5be1d07a93"
 

@@ -13,7 +13,7 @@ import pytest
 
 from kbctl.config import Settings
 from kbctl.embedding import Embedder, get_embedder
-from tests.rerankserver import RerankServer, keyword_scores, serve_rerank
+from tests.support.rerankserver import RerankServer, keyword_scores, serve_rerank
 
 QUERY = "How do I store vectors in PostgreSQL?"
 DOCUMENTS = [

@@ -9,12 +9,12 @@ from typer.testing import CliRunner
 
 from kbctl.cli import app
 from kbctl.client import KnowledgeBaseStore
+from kbctl.engine.apply import ApplyReport
 from kbctl.errors import ManifestError, NotFoundError
 from kbctl.manifest import parse_manifests
-from kbctl.reconcile import ApplyReport
 from kbctl.sources.url import FetchPolicy
 from kbctl.store.history import RollbackError, VersionInfo, list_versions, prune_history, rollback
-from tests.httpserver import serve
+from tests.support.httpserver import serve
 
 REFUNDS = """# Refunds
 A client who cancels more than 30 days before the start date receives a full refund of the deposit.

@@ -15,7 +15,7 @@ import pytest
 from kbctl.errors import SourceError
 from kbctl.sources._guard import Guard, check_ip, guarded_transport
 from kbctl.sources.url import FetchPolicy, FetchRequest, FetchResult, fetch_urls
-from tests.httpserver import HTTPTestServer, loopback_only, serve
+from tests.support.httpserver import HTTPTestServer, loopback_only, serve
 
 HINT = "; set KBCTL_ALLOW_PRIVATE_NETWORKS=1 to allow private networks"
 

@@ -17,7 +17,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 
 from kbctl.client import KnowledgeBaseStore
 from kbctl.errors import KbctlError, ManifestError
-from kbctl.retrieval import RerankInfo
+from kbctl.query.retrieve import RerankInfo
 
 app = typer.Typer(
     name="kbctl",

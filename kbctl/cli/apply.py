@@ -9,9 +9,9 @@ import typer
 
 from kbctl.cli._common import CliReporter, Files, OutputOpt, Recursive, app, emit, handles_errors, open_store
 from kbctl.cli.diff import PruneOpt, SelectorOpt, diff_lines, plan_apply, prune_selector
+from kbctl.engine.apply import ApplyReport
 from kbctl.manifest import LoadedManifest, load_manifests
-from kbctl.reconcile import ApplyReport
-from kbctl.selectors import Selector
+from kbctl.manifest.selectors import Selector
 
 
 @app.command()

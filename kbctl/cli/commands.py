@@ -8,7 +8,7 @@ from typing import Annotated, Any
 
 import typer
 
-from kbctl import __version__
+from kbctl._version import __version__
 from kbctl.cli._common import (
     CliReporter,
     Files,

@@ -11,9 +11,9 @@ from typing import Annotated, ParamSpec, TypeVar
 import typer
 
 from kbctl.cli._common import Files, OutputOpt, Recursive, app, emit, handles_errors, open_store
-from kbctl.diff import DiffReport, SourceDiff, diff_knowledge_bases
+from kbctl.engine.explain import DiffReport, SourceDiff, diff_knowledge_bases
 from kbctl.manifest import load_manifests
-from kbctl.selectors import Selector, parse_selector
+from kbctl.manifest.selectors import Selector, parse_selector
 
 MINUS = "\u2212"  # the minus sign (U+2212) of "+3 \u22122 chunks": ruff flags it written out
 

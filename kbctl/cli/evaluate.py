@@ -1,4 +1,4 @@
-"""`kbctl eval`: measure a knowledge base's retrieval against an eval set (logic in kbctl.evaluation)."""
+"""`kbctl eval`: measure a knowledge base's retrieval against an eval set (logic in kbctl.eval.run)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from typing import Annotated
 import typer
 
 from kbctl.cli._common import OutputOpt, app, emit, handles_errors, open_store, table
-from kbctl.evaluation import MRR_DEPTH, NDCG_DEPTH, EvalReport, evaluate_store, load_evalset
+from kbctl.eval.run import MRR_DEPTH, NDCG_DEPTH, EvalReport, evaluate_store, load_evalset
 
 
 class Mode(StrEnum):

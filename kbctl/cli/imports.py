@@ -1,4 +1,4 @@
-"""`kbctl import beir`: a BEIR-format dataset as a knowledge base plus an eval set (logic in kbctl.beir)."""
+"""`kbctl import beir`: a BEIR-format dataset as a knowledge base plus an eval set (logic in kbctl.eval.beir)."""
 
 from __future__ import annotations
 
@@ -8,8 +8,8 @@ from typing import Annotated
 
 import typer
 
-from kbctl.beir import DEFAULT_SPLIT, RANKING_RETRIEVAL, BeirImport, import_beir
 from kbctl.cli._common import CliReporter, OutputOpt, app, emit, handles_errors, open_store
+from kbctl.eval.beir import DEFAULT_SPLIT, RANKING_RETRIEVAL, BeirImport, import_beir
 from kbctl.manifest import Retrieval
 
 import_app = typer.Typer(help="Import a public dataset as a knowledge base with its eval set.", no_args_is_help=True)

@@ -22,7 +22,7 @@ from tenacity import (
     stop_after_attempt,
 )
 
-from kbctl._http_api import (
+from kbctl._http import (
     BearerAuth,
     Retryable,
     bearer_auth,

@@ -30,7 +30,8 @@ from typing import Any
 import httpx
 from tenacity import AsyncRetrying, RetryCallState, retry_if_exception, wait_exponential, wait_random
 
-from kbctl._retry_after import retry_after_seconds
+from kbctl._http import retry_after_seconds
+from kbctl._version import __version__
 from kbctl.errors import SourceError
 from kbctl.sources import Document
 from kbctl.sources._guard import ALLOW_ENV, Guard, guarded_transport
@@ -55,8 +56,6 @@ _DRAIN_LIMIT = 64 * _KiB
 
 
 def _default_user_agent() -> str:
-    from kbctl import __version__  # lazily: kbctl/__init__ imports modules that import this one
-
     return f"kbctl/{__version__}"
 
 

@@ -18,7 +18,7 @@ from typing import Any, Literal
 import numpy as np
 
 from kbctl.embedding import Embedder
-from tests.loopback import Answer, LoopbackRequest, LoopbackServer, Payload
+from tests.support.loopback import Answer, LoopbackRequest, LoopbackServer, Payload
 
 __all__ = ["EmbedRequest", "EmbeddingServer", "serve_embeddings"]
 
@@ -73,7 +73,7 @@ class EmbeddingServer(LoopbackServer):
     `model="local"` embeds with the real local model: pass `embedder=` to share one already loaded (e.g.
     `get_embedder("local/all-MiniLM-L6-v2", settings)`), else one is built in `home` (a temporary folder by
     default). `model="none"` returns deterministic pseudo-vectors (a hash of each text seeds them) without running
-    any model. `python -m tests.embedserver [--model none] [--latency S] [--require-key K]` serves until
+    any model. `python -m tests.support.embedserver [--model none] [--latency S] [--require-key K]` serves until
     interrupted (SIGINT or SIGTERM) and prints its URL once the model is loaded.
     """
 
@@ -216,7 +216,7 @@ serve_embeddings = EmbeddingServer
 
 
 def main() -> None:
-    """Serve until interrupted: `python -m tests.embedserver [--model none] [--latency 0.05]` prints the URL first."""
+    """Serve until interrupted (`python -m tests.support.embedserver [--model none] [--latency 0.05]`)."""
     import argparse
 
     parser = argparse.ArgumentParser(description="A loopback OpenAI-compatible /v1/embeddings server for kbctl tests.")

@@ -7,7 +7,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Literal
 
-from kbctl._field_checks import check_label_key, check_label_value
+from kbctl.manifest._field_checks import check_label_key, check_label_value
 
 __all__ = ["Requirement", "Selector", "parse_selector"]
 

@@ -8,15 +8,17 @@ and never the key.
 
 from __future__ import annotations
 
+import email.utils
 import json
 import ssl
 from collections.abc import Callable, Generator, Mapping
+from datetime import UTC, datetime
 from typing import Any
 
 import httpx
 from tenacity import RetryCallState, wait_exponential, wait_random
 
-from kbctl._retry_after import retry_after_seconds
+from kbctl._version import __version__
 from kbctl.errors import KbctlError
 
 __all__ = [
@@ -27,6 +29,7 @@ __all__ = [
     "error_message",
     "plural",
     "retry_after",
+    "retry_after_seconds",
     "retry_wait",
     "status_line",
     "transport_failure",
@@ -99,7 +102,6 @@ def retry_wait(backoff_base: float, max_retry_after: float) -> Callable[[RetryCa
 
 
 def user_agent() -> str:
-    from kbctl import __version__  # lazily: kbctl/__init__ imports modules that may import this one
 
     return f"kbctl/{__version__}"
 
@@ -196,3 +198,23 @@ def check_response(
     if not message and 300 <= status < 400 and "location" in response.headers:
         message = f"redirects to {response.headers['location']} (set base_url to the final address)"
     raise error(f"{line} from {url}: {message}" if message else f"{line} from {url}")
+
+
+def retry_after_seconds(value: str | None) -> float | None:
+    """Seconds from a Retry-After value (delta-seconds or HTTP date), or None when absent or unreadable."""
+    value = (value or "").strip()
+    if not value:
+        return None
+    try:
+        seconds = float(value)
+    except ValueError:
+        pass
+    else:
+        return seconds if seconds >= 0 else None
+    try:
+        when = email.utils.parsedate_to_datetime(value)
+    except (TypeError, ValueError):
+        return None
+    if when.tzinfo is None:
+        when = when.replace(tzinfo=UTC)
+    return max(0.0, (when - datetime.now(UTC)).total_seconds())

@@ -11,11 +11,11 @@ import psycopg
 from psycopg.pq import TransactionStatus
 from pydantic import BaseModel, ConfigDict, computed_field
 
-from kbctl.changes import field_changes, source_changes
 from kbctl.embedding import Embedder
+from kbctl.engine.plan import SourcePlan, apply_would_fetch, changed_sources, plan_sources, sha256_json, text_sha256
 from kbctl.manifest import KnowledgeBase
-from kbctl.planning import SourcePlan, apply_would_fetch, changed_sources, plan_sources, sha256_json, text_sha256
-from kbctl.selectors import Selector
+from kbctl.manifest.changes import field_changes, source_changes
+from kbctl.manifest.selectors import Selector
 from kbctl.store.database import Database, VersionSourceRow, store_error
 
 __all__ = [

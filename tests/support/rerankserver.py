@@ -14,7 +14,7 @@ from typing import Any, Literal
 import numpy as np
 
 from kbctl.embedding import Embedder
-from tests.loopback import Answer, LoopbackRequest, LoopbackServer, Payload
+from tests.support.loopback import Answer, LoopbackRequest, LoopbackServer, Payload
 
 __all__ = ["RerankRequest", "RerankServer", "ScoreFn", "keyword_scores", "serve_rerank"]
 

@@ -2,7 +2,7 @@
 
 Usage (a context manager, so it also makes a one-line pytest fixture):
 
-    from tests.httpserver import Reply, serve
+    from tests.support.httpserver import Reply, serve
 
     with serve() as srv:
         srv.route("/a", body="<h1>Hi</h1>", content_type="text/html; charset=utf-8", etag=True)

@@ -13,14 +13,14 @@ from typing import Any, Literal
 
 from pydantic import BaseModel
 
-from kbctl.changes import field_changes, source_changes
-from kbctl.conditions import conditions_for
 from kbctl.embedding import Embedder
+from kbctl.engine.conditions import conditions_for
+from kbctl.engine.events import NullReporter, Reporter
+from kbctl.engine.ingest import ingest
+from kbctl.engine.plan import FetchMode, SourcePlan, changed_sources, plan_sources, sha256_json
 from kbctl.errors import KbctlError, NotFoundError, StoreError
-from kbctl.ingest import ingest
 from kbctl.manifest import KnowledgeBase
-from kbctl.planning import FetchMode, SourcePlan, changed_sources, plan_sources, sha256_json
-from kbctl.reporting import NullReporter, Reporter
+from kbctl.manifest.changes import field_changes, source_changes
 from kbctl.sources.url import FetchPolicy
 from kbctl.store.database import Database, SourceEntry
 from kbctl.store.history import applying, prune_history

@@ -5,9 +5,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from kbctl.embedding import Embedder
+from kbctl.engine.events import Reporter
+from kbctl.engine.plan import SourcePlan, text_sha256
 from kbctl.manifest import KnowledgeBase
-from kbctl.planning import SourcePlan, text_sha256
-from kbctl.reporting import Reporter
 from kbctl.store.database import Database
 
 __all__ = ["EMBED_BATCH", "ingest"]

@@ -30,9 +30,9 @@ from typing import TYPE_CHECKING, Any, Final, Literal, Protocol, TextIO
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 from pydantic.alias_generators import to_camel
 
-from kbctl._pydantic_errors import problems_from
-from kbctl._yaml_lines import Document, SyntaxProblem, load_documents, locate
 from kbctl.errors import KbctlError, ManifestError, ManifestProblem
+from kbctl.manifest._problems import problems_from
+from kbctl.manifest._yaml_lines import Document, SyntaxProblem, load_documents, locate
 
 if TYPE_CHECKING:  # the metrics need no database
     from kbctl.client import KnowledgeBaseStore
@@ -67,7 +67,7 @@ JSONL_SUFFIXES: Final = (".jsonl", ".ndjson")
 
 
 class HitLike(Protocol):
-    """What the metrics read from a retrieved chunk (`kbctl.retrieval.QueryHit` is one)."""
+    """What the metrics read from a retrieved chunk (`kbctl.query.retrieve.QueryHit` is one)."""
 
     @property
     def source(self) -> str: ...

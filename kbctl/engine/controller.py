@@ -20,14 +20,14 @@ from typing import Literal, cast
 
 from pydantic import ValidationError
 
-from kbctl.conditions import conditions_for
 from kbctl.embedding import Embedder
+from kbctl.engine.apply import ApplyReport, KnowledgeBaseResult, SourceResult, apply_knowledge_bases, source_lines
+from kbctl.engine.conditions import conditions_for
+from kbctl.engine.events import NullReporter, Reporter
+from kbctl.engine.status import describe_knowledge_base
 from kbctl.errors import KbctlError, NotFoundError
 from kbctl.manifest import KnowledgeBase
-from kbctl.reconcile import ApplyReport, KnowledgeBaseResult, SourceResult, apply_knowledge_bases, source_lines
-from kbctl.reporting import NullReporter, Reporter
 from kbctl.sources.url import FetchPolicy
-from kbctl.status import describe_knowledge_base
 from kbctl.store import claims
 from kbctl.store.claims import CHANNEL, Claim
 from kbctl.store.database import Database

@@ -34,12 +34,12 @@ from pydantic import BaseModel
 from ruamel.yaml import YAML
 from ruamel.yaml.scalarstring import LiteralScalarString
 
-from kbctl._field_checks import DNS_LABEL, NAME_MAX, check_name
+from kbctl.engine.apply import ApplyReport
+from kbctl.engine.events import Reporter
 from kbctl.errors import KbctlError, ManifestError, ManifestProblem
-from kbctl.evaluation import EvalQuery, EvalSet
+from kbctl.eval.run import EvalQuery, EvalSet
 from kbctl.manifest import API_VERSION, KIND, KnowledgeBase, Metadata, Retrieval, Source, Spec
-from kbctl.reconcile import ApplyReport
-from kbctl.reporting import Reporter
+from kbctl.manifest._field_checks import DNS_LABEL, NAME_MAX, check_name
 
 if TYPE_CHECKING:  # reading a dataset needs no database
     from kbctl.client import KnowledgeBaseStore

@@ -7,7 +7,7 @@ from typing import Any
 
 from pydantic import BaseModel
 
-from kbctl.conditions import Condition, is_true
+from kbctl.engine.conditions import Condition, is_true
 from kbctl.errors import NotFoundError
 from kbctl.store.database import Database, KnowledgeBaseRow, SourceStatusRow, VersionSourceRow
 

@@ -12,8 +12,8 @@ from typing import Annotated, Any, Final, Literal, Union, get_args, get_origin
 from pydantic import BaseModel, ValidationError
 from pydantic_core import ErrorDetails
 
-from kbctl._yaml_lines import Document, locate
 from kbctl.errors import ManifestProblem
+from kbctl.manifest._yaml_lines import Document, locate
 
 __all__ = ["problems_from"]
 

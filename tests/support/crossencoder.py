@@ -1,6 +1,6 @@
 """A tiny real ONNX cross-encoder for tests, built from the installed all-MiniLM-L6-v2 files (no download).
 
-    from tests.crossencoder import build_cross_encoder, load_cross_encoder
+    from tests.support.crossencoder import build_cross_encoder, load_cross_encoder
 
     folder = build_cross_encoder(tmp_path / "cross-encoder")   # model.onnx + tokenizer files
     encoder = load_cross_encoder(folder)                       # fastembed's TextCrossEncoder

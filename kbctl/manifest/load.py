@@ -1,0 +1,204 @@
+"""Load manifests from files, directories and stdin: YAML with line numbers, every problem as file:line: field."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any, Final, TextIO
+
+from pydantic import ValidationError
+from pydantic.alias_generators import to_snake
+
+from kbctl.errors import ManifestError, ManifestProblem
+from kbctl.manifest._problems import problems_from
+from kbctl.manifest._yaml_lines import Document, SyntaxProblem, load_documents, locate
+from kbctl.manifest.models import API_VERSION, KIND, KnowledgeBase, _schema_text, write_schema
+
+__all__ = ["LoadedManifest", "load_manifests", "parse_manifests"]
+
+MANIFEST_SUFFIXES: Final = (".yaml", ".yml", ".json")
+STDIN_PATH: Final = "<stdin>"
+
+
+@dataclass(frozen=True)
+class LoadedManifest:
+    """A valid KnowledgeBase and where it came from."""
+
+    kb: KnowledgeBase
+    path: str
+    line: int  # 1-based line where the YAML document's content starts
+
+
+# ---------------------------------------------------------------- documents → KnowledgeBases
+
+
+def _describe(value: Any) -> str:
+    """Name the YAML type of a plain value, with an article."""
+    names = {dict: "a mapping", list: "a list", str: "a string", bool: "a boolean", int: "an integer"}
+    return names.get(type(value), "a number" if isinstance(value, float) else type(value).__name__)
+
+
+def _check_document(document: Document, file: str) -> tuple[KnowledgeBase | None, list[ManifestProblem]]:
+    """Validate one document; return the KnowledgeBase, or None and its problems sorted by line."""
+    data = document.data
+    if not isinstance(data, dict):
+        message = f"expected a mapping with apiVersion, kind, metadata and spec, got {_describe(data)}"
+        return None, [ManifestProblem(file, document.line, "", message)]
+    problems: list[ManifestProblem] = []
+    for key, expected in (("apiVersion", API_VERSION), ("kind", KIND)):
+        spelling = next((s for s in (key, to_snake(key)) if s in data), None)
+        if spelling is not None and data[spelling] != expected:
+            _, line = locate(document, [(spelling,)])
+            message = f"unsupported {key} {data[spelling]!r}, expected {expected}"
+            problems.append(ManifestProblem(file, line, spelling, message))
+    if problems:  # another kind of object: its fields would only add noise
+        return None, problems
+    try:
+        return KnowledgeBase.model_validate(data), []
+    except ValidationError as invalid:
+        return None, problems_from(invalid, KnowledgeBase, document, file)
+
+
+def _declared_name(document: Document) -> str | None:
+    """metadata.name of a would-be KnowledgeBase document, even when the rest of it is invalid."""
+    data = document.data
+    if not isinstance(data, dict) or data.get("kind", KIND) != KIND:
+        return None
+    if data.get("apiVersion", data.get("api_version", API_VERSION)) != API_VERSION:
+        return None
+    metadata = data.get("metadata")
+    name = metadata.get("name") if isinstance(metadata, dict) else None
+    return name if isinstance(name, str) and name else None
+
+
+class _Collector:
+    """Accumulates manifests and problems across files, and spots duplicate names."""
+
+    def __init__(self) -> None:
+        self.manifests: list[LoadedManifest] = []
+        self.problems: list[ManifestProblem] = []
+        self._first: dict[str, tuple[str, int]] = {}
+
+    def add_text(self, text: str, file: str) -> int:
+        """Parse every document of text; return how many non-empty documents it held."""
+        count = 0
+        for item in load_documents(text):
+            count += 1
+            if isinstance(item, SyntaxProblem):
+                self.problems.append(ManifestProblem(file, item.line, "", item.message))
+                continue
+            kb, problems = _check_document(item, file)
+            name = kb.name if kb is not None else _declared_name(item)
+            if name is not None and name in self._first:
+                first_file, first_line = self._first[name]
+                _, line = locate(item, [("metadata",), ("name",)])
+                message = f"duplicate {KIND} name {name!r} (also defined at {first_file}:{first_line})"
+                problems = sorted(
+                    [*problems, ManifestProblem(file, line, "metadata.name", message)],
+                    key=lambda p: p.line or 0,
+                )
+            elif name is not None:
+                self._first[name] = (file, item.line)
+            self.problems.extend(problems)
+            if kb is not None and not problems:
+                self.manifests.append(LoadedManifest(kb=kb, path=file, line=item.line))
+        return count
+
+    def add_file(self, file: str) -> int:
+        """Read and parse one file; a file that cannot be read is a problem (counted as one document)."""
+        try:
+            with open(file, encoding="utf-8-sig") as handle:
+                text = handle.read()
+        except FileNotFoundError:
+            self.problems.append(ManifestProblem(file, None, "", "no such file or directory"))
+            return 1
+        except UnicodeDecodeError:
+            self.problems.append(ManifestProblem(file, None, "", "cannot read: not valid UTF-8"))
+            return 1
+        except OSError as error:
+            self.problems.append(ManifestProblem(file, None, "", f"cannot read: {error.strerror or error}"))
+            return 1
+        return self.add_text(text, file)
+
+    def no_manifests(self, where: str) -> None:
+        self.problems.append(ManifestProblem(where, None, "", "no manifests found"))
+
+    def result(self) -> list[LoadedManifest]:
+        if self.problems:
+            raise ManifestError(self.problems)
+        return self.manifests
+
+
+def _manifest_files(directory: str, recursive: bool) -> list[str]:
+    """The *.yaml, *.yml and *.json files of directory, sorted by name.
+
+    When recursive, subdirectories are walked in place (symlinked ones are not followed, like kubectl).
+    """
+    files: list[str] = []
+    with os.scandir(directory) as scan:
+        entries = sorted(scan, key=lambda entry: entry.name)
+    for entry in entries:
+        full = os.path.join(directory, entry.name)
+        if entry.is_dir():
+            if recursive and not entry.is_symlink():
+                files.extend(_manifest_files(full, recursive))
+        elif entry.name.endswith(MANIFEST_SUFFIXES):
+            files.append(full)
+    return files
+
+
+def parse_manifests(text: str, path: str) -> list[LoadedManifest]:
+    """Parse the KnowledgeBase documents of one YAML (or JSON) text; path only labels the problems.
+
+    Raises ManifestError listing every problem. Text without documents gives an empty list.
+    """
+    collector = _Collector()
+    collector.add_text(text, path)
+    return collector.result()
+
+
+def load_manifests(
+    paths: Sequence[str], *, recursive: bool = False, stdin: TextIO | None = None
+) -> list[LoadedManifest]:
+    """Load manifests like `kubectl apply -f`: files, directories (recursive: with subdirectories), "-".
+
+    Every problem in every file is collected first, then raised as one ManifestError in file order.
+    """
+    if isinstance(paths, str):
+        raise TypeError("paths must be a sequence of paths, not a single string")
+    collector = _Collector()
+    for path in paths:
+        if path == "-":
+            text = (stdin if stdin is not None else sys.stdin).read()
+            if not collector.add_text(text, STDIN_PATH):
+                collector.no_manifests(STDIN_PATH)
+        elif os.path.isdir(path):
+            try:
+                files = _manifest_files(path, recursive)
+            except OSError as error:
+                collector.problems.append(ManifestProblem(path, None, "", f"cannot read: {error.strerror}"))
+                continue
+            if not sum(collector.add_file(file) for file in files):
+                collector.no_manifests(path)
+        elif not collector.add_file(path):
+            collector.no_manifests(path)
+    return collector.result()
+
+
+def _main(argv: Sequence[str] | None = None) -> int:
+    """Print the KnowledgeBase JSON schema, or write it with --write-schema PATH."""
+    parser = argparse.ArgumentParser(prog="python -m kbctl.manifest", description=_main.__doc__)
+    parser.add_argument("--write-schema", metavar="PATH", help="write the schema to PATH instead of stdout")
+    args = parser.parse_args(argv)
+    if args.write_schema:
+        write_schema(args.write_schema)
+    else:
+        sys.stdout.write(_schema_text())
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(_main())
