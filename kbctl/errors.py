@@ -1,11 +1,16 @@
 """The one exception hierarchy of kbctl.
 
     KbctlError                 anything kbctl could not do; the CLI prints it as one line, exit code 1
-     ├── ManifestError         a manifest is invalid (carries path, line and field of every problem)
+     ├── InputError            a file the user gave is invalid (carries path, line and field of every problem)
+     │    ├── ManifestError    a KnowledgeBase manifest
+     │    ├── EvalSetError     an eval set (`kbctl eval -f`)
+     │    └── BeirError        a BEIR-format dataset (`kbctl import beir`)
      ├── SourceError           a source could not be read, fetched or extracted
      ├── EmbeddingError        the embedding model could not be loaded or failed
-     ├── StoreError            PostgreSQL could not be reached, migrated or written
-     └── NotFoundError         a named knowledge base (or version) does not exist
+     ├── RerankError           the reranker could not be loaded or failed
+     ├── StoreError            PostgreSQL could not be reached, migrated, read or written
+     ├── NotFoundError         a named knowledge base (or version) does not exist
+     └── RollbackError         a rollback that cannot be done as asked (that version already serves)
 
 Misuse of the Python API raises TypeError/ValueError instead: "the world failed" stays apart from
 "you called it wrong".
@@ -16,12 +21,16 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 __all__ = [
+    "BeirError",
     "EmbeddingError",
+    "EvalSetError",
+    "InputError",
     "KbctlError",
     "ManifestError",
     "ManifestProblem",
     "NotFoundError",
     "RerankError",
+    "RollbackError",
     "SourceError",
     "StoreError",
 ]
@@ -45,14 +54,26 @@ class ManifestProblem:
         return f"{where}: {self.field}: {self.message}" if self.field else f"{where}: {self.message}"
 
 
-class ManifestError(KbctlError):
-    """One or more manifests are invalid; `problems` lists each, in file order."""
+class InputError(KbctlError):
+    """One or more input files are invalid; `problems` lists each (file, line, field, message), in file order."""
 
     def __init__(self, problems: list[ManifestProblem]) -> None:
         if not problems:
-            raise ValueError("ManifestError needs at least one problem")
+            raise ValueError(f"{type(self).__name__} needs at least one problem")
         self.problems = problems
         super().__init__("\n".join(str(p) for p in problems))
+
+
+class ManifestError(InputError):
+    """One or more KnowledgeBase manifests are invalid."""
+
+
+class EvalSetError(InputError):
+    """An eval set is invalid."""
+
+
+class BeirError(InputError):
+    """A BEIR-format dataset (corpus, queries, qrels) is invalid."""
 
 
 class SourceError(KbctlError):
@@ -73,3 +94,7 @@ class StoreError(KbctlError):
 
 class NotFoundError(KbctlError):
     """A named object (knowledge base, version) does not exist in the store."""
+
+
+class RollbackError(KbctlError):
+    """A rollback that cannot be done as asked (the version asked for already serves)."""

@@ -10,7 +10,6 @@ from pathlib import Path
 
 from typer.testing import CliRunner
 
-import kbctl
 from kbctl._clidocs import render
 from kbctl.cli import app
 from kbctl.client import KnowledgeBaseStore
@@ -24,12 +23,6 @@ EXAMPLES = ROOT / "examples" / "kb"
 def test_cli_reference_is_current() -> None:
     """docs/cli.md is exactly what --help prints (regenerate: python -m kbctl._clidocs > docs/cli.md)."""
     assert (ROOT / "docs" / "cli.md").read_text() == render()
-
-
-def test_public_api_is_sorted_and_importable() -> None:
-    """`kbctl.__all__` is sorted and every name in it exists."""
-    assert kbctl.__all__ == sorted(kbctl.__all__)
-    assert all(hasattr(kbctl, name) for name in kbctl.__all__)
 
 
 def test_schema_command_prints_the_schema() -> None:

@@ -10,10 +10,10 @@ from typer.testing import CliRunner
 from kbctl.cli import app
 from kbctl.client import KnowledgeBaseStore
 from kbctl.engine.apply import ApplyReport
-from kbctl.errors import ManifestError, NotFoundError
+from kbctl.errors import ManifestError, NotFoundError, RollbackError
 from kbctl.manifest import parse_manifests
 from kbctl.sources.url import FetchPolicy
-from kbctl.store.history import RollbackError, VersionInfo, list_versions, prune_history, rollback
+from kbctl.store.history import VersionInfo, list_versions, prune_history, rollback
 from tests.support.httpserver import serve
 
 REFUNDS = """# Refunds

@@ -9,13 +9,12 @@ from datetime import datetime
 from psycopg.rows import class_row
 from pydantic import BaseModel
 
-from kbctl.errors import KbctlError, NotFoundError
+from kbctl.errors import NotFoundError, RollbackError
 from kbctl.store.database import GC_LOCK_KEY, Database, _store_errors
 
 __all__ = [
     "GC_LOCK_KEY",
     "GcResult",
-    "RollbackError",
     "RollbackResult",
     "VersionInfo",
     "applying",
@@ -28,10 +27,6 @@ __all__ = [
 # Every apply and refresh holds this advisory lock shared for its whole run (see `applying`); garbage
 # collection takes it exclusively, so it never deletes a vector that an apply in progress has cached and
 # will reference only when it publishes. A fixed 64-bit key, next to the migrations' 0x6B6263746C_01.
-
-
-class RollbackError(KbctlError):
-    """A rollback that cannot be done as asked (the version asked for already serves)."""
 
 
 class VersionInfo(BaseModel):

@@ -1,0 +1,82 @@
+"""The package's shape: imports flow one way down the pipeline, and the public API is complete and importable."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import kbctl
+
+PACKAGE = Path(kbctl.__file__).resolve().parent
+
+# Lowest first. A module may import from its own layer and the layers before it, never from a later one.
+LAYERS: list[tuple[str, ...]] = [
+    ("kbctl._version", "kbctl.errors"),
+    ("kbctl.userconfig", "kbctl.config"),
+    ("kbctl.manifest",),
+    ("kbctl._http",),
+    ("kbctl.sources",),
+    ("kbctl.chunking",),
+    ("kbctl.embedding", "kbctl.rerank"),
+    ("kbctl.store",),
+    ("kbctl.engine",),
+    ("kbctl.query",),
+    ("kbctl.eval",),
+    ("kbctl.client",),
+    ("kbctl.cli", "kbctl._clidocs", "kbctl.__main__"),
+]
+
+
+def layer_of(module: str) -> int:
+    """The index in LAYERS of the layer that holds `module` (a module, or a package and everything in it)."""
+    for index, prefixes in enumerate(LAYERS):
+        if any(module == p or module.startswith(p + ".") for p in prefixes):
+            return index
+    raise AssertionError(f"{module} is in no layer of tests/test_layers.py: place it")
+
+
+def module_name(path: Path) -> str:
+    parts = list(path.relative_to(PACKAGE.parent).with_suffix("").parts)
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def imported(path: Path) -> set[str]:
+    """Every kbctl module `path` imports, at the top or inside a function (lazy imports count too)."""
+    found: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            names = [node.module] + [f"{node.module}.{a.name}" for a in node.names]
+            found |= {n for n in names if n.startswith("kbctl")}
+        elif isinstance(node, ast.Import):
+            found |= {a.name for a in node.names if a.name.startswith("kbctl")}
+    return found
+
+
+def known(name: str) -> bool:
+    """Whether a dotted name is a kbctl module or package (not an attribute imported from one)."""
+    relative = Path(*name.split("."))
+    return (PACKAGE.parent / relative.with_suffix(".py")).exists() or (PACKAGE.parent / relative).is_dir()
+
+
+def test_no_import_points_back_up_the_pipeline() -> None:
+    """Every module imports only from its own layer or earlier ones (the facade kbctl/__init__ excepted)."""
+    upward = []
+    for path in sorted(PACKAGE.rglob("*.py")):
+        if path == PACKAGE / "__init__.py":
+            continue
+        mine = layer_of(module_name(path))
+        for target in sorted(t for t in imported(path) if known(t) and t != "kbctl"):
+            if layer_of(target) > mine:
+                upward.append(f"{module_name(path)} imports {target}")
+    assert not upward, "imports pointing back up the pipeline:\n" + "\n".join(upward)
+
+
+def test_public_api_is_complete_sorted_and_importable() -> None:
+    """`kbctl.__all__` is sorted, each name resolves, and the names the README's API example uses are in it."""
+    assert kbctl.__all__ == sorted(kbctl.__all__)
+    for name in kbctl.__all__:
+        assert getattr(kbctl, name) is not None
+    assert {"KnowledgeBaseStore", "QueryResult", "KbctlError", "load_manifests"} <= set(kbctl.__all__)
+    missing = [n for n in kbctl.__all__ if n not in dir(kbctl)]
+    assert not missing
+
