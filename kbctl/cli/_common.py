@@ -16,7 +16,7 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 
 from kbctl.client import KnowledgeBaseStore
-from kbctl.errors import KbctlError, ManifestError
+from kbctl.errors import InputError, KbctlError
 from kbctl.query.retrieve import RerankInfo
 
 app = typer.Typer(
@@ -77,7 +77,7 @@ def handles_errors(func: Callable[P, R]) -> Callable[P, R]:
     def wrapper(*args: P.args, **kwargs: P.kwargs) -> R:
         try:
             return func(*args, **kwargs)
-        except ManifestError as exc:
+        except InputError as exc:
             if state["debug"]:
                 raise
             for problem in exc.problems:
