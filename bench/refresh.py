@@ -21,7 +21,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from kbctl.client import KnowledgeBaseStore
 from kbctl.config import Settings
-from kbctl.engine.apply import ApplyReport
+from kbctl.engine.results import ApplyReport
 from kbctl.manifest import parse_manifests
 from kbctl.sources.url import FetchPolicy
 from kbctl.store.embedded import stop_server

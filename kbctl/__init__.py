@@ -13,7 +13,7 @@ from kbctl._version import __version__ as __version__
 
 if TYPE_CHECKING:
     from kbctl.client import DeleteResult, KnowledgeBaseStore
-    from kbctl.engine.apply import ApplyReport, KnowledgeBaseResult, SourceResult
+    from kbctl.engine.results import ApplyReport, KnowledgeBaseResult, SourceResult
     from kbctl.engine.status import KnowledgeBaseDetail, KnowledgeBaseSummary, SourceStatus
     from kbctl.errors import (
         EmbeddingError,
@@ -29,14 +29,14 @@ if TYPE_CHECKING:
     from kbctl.query.retrieve import QueryHit, QueryResult
 
 _WHERE = {
-    "ApplyReport": "kbctl.engine.apply",
+    "ApplyReport": "kbctl.engine.results",
     "DeleteResult": "kbctl.client",
     "EmbeddingError": "kbctl.errors",
     "GroundedContext": "kbctl.query.context",
     "KbctlError": "kbctl.errors",
     "KnowledgeBase": "kbctl.manifest",
     "KnowledgeBaseDetail": "kbctl.engine.status",
-    "KnowledgeBaseResult": "kbctl.engine.apply",
+    "KnowledgeBaseResult": "kbctl.engine.results",
     "KnowledgeBaseStore": "kbctl.client",
     "KnowledgeBaseSummary": "kbctl.engine.status",
     "LoadedManifest": "kbctl.manifest",
@@ -47,7 +47,7 @@ _WHERE = {
     "QueryHit": "kbctl.query.retrieve",
     "QueryResult": "kbctl.query.retrieve",
     "SourceError": "kbctl.errors",
-    "SourceResult": "kbctl.engine.apply",
+    "SourceResult": "kbctl.engine.results",
     "SourceStatus": "kbctl.engine.status",
     "StoreError": "kbctl.errors",
     "load_manifests": "kbctl.manifest",

@@ -11,8 +11,9 @@ from typer.testing import CliRunner
 
 from kbctl.cli import app
 from kbctl.client import KnowledgeBaseStore
-from kbctl.engine.apply import KnowledgeBaseResult
+from kbctl.engine.results import KnowledgeBaseResult
 from kbctl.manifest import parse_manifests
+from tests.support.lines import Lines
 
 
 def kb_text(name: str, fact: str = "Invoices are kept for seven years.") -> str:
@@ -170,21 +171,13 @@ def test_apply_wait_hands_work_to_a_running_controller(store: KnowledgeBaseStore
         deadline = time.monotonic() + 10
         while not store.controller_alive() and time.monotonic() < deadline:
             time.sleep(0.1)
-        lines: list[str] = []
-
-        class Lines:
-            def line(self, text: str) -> None:
-                lines.append(text)
-
-            def embedding_progress(self, done: int, total: int) -> None:
-                pass
-
-        report = store.apply_and_wait(kbs(kb_text("a")), reporter=Lines(), timeout=60)
+        log = Lines()
+        report = store.apply_and_wait(kbs(kb_text("a")), reporter=log, timeout=60)
     finally:
         stop.set()
         thread.join(timeout=30)
         other.close()
-    assert lines == [
+    assert log.lines == [
         "KnowledgeBase/a created (version 1); waiting for a controller",
         "KnowledgeBase/a source facts ready: 1 chunk (local/all-MiniLM-L6-v2)",
     ]

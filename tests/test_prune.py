@@ -9,7 +9,7 @@ from typer.testing import CliRunner
 
 from kbctl.cli import app
 from kbctl.client import KnowledgeBaseStore
-from kbctl.engine.explain import prune_knowledge_bases
+from kbctl.engine.prune import prune_knowledge_bases
 from kbctl.manifest import parse_manifests
 from kbctl.manifest.selectors import Requirement, Selector, parse_selector
 from tests.test_diff import usage_error

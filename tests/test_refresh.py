@@ -13,6 +13,7 @@ from kbctl.client import KnowledgeBaseStore
 from kbctl.manifest import parse_manifests
 from kbctl.sources.url import FetchPolicy
 from tests.support.httpserver import HTTPTestServer, serve
+from tests.support.lines import Lines
 
 MODEL = "local/all-MiniLM-L6-v2"
 
@@ -72,19 +73,6 @@ spec:
     - name: note
       text: Office hours are 9:00 to 17:30 on working days.
 """
-
-
-class Lines:
-    """A reporter that keeps the lines, as the CLI would print them."""
-
-    def __init__(self) -> None:
-        self.lines: list[str] = []
-
-    def line(self, text: str) -> None:
-        self.lines.append(text)
-
-    def embedding_progress(self, done: int, total: int) -> None:
-        pass
 
 
 def test_apply_fetches_extracts_and_tags_url_sources(web_store: KnowledgeBaseStore, site: HTTPTestServer) -> None:

@@ -9,7 +9,7 @@ from typer.testing import CliRunner
 
 from kbctl.cli import app
 from kbctl.client import KnowledgeBaseStore
-from kbctl.engine.apply import ApplyReport
+from kbctl.engine.results import ApplyReport
 from kbctl.errors import ManifestError, NotFoundError, RollbackError
 from kbctl.manifest import parse_manifests
 from kbctl.sources.url import FetchPolicy

@@ -6,15 +6,15 @@ import functools
 import io
 import json
 from collections.abc import Callable, Sequence
-from datetime import UTC, datetime
 from enum import StrEnum
 from typing import Annotated, Any, ParamSpec, TypeVar
 
 import typer
 from pydantic import BaseModel
-from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 
+from kbctl.cli.render import CliReporter as CliReporter
+from kbctl.cli.render import age as age
+from kbctl.cli.render import table as table
 from kbctl.client import KnowledgeBaseStore
 from kbctl.errors import InputError, KbctlError
 from kbctl.query.retrieve import RerankInfo
@@ -121,56 +121,6 @@ def emit(data: BaseModel | Sequence[BaseModel] | dict[str, Any], output: Output 
         typer.echo(buf.getvalue(), nl=False)
     else:
         typer.echo(json.dumps(plain, indent=2, ensure_ascii=False))
-
-
-def table(headers: Sequence[str], rows: Sequence[Sequence[object]], indent: str = "") -> str:
-    cells = [list(headers), *[[("" if c is None else str(c)) for c in row] for row in rows]]
-    widths = [max(len(r[i]) for r in cells) for i in range(len(headers))]
-    return "\n".join(indent + "   ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip() for r in cells)
-
-
-def age(when: datetime) -> str:
-    seconds = max(0, int((datetime.now(UTC) - when).total_seconds()))
-    for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
-        if seconds >= size:
-            return f"{seconds // size}{unit}"
-    return f"{seconds}s"
-
-
-class CliReporter:
-    """Prints apply lines to stdout and, on a terminal only, an embedding progress bar to stderr."""
-
-    def __init__(self, quiet: bool) -> None:
-        self._quiet = quiet
-        self._console = Console(stderr=True)
-        self._progress: Progress | None = None
-        self._task: Any = None
-
-    def line(self, text: str) -> None:
-        self.close()
-        if not self._quiet:
-            typer.echo(text)
-
-    def embedding_progress(self, done: int, total: int) -> None:
-        if not self._console.is_terminal:
-            return
-        if self._progress is None:
-            self._progress = Progress(
-                TextColumn("embedding"),
-                BarColumn(),
-                MofNCompleteColumn(),
-                TimeRemainingColumn(),
-                console=self._console,
-                transient=True,
-            )
-            self._progress.start()
-            self._task = self._progress.add_task("embedding", total=total)
-        self._progress.update(self._task, completed=done, total=total)
-
-    def close(self) -> None:
-        if self._progress is not None:
-            self._progress.stop()
-            self._progress = None
 
 
 @app.callback()

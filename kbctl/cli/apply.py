@@ -8,8 +8,9 @@ from typing import Annotated
 import typer
 
 from kbctl.cli._common import CliReporter, Files, OutputOpt, Recursive, app, emit, handles_errors, open_store
-from kbctl.cli.diff import PruneOpt, SelectorOpt, diff_lines, plan_apply, prune_selector
-from kbctl.engine.apply import ApplyReport
+from kbctl.cli.diff import PruneOpt, SelectorOpt, plan_apply, prune_selector
+from kbctl.cli.render import diff_lines
+from kbctl.engine.results import ApplyReport
 from kbctl.manifest import LoadedManifest, load_manifests
 from kbctl.manifest.selectors import Selector
 

@@ -3,19 +3,17 @@
 from __future__ import annotations
 
 import functools
-import json
 import sys
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Annotated, ParamSpec, TypeVar
 
 import typer
 
 from kbctl.cli._common import Files, OutputOpt, Recursive, app, emit, handles_errors, open_store
-from kbctl.engine.explain import DiffReport, SourceDiff, diff_knowledge_bases
+from kbctl.cli.render import diff_lines
+from kbctl.engine.explain import DiffReport, diff_knowledge_bases
 from kbctl.manifest import load_manifests
 from kbctl.manifest.selectors import Selector, parse_selector
-
-MINUS = "\u2212"  # the minus sign (U+2212) of "+3 \u22122 chunks": ruff flags it written out
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -51,42 +49,6 @@ def prune_selector(prune: bool, selector: str | None) -> Selector | None:
         return parse_selector(selector)
     except ValueError as exc:
         raise typer.BadParameter(str(exc), param_hint="'-l' / '--selector'") from None
-
-
-def _count(n: int, noun: str) -> str:
-    return f"{n} {noun}" if n == 1 else f"{n} {noun}s"
-
-
-def _source_line(s: SourceDiff) -> str:
-    head = f"source {s.name}" if s.change == "unchanged" else f"source {s.name} {s.change}"
-    if s.fetch:
-        return f"{head} would be fetched" if s.change == "unchanged" else f"{head}: would be fetched"
-    numbers = [f"+{s.chunks_added}"] if s.chunks_added else []
-    numbers += [f"{MINUS}{s.chunks_removed}"] if s.chunks_removed else []
-    details = []
-    if numbers:
-        single = numbers in (["+1"], [f"{MINUS}1"])
-        details.append(" ".join(numbers) + (" chunk" if single else " chunks"))
-    if s.tokens_to_embed:
-        details.append(f"~{_count(s.tokens_to_embed, 'token')} to embed")
-    if not details and s.change == "changed":
-        details.append("same chunks")  # re-chunked (e.g. a chunking setting changed) into the same texts
-    return f"{head}: {', '.join(details)}" if details else head
-
-
-def diff_lines(report: DiffReport, suffix: str = "") -> Iterator[str]:
-    """The human form of a diff: a line per knowledge base, then its changes indented (unchanged ones omitted)."""
-    for kb in report.results:
-        yield f"KnowledgeBase/{kb.name} {kb.action}{suffix}"
-        for f in kb.fields:
-            yield f"  {f.path}: {_value(f.old)} → {_value(f.new)}"
-        for s in kb.sources:
-            if s.differs:
-                yield f"  {_source_line(s)}"
-
-
-def _value(value: object) -> str:
-    return "<none>" if value is None else json.dumps(value, ensure_ascii=False)
 
 
 def plan_apply(filename: list[str], recursive: bool, selector: Selector | None) -> DiffReport:

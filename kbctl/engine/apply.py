@@ -1,29 +1,38 @@
-"""The engine: apply manifests and refresh sources, publishing a new version only when content changed.
+"""Apply manifests and refresh sources: read the stored state, fetch, plan, ingest, publish one new version.
 
-plan (desired vs stored, fetching what must be fetched) → chunk → hash → embed only what the cache
-lacks → publish the version and the live source statuses in one transaction. A source whose content,
-chunking and model are unchanged reuses its stored revision as is (no chunking, embedding or copying).
+Per knowledge base, under its advisory lock: record the desired manifest (apply), read the stored state
+once, fetch the URL sources the trigger asks for, build the frozen plan, then either record "unchanged"
+or ingest the new content and publish the version and the live source statuses in one transaction. A
+version in which no source serves any content is not published. Progress goes out as typed events.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Collection, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from datetime import UTC, datetime
-from typing import Any, Literal
-
-from pydantic import BaseModel
+from typing import Literal
 
 from kbctl.embedding import Embedder
-from kbctl.engine.conditions import conditions_for
-from kbctl.engine.events import NullReporter, Reporter
-from kbctl.engine.ingest import ingest
-from kbctl.engine.plan import FetchMode, SourcePlan, changed_sources, plan_sources, sha256_json
+from kbctl.engine.conditions import Failure, observe
+from kbctl.engine.events import (
+    NullReporter,
+    ReconcileFailed,
+    ReconcileFinished,
+    ReconcileStarted,
+    Reporter,
+    SourceReconciled,
+    Trigger,
+)
+from kbctl.engine.ingest import Ingested, IngestRun, ingest
+from kbctl.engine.plan import Fail, Ingest, KnowledgeBasePlan, NotFetched, SourcePlan, build_plan, fetch_requests
+from kbctl.engine.results import ApplyReport, KnowledgeBaseResult, SourceResult
 from kbctl.errors import KbctlError, NotFoundError, StoreError
 from kbctl.manifest import KnowledgeBase
 from kbctl.manifest.changes import field_changes, source_changes
-from kbctl.sources.url import FetchPolicy
-from kbctl.store.database import Database, SourceEntry
+from kbctl.sources.url import FetchPolicy, fetch_urls
+from kbctl.store.database import Database, SourceEntry, SourceStatusRow
 from kbctl.store.history import applying, prune_history
+from kbctl.store.state import StoredState, read_state
 
 __all__ = [
     "ApplyReport",
@@ -31,179 +40,46 @@ __all__ = [
     "SourceResult",
     "apply_knowledge_bases",
     "refresh_knowledge_bases",
-    "source_lines",
 ]
 
-
-class SourceResult(BaseModel):
-    """What apply or refresh did with one source."""
-
-    name: str
-    state: Literal["ready", "stale", "failed"]
-    fetched: bool
-    ingested: bool
-    chunks: int
-    embedded: int
-    reused: int
-    message: str | None = None
-
-    @property
-    def failed(self) -> bool:
-        """The source could not be read this time (stale ones still serve their last good content)."""
-        return self.state != "ready"
+EmbedderFor = Callable[[str], Embedder]
 
 
-class KnowledgeBaseResult(BaseModel):
-    """What apply or refresh did with one knowledge base."""
-
-    name: str
-    action: Literal["created", "configured", "refreshed", "unchanged", "failed"]
-    version: int | None
-    sources: list[SourceResult]
-    message: str | None = None
-
-    @property
-    def failed(self) -> bool:
-        """True when the knowledge base or any of its sources failed."""
-        return self.action == "failed" or any(s.failed for s in self.sources)
-
-
-class ApplyReport(BaseModel):
-    """The outcome of one apply or refresh: one result per knowledge base, in order."""
-
-    results: list[KnowledgeBaseResult]
-
-    @property
-    def failed(self) -> bool:
-        """True when anything failed (the CLI exits 1)."""
-        return any(r.failed for r in self.results)
-
-    @property
-    def embedded(self) -> int:
-        """Texts sent to an embedding model."""
-        return sum(s.embedded for r in self.results for s in r.sources)
-
-    @property
-    def fetched(self) -> int:
-        """URL sources fetched (including 304 Not Modified answers)."""
-        return sum(s.fetched for r in self.results for s in r.sources)
-
-
-def _result(p: SourcePlan) -> SourceResult:
+def source_result(p: SourcePlan, outcome: Ingested | Fail | None = None) -> SourceResult:
+    """What happened to one source: its plan, and for new content what ingesting it gave."""
+    decision = outcome if isinstance(outcome, Fail) else p.decision
+    if isinstance(decision, Fail):
+        state: Literal["stale", "failed"] = "stale" if decision.keep is not None else "failed"
+        chunks = decision.keep.chunk_count if decision.keep is not None else 0
+        return SourceResult(
+            name=p.name, state=state, fetched=p.fetch, ingested=False, chunks=chunks, embedded=0, reused=chunks,
+            message=decision.message,
+        )  # fmt: skip
+    if isinstance(outcome, Ingested):
+        chunks, embedded = len(outcome.chunked.chunks), outcome.embedded
+        return SourceResult(
+            name=p.name, state="ready", fetched=p.fetch, ingested=True, chunks=chunks, embedded=embedded,
+            reused=chunks - embedded,
+        )  # fmt: skip
+    chunks = decision.chunk_count if not isinstance(decision, Ingest | NotFetched) else 0
     return SourceResult(
-        name=p.source.name,
-        state=p.state,
-        fetched=p.fetched,
-        ingested=p.ingest,
-        chunks=p.chunk_count if p.serves else 0,
-        embedded=p.embedded,
-        reused=p.chunk_count - p.embedded if p.serves else 0,
-        message=p.message,
+        name=p.name, state="ready", fetched=p.fetch, ingested=False, chunks=chunks, embedded=0, reused=chunks
     )
 
 
-def _reconcile_one(
-    db: Database,
-    kb: KnowledgeBase,
-    embedder: Embedder,
-    reporter: Reporter,
-    *,
-    mode: FetchMode,
-    only: Collection[str],
-    policy: FetchPolicy | None,
-    generation: int | None = None,
-) -> KnowledgeBaseResult:
-    name, manifest = kb.name, kb.to_manifest()
-    manifest_sha256 = sha256_json(manifest)
-    if not db.has_text_search_config(kb.spec.retrieval.language):
-        raise StoreError(
-            f"spec.retrieval.language '{kb.spec.retrieval.language}' is not a text search configuration of this "
-            "PostgreSQL (english and simple always exist)"
-        )
-    # In-process apply records the manifest as desired first; a controller (`generation` given) works
-    # on a desired state recorded earlier and must not record it again.
-    row = db.record_desired(name, manifest) if mode == "apply" and generation is None else db.get_kb(name)
-    if row is None:
-        raise NotFoundError(f'knowledgebase "{name}" not found')
-    current = db.get_version(row.id, row.current_version) if row.current_version else None
-    previous = {s.source_name: s for s in db.version_sources(current.id)} if current else {}
-    statuses = db.source_statuses(row.id)
-    plans = plan_sources(
-        db, kb, row.id, previous, statuses, mode=mode, only=only, model_id=embedder.model_id, policy=policy
-    )
-    now = datetime.now(UTC)
-    prefix = f"KnowledgeBase/{name}"
-
-    def record(serving: int) -> None:
-        """Mark this generation reconciled; a newer one recorded meanwhile keeps the KB pending."""
-        done = row.generation if generation is None else generation
-        latest = db.get_kb(name)
-        failing = [(s.source_name, s.message or s.state) for s in (p.status(now) for p in plans) if s.state != "ready"]
-        conditions = conditions_for(
-            row.conditions,
-            now=datetime.now(UTC),
-            serving=serving,
-            pending=latest is not None and latest.generation > done,
-            failing_sources=failing,
-        )
-        db.finish_generation(row.id, done, conditions)
-
-    if current is not None and current.manifest_sha256 == manifest_sha256 and not changed_sources(plans, previous):
-        db.write_statuses(row.id, [p.status(now) for p in plans])
-        record(current.number)
-        if mode == "apply":
-            reporter.line(f"{prefix} unchanged (version {current.number})")
-        results = [_result(p) for p in plans]
-        for line in source_lines(prefix, results, embedder.model_id, mode):
-            reporter.line(line)
-        if mode == "refresh":
-            reporter.line(f"{prefix} unchanged (version {current.number})")
-        return KnowledgeBaseResult(name=name, action="unchanged", version=current.number, sources=results)
-
-    number = db.next_version_number(row.id)
-    action: Literal["created", "configured", "refreshed"] = (
-        "created" if current is None else "refreshed" if mode == "refresh" else "configured"
-    )
-    if mode == "apply":
-        waiting = sum(1 for p in plans if p.ingest or p.failed)
-        noun = "source" if waiting == 1 else "sources"
-        work = f"waiting for the ingestion of {waiting} {noun}" if waiting else "every source reuses stored content"
-        reporter.line(f"{prefix} {action} (version {number}); {work}")
-    ids = ingest(db, kb, plans, embedder, reporter)
-    db.publish(
-        name=name,
-        manifest=manifest,
-        manifest_sha256=manifest_sha256,
-        model=embedder.model_id,
-        number=number,
-        new_revisions=[p.new_revision(ids) for p in plans if p.ingest],
-        sources=[
-            SourceEntry(
-                name=p.source.name,
-                source_sha256=p.source_sha256,
-                revision=p.revision_key if p.ingest else p.revision,
-                state="failed" if p.failed else "ready",
-                message=p.message,
-                chunk_count=p.chunk_count if p.serves else 0,
-                embedded=p.embedded,
-            )
-            for p in plans
-        ],
-        statuses=[p.status(now) for p in plans],
-        change_cause=_change_cause(current.manifest if current else None, manifest, plans, mode),
-    )
-    prune_history(db, row.id, kb.spec.version_history)
-    record(number)
-    results = [_result(p) for p in plans]  # after ingest: embedded counts and failures are known
-    for line in source_lines(prefix, results, embedder.model_id, mode):
-        reporter.line(line)
-    if mode == "refresh":
-        reporter.line(f"{prefix} refreshed (version {number})")
-    return KnowledgeBaseResult(name=name, action=action, version=number, sources=results)
+def _status(p: SourcePlan, outcome: Ingested | Fail | None, state: StoredState, now: datetime) -> SourceStatusRow:
+    """The live status row a source leaves: the plan's, the ingest failure's, or the stored one kept."""
+    if isinstance(outcome, Fail):
+        return SourceStatusRow(p.name, "failed", outcome.message, None, None, None, None, now)
+    if p.status is not None:
+        return p.status
+    stored = state.statuses.get(p.name)
+    return stored or SourceStatusRow(p.name, "ready", None, None, None, None, None, now)
 
 
-def _change_cause(old: dict[str, Any] | None, new: dict[str, Any], plans: Sequence[SourcePlan], mode: FetchMode) -> str:
+def _change_cause(plan: KnowledgeBasePlan) -> str:
     """One line for `rollout history`: what made this version."""
+    old, new = plan.previous_manifest, plan.manifest
     if old is None:
         return "created"
     added, removed, changed = source_changes(old, new)
@@ -211,76 +87,170 @@ def _change_cause(old: dict[str, Any] | None, new: dict[str, Any], plans: Sequen
     parts += [f"source {n} added" for n in added] + [f"source {n} removed" for n in removed]
     parts += [f"source {n} changed" for n in changed]
     respec = set(added) | set(changed)
-    fresh = [p.source.name for p in plans if p.ingest and p.source.name not in respec]
+    fresh = [p.name for p in plan.to_ingest if p.name not in respec]
     if fresh:
-        parts.append(("refreshed: " if mode == "refresh" else "new content: ") + ", ".join(fresh))
+        parts.append(("refreshed: " if plan.trigger == "refresh" else "new content: ") + ", ".join(fresh))
     return "; ".join(parts) or "no content change"
 
 
-def source_lines(prefix: str, sources: Sequence[SourceResult], model: str, mode: FetchMode = "apply") -> list[str]:
-    """The per-source lines of apply and refresh (`KnowledgeBase/x source faq ready: 3 chunks (model)`)."""
-    lines = []
-    for r in sources:
-        src = f"{prefix} source {r.name}"
-        if r.failed:
-            lines.append(f"{src} failed: {r.message}")
-        elif r.ingested:
-            noun = "chunk" if r.chunks == 1 else "chunks"
-            new = f", {r.embedded} new" if mode == "refresh" else ""
-            lines.append(f"{src} ready: {r.chunks} {noun} ({model}){new}")
-        elif r.fetched and mode == "refresh":
-            lines.append(f"{src} unchanged")
-    return lines
+class _Reconciler:
+    """Reconciles one knowledge base at a time against one database, reporting events."""
 
+    def __init__(
+        self,
+        db: Database,
+        embedder_for: EmbedderFor,
+        reporter: Reporter,
+        trigger: Trigger,
+        *,
+        only: Collection[str] = (),
+        policy: FetchPolicy | None = None,
+        generation: int | None = None,
+    ) -> None:
+        self.db, self.embedder_for, self.reporter, self.trigger = db, embedder_for, reporter, trigger
+        self.only, self.policy, self.generation = only, policy, generation
 
-def _record_failure(db: Database, name: str, reason: str) -> None:
-    """Mark an existing knowledge base not Ready after a failed reconcile (its current version still serves)."""
-    try:
-        row = db.get_kb(name)
-        if row is not None:
-            now = datetime.now(UTC)
-            db.set_conditions(
-                row.id, conditions_for(row.conditions, now=now, serving=row.current_version, failure=reason)
-            )
-    except KbctlError:
-        pass  # the store itself is failing: the reason was already reported
-
-
-def _run(
-    db: Database,
-    knowledge_bases: Sequence[KnowledgeBase],
-    embedder_for: Callable[[str], Embedder],
-    reporter: Reporter | None,
-    *,
-    mode: FetchMode,
-    only: Collection[str] = (),
-    policy: FetchPolicy | None = None,
-    generation: int | None = None,
-) -> ApplyReport:
-    reporter = reporter or NullReporter()
-    results: list[KnowledgeBaseResult] = []
-    for kb in knowledge_bases:
-        try:
-            embedder = embedder_for(kb.spec.embedding.ref)
-            with applying(db), db.kb_lock(kb.name):
+    def run(self, knowledge_bases: Sequence[KnowledgeBase]) -> ApplyReport:
+        results: list[KnowledgeBaseResult] = []
+        for kb in knowledge_bases:
+            try:
+                embedder = self.embedder_for(kb.spec.embedding.ref)
+                with applying(self.db), self.db.kb_lock(kb.name):
+                    results.append(self.reconcile(kb, embedder))
+            except KbctlError as exc:
+                self._record_failure(kb.name, Failure("ReconcileFailed", str(exc)))
+                self.reporter.report(ReconcileFailed(kb.name, str(exc)))
                 results.append(
-                    _reconcile_one(
-                        db, kb, embedder, reporter, mode=mode, only=only, policy=policy, generation=generation
-                    )
+                    KnowledgeBaseResult(name=kb.name, action="failed", version=None, sources=[], message=str(exc))
                 )
-        except KbctlError as exc:
-            _record_failure(db, kb.name, str(exc))
-            reporter.line(f"KnowledgeBase/{kb.name} failed: {exc}")
-            results.append(
-                KnowledgeBaseResult(name=kb.name, action="failed", version=None, sources=[], message=str(exc))
+        return ApplyReport(results=results)
+
+    def _record_failure(self, name: str, failure: Failure) -> None:
+        """Mark a knowledge base not Ready after a failed reconcile (its current version, if any, still serves)."""
+        try:
+            row = self.db.get_kb(name)
+            if row is not None:
+                observe(self.db, row, failure=failure)
+        except KbctlError:
+            pass  # the store itself is failing: the reason was already reported
+
+    def reconcile(self, kb: KnowledgeBase, embedder: Embedder) -> KnowledgeBaseResult:
+        db, name = self.db, kb.name
+        if not db.has_text_search_config(kb.spec.retrieval.language):
+            raise StoreError(
+                f"spec.retrieval.language '{kb.spec.retrieval.language}' is not a text search configuration of this "
+                "PostgreSQL (english and simple always exist)"
             )
-    return ApplyReport(results=results)
+        # In-process apply records the manifest as desired first; a controller (`generation` given) works
+        # on a desired state recorded earlier and must not record it again.
+        if self.trigger == "apply" and self.generation is None:
+            db.record_desired(name, kb.to_manifest())
+        state = read_state(db, name)
+        if state.row is None:
+            raise NotFoundError(f'knowledgebase "{name}" not found')
+        done = self.generation if self.generation is not None else state.row.generation
+        requests = fetch_requests(kb, state, self.trigger, self.only)
+        fetched = fetch_urls(requests, self.policy or FetchPolicy.from_env()) if requests else {}
+        now = datetime.now(UTC)
+        plan = build_plan(
+            kb,
+            state,
+            model_id=embedder.model_id,
+            trigger=self.trigger,
+            now=now,
+            requested={r.key for r in requests},
+            fetched=fetched,
+        )
+        action = plan.action
+        version = plan.current_version if action == "unchanged" else plan.next_version
+        assert version is not None
+        self.reporter.report(ReconcileStarted(name, self.trigger, action, version, plan.waiting))
+        run = IngestRun({}, {}) if plan.unchanged else ingest(db, plan, embedder, self.reporter)
+        outcomes: Mapping[str, Ingested | Fail] = run.outcomes
+        results = [source_result(p, outcomes.get(p.name)) for p in plan.sources]
+        statuses = [_status(p, outcomes.get(p.name), state, now) for p in plan.sources]
+        if plan.unchanged:
+            db.write_statuses(state.row.id, statuses)
+            observe(db, state.row, finished=done)
+        elif not any(r.chunks for r in results):
+            return self._nothing_to_serve(plan, state, results, statuses, embedder.model_id)
+        else:
+            self._publish(plan, run, results, statuses)
+            prune_history(db, state.row.id, kb.spec.version_history)
+            observe(db, state.row, finished=done)
+        for r in results:
+            self.reporter.report(SourceReconciled(name, self.trigger, r, embedder.model_id))
+        self.reporter.report(ReconcileFinished(name, self.trigger, action, version))
+        return KnowledgeBaseResult(name=name, action=action, version=version, sources=results)
+
+    def _publish(
+        self, plan: KnowledgeBasePlan, run: IngestRun, results: Sequence[SourceResult], statuses: list[SourceStatusRow]
+    ) -> None:
+        language = plan.kb.spec.retrieval.language
+        entries = []
+        for p, r in zip(plan.sources, results, strict=True):
+            outcome = run.outcomes.get(p.name)
+            serving = p.serving
+            revision: int | str | None = (
+                p.decision.revision_key  # type: ignore[union-attr]
+                if isinstance(outcome, Ingested)
+                else serving.revision_id
+                if serving is not None
+                else None
+            )
+            entries.append(
+                SourceEntry(
+                    name=p.name,
+                    source_sha256=p.source_sha256,
+                    revision=revision,
+                    state="failed" if r.failed else "ready",
+                    message=r.message,
+                    chunk_count=r.chunks,
+                    embedded=r.embedded,
+                )
+            )
+        self.db.publish(
+            name=plan.name,
+            manifest=plan.manifest,
+            manifest_sha256=plan.manifest_sha256,
+            model=plan.model_id,
+            number=plan.next_version,
+            new_revisions=[
+                o.revision(run.vector_ids, language) for o in run.outcomes.values() if isinstance(o, Ingested)
+            ],
+            sources=entries,
+            statuses=statuses,
+            change_cause=_change_cause(plan),
+        )
+
+    def _nothing_to_serve(
+        self,
+        plan: KnowledgeBasePlan,
+        state: StoredState,
+        results: Sequence[SourceResult],
+        statuses: list[SourceStatusRow],
+        model: str,
+    ) -> KnowledgeBaseResult:
+        """No source would serve any content: publish nothing, keep what serves, say which sources failed."""
+        assert state.row is not None
+        self.db.write_statuses(state.row.id, statuses)
+        failed = [f"{r.name}: {r.message}" for r in results if r.message] or [r.name for r in results]
+        message = "no source could be read (" + "; ".join(failed) + ")"
+        # The generation is reconciled (its outcome is known); the controller does not retry it.
+        done = self.generation if self.generation is not None else state.row.generation
+        observe(self.db, state.row, finished=done, failure=Failure("NoContent", message))
+        for r in results:
+            self.reporter.report(SourceReconciled(plan.name, self.trigger, r, model))
+        self.reporter.report(ReconcileFailed(plan.name, message))
+        return KnowledgeBaseResult(
+            name=plan.name, action="failed", version=None, sources=list(results), message=message
+        )
 
 
 def apply_knowledge_bases(
     db: Database,
     knowledge_bases: Sequence[KnowledgeBase],
-    embedder_for: Callable[[str], Embedder],
+    embedder_for: EmbedderFor,
     reporter: Reporter | None = None,
     *,
     policy: FetchPolicy | None = None,
@@ -289,17 +259,21 @@ def apply_knowledge_bases(
     """Reconcile the store to match each knowledge base, one at a time under its advisory lock.
 
     URL sources are fetched only when new, changed in the spec, or never fetched successfully. A
-    knowledge base that fails as a whole (its model cannot load, the store refuses a write) is reported
-    as failed and leaves its current version serving; the others still apply. `generation` is for
-    the controller: reconcile that recorded generation instead of recording these manifests as desired.
+    knowledge base that fails as a whole (its model cannot load, the store refuses a write, no source can
+    be read) is reported as failed and leaves its current version serving; the others still apply.
+    `generation` is for the controller: reconcile that recorded generation instead of recording these
+    manifests as desired.
     """
-    return _run(db, knowledge_bases, embedder_for, reporter, mode="apply", policy=policy, generation=generation)
+    reconciler = _Reconciler(
+        db, embedder_for, reporter or NullReporter(), "apply", policy=policy, generation=generation
+    )
+    return reconciler.run(knowledge_bases)
 
 
 def refresh_knowledge_bases(
     db: Database,
     names: Sequence[str] | None,
-    embedder_for: Callable[[str], Embedder],
+    embedder_for: EmbedderFor,
     reporter: Reporter | None = None,
     *,
     sources: Collection[str] = (),
@@ -318,9 +292,10 @@ def refresh_knowledge_bases(
         version = db.get_version(row.id, row.current_version) if row and row.current_version else None
         if row is None or version is None:
             raise NotFoundError(f'knowledgebase "{name}" not found')
-        kb = KnowledgeBase.model_validate(version.manifest)
+        kb = KnowledgeBase.from_manifest(version.manifest)
         unknown = sorted(set(sources) - {s.name for s in kb.spec.sources})
         if unknown and len(names) == 1:
             raise NotFoundError(f'knowledgebase "{name}" has no source {", ".join(repr(u) for u in unknown)}')
         kbs.append(kb)
-    return _run(db, kbs, embedder_for, reporter, mode="refresh", only=sources, policy=policy)
+    reconciler = _Reconciler(db, embedder_for, reporter or NullReporter(), "refresh", only=sources, policy=policy)
+    return reconciler.run(kbs)

@@ -1,20 +1,26 @@
-"""Status conditions of a knowledge base (Ready, Progressing, Degraded), kept the Kubernetes way.
+"""Status conditions of a knowledge base (Ready, Progressing, Degraded), computed in one place from the stored state.
 
-Each condition has a status ("True"/"False"), a CamelCase reason, a human message and the time its
-status last changed; a condition whose status is unchanged keeps its lastTransitionTime.
+Each condition has a status ("True", "False" or "Unknown"), a CamelCase reason, a message that names the
+cause and the next step, and the time its status last changed; a condition whose status is unchanged keeps
+its lastTransitionTime. Every change of state (a reconcile finished or failed, a manifest recorded for a
+controller, a rollback) ends in `observe`, which reads the knowledge base back and writes its conditions.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from datetime import datetime
+from dataclasses import dataclass
+from datetime import UTC, datetime
 from typing import Any, Literal
 
 from pydantic import AliasChoices, BaseModel, ConfigDict, Field
 
-__all__ = ["Condition", "conditions_for", "is_true"]
+from kbctl.store.database import Database, KnowledgeBaseRow
+
+__all__ = ["Condition", "Facts", "Failure", "conditions_for", "is_true", "observe"]
 
 ConditionType = Literal["Ready", "Progressing", "Degraded"]
+Status = Literal["True", "False", "Unknown"]
 
 
 class Condition(BaseModel):
@@ -23,7 +29,7 @@ class Condition(BaseModel):
     model_config = ConfigDict(populate_by_name=True, frozen=True)
 
     type: ConditionType
-    status: Literal["True", "False"]
+    status: Status
     reason: str
     message: str = ""
     last_transition_time: datetime = Field(
@@ -32,54 +38,101 @@ class Condition(BaseModel):
     )
 
 
-def _merge(
-    old: Sequence[dict[str, Any]], new: list[tuple[ConditionType, bool, str, str]], now: datetime
-) -> list[Condition]:
+@dataclass(frozen=True)
+class Failure:
+    """Why the last reconcile published nothing: `ReconcileFailed` (the KB as a whole) or `NoContent`."""
+
+    reason: Literal["ReconcileFailed", "NoContent"]
+    message: str
+
+
+@dataclass(frozen=True)
+class Facts:
+    """What the conditions are computed from: the stored state, and the failure of the reconcile just done."""
+
+    serving: int | None  # the version that serves queries
+    pending: int | None  # the desired generation waiting to be reconciled, if any
+    failing_sources: Sequence[tuple[str, str]] = ()  # (name, reason) of stale or failed sources
+    failure: Failure | None = None
+
+
+def _serves(serving: int | None) -> str:
+    return f"version {serving} still serves queries" if serving is not None else "no version serves queries"
+
+
+def _ready(f: Facts) -> tuple[Status, str, str]:
+    if f.failure is not None:
+        return "False", f.failure.reason, f"{f.failure.message}; {_serves(f.serving)}; fix the cause and apply again"
+    if f.pending is not None:
+        return (
+            "False",
+            "Pending",
+            f"generation {f.pending} waits for a controller ({_serves(f.serving)}); "
+            "start `kbctl controller`, or apply with --wait",
+        )
+    if f.serving is None:
+        return "False", "NoVersion", "no version has been published; apply the manifest with --wait"
+    return "True", "Reconciled", f"version {f.serving} serves queries"
+
+
+def _progressing(f: Facts) -> tuple[Status, str, str]:
+    if f.failure is not None:
+        return "False", f.failure.reason, f.failure.message
+    if f.pending is not None:
+        return "True", "Pending", "waiting for a controller"
+    return "False", "Reconciled", ""
+
+
+def _degraded(f: Facts) -> tuple[Status, str, str]:
+    if f.failing_sources:
+        return "True", "SourcesFailing", "; ".join(f"{name}: {reason}" for name, reason in f.failing_sources)
+    if f.failure is not None and f.serving is None:
+        return "Unknown", "NotReconciled", "no source has been read yet"
+    return "False", "AllSourcesReady", ""
+
+
+def conditions_for(old: Sequence[dict[str, Any]], facts: Facts, now: datetime) -> list[dict[str, Any]]:
+    """The conditions for `facts`, as JSON-able dicts (camelCase keys) ready to store; the one place they are made."""
     before = {c["type"]: Condition.model_validate(c) for c in old}
     out = []
-    for kind, ok, reason, message in new:
-        status: Literal["True", "False"] = "True" if ok else "False"
+    computed: list[tuple[ConditionType, tuple[Status, str, str]]] = [
+        ("Ready", _ready(facts)),
+        ("Progressing", _progressing(facts)),
+        ("Degraded", _degraded(facts)),
+    ]
+    for kind, (status, reason, message) in computed:
         prev = before.get(kind)
         since = prev.last_transition_time if prev is not None and prev.status == status else now
-        out.append(Condition(type=kind, status=status, reason=reason, message=message, last_transition_time=since))
+        condition = Condition(type=kind, status=status, reason=reason, message=message, last_transition_time=since)
+        out.append(condition.model_dump(mode="json", by_alias=True))
     return out
 
 
-def conditions_for(
-    old: Sequence[dict[str, Any]],
-    *,
-    now: datetime,
-    serving: int | None,
-    pending: bool = False,
-    failure: str | None = None,
-    failing_sources: Sequence[tuple[str, str]] = (),
+def observe(
+    db: Database, row: KnowledgeBaseRow, *, finished: int | None = None, failure: Failure | None = None
 ) -> list[dict[str, Any]]:
-    """The conditions after an event, as JSON-able dicts (camelCase keys) ready to store.
+    """Compute a knowledge base's conditions from what the store holds now, and write them.
 
-    serving: the version that serves queries (None: none yet); pending: desired state recorded but not
-    reconciled yet; failure: the last reconcile failed as a whole; failing_sources: (name, reason) of
-    sources that are stale or failed.
+    `finished` marks that generation reconciled in the same statement (a newer one recorded meanwhile stays
+    pending); `failure` is why the reconcile just done published nothing. Returns the conditions written.
     """
-    if failure is not None:
-        ready = (False, "ReconcileFailed", failure)
-    elif pending:
-        ready = (False, "Pending", "a new generation waits to be reconciled")
-    elif serving is None:
-        ready = (False, "NoVersion", "no version has been published")
+    latest = db.get_kb(row.name) or row
+    observed = max(latest.observed_generation, finished or 0)
+    failing = [
+        (n, s.message or s.state) for n, s in sorted(db.source_statuses(latest.id).items()) if s.state != "ready"
+    ]
+    facts = Facts(
+        serving=latest.current_version,
+        pending=latest.generation if latest.generation > observed else None,
+        failing_sources=failing,
+        failure=failure,
+    )
+    conditions = conditions_for(latest.conditions, facts, datetime.now(UTC))
+    if finished is not None:
+        db.finish_generation(latest.id, finished, conditions)
     else:
-        ready = (True, "Reconciled", f"version {serving} serves queries")
-    progressing = (True, "Pending", "waiting for a controller") if pending else (False, "Reconciled", "")
-    degraded = (
-        (True, "SourcesFailing", "; ".join(f"{name}: {reason}" for name, reason in failing_sources))
-        if failing_sources
-        else (False, "AllSourcesReady", "")
-    )
-    merged = _merge(
-        old,
-        [("Ready", *ready), ("Progressing", *progressing), ("Degraded", *degraded)],
-        now,
-    )
-    return [c.model_dump(mode="json", by_alias=True) for c in merged]
+        db.set_conditions(latest.id, conditions)
+    return conditions
 
 
 def is_true(conditions: Sequence[dict[str, Any]], kind: str) -> bool:

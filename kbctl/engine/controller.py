@@ -15,16 +15,22 @@ import time
 import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from datetime import UTC, datetime
-from typing import Literal, cast
+from typing import Literal
 
 from pydantic import ValidationError
 
 from kbctl.embedding import Embedder
-from kbctl.engine.apply import ApplyReport, KnowledgeBaseResult, SourceResult, apply_knowledge_bases, source_lines
-from kbctl.engine.conditions import conditions_for
-from kbctl.engine.events import NullReporter, Reporter
-from kbctl.engine.status import describe_knowledge_base
+from kbctl.engine.apply import apply_knowledge_bases
+from kbctl.engine.conditions import Failure, observe
+from kbctl.engine.events import (
+    HandedToController,
+    NullReporter,
+    ReconcileFailed,
+    ReconcileStarted,
+    Reporter,
+    SourceReconciled,
+)
+from kbctl.engine.results import ApplyReport, KnowledgeBaseResult, SourceResult
 from kbctl.errors import KbctlError, NotFoundError
 from kbctl.manifest import KnowledgeBase
 from kbctl.sources.url import FetchPolicy
@@ -64,8 +70,7 @@ def record_pending(db: Database, kb: KnowledgeBase) -> PendingResult:
     pending = row.generation > row.observed_generation
     if not pending:
         return PendingResult(kb.name, "unchanged", row.current_version, row.generation, False)
-    conditions = conditions_for(row.conditions, now=datetime.now(UTC), serving=row.current_version, pending=True)
-    db.set_conditions(row.id, conditions)
+    observe(db, row)
     claims.notify_work(db, kb.name)
     action = "created" if row.current_version is None else "configured"
     return PendingResult(kb.name, action, db.next_version_number(row.id), row.generation, True)
@@ -112,15 +117,18 @@ class Controller:
         """Reconcile one claimed knowledge base and release the claim."""
         retry_after: int | None = None
         try:
-            kb = KnowledgeBase.model_validate(claim.manifest)
+            kb = KnowledgeBase.from_manifest(claim.manifest)
             [result] = apply_knowledge_bases(
                 self.db, [kb], self._embedder_for, self._reporter, policy=self._policy, generation=claim.generation
             ).results
-            if result.action == "failed":  # the store or the model failed: try again later
+            if result.action == "failed" and result.version is None and not result.sources:
+                # the store or the model failed (not the sources, whose outcome is recorded): try again later
                 retry_after = RETRY_SECONDS
         except ValidationError as exc:
             # A manifest that no longer validates (an older kbctl wrote it) cannot be retried as is.
-            claims.give_up(self.db, claim, conditions_for([], now=datetime.now(UTC), serving=None, failure=str(exc)))
+            row = self.db.get_kb(claim.name)
+            if row is not None:
+                observe(self.db, row, finished=claim.generation, failure=Failure("ReconcileFailed", str(exc)))
             result = KnowledgeBaseResult(name=claim.name, action="failed", version=None, sources=[], message=str(exc))
         finally:
             claims.release(self.db, claim, self.id, retry_after=retry_after)
@@ -191,41 +199,55 @@ def wait_for_controller(
     results: list[KnowledgeBaseResult] = []
     deadline = time.monotonic() + timeout
     for p in pending:
-        prefix = f"KnowledgeBase/{p.name}"
         if not p.pending:
-            reporter.line(f"{prefix} unchanged (version {p.version})")
+            assert p.version is not None
+            reporter.report(ReconcileStarted(p.name, "apply", "unchanged", p.version, 0))
             results.append(KnowledgeBaseResult(name=p.name, action="unchanged", version=p.version, sources=[]))
             continue
-        reporter.line(f"{prefix} {p.action} (version {p.version}); waiting for a controller")
+        reporter.report(HandedToController(p.name, p.action, p.version))
         left = max(0.0, deadline - time.monotonic())
         if not wait_for(db, p.name, condition="Progressing", value=False, generation=p.generation, timeout=left):
             reason = f"not reconciled by a controller within {timeout:.0f} s"
-            reporter.line(f"{prefix} failed: {reason}")
+            reporter.report(ReconcileFailed(p.name, reason))
             results.append(KnowledgeBaseResult(name=p.name, action="failed", version=None, sources=[], message=reason))
             continue
         results.append(_result_from_store(db, p, reporter))
     return ApplyReport(results=results)
 
 
+def _state(state: str, revision_id: int | None) -> Literal["ready", "stale", "failed"]:
+    """A published source's outcome: ready, or failed while serving its last good content (stale), or not."""
+    if state == "ready":
+        return "ready"
+    return "stale" if revision_id is not None else "failed"
+
+
 def _result_from_store(db: Database, p: PendingResult, reporter: Reporter) -> KnowledgeBaseResult:
-    """What the controller did, read back from the store (live source states), with apply's source lines."""
-    detail = describe_knowledge_base(db, p.name)
-    if detail.version is None:
-        raise NotFoundError(f'knowledgebase "{p.name}" has no published version yet')
+    """What the controller did, read back from the version it published, reported as apply's events."""
+    row = db.get_kb(p.name)
+    if row is None:
+        raise NotFoundError(f'knowledgebase "{p.name}" not found')
+    ready = next((c for c in row.conditions if c.get("type") == "Ready"), {})
+    version = db.get_version(row.id, row.current_version) if row.current_version is not None else None
+    if ready.get("reason") in ("ReconcileFailed", "NoContent") or version is None or version.number < (p.version or 0):
+        message = str(ready.get("message") or "the controller published no version")
+        reporter.report(ReconcileFailed(p.name, message))
+        return KnowledgeBaseResult(name=p.name, action="failed", version=None, sources=[], message=message)
     sources = [
         SourceResult(
-            name=s.name,
-            state=cast(Literal["ready", "stale", "failed"], s.state),
-            fetched=False,
-            ingested=s.embedded > 0,
-            chunks=s.chunks,
-            embedded=s.embedded,
-            reused=s.reused,
+            name=s.source_name,
+            state=_state(s.state, s.revision_id),
+            fetched=False,  # not recorded per version; apply's lines do not depend on it
+            # A revision written by the same transaction as the version is new content ingested for it.
+            ingested=s.revision_created_at is not None and s.revision_created_at == version.created_at,
+            chunks=s.chunk_count,
+            embedded=s.embedded_count,
+            reused=s.reused_count,
             message=s.message,
         )
-        for s in detail.source_status
+        for s in db.version_sources(version.id)
     ]
-    for line in source_lines(f"KnowledgeBase/{p.name}", sources, detail.model):
-        reporter.line(line)
+    for source in sources:
+        reporter.report(SourceReconciled(p.name, "apply", source, version.model))
     action: Literal["created", "configured"] = "created" if p.action == "created" else "configured"
-    return KnowledgeBaseResult(name=p.name, action=action, version=detail.version, sources=sources)
+    return KnowledgeBaseResult(name=p.name, action=action, version=version.number, sources=sources)

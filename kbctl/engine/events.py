@@ -1,29 +1,101 @@
-"""The seam through which the library reports progress; the CLI implements it, the library never prints."""
+"""What the engine reports while it works, as typed events: only the CLI words them (cli/render.py)."""
 
 from __future__ import annotations
 
-from typing import Protocol
+from dataclasses import dataclass
+from typing import Literal, Protocol
 
-__all__ = ["NullReporter", "Reporter"]
+from kbctl.engine.results import SourceResult
+
+__all__ = [
+    "EmbeddingProgress",
+    "Event",
+    "HandedToController",
+    "NullReporter",
+    "ReconcileFailed",
+    "ReconcileFinished",
+    "ReconcileStarted",
+    "Reporter",
+    "SourceReconciled",
+    "Trigger",
+]
+
+Trigger = Literal["apply", "refresh"]
+Action = Literal["created", "configured", "refreshed", "unchanged"]
+
+
+@dataclass(frozen=True)
+class ReconcileStarted:
+    """A knowledge base is planned: `action` is what publishing does; `waiting` sources have work or trouble."""
+
+    name: str
+    trigger: Trigger
+    action: Action
+    version: int  # the version to publish, or the one that keeps serving when unchanged
+    waiting: int
+
+
+@dataclass(frozen=True)
+class SourceReconciled:
+    """One source is done: read (or not), ingested (or reused), ready, stale or failed."""
+
+    name: str
+    trigger: Trigger
+    source: SourceResult
+    model: str
+
+
+@dataclass(frozen=True)
+class ReconcileFinished:
+    """A knowledge base is done: `version` serves (a new one, or the same when unchanged)."""
+
+    name: str
+    trigger: Trigger
+    action: Action
+    version: int
+
+
+@dataclass(frozen=True)
+class ReconcileFailed:
+    """A knowledge base failed as a whole; whatever served before still serves."""
+
+    name: str
+    message: str
+
+
+@dataclass(frozen=True)
+class HandedToController:
+    """`apply --wait` left the work to a running controller and waits for it."""
+
+    name: str
+    action: str
+    version: int | None
+
+
+@dataclass(frozen=True)
+class EmbeddingProgress:
+    """`done` of `total` texts embedded so far for the knowledge base `name`."""
+
+    name: str
+    done: int
+    total: int
+
+
+Event = (
+    ReconcileStarted | SourceReconciled | ReconcileFinished | ReconcileFailed | HandedToController | EmbeddingProgress
+)
 
 
 class Reporter(Protocol):
-    """Receives what long work has to say while it runs."""
+    """Receives the engine's events while long work runs."""
 
-    def line(self, text: str) -> None:
-        """A line of the apply log, e.g. `KnowledgeBase/x source faq ready: 3 chunks (model)`."""
-        ...
-
-    def embedding_progress(self, done: int, total: int) -> None:
-        """`done` of `total` texts embedded so far in the current knowledge base."""
+    def report(self, event: Event) -> None:
+        """Handle one event."""
         ...
 
 
 class NullReporter:
-    """Says nothing (the default for library callers)."""
+    """Ignores every event (the default for library callers)."""
 
-    def line(self, text: str) -> None:
-        """Ignore a log line."""
-
-    def embedding_progress(self, done: int, total: int) -> None:
-        """Ignore progress."""
+    def report(self, event: Event) -> None:
+        """Ignore an event."""

@@ -1,22 +1,22 @@
-"""Plan an apply without doing it (what would be created, configured, re-chunked, embedded, pruned), and prune."""
+"""Explain a plan without carrying it out: what apply would create, configure, re-chunk, embed, prune."""
 
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Callable, Collection, Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Callable, Sequence
+from datetime import UTC, datetime
 from typing import Any, Literal
 
-import psycopg
-from psycopg.pq import TransactionStatus
 from pydantic import BaseModel, ConfigDict, computed_field
 
 from kbctl.embedding import Embedder
-from kbctl.engine.plan import SourcePlan, apply_would_fetch, changed_sources, plan_sources, sha256_json, text_sha256
+from kbctl.engine.ingest import Chunked, chunk_source
+from kbctl.engine.plan import Ingest, Reuse, SourcePlan, build_plan, fetch_requests
 from kbctl.manifest import KnowledgeBase
 from kbctl.manifest.changes import field_changes, source_changes
 from kbctl.manifest.selectors import Selector
-from kbctl.store.database import Database, VersionSourceRow, store_error
+from kbctl.store.database import Database
+from kbctl.store.state import StoredState, read_state
 
 __all__ = [
     "DiffReport",
@@ -24,7 +24,6 @@ __all__ = [
     "KnowledgeBaseDiff",
     "SourceDiff",
     "diff_knowledge_bases",
-    "prune_knowledge_bases",
 ]
 
 
@@ -98,23 +97,8 @@ class DiffReport(_Frozen):
         return sum(s.tokens_to_embed or 0 for r in self.results for s in r.sources)
 
 
-@contextmanager
-def _read_only(db: Database) -> Iterator[None]:
-    """One read-only, repeatable-read transaction: every read sees one snapshot, and no write can slip in."""
-    conn = db.connection
-    if conn.info.transaction_status != TransactionStatus.IDLE:  # the caller's own transaction: read in it
-        yield
-        return
-    try:
-        with conn.transaction():
-            conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY")
-            yield
-    except psycopg.Error as exc:
-        raise store_error(exc) from exc
-
-
-class _Planner:
-    """Diffs knowledge bases one by one; remembers the texts already counted, so each is billed once."""
+class _Explainer:
+    """Explains knowledge bases one by one; remembers the texts already counted, so each is billed once."""
 
     def __init__(self, db: Database, embedder_for: Callable[[str], Embedder]) -> None:
         self.db = db
@@ -122,56 +106,47 @@ class _Planner:
         self.counted: set[tuple[str, bytes]] = set()
 
     def diff(self, kb: KnowledgeBase) -> KnowledgeBaseDiff:
-        db, manifest = self.db, kb.to_manifest()
         embedder = self.embedder_for(kb.spec.embedding.ref)
-        row = db.get_kb(kb.name)
-        current = db.get_version(row.id, row.current_version) if row and row.current_version else None
-        previous = {s.source_name: s for s in db.version_sources(current.id)} if current else {}
-        statuses = db.source_statuses(row.id) if row else {}
-        # Planned as apply would, except that no URL is fetched (each keeps what the store serves).
-        kb_id = row.id if row else None
-        plans = plan_sources(db, kb, kb_id, previous, statuses, model_id=embedder.model_id, fetch=False)
-        old = current.manifest if current else None
-        added, removed, respec = source_changes(old, manifest)
-        tokens = self._tokens(embedder, [p for p in plans if p.ingest], kb)
-        sources = [self._source(p, previous.get(p.source.name), added, respec, tokens) for p in plans]
+        state = read_state(self.db, kb.name)
+        # The plan apply would build, except that no URL is fetched (each keeps what the store serves).
+        requested = {r.key for r in fetch_requests(kb, state, "explain")}
+        plan = build_plan(
+            kb, state, model_id=embedder.model_id, trigger="explain", now=datetime.now(UTC), requested=requested
+        )
+        old = plan.previous_manifest
+        added, removed, respec = source_changes(old, plan.manifest)
+        chunked = {p.name: chunk_source(p, kb) for p in plan.to_ingest}
+        tokens = self._tokens(embedder, chunked)
+        sources = [self._source(p, state, added, respec, chunked, tokens) for p in plan.sources]
         sources += [
             SourceDiff(
                 name=n,
                 kind="url" if old and _old_source(old, n).get("url") else "text",
                 change="removed",
-                chunks_removed=previous[n].chunk_count if n in previous else 0,
+                chunks_removed=state.served[n].chunk_count if n in state.served else 0,
             )
             for n in removed
         ]
-        if current is None:
+        if plan.current_version is None:
             return KnowledgeBaseDiff(name=kb.name, action="created", version=None, sources=sources)
-        unchanged = current.manifest_sha256 == sha256_json(manifest) and not changed_sources(plans, previous)
         return KnowledgeBaseDiff(
             name=kb.name,
-            action="unchanged" if unchanged else "configured",
-            version=current.number,
-            fields=[FieldDiff(path=c.path, old=c.old, new=c.new) for c in field_changes(old, manifest)],
+            action="unchanged" if plan.unchanged else "configured",
+            version=plan.current_version,
+            fields=[FieldDiff(path=c.path, old=c.old, new=c.new) for c in field_changes(old, plan.manifest)],
             sources=sources,
         )
 
-    def _chunks(self, plan: SourcePlan, kb: KnowledgeBase) -> list[tuple[bytes, str]]:
-        """(sha256 of the text to embed, the chunk's text) of new content, chunked exactly as ingest does."""
-        chunks = plan.split(kb)
-        plan.hashes = [text_sha256(c.embed_text) for c in chunks]
-        return [(h, c.text) for h, c in zip(plan.hashes, chunks, strict=True)]
-
-    def _tokens(self, embedder: Embedder, plans: Sequence[SourcePlan], kb: KnowledgeBase) -> dict[str, int]:
+    def _tokens(self, embedder: Embedder, chunked: dict[str, Chunked]) -> dict[str, int]:
         """Tokens to embed per source: texts neither cached nor already counted (for an earlier source)."""
-        chunked = {p.source.name: self._chunks(p, kb) for p in plans}
-        texts = {h: t for pairs in chunked.values() for h, t in pairs}
+        texts = {h: c.text for pieces in chunked.values() for h, c in zip(pieces.hashes, pieces.chunks, strict=True)}
         cached = self.db.cached_embeddings(embedder.model_id, list(texts))
         missing = [h for h in texts if h not in cached and (embedder.model_id, h) not in self.counted]
         found = embedder.count_tokens([texts[h] for h in missing]) if missing else []
         counts = dict(zip(missing, found, strict=True))
         tokens: dict[str, int] = {}
-        for name, pairs in chunked.items():
-            mine = {h for h, _ in pairs if h in counts}
+        for name, pieces in chunked.items():
+            mine = {h for h in pieces.hashes if h in counts}
             tokens[name] = sum(counts.pop(h) for h in mine)
         self.counted |= {(embedder.model_id, h) for h in missing}
         return tokens
@@ -179,18 +154,21 @@ class _Planner:
     def _source(
         self,
         plan: SourcePlan,
-        prev: VersionSourceRow | None,
+        state: StoredState,
         added: list[str],
         respec: list[str],
+        chunked: dict[str, Chunked],
         tokens: dict[str, int],
     ) -> SourceDiff:
-        name, kind = plan.source.name, plan.source.kind
+        name, kind = plan.name, plan.source.kind
+        prev = state.served.get(name)
         before = prev.revision_id if prev else None
-        moved = plan.ingest or plan.revision != before
+        serving = plan.serving
+        moved = isinstance(plan.decision, Ingest) or (serving.revision_id if serving else None) != before
         change: Literal["added", "changed", "unchanged"] = (
             "added" if name in added else "changed" if name in respec or moved else "unchanged"
         )
-        if apply_would_fetch(plan, prev):
+        if plan.fetch:
             return SourceDiff(
                 name=name,
                 kind=kind,
@@ -202,8 +180,8 @@ class _Planner:
             )
         if not moved:
             return SourceDiff(name=name, kind=kind, change=change)
-        new = plan.hashes if plan.ingest else self._revision_hashes(plan.revision)
-        old = self._revision_hashes(before)
+        new = list(chunked[name].hashes) if name in chunked else self._revision_hashes(serving)
+        old = self._revision_hashes(Reuse(before, 0) if before is not None else None)
         return SourceDiff(
             name=name,
             kind=kind,
@@ -213,8 +191,8 @@ class _Planner:
             tokens_to_embed=tokens.get(name, 0),
         )
 
-    def _revision_hashes(self, revision_id: int | None) -> list[bytes]:
-        return [h for h, _ in self.db.revision_chunks(revision_id)] if revision_id is not None else []
+    def _revision_hashes(self, revision: Reuse | None) -> list[bytes]:
+        return [h for h, _ in self.db.revision_chunks(revision.revision_id)] if revision is not None else []
 
 
 def _old_source(manifest: dict[str, Any], name: str) -> dict[str, Any]:
@@ -236,9 +214,9 @@ def diff_knowledge_bases(
     `prune_selector`, stored knowledge bases whose labels match it and that are not among
     `knowledge_bases` are listed as "pruned". Errors (an unknown model, the store) raise KbctlError.
     """
-    planner = _Planner(db, embedder_for)
-    with _read_only(db):
-        results = [planner.diff(kb) for kb in knowledge_bases]
+    explainer = _Explainer(db, embedder_for)
+    with db.read_only():
+        results = [explainer.diff(kb) for kb in knowledge_bases]
         if prune_selector is not None:
             keep = {kb.name for kb in knowledge_bases}
             results += [
@@ -247,22 +225,3 @@ def diff_knowledge_bases(
                 if row.name not in keep and prune_selector.matches(row.labels)
             ]
     return DiffReport(results=results)
-
-
-def prune_knowledge_bases(db: Database, keep: Collection[str], selector: Selector) -> list[str]:
-    """Delete the knowledge bases whose labels match `selector` and whose names are not in `keep`.
-
-    Each one is checked again and deleted under its advisory lock (an apply running meanwhile either
-    finishes first or waits). Returns the names deleted, in name order.
-    """
-    if isinstance(keep, str):
-        raise TypeError("keep must be a collection of names, not a single string")
-    pruned: list[str] = []
-    for row in db.list_kbs():
-        if row.name in keep or not selector.matches(row.labels):
-            continue
-        with db.kb_lock(row.name):
-            latest = db.get_kb(row.name)
-            if latest is not None and selector.matches(latest.labels) and db.delete_kb(row.name) is not None:
-                pruned.append(row.name)
-    return pruned

@@ -1,63 +1,123 @@
-"""Chunk new documents and embed only the texts whose vectors the content-addressed cache lacks."""
+"""Ingest a plan's new content: chunk it, and embed only the texts whose vectors the content-addressed cache lacks."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping
+from dataclasses import dataclass
 
+from kbctl.chunking import Chunk, chunk_document
 from kbctl.embedding import Embedder
-from kbctl.engine.events import Reporter
-from kbctl.engine.plan import SourcePlan, text_sha256
+from kbctl.engine.events import EmbeddingProgress, Reporter
+from kbctl.engine.plan import Fail, Ingest, KnowledgeBasePlan, SourcePlan, text_sha256
 from kbctl.manifest import KnowledgeBase
-from kbctl.store.database import Database
+from kbctl.store.database import ChunkRow, Database, NewRevision
 
-__all__ = ["EMBED_BATCH", "ingest"]
+__all__ = ["EMBED_BATCH", "Chunked", "IngestRun", "Ingested", "chunk_source", "ingest"]
 
 EMBED_BATCH = 64
 
 
-def _chunk(plan: SourcePlan, kb: KnowledgeBase, embedder: Embedder) -> list[tuple[bytes, str]]:
-    """Chunk a source to ingest; return its (sha256 of the text to embed, that text) pairs."""
-    chunks = plan.split(kb)
-    if not chunks:
-        plan.message = "no text extracted"
-        return []
-    texts = [c.embed_text for c in chunks]
+@dataclass(frozen=True)
+class Chunked:
+    """A new document split into chunks, with the sha256 of the text each one sends to the model."""
+
+    chunks: tuple[Chunk, ...]
+    hashes: tuple[bytes, ...]
+
+
+@dataclass(frozen=True)
+class Ingested:
+    """A source's new content, chunked and embedded: a revision ready to publish."""
+
+    plan: SourcePlan
+    chunked: Chunked
+    tokens: tuple[int, ...]
+    embedded: int  # texts embedded for this source in this run (a text shared by two counts for the first)
+
+    def revision(self, vector_ids: Mapping[bytes, int], language: str) -> NewRevision:
+        """The revision to publish, its chunks pointing at their cached vectors."""
+        assert isinstance(self.plan.decision, Ingest)
+        doc = self.plan.decision.document
+        return NewRevision(
+            source_name=self.plan.name,
+            revision_key=self.plan.decision.revision_key,
+            content_sha256=doc.content_sha256,
+            origin=doc.origin,
+            title=doc.title,
+            char_count=len(doc.text),
+            language=language,
+            chunks=[
+                ChunkRow(c.ordinal, c.text, c.start, c.end, c.heading_path, n, vector_ids[h])
+                for c, n, h in zip(self.chunked.chunks, self.tokens, self.chunked.hashes, strict=True)
+            ],
+        )
+
+
+@dataclass(frozen=True)
+class IngestRun:
+    """What ingesting one plan produced: per source with new content, its revision or why it failed."""
+
+    outcomes: Mapping[str, Ingested | Fail]
+    vector_ids: Mapping[bytes, int]
+
+
+def chunk_source(plan: SourcePlan, kb: KnowledgeBase) -> Chunked:
+    """The chunks of a plan's new document under the knowledge base's chunking settings (ingest and diff)."""
+    assert isinstance(plan.decision, Ingest)
+    chunks = chunk_document(
+        plan.decision.document.text,
+        max_chars=kb.spec.chunking.max_chars,
+        overlap_chars=kb.spec.chunking.overlap_chars,
+        markdown=plan.source.url is not None or plan.source.format == "markdown",
+    )
+    return Chunked(tuple(chunks), tuple(text_sha256(c.embed_text) for c in chunks))
+
+
+def _check(chunked: Chunked, embedder: Embedder) -> str | None:
+    """Why these chunks cannot be embedded, or None: no text, or a chunk over the model's input limit."""
+    if not chunked.chunks:
+        return "no text extracted"
     limit: int | None = getattr(embedder, "max_input_tokens", None)
-    if limit is not None:  # refuse at plan time rather than let the provider truncate or reject
-        worst, at = max((n, i) for i, n in enumerate(embedder.count_tokens(texts)))
+    if limit is not None:  # refuse before any request rather than let the provider truncate or reject
+        counts = embedder.count_tokens([c.embed_text for c in chunked.chunks])
+        worst, at = max((n, i) for i, n in enumerate(counts))
         if worst > limit:
-            plan.message = (
+            return (
                 f"chunk {at} has ~{worst} tokens, over the {limit}-token input limit of {embedder.model_id}; "
                 "lower spec.chunking.maxChars"
             )
-            return []
-    plan.chunks, plan.chunk_count = chunks, len(chunks)
-    plan.hashes = [text_sha256(t) for t in texts]
-    plan.tokens = embedder.count_tokens([c.text for c in chunks])
-    return list(zip(plan.hashes, texts, strict=True))
+    return None
 
 
-def ingest(
-    db: Database, kb: KnowledgeBase, plans: Sequence[SourcePlan], embedder: Embedder, reporter: Reporter
-) -> dict[bytes, int]:
-    """Chunk every plan that ingests and make sure each chunk's vector is cached; return vector ids by hash.
+def ingest(db: Database, plan: KnowledgeBasePlan, embedder: Embedder, reporter: Reporter) -> IngestRun:
+    """Chunk every source the plan ingests and make sure each chunk's vector is cached.
 
-    Vectors are committed to the cache batch by batch as they are computed, so a failure later on
-    loses no embedding work. Each plan's `embedded` counts the texts embedded for it in this run (a
-    text shared by two sources counts once, for the first).
+    Vectors are committed to the cache batch by batch as they are computed, so a failure later on loses
+    no embedding work.
     """
-    items = [pair for p in plans if p.ingest for pair in _chunk(p, kb, embedder)]
-    unique = dict(items)
-    ids = db.cached_embeddings(embedder.model_id, list(unique))
-    missing = [h for h in unique if h not in ids]
+    chunked: dict[str, Chunked] = {}
+    outcomes: dict[str, Ingested | Fail] = {}
+    for p in plan.to_ingest:
+        pieces = chunk_source(p, plan.kb)
+        problem = _check(pieces, embedder)
+        if problem is not None:
+            outcomes[p.name] = Fail(problem)
+        else:
+            chunked[p.name] = pieces
+    texts = {h: c.embed_text for pieces in chunked.values() for h, c in zip(pieces.hashes, pieces.chunks, strict=True)}
+    ids = db.cached_embeddings(embedder.model_id, list(texts))
+    missing = [h for h in texts if h not in ids]
     for start in range(0, len(missing), EMBED_BATCH):
         batch = missing[start : start + EMBED_BATCH]
-        vectors = embedder.embed([unique[h] for h in batch])
+        vectors = embedder.embed([texts[h] for h in batch])
         ids.update(db.store_embeddings(embedder.model_id, list(zip(batch, vectors, strict=True))))
-        reporter.embedding_progress(start + len(batch), len(missing))
+        reporter.report(EmbeddingProgress(plan.name, start + len(batch), len(missing)))
     fresh, claimed = set(missing), set[bytes]()
-    for p in plans:
-        if p.ingest:
-            p.embedded = len((set(p.hashes) & fresh) - claimed)
-            claimed |= set(p.hashes)
-    return ids
+    for p in plan.to_ingest:
+        if p.name not in chunked:
+            continue
+        pieces = chunked[p.name]
+        tokens = tuple(embedder.count_tokens([c.text for c in pieces.chunks]))
+        outcomes[p.name] = Ingested(p, pieces, tokens, len((set(pieces.hashes) & fresh) - claimed))
+        claimed |= set(pieces.hashes)
+    return IngestRun(outcomes, ids)

@@ -1,31 +1,53 @@
-"""Plan one knowledge base: for each source, decide from the store (and a fetch) what it will serve.
+"""Plan one knowledge base: from its manifest, the stored state and what was fetched, decide per source what it serves.
 
-A source's plan ends in one of: reuse a stored revision (nothing to chunk or embed), ingest a new
-document, or fail (keeping the last good revision while the source's spec is unchanged: "stale").
+The plan is frozen data built without any database or network call, so `apply`, `apply --dry-run` and
+`diff` consume the same object. Each source gets one decision:
+
+- `Reuse`: serve a stored revision as it is (nothing to chunk or embed);
+- `Ingest`: new content to chunk and embed into a new revision;
+- `Fail`: the source could not be read; `keep` is the revision it goes on serving ("stale") while its spec
+  is unchanged, None when it serves nothing ("failed");
+- `NotFetched`: a URL source whose content is unknown because it was not fetched (diff fetches nothing; a
+  refresh of other sources leaves it alone) and that has nothing stored to serve.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Collection, Sequence
-from dataclasses import dataclass, field
-from datetime import UTC, datetime
-from typing import Literal
+from collections.abc import Collection, Mapping
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any, Literal
 
-from kbctl.chunking import Chunk, chunk_document
 from kbctl.errors import SourceError
 from kbctl.manifest import KnowledgeBase, Source
 from kbctl.sources import Document, read_inline
-from kbctl.sources.url import FetchPolicy, FetchRequest, FetchResult, Validators, fetch_urls
-from kbctl.store.database import ChunkRow, Database, NewRevision, SourceStatusRow, VersionSourceRow
+from kbctl.sources.url import FetchRequest, FetchResult, Validators
+from kbctl.store.database import SourceStatusRow, VersionSourceRow
+from kbctl.store.state import StoredState
 
-__all__ = ["CHUNKER_VERSION", "SourcePlan", "apply_would_fetch", "plan_sources", "sha256_json", "text_sha256"]
+__all__ = [
+    "CHUNKER_VERSION",
+    "Decision",
+    "Fail",
+    "Ingest",
+    "KnowledgeBasePlan",
+    "NotFetched",
+    "Reuse",
+    "SourcePlan",
+    "Trigger",
+    "build_plan",
+    "fetch_requests",
+    "sha256_json",
+    "text_sha256",
+]
 
 # Bump when the chunker's output for the same input changes, so stored revisions are rebuilt.
 CHUNKER_VERSION = 1
 
-FetchMode = Literal["apply", "refresh"]
+Trigger = Literal["apply", "refresh", "explain"]
+Fetched = Mapping[str, FetchResult | SourceError]
 
 
 def text_sha256(text: str) -> bytes:
@@ -38,91 +60,114 @@ def sha256_json(data: object) -> str:
     return hashlib.sha256(json.dumps(data, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
 
 
-@dataclass
+@dataclass(frozen=True)
+class Reuse:
+    """Serve a stored revision as it is."""
+
+    revision_id: int
+    chunk_count: int
+
+
+@dataclass(frozen=True)
+class Ingest:
+    """New content: chunk and embed it into a new revision keyed by `revision_key`."""
+
+    document: Document
+    revision_key: str
+
+
+@dataclass(frozen=True)
+class Fail:
+    """The source could not be read; it keeps serving `keep` (stale) or serves nothing (failed)."""
+
+    message: str
+    keep: Reuse | None = None
+
+
+@dataclass(frozen=True)
+class NotFetched:
+    """A URL source not fetched this time with nothing stored to serve: its content is unknown."""
+
+
+Decision = Reuse | Ingest | Fail | NotFetched
+
+
+@dataclass(frozen=True)
 class SourcePlan:
-    """What one source will serve in the next version, and the work needed to get there."""
+    """One source's decision, whether its URL is (or, for diff, would be) fetched, and the live status it leaves.
+
+    `status` is None when the stored live status stays as it is (a URL source not fetched this time).
+    """
 
     source: Source
     source_sha256: str
-    revision: int | None = None  # a stored revision to serve as is
-    chunk_count: int = 0
-    document: Document | None = None  # new content to chunk and embed
-    revision_key: str | None = None
-    message: str | None = None  # why the source failed
-    fetched: bool = False
-    validators: Validators = field(default_factory=Validators)
-    fetched_at: datetime | None = None
-    origin: str | None = None
-    chunks: list[Chunk] = field(default_factory=list)
-    tokens: list[int] = field(default_factory=list)
-    hashes: list[bytes] = field(default_factory=list)
-    embedded: int = 0
-    language: str = "english"  # the KB's text search configuration, for the chunks' tsvector
-    untouched_status: SourceStatusRow | None = None  # a URL source not fetched this run keeps its live status
+    decision: Decision
+    fetch: bool
+    status: SourceStatusRow | None
 
     @property
-    def failed(self) -> bool:
-        """The source could not be read (it may still serve its last good content)."""
-        return self.message is not None
+    def name(self) -> str:
+        """The source's name."""
+        return self.source.name
 
     @property
-    def ingest(self) -> bool:
-        """New content must be chunked and embedded."""
-        return self.document is not None and not self.failed
+    def serving(self) -> Reuse | None:
+        """The stored revision the next version serves for this source (None: new content or nothing)."""
+        if isinstance(self.decision, Reuse):
+            return self.decision
+        return self.decision.keep if isinstance(self.decision, Fail) else None
+
+
+@dataclass(frozen=True)
+class KnowledgeBasePlan:
+    """What one apply, refresh or diff does to one knowledge base; see the module docstring."""
+
+    kb: KnowledgeBase
+    manifest: dict[str, Any]
+    manifest_sha256: str
+    model_id: str
+    trigger: Trigger
+    current_version: int | None
+    next_version: int
+    previous_manifest: dict[str, Any] | None
+    previous_manifest_sha256: str | None
+    sources: tuple[SourcePlan, ...]
+    removed: tuple[str, ...]  # sources the current version serves that the manifest no longer has
+    content_changed: bool  # some source would serve other content than the current version does
 
     @property
-    def serves(self) -> bool:
-        """The next version serves some content for this source."""
-        return self.ingest or self.revision is not None
+    def name(self) -> str:
+        """The knowledge base's name."""
+        return self.kb.name
 
     @property
-    def state(self) -> Literal["ready", "stale", "failed"]:
-        """ready; stale when failing but serving its last good content; failed when serving nothing."""
-        if not self.failed:
-            return "ready"
-        return "stale" if self.revision is not None else "failed"
+    def unchanged(self) -> bool:
+        """Nothing to publish: the manifest and every source's content are those of the current version."""
+        same_manifest = self.previous_manifest_sha256 == self.manifest_sha256
+        return self.current_version is not None and same_manifest and not self.content_changed
 
-    def split(self, kb: KnowledgeBase) -> list[Chunk]:
-        """The chunks of this plan's new document under the knowledge base's chunking settings."""
-        assert self.document is not None
-        return chunk_document(
-            self.document.text,
-            max_chars=kb.spec.chunking.max_chars,
-            overlap_chars=kb.spec.chunking.overlap_chars,
-            markdown=self.source.url is not None or self.source.format == "markdown",
-        )
+    @property
+    def action(self) -> Literal["created", "configured", "refreshed", "unchanged"]:
+        """What publishing this plan does to the knowledge base."""
+        if self.unchanged:
+            return "unchanged"
+        if self.current_version is None:
+            return "created"
+        return "refreshed" if self.trigger == "refresh" else "configured"
 
-    def new_revision(self, ids: dict[bytes, int]) -> NewRevision:
-        """The chunked source as a revision to publish, its chunks pointing at their cached vectors."""
-        assert self.document is not None and self.revision_key is not None
-        return NewRevision(
-            source_name=self.source.name,
-            revision_key=self.revision_key,
-            content_sha256=self.document.content_sha256,
-            origin=self.document.origin,
-            title=self.document.title,
-            char_count=len(self.document.text),
-            language=self.language,
-            chunks=[
-                ChunkRow(c.ordinal, c.text, c.start, c.end, c.heading_path, n, ids[h])
-                for c, n, h in zip(self.chunks, self.tokens, self.hashes, strict=True)
-            ],
-        )
+    @property
+    def to_ingest(self) -> tuple[SourcePlan, ...]:
+        """The sources with new content to chunk and embed, in manifest order."""
+        return tuple(p for p in self.sources if isinstance(p.decision, Ingest))
 
-    def status(self, now: datetime) -> SourceStatusRow:
-        """The live status row this plan leaves behind (a URL source not fetched this time keeps its own)."""
-        if self.untouched_status is not None:
-            return self.untouched_status
-        return SourceStatusRow(
-            source_name=self.source.name,
-            state=self.state,
-            message=self.message,
-            origin=self.origin,
-            etag=self.validators.etag,
-            last_modified=self.validators.last_modified,
-            fetched_at=self.fetched_at,
-            checked_at=now,
-        )
+    @property
+    def waiting(self) -> int:
+        """Sources with work or trouble ahead of publishing (new content to ingest, or a failed read)."""
+        return sum(1 for p in self.sources if isinstance(p.decision, Ingest | Fail))
+
+
+def _source_sha256(source: Source) -> str:
+    return sha256_json(source.model_dump(by_alias=True, mode="json"))
 
 
 def _revision_key(kb: KnowledgeBase, source: Source, doc: Document, model_id: str) -> str:
@@ -140,116 +185,139 @@ def _revision_key(kb: KnowledgeBase, source: Source, doc: Document, model_id: st
     )
 
 
-def _use_document(
-    db: Database, kb_id: int | None, kb: KnowledgeBase, plan: SourcePlan, doc: Document, model_id: str
-) -> None:
-    plan.revision_key = _revision_key(kb, plan.source, doc, model_id)
-    plan.origin = doc.origin
-    stored = db.find_revision(kb_id, plan.source.name, plan.revision_key) if kb_id is not None else None
-    if stored is not None:
-        plan.revision, plan.chunk_count = stored
-    else:
-        plan.document = doc
+def _same_spec(prev: VersionSourceRow | None, sha: str) -> bool:
+    """The current version serves content for this source under the same spec."""
+    return prev is not None and prev.source_sha256 == sha and prev.revision_id is not None
 
 
-def _keep_previous(plan: SourcePlan, prev: VersionSourceRow | None) -> bool:
-    """Serve the previous version's content for this source, if its spec is unchanged and it had some."""
-    if prev is None or prev.source_sha256 != plan.source_sha256 or prev.revision_id is None:
-        return False
-    plan.revision, plan.chunk_count = prev.revision_id, prev.chunk_count
-    return True
+def _kept(prev: VersionSourceRow | None, sha: str) -> Reuse | None:
+    if prev is None or not _same_spec(prev, sha) or prev.revision_id is None:
+        return None
+    return Reuse(prev.revision_id, prev.chunk_count)
 
 
-def apply_would_fetch(plan: SourcePlan, prev: VersionSourceRow | None) -> bool:
-    """apply fetches a URL source only when it is new, its spec changed, or it never had content."""
-    if plan.source.url is None:
-        return False
-    return prev is None or prev.source_sha256 != plan.source_sha256 or prev.revision_id is None
+def fetch_requests(
+    kb: KnowledgeBase, state: StoredState, trigger: Trigger, only: Collection[str] = ()
+) -> list[FetchRequest]:
+    """The URL sources to fetch, with the HTTP validators of the content they serve.
 
-
-def _wants_fetch(plan: SourcePlan, prev: VersionSourceRow | None, mode: FetchMode, only: Collection[str]) -> bool:
-    if plan.source.url is None:
-        return False
-    if mode == "refresh":
-        return not only or plan.source.name in only
-    return apply_would_fetch(plan, prev)
-
-
-def plan_sources(
-    db: Database,
-    kb: KnowledgeBase,
-    kb_id: int | None,
-    previous: dict[str, VersionSourceRow],
-    statuses: dict[str, SourceStatusRow],
-    *,
-    mode: FetchMode = "apply",
-    only: Collection[str] = (),
-    model_id: str,
-    policy: FetchPolicy | None = None,
-    fetch: bool = True,
-) -> list[SourcePlan]:
-    """Plan every source of `kb` in manifest order, fetching the URL sources `mode` asks for.
-
-    `model_id` is the id of the embedder the knowledge base uses (part of every revision key). With
-    fetch=False nothing is fetched: every URL source keeps what the store serves (for diff).
+    apply (and diff, which only reports it) fetches a URL source that is new, whose spec changed, or that
+    never had content; refresh fetches every URL source, or those named in `only`.
     """
-    plans = [
-        SourcePlan(s, sha256_json(s.model_dump(by_alias=True, mode="json")), language=kb.spec.retrieval.language)
-        for s in kb.spec.sources
-    ]
-    requests: list[FetchRequest] = []
-    for plan in plans:
-        prev, status = previous.get(plan.source.name), statuses.get(plan.source.name)
-        if fetch and _wants_fetch(plan, prev, mode, only):
-            # Validators only make sense when a 304 lets us keep content we still serve.
-            keep = prev is not None and prev.source_sha256 == plan.source_sha256 and prev.revision_id is not None
-            validators = Validators(status.etag, status.last_modified) if keep and status else None
-            requests.append(FetchRequest(plan.source.name, str(plan.source.url), validators))
-    fetched = fetch_urls(requests, policy or FetchPolicy.from_env()) if requests else {}
-    now = datetime.now(UTC)
-    for plan in plans:
-        prev, status = previous.get(plan.source.name), statuses.get(plan.source.name)
-        name = plan.source.name
-        if plan.source.url is None:
-            _use_document(db, kb_id, kb, plan, read_inline(plan.source), model_id)
-        elif name not in fetched:  # not fetched this time: carry what the store has
-            _keep_previous(plan, prev)
-            plan.untouched_status = status
-        else:
-            _apply_fetch(db, kb_id, kb, plan, prev, status, fetched[name], now, model_id)
-    return plans
+    requests = []
+    for source in kb.spec.sources:
+        if source.url is None:
+            continue
+        sha, prev = _source_sha256(source), state.served.get(source.name)
+        wanted = (not only or source.name in only) if trigger == "refresh" else not _same_spec(prev, sha)
+        if not wanted:
+            continue
+        status = state.statuses.get(source.name)
+        # Validators only make sense when a 304 lets us keep content we still serve.
+        validators = Validators(status.etag, status.last_modified) if _same_spec(prev, sha) and status else None
+        requests.append(FetchRequest(source.name, str(source.url), validators))
+    return requests
 
 
-def _apply_fetch(
-    db: Database,
-    kb_id: int | None,
+class _Planner:
+    """Decides each source of one knowledge base; holds what every decision reads."""
+
+    def __init__(self, kb: KnowledgeBase, state: StoredState, model_id: str, now: datetime) -> None:
+        self.kb, self.state, self.model_id, self.now = kb, state, model_id, now
+
+    def status(
+        self,
+        name: str,
+        state: str,
+        *,
+        message: str | None = None,
+        origin: str | None = None,
+        validators: Validators | None = None,
+        fetched_at: datetime | None = None,
+    ) -> SourceStatusRow:
+        v = validators or Validators()
+        return SourceStatusRow(name, state, message, origin, v.etag, v.last_modified, fetched_at, self.now)
+
+    def document(self, source: Source, doc: Document) -> Reuse | Ingest:
+        key = _revision_key(self.kb, source, doc, self.model_id)
+        stored = self.state.revisions.get((source.name, key))
+        return Reuse(stored.id, stored.chunk_count) if stored is not None else Ingest(doc, key)
+
+    def inline(self, source: Source, sha: str) -> SourcePlan:
+        doc = read_inline(source)
+        status = self.status(source.name, "ready", origin=doc.origin)
+        return SourcePlan(source, sha, self.document(source, doc), False, status)
+
+    def not_fetched(self, source: Source, sha: str, fetch: bool) -> SourcePlan:
+        kept = _kept(self.state.served.get(source.name), sha)
+        return SourcePlan(source, sha, kept or NotFetched(), fetch, None)
+
+    def fetched(self, source: Source, sha: str, outcome: FetchResult | SourceError) -> SourcePlan:
+        name, kept = source.name, _kept(self.state.served.get(source.name), sha)
+        stored = self.state.statuses.get(name)
+        if isinstance(outcome, SourceError):
+            message = str(outcome)
+            if kept is not None and stored is not None:
+                # Still serving the old content: keep the validators and fetch time that describe it.
+                status = self.status(
+                    name,
+                    "stale",
+                    message=message,
+                    origin=stored.origin,
+                    validators=Validators(stored.etag, stored.last_modified),
+                    fetched_at=stored.fetched_at,
+                )
+            else:
+                status = self.status(name, "stale" if kept else "failed", message=message)
+            return SourcePlan(source, sha, Fail(message, kept), True, status)
+        if outcome.not_modified:
+            origin = stored.origin if stored else outcome.final_url
+            status = self.status(name, "ready", origin=origin, validators=outcome.validators, fetched_at=self.now)
+            return SourcePlan(source, sha, kept or NotFetched(), True, status)
+        assert outcome.document is not None
+        doc = outcome.document
+        status = self.status(name, "ready", origin=doc.origin, validators=outcome.validators, fetched_at=self.now)
+        return SourcePlan(source, sha, self.document(source, doc), True, status)
+
+
+def build_plan(
     kb: KnowledgeBase,
-    plan: SourcePlan,
-    prev: VersionSourceRow | None,
-    status: SourceStatusRow | None,
-    outcome: FetchResult | SourceError,
-    now: datetime,
+    state: StoredState,
+    *,
     model_id: str,
-) -> None:
-    plan.fetched = True
-    if isinstance(outcome, SourceError):
-        plan.message = str(outcome)
-        if _keep_previous(plan, prev) and status is not None:
-            # Still serving the old content: keep the validators and fetch time that describe it.
-            plan.validators = Validators(status.etag, status.last_modified)
-            plan.fetched_at, plan.origin = status.fetched_at, status.origin
-        return
-    plan.validators, plan.fetched_at = outcome.validators, now
-    if outcome.not_modified:
-        _keep_previous(plan, prev)
-        plan.origin = status.origin if status else outcome.final_url
-        return
-    assert outcome.document is not None
-    _use_document(db, kb_id, kb, plan, outcome.document, model_id)
-
-
-def changed_sources(plans: Sequence[SourcePlan], previous: dict[str, VersionSourceRow]) -> bool:
-    """True when the next version would serve different content from the current one."""
-    now = [(p.source.name, p.source_sha256, p.revision) for p in plans]
-    before = [(s.source_name, s.source_sha256, s.revision_id) for s in previous.values()]
-    return any(p.ingest for p in plans) or now != before
+    trigger: Trigger,
+    now: datetime,
+    requested: Collection[str] = (),
+    fetched: Fetched | None = None,
+) -> KnowledgeBasePlan:
+    """The plan of `kb` against `state`; `requested` names the URL sources fetched (or, for diff, that would
+    be), `fetched` holds their outcomes (absent for diff). `model_id` is part of every revision key."""
+    planner = _Planner(kb, state, model_id, now)
+    outcomes = fetched or {}
+    plans: list[SourcePlan] = []
+    for source in kb.spec.sources:
+        sha = _source_sha256(source)
+        if source.url is None:
+            plans.append(planner.inline(source, sha))
+        elif source.name in outcomes:
+            plans.append(planner.fetched(source, sha, outcomes[source.name]))
+        else:
+            plans.append(planner.not_fetched(source, sha, source.name in requested))
+    served = state.served
+    now_serving = [(p.name, p.source_sha256, p.serving.revision_id if p.serving else None) for p in plans]
+    before = [(s.source_name, s.source_sha256, s.revision_id) for s in served.values()]
+    manifest = kb.to_manifest()
+    return KnowledgeBasePlan(
+        kb=kb,
+        manifest=manifest,
+        manifest_sha256=sha256_json(manifest),
+        model_id=model_id,
+        trigger=trigger,
+        current_version=state.current.number if state.current else None,
+        next_version=state.next_version,
+        previous_manifest=state.current.manifest if state.current else None,
+        previous_manifest_sha256=state.current.manifest_sha256 if state.current else None,
+        sources=tuple(plans),
+        removed=tuple(n for n in served if n not in {p.name for p in plans}),
+        content_changed=any(isinstance(p.decision, Ingest) for p in plans) or now_serving != before,
+    )

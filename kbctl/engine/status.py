@@ -9,6 +9,7 @@ from pydantic import BaseModel
 
 from kbctl.engine.conditions import Condition, is_true
 from kbctl.errors import NotFoundError
+from kbctl.manifest import KnowledgeBase
 from kbctl.store.database import Database, KnowledgeBaseRow, SourceStatusRow, VersionSourceRow
 
 __all__ = [
@@ -90,16 +91,38 @@ def _source_status(s: VersionSourceRow, live: SourceStatusRow | None, kind: str)
     )
 
 
+def _unpublished_status(live: SourceStatusRow, kind: str) -> SourceStatus:
+    """A source of a knowledge base with no version yet: what its last read said, nothing served."""
+    return SourceStatus(
+        name=live.source_name,
+        kind=kind,
+        state=live.state,
+        message=live.message,
+        origin=live.origin,
+        title=None,
+        chunks=0,
+        embedded=0,
+        reused=0,
+        content_sha256=None,
+        updated_at=None,
+        fetched_at=live.fetched_at,
+        checked_at=live.checked_at,
+    )
+
+
 def _detail(db: Database, row: KnowledgeBaseRow) -> KnowledgeBaseDetail:
-    version = db.get_version(row.id, row.current_version) if row.current_version else None
-    live = db.source_statuses(row.id)
-    manifest = version.manifest if version else row.manifest
-    spec = manifest["spec"]
-    kinds = {s["name"]: ("url" if s.get("url") else "text") for s in spec["sources"]}
-    sources = [
-        _source_status(s, live.get(s.source_name), kinds.get(s.source_name, "text"))
-        for s in (db.version_sources(version.id) if version else [])
-    ]
+    with db.read_only():
+        version = db.get_version(row.id, row.current_version) if row.current_version else None
+        live = db.source_statuses(row.id)
+        served = db.version_sources(version.id) if version else []
+    # The spec in force: the serving version's, else the one last recorded; read through the models, so
+    # every default comes from kbctl/manifest/models.py.
+    spec = KnowledgeBase.from_manifest(version.manifest if version else row.manifest).spec
+    kinds = {s.name: s.kind for s in spec.sources}
+    if version is not None:
+        sources = [_source_status(s, live.get(s.source_name), kinds.get(s.source_name, "text")) for s in served]
+    else:
+        sources = [_unpublished_status(live[s.name], s.kind) for s in spec.sources if s.name in live]
     return KnowledgeBaseDetail(
         name=row.name,
         labels=row.labels,
@@ -113,10 +136,10 @@ def _detail(db: Database, row: KnowledgeBaseRow) -> KnowledgeBaseDetail:
         chunks=version.chunk_count if version else 0,
         created_at=row.created_at,
         updated_at=row.updated_at,
-        description=spec.get("description", ""),
-        model=version.model if version else spec["embedding"]["model"],
-        chunking=spec["chunking"],
-        retrieval=spec["retrieval"],
+        description=spec.description,
+        model=version.model if version else spec.embedding.model,
+        chunking=spec.chunking.model_dump(by_alias=True, mode="json"),
+        retrieval=spec.retrieval.model_dump(by_alias=True, mode="json"),
         embedded=version.embedded_count if version else 0,
         reused=version.reused_count if version else 0,
         version_created_at=version.created_at if version else None,

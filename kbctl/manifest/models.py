@@ -312,6 +312,19 @@ class KnowledgeBase(_Model):
         """The full manifest as plain JSON-able data, camelCase keys, defaults filled in."""
         return self.model_dump(by_alias=True, mode="json")
 
+    @classmethod
+    def from_manifest(cls, data: dict[str, Any]) -> KnowledgeBase:
+        """Read back what `to_manifest` wrote (a stored manifest): the inverse of to_manifest.
+
+        to_manifest fills in every default, including `embedding.model` beside a `profile`, which a
+        user may not write; it is dropped here so the stored manifest validates as what was applied.
+        """
+        embedding = data.get("spec", {}).get("embedding", {})
+        if embedding.get("profile") is not None and "model" in embedding:
+            spec = {**data["spec"], "embedding": {k: v for k, v in embedding.items() if k != "model"}}
+            data = {**data, "spec": spec}
+        return cls.model_validate(data)
+
     def spec_hash(self) -> str:
         """SHA-256 (hex) of the spec as canonical JSON, defaults filled in: equal specs hash equal."""
         spec = self.spec.model_dump(by_alias=True, mode="json")

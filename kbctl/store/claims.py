@@ -4,12 +4,11 @@ from __future__ import annotations
 
 import os
 import socket
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
 from psycopg import sql
-from psycopg.types.json import Jsonb
 
 from kbctl.store.database import Database, _store_errors
 
@@ -19,7 +18,6 @@ __all__ = [
     "claim_next",
     "controllers_alive",
     "deregister",
-    "give_up",
     "heartbeat",
     "listen",
     "notify_work",
@@ -118,13 +116,4 @@ def release(db: Database, claim: Claim, controller_id: str, *, retry_after: int 
         " claim_expires = CASE WHEN %s THEN now() + make_interval(secs => %s) END"
         " WHERE id = %s AND claimed_by = %s",
         (retry_after is not None, retry_after or 0, claim.kb_id, controller_id),
-    )
-
-
-@_store_errors
-def give_up(db: Database, claim: Claim, conditions: Sequence[dict[str, Any]]) -> None:
-    """Mark a claimed generation observed without reconciling it (its manifest cannot be read any more)."""
-    db.connection.execute(
-        "UPDATE kb_knowledge_bases SET observed_generation = %s, conditions = %s WHERE id = %s",
-        (claim.generation, Jsonb(list(conditions)), claim.kb_id),
     )

@@ -14,6 +14,7 @@ import numpy as np
 import psycopg
 from pgvector.psycopg import register_vector
 from psycopg import errors as pgerrors
+from psycopg.pq import TransactionStatus
 from psycopg.rows import class_row
 from psycopg.types.json import Jsonb
 
@@ -265,6 +266,22 @@ class Database:
             except psycopg.Error as exc:
                 raise store_error(exc) from exc
 
+    @contextmanager
+    def read_only(self) -> Iterator[None]:
+        """One read-only REPEATABLE READ transaction: every read in it sees one snapshot, and nothing is written.
+
+        Inside a transaction the caller already opened, the reads simply join it.
+        """
+        if self._conn.info.transaction_status != TransactionStatus.IDLE:
+            yield
+            return
+        try:
+            with self._conn.transaction():
+                self._conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY")
+                yield
+        except psycopg.Error as exc:
+            raise store_error(exc) from exc
+
     # -- reads -----------------------------------------------------------------------------------
 
     @_store_errors
@@ -367,6 +384,14 @@ class Database:
             (kb_id, source_name, revision_key),
         ).fetchone()
         return (row[0], row[1]) if row else None
+
+    @_store_errors
+    def stored_revisions(self, kb_id: int) -> dict[tuple[str, str], tuple[int, int]]:
+        """Every stored revision of a knowledge base: (source name, revision key) → (id, chunk count)."""
+        rows = self._conn.execute(
+            "SELECT source_name, revision_key, id, chunk_count FROM kb_source_revisions WHERE kb_id = %s", (kb_id,)
+        ).fetchall()
+        return {(str(n), str(k)): (int(i), int(c)) for n, k, i, c in rows}
 
     @_store_errors
     def revision_chunks(self, revision_id: int) -> list[tuple[bytes, int]]:

@@ -1,0 +1,164 @@
+"""Every word kbctl prints for humans: the apply and refresh lines from engine events, diff lines, tables, ages.
+
+The engine reports typed events and returns typed results; this module alone turns them into text, so the
+lines the README shows are made in one place.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator, Sequence
+from datetime import UTC, datetime
+from typing import Any
+
+import typer
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
+
+from kbctl.engine.events import (
+    EmbeddingProgress,
+    Event,
+    HandedToController,
+    ReconcileFailed,
+    ReconcileFinished,
+    ReconcileStarted,
+    SourceReconciled,
+)
+from kbctl.engine.explain import DiffReport, SourceDiff
+
+__all__ = ["CliReporter", "age", "diff_lines", "event_line", "table"]
+
+MINUS = "\u2212"  # the minus sign (U+2212) of "+3 \u22122 chunks": ruff flags it written out
+
+
+def _count(n: int, noun: str) -> str:
+    return f"{n} {noun}" if n == 1 else f"{n} {noun}s"
+
+
+def _source_line(prefix: str, e: SourceReconciled) -> str | None:
+    r, src = e.source, f"{prefix} source {e.source.name}"
+    if r.failed:
+        return f"{src} failed: {r.message}"
+    if r.ingested:
+        new = f", {r.embedded} new" if e.trigger == "refresh" else ""
+        return f"{src} ready: {_count(r.chunks, 'chunk')} ({e.model}){new}"
+    if r.fetched and e.trigger == "refresh":
+        return f"{src} unchanged"
+    return None
+
+
+def event_line(event: Event) -> str | None:
+    """The line an engine event prints in the apply / refresh log, or None for events that print nothing."""
+    if isinstance(event, EmbeddingProgress):
+        return None
+    prefix = f"KnowledgeBase/{event.name}"
+    if isinstance(event, ReconcileStarted):
+        if event.trigger == "refresh":
+            return None  # refresh names the outcome once its sources are done
+        if event.action == "unchanged":
+            return f"{prefix} unchanged (version {event.version})"
+        n = event.waiting
+        work = f"waiting for the ingestion of {_count(n, 'source')}" if n else "every source reuses stored content"
+        return f"{prefix} {event.action} (version {event.version}); {work}"
+    if isinstance(event, SourceReconciled):
+        return _source_line(prefix, event)
+    if isinstance(event, ReconcileFinished):
+        if event.trigger == "apply":
+            return None
+        outcome = "unchanged" if event.action == "unchanged" else "refreshed"
+        return f"{prefix} {outcome} (version {event.version})"
+    if isinstance(event, ReconcileFailed):
+        return f"{prefix} failed: {event.message}"
+    assert isinstance(event, HandedToController)
+    return f"{prefix} {event.action} (version {event.version}); waiting for a controller"
+
+
+class CliReporter:
+    """Prints the apply log to stdout and, on a terminal only, an embedding progress bar to stderr."""
+
+    def __init__(self, quiet: bool) -> None:
+        self._quiet = quiet
+        self._console = Console(stderr=True)
+        self._progress: Progress | None = None
+        self._task: Any = None
+
+    def report(self, event: Event) -> None:
+        """Print an event's line, or move the progress bar."""
+        if isinstance(event, EmbeddingProgress):
+            self._embedding_progress(event.done, event.total)
+            return
+        line = event_line(event)
+        if line is not None:
+            self.close()
+            if not self._quiet:
+                typer.echo(line)
+
+    def _embedding_progress(self, done: int, total: int) -> None:
+        if not self._console.is_terminal:
+            return
+        if self._progress is None:
+            self._progress = Progress(
+                TextColumn("embedding"),
+                BarColumn(),
+                MofNCompleteColumn(),
+                TimeRemainingColumn(),
+                console=self._console,
+                transient=True,
+            )
+            self._progress.start()
+            self._task = self._progress.add_task("embedding", total=total)
+        self._progress.update(self._task, completed=done, total=total)
+
+    def close(self) -> None:
+        """Remove the progress bar, if one is drawn."""
+        if self._progress is not None:
+            self._progress.stop()
+            self._progress = None
+
+
+def _diff_source_line(s: SourceDiff) -> str:
+    head = f"source {s.name}" if s.change == "unchanged" else f"source {s.name} {s.change}"
+    if s.fetch:
+        return f"{head} would be fetched" if s.change == "unchanged" else f"{head}: would be fetched"
+    numbers = [f"+{s.chunks_added}"] if s.chunks_added else []
+    numbers += [f"{MINUS}{s.chunks_removed}"] if s.chunks_removed else []
+    details = []
+    if numbers:
+        single = numbers in (["+1"], [f"{MINUS}1"])
+        details.append(" ".join(numbers) + (" chunk" if single else " chunks"))
+    if s.tokens_to_embed:
+        details.append(f"~{_count(s.tokens_to_embed, 'token')} to embed")
+    if not details and s.change == "changed":
+        details.append("same chunks")  # re-chunked (e.g. a chunking setting changed) into the same texts
+    return f"{head}: {', '.join(details)}" if details else head
+
+
+def _value(value: object) -> str:
+    return "<none>" if value is None else json.dumps(value, ensure_ascii=False)
+
+
+def diff_lines(report: DiffReport, suffix: str = "") -> Iterator[str]:
+    """The human form of a diff: a line per knowledge base, then its changes indented (unchanged ones omitted)."""
+    for kb in report.results:
+        yield f"KnowledgeBase/{kb.name} {kb.action}{suffix}"
+        for f in kb.fields:
+            yield f"  {f.path}: {_value(f.old)} → {_value(f.new)}"
+        for s in kb.sources:
+            if s.differs:
+                yield f"  {_diff_source_line(s)}"
+
+
+def table(headers: Sequence[str], rows: Sequence[Sequence[object]], indent: str = "") -> str:
+    """Columns padded to their widest cell, three spaces apart (kubectl's layout); None prints empty."""
+    cells = [list(headers), *[[("" if c is None else str(c)) for c in row] for row in rows]]
+    widths = [max(len(r[i]) for r in cells) for i in range(len(headers))]
+    return "\n".join(indent + "   ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip() for r in cells)
+
+
+def age(when: datetime) -> str:
+    """A kubectl-style age: 42s, 5m, 3h, 2d."""
+    seconds = max(0, int((datetime.now(UTC) - when).total_seconds()))
+    for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
+        if seconds >= size:
+            return f"{seconds // size}{unit}"
+    return f"{seconds}s"
