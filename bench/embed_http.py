@@ -23,7 +23,7 @@ REPO = Path(__file__).resolve().parent.parent
 USAGE = """
     python bench/embed_http.py [--texts 2000] [--model-texts 384] [--latency 0.05] [--server-model none|local|both]
 
-Sends deterministic chunk-sized texts (~1,000 characters) through HttpEmbedder to tests/embedserver.py, run as
+Sends deterministic chunk-sized texts (~1,000 characters) through HttpEmbedder to tests/support/embedserver.py, run as
 its own process on 127.0.0.1 (so server and client do not share a GIL) and adding `--latency` seconds to every
 request. Prints, for each (concurrency, batch) pair: requests and the most requests the server had in flight at
 once (both counted by the server), wall time, texts/s and the ratio to (concurrency 1, batch 16), all measured in
@@ -66,7 +66,7 @@ def chunk_texts(n: int, size: int = 1000, seed: int = 7) -> list[str]:
 
 @contextmanager
 def server_process(mode: str, latency: float) -> Iterator[str]:
-    """Run tests/embedserver.py in a child process; yields its /v1 URL once its model is loaded."""
+    """Run tests/support/embedserver.py in a child process; yields its /v1 URL once its model is loaded."""
     command = [sys.executable, "-m", "tests.support.embedserver", "--model", mode, "--latency", str(latency)]
     proc = subprocess.Popen([*command, "--require-key", KEY], cwd=REPO, stdout=subprocess.PIPE, text=True)
     try:

@@ -16,7 +16,7 @@ import json
 import sys
 from pathlib import Path
 
-from kbctl.eval.run import load_evalset
+from kbctl.eval.evalset import load_evalset
 from kbctl.manifest import load_manifests
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -22,14 +22,15 @@ import tempfile
 import time
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
 
 from kbctl.client import KnowledgeBaseStore
 from kbctl.config import Settings
 from kbctl.errors import KbctlError
 from kbctl.eval.beir import RANKING_RETRIEVAL, BeirImport, import_beir
-from kbctl.eval.run import EvalReport, EvalSet, evaluate_store, load_evalset
+from kbctl.eval.evalset import EvalSet, load_evalset
+from kbctl.eval.run import EvalReport, evaluate_store, split_mode
 from kbctl.manifest import Retrieval
+from kbctl.query.options import QueryOptions
 from kbctl.store.embedded import stop_server
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -58,16 +59,16 @@ def retrieval_settings(rerank: str | None) -> Retrieval:
 def time_queries(store: KnowledgeBaseStore, evalset: EvalSet, mode: str, *, defaults: bool = False) -> list[float]:
     """Seconds per query over the whole eval set in one mode, after one warm-up query; with `defaults`, at
     the manifest defaults (threshold, token budget, topK) instead of the ranking settings."""
-    base, _, suffix = mode.partition("+")
-    options: dict[str, Any] = {"rerank": True} if suffix == "rerank" else {}
+    base, rerank = split_mode(mode)  # a plain mode runs without the reranker, as in evaluate_store
     if defaults:
         spec = Retrieval()
-        options |= {"top_k": spec.top_k, "threshold": spec.similarity_threshold, "max_tokens": spec.max_context_tokens}
+        limits = QueryOptions(top_k=spec.top_k, threshold=spec.similarity_threshold, max_tokens=spec.max_context_tokens)
     else:
-        options |= {"top_k": K, "threshold": THRESHOLD, "max_tokens": MAX_TOKENS}
+        limits = QueryOptions(top_k=K, threshold=THRESHOLD, max_tokens=MAX_TOKENS)
+    options = QueryOptions.build(limits, mode=base, rerank=rerank)
 
     def ask(question: str) -> None:
-        store.query(NAME, question, mode=base, **options)
+        store.query(NAME, question, options)
 
     ask(evalset.queries[0].question)
     timings = []
@@ -141,7 +142,8 @@ def run() -> None:
             if result.report.failed:
                 raise SystemExit(f"import failed: {result.report.model_dump_json()}")
             evalset = load_evalset(result.eval_file)
-            report = evaluate_store(store, NAME, evalset, k=K, modes=modes, threshold=THRESHOLD, max_tokens=MAX_TOKENS)
+            limits = QueryOptions(threshold=THRESHOLD, max_tokens=MAX_TOKENS)
+            report = evaluate_store(store, NAME, evalset, k=K, modes=modes, options=limits)
             timings = {mode: time_queries(store, evalset, mode) for mode in modes}
             timings["hybrid (defaults)"] = time_queries(store, evalset, "hybrid", defaults=True)
             chunks = store.describe(NAME).chunks

@@ -26,7 +26,7 @@ if TYPE_CHECKING:
     )
     from kbctl.manifest import KnowledgeBase, LoadedManifest, load_manifests, parse_manifests
     from kbctl.query.context import GroundedContext, Passage
-    from kbctl.query.retrieve import QueryHit, QueryResult
+    from kbctl.query.results import QueryHit, QueryResult
 
 _WHERE = {
     "ApplyReport": "kbctl.engine.results",
@@ -44,8 +44,8 @@ _WHERE = {
     "ManifestProblem": "kbctl.errors",
     "NotFoundError": "kbctl.errors",
     "Passage": "kbctl.query.context",
-    "QueryHit": "kbctl.query.retrieve",
-    "QueryResult": "kbctl.query.retrieve",
+    "QueryHit": "kbctl.query.results",
+    "QueryResult": "kbctl.query.results",
     "SourceError": "kbctl.errors",
     "SourceResult": "kbctl.engine.results",
     "SourceStatus": "kbctl.engine.status",

@@ -3,15 +3,14 @@
 from __future__ import annotations
 
 from collections.abc import Collection, Sequence
-from datetime import UTC, datetime
 from pathlib import Path
 
 from pydantic import BaseModel
 
 from kbctl.config import Settings
 from kbctl.embedding import Embedder, get_embedder
-from kbctl.engine.apply import ApplyReport, apply_knowledge_bases, refresh_knowledge_bases
-from kbctl.engine.conditions import conditions_for
+from kbctl.engine.apply import apply_knowledge_bases, refresh_knowledge_bases
+from kbctl.engine.conditions import observe
 from kbctl.engine.controller import (
     Controller,
     PendingResult,
@@ -21,7 +20,9 @@ from kbctl.engine.controller import (
     wait_for_controller,
 )
 from kbctl.engine.events import Reporter
-from kbctl.engine.explain import DiffReport, diff_knowledge_bases, prune_knowledge_bases
+from kbctl.engine.explain import DiffReport, diff_knowledge_bases
+from kbctl.engine.prune import prune_knowledge_bases
+from kbctl.engine.results import ApplyReport
 from kbctl.engine.status import (
     KnowledgeBaseDetail,
     KnowledgeBaseSummary,
@@ -32,7 +33,9 @@ from kbctl.errors import NotFoundError
 from kbctl.manifest import KnowledgeBase, LoadedManifest, load_manifests
 from kbctl.manifest.selectors import Selector
 from kbctl.query.context import GroundedContext, build_context
-from kbctl.query.retrieve import QueryResult, query_knowledge_base
+from kbctl.query.options import QueryOptions
+from kbctl.query.results import QueryResult
+from kbctl.query.retrieve import query_knowledge_base
 from kbctl.rerank import Reranker, get_reranker
 from kbctl.sources.url import FetchPolicy
 from kbctl.store.database import Database
@@ -178,13 +181,7 @@ class KnowledgeBaseStore:
         result = rollback(self.db, name, to_version)
         row = self.db.get_kb(name)
         if row is not None:
-            failing = [
-                (n, s.message or s.state) for n, s in self.db.source_statuses(row.id).items() if s.state != "ready"
-            ]
-            conditions = conditions_for(
-                row.conditions, now=datetime.now(UTC), serving=result.to_version, failing_sources=failing
-            )
-            self.db.set_conditions(row.id, conditions)
+            observe(self.db, row)
         return result
 
     def collect_garbage(self, batch: int = 1000) -> GcResult:
@@ -203,35 +200,34 @@ class KnowledgeBaseStore:
         self,
         name: str,
         question: str,
+        options: QueryOptions | None = None,
         *,
         top_k: int | None = None,
         threshold: float | None = None,
         max_tokens: int | None = None,
         mode: str | None = None,
-        explain: bool = False,
+        explain: bool | None = None,
         rerank: bool | None = None,
     ) -> QueryResult:
         """The chunks most relevant to `question` (hybrid, vector or keyword; spec defaults for what is unset);
         `rerank` False skips the spec's reranker, True requires one; `explain` adds a per-stage trace of
-        candidates, ranks, scores, cuts and timings."""
-        return query_knowledge_base(
-            self.db,
-            name,
-            question,
-            self.embedder,
+        candidates, ranks, scores, cuts and timings. The keywords given (not None) override `options`."""
+        options = QueryOptions.build(
+            options,
             top_k=top_k,
             threshold=threshold,
             max_tokens=max_tokens,
             mode=mode,
             explain=explain,
             rerank=rerank,
-            reranker_for=self.reranker,
         )
+        return query_knowledge_base(self.db, name, question, self.embedder, options, reranker_for=self.reranker)
 
     def context(
         self,
         name: str,
         question: str,
+        options: QueryOptions | None = None,
         *,
         top_k: int | None = None,
         threshold: float | None = None,
@@ -240,11 +236,11 @@ class KnowledgeBaseStore:
         rerank: bool | None = None,
     ) -> GroundedContext:
         """The block a model should receive for `question`: merged passages marked as reference data,
-        or an explicit "no relevant context was found" block."""
-        result = self.query(
-            name, question, top_k=top_k, threshold=threshold, max_tokens=max_tokens, mode=mode, rerank=rerank
+        or an explicit "no relevant context was found" block. The keywords given (not None) override `options`."""
+        options = QueryOptions.build(
+            options, top_k=top_k, threshold=threshold, max_tokens=max_tokens, mode=mode, rerank=rerank
         )
-        return build_context(result)
+        return build_context(self.query(name, question, options))
 
     def delete(self, name: str) -> DeleteResult:
         """Delete a knowledge base with everything only it used (versions, chunks, cached vectors)."""

@@ -14,9 +14,9 @@ from typer.testing import CliRunner
 
 from kbctl.cli import app
 from kbctl.client import KnowledgeBaseStore
-from kbctl.errors import ManifestError
+from kbctl.errors import BeirError
 from kbctl.eval.beir import import_beir, plan_beir, read_beir, source_names
-from kbctl.eval.run import load_evalset
+from kbctl.eval.evalset import load_evalset
 from kbctl.manifest import load_manifests
 from kbctl.manifest._field_checks import SOURCE_NAME
 
@@ -160,18 +160,18 @@ def test_bad_input_is_one_line_naming_file_and_line(
     dataset: Path, file: str, text: str, line: int, message: str
 ) -> None:
     path = bad(dataset, file, text)
-    with pytest.raises(ManifestError) as caught:
+    with pytest.raises(BeirError) as caught:
         read_beir(dataset)
     assert str(caught.value) == f"{path}:{line}: {message}"
 
 
 def test_missing_files_and_splits(dataset: Path, tmp_path: Path) -> None:
-    with pytest.raises(ManifestError, match=r"qrels/dev\.tsv: no such file or directory \(splits here: test, train\)$"):
+    with pytest.raises(BeirError, match=r"qrels/dev\.tsv: no such file or directory \(splits here: test, train\)$"):
         read_beir(dataset, split="dev")
     (dataset / "queries.jsonl").unlink()
-    with pytest.raises(ManifestError, match=r"queries\.jsonl: no such file or directory$"):
+    with pytest.raises(BeirError, match=r"queries\.jsonl: no such file or directory$"):
         read_beir(dataset)
-    with pytest.raises(ManifestError, match=r"nowhere: no such directory$"):
+    with pytest.raises(BeirError, match=r"nowhere: no such directory$"):
         read_beir(tmp_path / "nowhere")
 
 

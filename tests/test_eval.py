@@ -13,19 +13,10 @@ from typer.testing import CliRunner
 
 from kbctl.cli import app
 from kbctl.client import KnowledgeBaseStore
-from kbctl.errors import ManifestError
-from kbctl.eval.run import (
-    EvalQuery,
-    EvalSet,
-    evaluate,
-    evaluate_store,
-    hit_at_k,
-    load_evalset,
-    ndcg_at_k,
-    parse_evalset,
-    recall_at_k,
-    reciprocal_rank,
-)
+from kbctl.errors import EvalSetError
+from kbctl.eval.evalset import EvalQuery, EvalSet, load_evalset, parse_evalset
+from kbctl.eval.metrics import hit_at_k, ndcg_at_k, recall_at_k, reciprocal_rank
+from kbctl.eval.run import evaluate, evaluate_store
 
 ROOT = Path(__file__).resolve().parent.parent
 EXAMPLES = ROOT / "examples" / "kb"
@@ -205,7 +196,7 @@ def test_query_without_expectation_is_an_error_with_its_line(tmp_path: Path) -> 
     path.write_text(
         "queries:\n  - id: ok\n    question: a?\n    expectedSources: [a]\n  - id: vague\n    question: b?\n"
     )
-    with pytest.raises(ManifestError) as caught:
+    with pytest.raises(EvalSetError) as caught:
         load_evalset(str(path))
     assert str(caught.value) == f"{path}:5: queries[1]: set expectedSources, expectedText or noAnswer: true"
 
@@ -220,7 +211,7 @@ def test_jsonl_errors_name_their_lines(tmp_path: Path) -> None:
         '{"id": "c", "question": "both?", "noAnswer": true, "expectedText": ["x"]}\n'
         '{"id": "d", "question": "q?", "expectedSorces": ["s"]}\n'
     )
-    with pytest.raises(ManifestError) as caught:
+    with pytest.raises(EvalSetError) as caught:
         load_evalset(str(path))
     assert [str(p) for p in caught.value.problems] == [
         f"{path}:2: set expectedSources, expectedText or noAnswer: true",
@@ -249,14 +240,14 @@ def test_yaml_errors(tmp_path: Path) -> None:
     for text, (message, line) in cases.items():
         path = tmp_path / "set.yaml"
         path.write_text(text)
-        with pytest.raises(ManifestError) as caught:
+        with pytest.raises(EvalSetError) as caught:
             load_evalset(str(path))
         [problem] = caught.value.problems
         if message is None:
             assert problem.message.startswith("invalid YAML")
         else:
             assert (str(problem).split(": ", 1)[1], problem.line) == (message, line)
-    with pytest.raises(ManifestError, match="no such file or directory"):
+    with pytest.raises(EvalSetError, match="no such file or directory"):
         load_evalset(str(tmp_path / "missing.yaml"))
 
 

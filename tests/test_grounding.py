@@ -8,7 +8,7 @@ from kbctl.cli import app
 from kbctl.client import KnowledgeBaseStore
 from kbctl.manifest import parse_manifests
 from kbctl.query.context import NOTHING, build_context
-from kbctl.query.retrieve import QueryHit, QueryResult
+from kbctl.query.results import QueryHit, QueryResult
 
 SOURCE = "Alpha beta gamma. Delta epsilon zeta. Eta theta iota."
 

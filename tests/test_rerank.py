@@ -15,7 +15,8 @@ from kbctl.client import KnowledgeBaseStore
 from kbctl.config import Settings
 from kbctl.embedding import Embedder, get_embedder
 from kbctl.errors import KbctlError, ManifestError, RerankError
-from kbctl.eval.run import EvalQuery, EvalSet, evaluate_store
+from kbctl.eval.evalset import EvalQuery, EvalSet
+from kbctl.eval.run import evaluate_store
 from kbctl.manifest import parse_manifests
 from kbctl.rerank.http import HttpRerankConfig, HttpReranker
 from tests.support.crossencoder import build_cross_encoder
@@ -284,7 +285,7 @@ def test_describe_shows_the_reranker(rerank_store: KnowledgeBaseStore, cohere: R
     out = cli.invoke(app, ["describe", "kb", "policy"])
     assert out.exit_code == 0, out.output
     [line] = [x for x in out.stdout.splitlines() if x.startswith("Retrieval:")]
-    assert f"rerank.model=loop/{cohere.model_name} rerank.candidates=10 " in line and "minScore" not in line
+    assert f"rerank.model=loop/{cohere.model_name} rerank.candidates=10" in line and "minScore" not in line
 
 
 def test_eval_refuses_to_measure_a_failing_reranker(rerank_store: KnowledgeBaseStore, cohere: RerankServer) -> None:

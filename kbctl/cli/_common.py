@@ -17,7 +17,7 @@ from kbctl.cli.render import age as age
 from kbctl.cli.render import table as table
 from kbctl.client import KnowledgeBaseStore
 from kbctl.errors import InputError, KbctlError
-from kbctl.query.retrieve import RerankInfo
+from kbctl.query.results import RerankInfo
 
 app = typer.Typer(
     name="kbctl",

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 import sys
-from typing import Annotated, Any
+from typing import Annotated
 
 import typer
 
@@ -17,7 +17,6 @@ from kbctl.cli._common import (
     Recursive,
     RerankOpt,
     Resource,
-    age,
     app,
     check_resource,
     config_app,
@@ -26,11 +25,12 @@ from kbctl.cli._common import (
     open_store,
     server_app,
     state,
-    table,
     warn_rerank,
 )
+from kbctl.cli.render import describe_text, knowledge_base_table
 from kbctl.config import Settings, effective_config
 from kbctl.manifest import json_schema, load_manifests
+from kbctl.query.options import QueryOptions
 from kbctl.store.embedded import server_status, stop_server
 
 
@@ -95,26 +95,7 @@ def get(resource: Resource, name: Annotated[str | None, typer.Argument()] = None
     if not items:
         typer.echo("No knowledge bases found.", err=True)
         return
-    typer.echo(
-        table(
-            ["NAME", "READY", "VERSION", "SOURCES", "CHUNKS", "AGE"],
-            [
-                [i.name, i.ready, i.version or "-", f"{i.ready_sources}/{i.sources}", i.chunks, age(i.created_at)]
-                for i in items
-            ],
-        )
-    )
-
-
-def _settings(values: dict[str, Any], prefix: str = "") -> str:
-    """`key=value` pairs of a spec section, nested ones dotted (rerank.model=...), unset ones left out."""
-    pairs = []
-    for key, value in values.items():
-        if isinstance(value, dict):
-            pairs.append(_settings(value, f"{prefix}{key}."))
-        elif value is not None:
-            pairs.append(f"{prefix}{key}={value}")
-    return " ".join(p for p in pairs if p)
+    typer.echo(knowledge_base_table(items))
 
 
 @app.command()
@@ -127,36 +108,7 @@ def describe(resource: Resource, name: str, output: OutputOpt = None) -> None:
     if output:
         emit(d, output)
         return
-    created = d.version_created_at.strftime("%Y-%m-%d %H:%M:%S %Z") if d.version_created_at else "-"
-    fields = [
-        ("Name", d.name),
-        ("Labels", ",".join(f"{k}={v}" for k, v in sorted(d.labels.items())) or "<none>"),
-        ("Description", d.description or "<none>"),
-        ("Version", f"{d.version} (published {created})"),
-        ("Model", d.model),
-        ("Chunking", _settings(d.chunking)),
-        ("Retrieval", _settings(d.retrieval)),
-        ("Chunks", f"{d.chunks} ({d.embedded} embedded, {d.reused} reused in version {d.version})"),
-    ]
-    for key, value in fields:
-        typer.echo(f"{key + ':':<13}{value}")
-    typer.echo(f"{'Generation:':<13}{d.generation} (observed {d.observed_generation})")
-    typer.echo("Conditions:")
-    typer.echo(
-        table(
-            ["TYPE", "STATUS", "REASON", "SINCE", "MESSAGE"],
-            [[c.type, c.status, c.reason, age(c.last_transition_time), c.message] for c in d.conditions],
-            indent="  ",
-        )
-    )
-    typer.echo("Sources:")
-    typer.echo(
-        table(
-            ["NAME", "KIND", "STATE", "CHUNKS", "EMBEDDED", "REUSED", "MESSAGE"],
-            [[s.name, s.kind, s.state, s.chunks, s.embedded, s.reused, s.message] for s in d.source_status],
-            indent="  ",
-        )
-    )
+    typer.echo(describe_text(d))
 
 
 @app.command()
@@ -205,17 +157,11 @@ def query(
 
     Example: kbctl query client-service-policy "how long do we keep invoices?" --explain
     """
+    options = QueryOptions.build(
+        top_k=top_k, threshold=threshold, max_tokens=max_tokens, mode=mode, explain=explain, rerank=rerank
+    )
     with open_store() as store:
-        result = store.query(
-            name,
-            question,
-            top_k=top_k,
-            threshold=threshold,
-            max_tokens=max_tokens,
-            mode=mode,
-            explain=explain,
-            rerank=rerank,
-        )
+        result = store.query(name, question, options)
     warn_rerank(result.rerank)
     if output:
         emit(result, output)
@@ -259,10 +205,9 @@ def context(
     chunks of one source are merged so their overlap is sent once. When nothing passes the threshold
     the block says plainly that no relevant context was found.
     """
+    options = QueryOptions.build(top_k=top_k, threshold=threshold, max_tokens=max_tokens, mode=mode, rerank=rerank)
     with open_store() as store:
-        grounded = store.context(
-            name, question, top_k=top_k, threshold=threshold, max_tokens=max_tokens, mode=mode, rerank=rerank
-        )
+        grounded = store.context(name, question, options)
     warn_rerank(grounded.rerank)
     if output:
         emit(grounded, output)

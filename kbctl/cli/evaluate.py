@@ -1,4 +1,4 @@
-"""`kbctl eval`: measure a knowledge base's retrieval against an eval set (logic in kbctl.eval.run)."""
+"""`kbctl eval`: measure a knowledge base's retrieval against an eval set (logic in kbctl.eval)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,10 @@ from typing import Annotated
 import typer
 
 from kbctl.cli._common import OutputOpt, app, emit, handles_errors, open_store, table
-from kbctl.eval.run import MRR_DEPTH, NDCG_DEPTH, EvalReport, evaluate_store, load_evalset
+from kbctl.eval.evalset import load_evalset
+from kbctl.eval.metrics import MRR_DEPTH, NDCG_DEPTH
+from kbctl.eval.run import EvalReport, evaluate_store
+from kbctl.query.options import QueryOptions
 
 
 class Mode(StrEnum):
@@ -115,8 +118,7 @@ def evaluate(
             evalset,
             k=k,
             modes=[m.value for m in mode] if mode else [None],
-            threshold=threshold,
-            max_tokens=max_tokens,
+            options=QueryOptions(threshold=threshold, max_tokens=max_tokens),
         )
     if output:
         emit(report, output)

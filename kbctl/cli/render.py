@@ -25,8 +25,20 @@ from kbctl.engine.events import (
     SourceReconciled,
 )
 from kbctl.engine.explain import DiffReport, SourceDiff
+from kbctl.engine.status import KnowledgeBaseDetail, KnowledgeBaseSummary
+from kbctl.store.history import VersionInfo
 
-__all__ = ["CliReporter", "age", "diff_lines", "event_line", "table"]
+__all__ = [
+    "CliReporter",
+    "age",
+    "describe_text",
+    "diff_lines",
+    "event_line",
+    "history_table",
+    "knowledge_base_table",
+    "no_versions_line",
+    "table",
+]
 
 MINUS = "\u2212"  # the minus sign (U+2212) of "+3 \u22122 chunks": ruff flags it written out
 
@@ -162,3 +174,84 @@ def age(when: datetime) -> str:
         if seconds >= size:
             return f"{seconds // size}{unit}"
     return f"{seconds}s"
+
+
+def knowledge_base_table(items: Sequence[KnowledgeBaseSummary]) -> str:
+    """`kbctl get kb`: name, Ready condition, serving version, sources ready/total, chunks, age."""
+    return table(
+        ["NAME", "READY", "VERSION", "SOURCES", "CHUNKS", "AGE"],
+        [
+            [i.name, i.ready, i.version or "-", f"{i.ready_sources}/{i.sources}", i.chunks, age(i.created_at)]
+            for i in items
+        ],
+    )
+
+
+def _settings(values: dict[str, Any], prefix: str = "") -> str:
+    """`key=value` pairs of a spec section, nested ones dotted (rerank.model=...), unset ones left out."""
+    pairs = []
+    for key, value in values.items():
+        if isinstance(value, dict):
+            pairs.append(_settings(value, f"{prefix}{key}."))
+        elif value is not None:
+            pairs.append(f"{prefix}{key}={value}")
+    return " ".join(p for p in pairs if p)
+
+
+def describe_text(d: KnowledgeBaseDetail) -> str:
+    """`kbctl describe kb NAME`: the spec in force, the serving version, conditions and every source."""
+    if d.version is None:
+        version, chunks = "<none> (no version published yet: see Conditions)", "0"
+    else:
+        created = d.version_created_at.strftime("%Y-%m-%d %H:%M:%S %Z") if d.version_created_at else "-"
+        version = f"{d.version} (published {created})"
+        chunks = f"{d.chunks} ({d.embedded} embedded, {d.reused} reused in version {d.version})"
+    fields = [
+        ("Name", d.name),
+        ("Labels", ",".join(f"{k}={v}" for k, v in sorted(d.labels.items())) or "<none>"),
+        ("Description", d.description or "<none>"),
+        ("Version", version),
+        ("Model", d.model),
+        ("Chunking", _settings(d.chunking)),
+        ("Retrieval", _settings(d.retrieval)),
+        ("Chunks", chunks),
+        ("Generation", f"{d.generation} (observed {d.observed_generation})"),
+    ]
+    lines = [f"{key + ':':<13}{value}" for key, value in fields]
+    lines.append("Conditions:")
+    lines.append(
+        table(
+            ["TYPE", "STATUS", "REASON", "SINCE", "MESSAGE"],
+            [[c.type, c.status, c.reason, age(c.last_transition_time), c.message] for c in d.conditions],
+            indent="  ",
+        )
+    )
+    lines.append("Sources:")
+    lines.append(
+        table(
+            ["NAME", "KIND", "STATE", "CHUNKS", "EMBEDDED", "REUSED", "MESSAGE"],
+            [[s.name, s.kind, s.state, s.chunks, s.embedded, s.reused, s.message] for s in d.source_status],
+            indent="  ",
+        )
+    )
+    return "\n".join(lines)
+
+
+def history_table(versions: Sequence[VersionInfo]) -> str:
+    """`kbctl rollout history`: newest first, * on the serving one, sources ready/total, what made each."""
+    rows = [
+        [
+            *(v.number, "*" if v.current else "", f"{v.created_at.astimezone(UTC):%Y-%m-%dT%H:%M:%SZ}"),
+            *(f"{v.sources - v.failed_sources}/{v.sources}", v.chunk_count, v.embedded_count, v.reused_count),
+            v.change_cause,
+        ]
+        for v in versions
+    ]
+    return table(["VERSION", "CURRENT", "CREATED", "SOURCES", "CHUNKS", "EMBEDDED", "REUSED", "CHANGE"], rows)
+
+
+def no_versions_line(d: KnowledgeBaseDetail) -> str:
+    """Why a stored knowledge base has no version to list, from its Ready condition (cause and next step)."""
+    ready = next((c for c in d.conditions if c.type == "Ready"), None)
+    reason = f": {ready.message}" if ready is not None and ready.message else ""
+    return f"KnowledgeBase/{d.name} has no published version yet{reason}"

@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-from datetime import UTC
 from typing import Annotated
 
 import typer
 
-from kbctl.cli._common import OutputOpt, Resource, app, check_resource, emit, handles_errors, open_store, table
+from kbctl.cli._common import OutputOpt, Resource, app, check_resource, emit, handles_errors, open_store
+from kbctl.cli.render import history_table, no_versions_line
 
 rollout_app = typer.Typer(help="Show the versions of a knowledge base and roll back to one.", no_args_is_help=True)
 app.add_typer(rollout_app, name="rollout")
@@ -23,19 +23,14 @@ def history(resource: Resource, name: Name, output: OutputOpt = None) -> None:
     check_resource(resource)
     with open_store() as store:
         versions = store.history(name)
+        detail = store.describe(name) if not versions else None
     if output:
         emit(versions, output)
         return
-    created = [f"{v.created_at.astimezone(UTC):%Y-%m-%dT%H:%M:%SZ}" for v in versions]
-    rows = [
-        [
-            *(v.number, "*" if v.current else "", when, f"{v.sources - v.failed_sources}/{v.sources}"),
-            *(v.chunk_count, v.embedded_count, v.reused_count, v.change_cause),
-        ]
-        for v, when in zip(versions, created, strict=True)
-    ]
-    headers = ["VERSION", "CURRENT", "CREATED", "SOURCES", "CHUNKS", "EMBEDDED", "REUSED", "CHANGE"]
-    typer.echo(table(headers, rows))
+    if detail is not None:
+        typer.echo(no_versions_line(detail), err=True)
+        return
+    typer.echo(history_table(versions))
 
 
 @rollout_app.command("undo")

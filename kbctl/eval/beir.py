@@ -7,7 +7,7 @@ A BEIR dataset (the format of the BEIR benchmark's public downloads) is a folder
     qrels/test.tsv    a header line `query-id<TAB>corpus-id<TAB>score`, then one judgement per line;
                       the score is a graded relevance, 0 (or less) meaning "judged not relevant"
 
-`read_beir` reads and checks all of it (the first problem raises ManifestError naming file:line);
+`read_beir` reads and checks all of it (the first problem raises BeirError naming file:line);
 `plan_beir` turns it into a KnowledgeBase with one inline markdown source per document and an EvalSet
 with one query per question that has a relevant document; `import_beir` writes the eval set (JSON
 Lines, what `kbctl eval -f` reads) and applies the knowledge base. Relevance in an eval set is binary:
@@ -28,21 +28,19 @@ import unicodedata
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, BinaryIO, Final
+from typing import Any, BinaryIO, Final
 
 from pydantic import BaseModel
 from ruamel.yaml import YAML
 from ruamel.yaml.scalarstring import LiteralScalarString
 
-from kbctl.engine.apply import ApplyReport
 from kbctl.engine.events import Reporter
-from kbctl.errors import KbctlError, ManifestError, ManifestProblem
-from kbctl.eval.run import EvalQuery, EvalSet
+from kbctl.engine.results import ApplyReport
+from kbctl.errors import BeirError, KbctlError, ManifestProblem
+from kbctl.eval.evalset import EvalQuery, EvalSet
+from kbctl.eval.stores import ImportStore
 from kbctl.manifest import API_VERSION, KIND, KnowledgeBase, Metadata, Retrieval, Source, Spec
 from kbctl.manifest._field_checks import DNS_LABEL, NAME_MAX, check_name
-
-if TYPE_CHECKING:  # reading a dataset needs no database
-    from kbctl.client import KnowledgeBaseStore
 
 __all__ = [
     "CORPUS_FILE",
@@ -118,8 +116,8 @@ class _Line:
     path: Path
     number: int | None = None
 
-    def problem(self, message: str, field: str = "") -> ManifestError:
-        return ManifestError([ManifestProblem(str(self.path), self.number, field, message)])
+    def problem(self, message: str, field: str = "") -> BeirError:
+        return BeirError([ManifestProblem(str(self.path), self.number, field, message)])
 
 
 def _open(path: Path) -> BinaryIO:
@@ -246,7 +244,7 @@ def _qrels_path(folder: Path, split: str) -> Path:
 def read_beir(folder: str | Path, *, split: str = DEFAULT_SPLIT) -> BeirDataset:
     """Read and check a BEIR dataset folder: its corpus, its queries and the qrels of `split`.
 
-    Raises ManifestError on the first problem, with one line naming the file, the line and what is
+    Raises BeirError on the first problem, with one line naming the file, the line and what is
     wrong (a missing file, a line that is not a JSON object, a missing field, a duplicate id, a qrels
     row naming a query or document the dataset does not have).
     """
@@ -466,7 +464,7 @@ def _check_kb_name(name: str) -> None:
 
 
 def import_beir(
-    store: KnowledgeBaseStore,
+    store: ImportStore,
     folder: str | Path,
     name: str,
     *,

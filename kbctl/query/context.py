@@ -11,7 +11,7 @@ from xml.sax.saxutils import escape, quoteattr
 
 from pydantic import BaseModel
 
-from kbctl.query.retrieve import QueryHit, QueryResult, RerankInfo
+from kbctl.query.results import QueryHit, QueryResult, RerankInfo
 
 __all__ = ["GroundedContext", "Passage", "build_context"]
 

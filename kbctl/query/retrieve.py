@@ -18,6 +18,12 @@ rule are scored by the reranker and reordered by its score (the rest are cut); `
 those scoring below it. Then topK, near-duplicates and the token budget apply, in the reranked order. If
 the reranker fails (endpoint down, model missing) the query still answers, in fused order, and says so in
 `rerank.error`.
+
+A query runs as named stages, each a function below and each a stage of the `--explain` trace:
+`embed question` (embed_question), `vector` (vector_candidates), `keyword` (keyword_candidates), `fuse`
+(fuse), `threshold` (apply_threshold), `rerank` (rerank_candidates, only with a reranker) and `select`
+(select_hits). `plan_query` first resolves the QueryOptions against the serving version's stored
+`spec.retrieval`, read through the manifest model so its defaults are written only there.
 """
 
 from __future__ import annotations
@@ -25,19 +31,21 @@ from __future__ import annotations
 import re
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
-from pydantic import BaseModel
 
-from kbctl.embedding import Embedder
+from kbctl.embedding import Embedder, Vector
 from kbctl.errors import NotFoundError, RerankError
+from kbctl.manifest import Rerank, Retrieval
+from kbctl.query.options import Mode, QueryOptions
+from kbctl.query.results import QueryHit, QueryResult, RerankInfo, TraceEntry, TraceStage
 from kbctl.rerank import Reranker
-from kbctl.store.database import ChunkHit, Database
+from kbctl.store.database import ChunkHit, Database, VersionRow
 
 __all__ = [
-    "QueryHit",
+    "QueryHit",  # the result models live in kbctl.query.results; these names stay importable from here
     "QueryResult",
     "RerankInfo",
     "TraceEntry",
@@ -45,107 +53,6 @@ __all__ = [
     "identifiers",
     "query_knowledge_base",
 ]
-
-
-class QueryHit(BaseModel):
-    """One chunk of context, in rank order."""
-
-    rank: int
-    source: str
-    title: str | None
-    origin: str
-    heading_path: list[str]
-    position: int
-    char_start: int
-    char_end: int
-    score: float  # cosine similarity to the question
-    vector_rank: int | None = None  # 1-based rank among the vector candidates, None if not one
-    keyword_rank: int | None = None  # 1-based rank among the full-text candidates, None if not one
-    fused_score: float = 0.0  # reciprocal rank fusion score (hybrid), else 1/(60 + rank)
-    rerank_score: float | None = None  # the reranker's score, None when no reranker ran
-    matched_identifiers: list[str] = []
-    all_words: bool = False  # the chunk contains every word of the question (full-text reading)
-    tokens: int
-    text: str
-
-
-class TraceEntry(BaseModel):
-    """One candidate as a stage saw it."""
-
-    chunk_id: int
-    source: str
-    position: int
-    rank: int
-    score: float
-    detail: str = ""
-
-
-class TraceStage(BaseModel):
-    """What one stage of a query did and how long it took."""
-
-    stage: str
-    ms: float
-    entries: list[TraceEntry] = []
-
-
-class RerankInfo(BaseModel):
-    """What the reranker did for one query."""
-
-    model: str
-    candidates: int  # how many candidates were sent to it
-    min_score: float | None
-    applied: bool  # False when it failed and the fused order was kept
-    below_min_score: int = 0
-    best_score: float | None = None
-    error: str | None = None
-
-
-class QueryResult(BaseModel):
-    """The answer to a query: the chunks kept, and why the others were not."""
-
-    knowledge_base: str
-    version: int
-    model: str
-    question: str
-    mode: str
-    identifiers: list[str]
-    top_k: int
-    similarity_threshold: float
-    max_context_tokens: int
-    hits: list[QueryHit]
-    candidates: int
-    below_threshold: int
-    over_budget: int
-    tokens: int
-    best_score: float | None
-    duplicates: int = 0
-    rerank: RerankInfo | None = None
-    trace: list[TraceStage] | None = None
-
-    @property
-    def message(self) -> str:
-        """A plain sentence on the outcome, honest when nothing relevant was found."""
-        kb = f"KnowledgeBase/{self.knowledge_base}"
-        if self.hits:
-            noun = "chunk" if len(self.hits) == 1 else "chunks"
-            return f"{len(self.hits)} {noun} from {kb} (version {self.version}), {self.tokens} tokens"
-        if self.candidates == 0:
-            if self.mode == "keyword":
-                return f"nothing relevant found in {kb}: no chunk contains a word of the question"
-            return f"nothing relevant found: {kb} has no chunks"
-        if self.rerank is not None and self.rerank.candidates and self.rerank.below_min_score == self.rerank.candidates:
-            best = self.rerank.best_score
-            return (
-                f"nothing relevant found in {kb}: the best rerank score is {best:.2f}, "
-                f"below the rerank minScore {self.rerank.min_score:.2f}"
-            )
-        if self.below_threshold == self.candidates:
-            return (
-                f"nothing relevant found in {kb}: the best match scores {self.best_score:.2f}, "
-                f"below the similarity threshold {self.similarity_threshold:.2f}"
-            )
-        return f"nothing fits the token budget of {self.max_context_tokens} tokens in {kb}"
-
 
 CANDIDATES = 30
 RRF_K = 60
@@ -156,7 +63,62 @@ KEYWORD_WEIGHT = 0.3
 DUPLICATE_COSINE = 0.99
 
 
-class _Clock:
+# ---------------------------------------------------------------- plan: options + the stored spec
+
+
+@dataclass(frozen=True)
+class QueryPlan:
+    """What one query does: the version it reads, and each option as given or else as its spec says."""
+
+    name: str
+    version: VersionRow
+    mode: Mode
+    top_k: int
+    threshold: float
+    max_tokens: int
+    language: str  # PostgreSQL text search configuration of the full-text stages
+    rerank: Rerank | None  # the spec's reranker, None when there is none or the options skip it
+    explain: bool
+
+    @property
+    def pool(self) -> int:
+        """How many candidates each search stage gathers: 30, or top_k when larger."""
+        return max(CANDIDATES, self.top_k)
+
+
+def plan_query(db: Database, name: str, options: QueryOptions) -> QueryPlan:
+    """The plan of a query of `name`: its serving version, with the options that are unset taken from the
+    version's `spec.retrieval` (validated by `kbctl.manifest.Retrieval`, which holds the defaults)."""
+    row = db.get_kb(name)
+    if row is None:
+        raise NotFoundError(f'knowledgebase "{name}" not found')
+    if row.current_version is None:
+        # The Ready condition says why (a failed reconcile, no content, a generation waiting for a controller).
+        ready = next((c for c in row.conditions if c.get("type") == "Ready"), {})
+        why = f": {ready['message']}" if ready.get("message") else ""
+        raise NotFoundError(f'knowledgebase "{name}" has no published version yet{why}')
+    version = db.get_version(row.id, row.current_version)
+    assert version is not None
+    spec = Retrieval.model_validate(version.manifest["spec"]["retrieval"])
+    if options.rerank and spec.rerank is None:
+        raise ValueError(f"KnowledgeBase/{name} (version {version.number}) has no spec.retrieval.rerank")
+    return QueryPlan(
+        name=name,
+        version=version,
+        mode=options.mode if options.mode is not None else spec.mode,
+        top_k=options.top_k if options.top_k is not None else spec.top_k,
+        threshold=options.threshold if options.threshold is not None else spec.similarity_threshold,
+        max_tokens=options.max_tokens if options.max_tokens is not None else spec.max_context_tokens,
+        language=spec.language,
+        rerank=spec.rerank if options.rerank is not False else None,
+        explain=options.explain,
+    )
+
+
+# ---------------------------------------------------------------- helpers
+
+
+class _Trace:
     """Times the stages of a query and, when explaining, keeps what each saw."""
 
     def __init__(self, explain: bool) -> None:
@@ -180,6 +142,11 @@ def _entry(c: ChunkHit, rank: int, score: float, detail: str = "") -> TraceEntry
     return TraceEntry(
         chunk_id=c.chunk_id, source=c.source_name, position=c.ordinal, rank=rank, score=round(score, 4), detail=detail
     )
+
+
+def _entries(hits: Sequence[ChunkHit]) -> list[TraceEntry]:
+    """A search stage's candidates as trace entries: rank and cosine similarity."""
+    return [_entry(c, r, c.score) for r, c in enumerate(hits, start=1)]
 
 
 _TOKEN = re.compile(r"[A-Za-z0-9][A-Za-z0-9_\-./]*[A-Za-z0-9_]|[A-Za-z0-9]")
@@ -209,10 +176,57 @@ class _Ranks:
     fused_score: float = 0.0
 
 
-def _fuse(
+@dataclass
+class _Candidate:
+    """A candidate that passed the threshold rule, with what the later stages need."""
+
+    chunk: ChunkHit
+    fused_rank: int  # 1-based place in the fused list, before the threshold
+    ranks: _Ranks
+    matched: list[str]
+    all_words: bool
+    rerank_score: float | None = None
+
+
+@dataclass
+class _Selection:
+    """What the select stage kept, what it cut and why."""
+
+    hits: list[QueryHit] = field(default_factory=list)
+    tokens: int = 0
+    over_budget: int = 0
+    duplicates: int = 0
+    verdicts: list[TraceEntry] = field(default_factory=list)
+
+
+# ---------------------------------------------------------------- the stages, in order
+
+
+def embed_question(embedder: Embedder, question: str) -> Vector:
+    """Stage `embed question`: the question's vector, by the model the version's chunks were embedded with."""
+    [vector] = embedder.embed([question], purpose="query")
+    return vector
+
+
+def vector_candidates(db: Database, plan: QueryPlan, vector: Vector) -> list[ChunkHit]:
+    """Stage `vector`: the plan's pool of chunks nearest to the question by cosine distance, best first
+    (none in keyword mode)."""
+    return db.search(plan.version.id, vector, plan.pool) if plan.mode != "keyword" else []
+
+
+def keyword_candidates(db: Database, plan: QueryPlan, question: str, vector: Vector) -> list[ChunkHit]:
+    """Stage `keyword`: the plan's pool of chunks best matching any word of the question in full text
+    (ts_rank_cd in the spec's language), best first (none in vector mode)."""
+    if plan.mode == "vector":
+        return []
+    return db.keyword_search(plan.version.id, plan.language, question, vector, plan.pool)
+
+
+def fuse(
     by_vector: Sequence[ChunkHit], by_keyword: Sequence[ChunkHit], keyword_weight: float
 ) -> list[tuple[ChunkHit, _Ranks]]:
-    """Candidates of both lists (either may be empty) by weighted reciprocal rank fusion, best first."""
+    """Stage `fuse`: candidates of both lists (either may be empty) by weighted reciprocal rank fusion,
+    w/(60 + rank) summed over the lists (vector w = 1, full text `keyword_weight`), best first."""
     ranks: dict[int, _Ranks] = {}
     hits: dict[int, ChunkHit] = {}
     for rank, hit in enumerate(by_vector, start=1):
@@ -227,31 +241,41 @@ def _fuse(
     return [(hits[cid], ranks[cid]) for cid in order]
 
 
+def apply_threshold(
+    db: Database, plan: QueryPlan, question: str, terms: Sequence[str], fused: Sequence[tuple[ChunkHit, _Ranks]]
+) -> tuple[list[_Candidate], list[TraceEntry]]:
+    """Stage `threshold`: the fused candidates that pass the threshold rule, and the cuts.
+
+    A candidate passes with a cosine similarity of at least the threshold, or when it contains one of
+    the question's identifiers `terms`, or every word of the question (full-text reading); in keyword
+    mode every candidate passes.
+    """
+    weak = [c.chunk_id for c, _ in fused if c.score < plan.threshold] if plan.mode != "keyword" else []
+    all_words = db.containing_all_words(weak, plan.language, question)
+    passing: list[_Candidate] = []
+    cuts: list[TraceEntry] = []
+    for rank, (c, ranks) in enumerate(fused, start=1):
+        matched = [t for t in terms if _contains(c.content, t) or _contains(" ".join(c.heading_path), t)]
+        if plan.mode != "keyword" and c.score < plan.threshold and not matched and c.chunk_id not in all_words:
+            cuts.append(_entry(c, rank, c.score, f"cut: similarity below {plan.threshold}"))
+        else:
+            passing.append(_Candidate(c, rank, ranks, matched, c.chunk_id in all_words))
+    return passing, cuts
+
+
 def _rerank_text(c: ChunkHit) -> str:
     """What the reranker reads of a chunk: its heading path, then its text (as the embedder did)."""
     return (" > ".join(c.heading_path) + "\n\n" + c.content) if c.heading_path else c.content
 
 
-@dataclass
-class _Candidate:
-    """A candidate that passed the threshold rule, with what the later stages need."""
-
-    chunk: ChunkHit
-    fused_rank: int  # 1-based place in the fused list, before the threshold
-    ranks: _Ranks
-    matched: list[str]
-    all_words: bool
-    rerank_score: float | None = None
-
-
-def _rerank(
-    pool: list[_Candidate], question: str, reranker: Reranker, spec: dict[str, Any]
+def rerank_candidates(
+    pool: list[_Candidate], question: str, reranker: Reranker, spec: Rerank
 ) -> tuple[list[_Candidate], RerankInfo, list[TraceEntry]]:
-    """The first `candidates` of the pool reordered by the reranker and cut by minScore; the rest are cut.
+    """Stage `rerank`: the first `spec.candidates` of the pool reordered by the reranker and cut by
+    `spec.min_score`; the rest are cut.
 
     A failing reranker leaves the pool as it was and says why in the RerankInfo."""
-    limit = int(spec.get("candidates", 30))
-    min_score = spec.get("minScore")
+    limit, min_score = spec.candidates, spec.min_score
     sent, rest = pool[:limit], pool[limit:]
     info = RerankInfo(model=reranker.model_id, candidates=len(sent), min_score=min_score, applied=False)
     try:
@@ -279,147 +303,123 @@ def _rerank(
     return kept, info, entries
 
 
+def _hit(cand: _Candidate, rank: int) -> QueryHit:
+    c, ranks = cand.chunk, cand.ranks
+    return QueryHit(
+        rank=rank,
+        source=c.source_name,
+        title=c.title,
+        origin=c.origin,
+        heading_path=list(c.heading_path),
+        position=c.ordinal,
+        char_start=c.char_start,
+        char_end=c.char_end,
+        score=round(float(c.score), 4),
+        vector_rank=ranks.vector_rank,
+        keyword_rank=ranks.keyword_rank,
+        fused_score=round(ranks.fused_score, 6),
+        rerank_score=None if cand.rerank_score is None else round(cand.rerank_score, 4),
+        matched_identifiers=cand.matched,
+        all_words=cand.all_words,
+        tokens=c.token_count,
+        text=c.content,
+    )
+
+
+def select_hits(candidates: Sequence[_Candidate], top_k: int, max_tokens: int) -> _Selection:
+    """Stage `select`: candidates kept in order up to `top_k`, a near-duplicate (cosine >= 0.99) of a kept
+    chunk dropped, and ended by the first chunk that would exceed the token budget `max_tokens`."""
+    selection = _Selection()
+    kept: list[Any] = []
+    for rank, cand in enumerate(candidates, start=1):
+        c, matched = cand.chunk, cand.matched
+        why = [f"identifier {', '.join(matched)}"] if matched else []
+        why += ["every word of the question"] if cand.all_words else []
+        if len(selection.hits) >= top_k:
+            verdict = f"cut: beyond topK {top_k}"
+        elif any(float(np.dot(_array(c.vector), v)) >= DUPLICATE_COSINE for v in kept):
+            selection.duplicates += 1
+            verdict = f"cut: near-duplicate (cosine >= {DUPLICATE_COSINE}) of a kept chunk"
+        elif selection.over_budget or selection.tokens + c.token_count > max_tokens:
+            selection.over_budget += 1
+            verdict = f"cut: token budget {max_tokens}"
+        else:
+            selection.tokens += c.token_count
+            kept.append(_array(c.vector))
+            verdict = f"kept as {len(selection.hits) + 1}" + (f" ({'; '.join(why)})" if why else "")
+            selection.hits.append(_hit(cand, len(selection.hits) + 1))
+        selection.verdicts.append(_entry(c, rank, c.score, verdict))
+    return selection
+
+
+# ---------------------------------------------------------------- the whole query
+
+
 def query_knowledge_base(
     db: Database,
     name: str,
     question: str,
     embedder_for: Callable[[str], Embedder],
+    options: QueryOptions | None = None,
     *,
-    top_k: int | None = None,
-    threshold: float | None = None,
-    max_tokens: int | None = None,
-    mode: str | None = None,
-    explain: bool = False,
-    rerank: bool | None = None,
     reranker_for: Callable[[str], Reranker] | None = None,
 ) -> QueryResult:
     """Retrieve the chunks of the current version of `name` most relevant to `question`.
 
     Candidates are ranked as the mode says (see the module docstring) and kept while they pass the
-    threshold rule; with a reranker (the spec's `retrieval.rerank`, unless `rerank` is False; `rerank`
+    threshold rule; with a reranker (the spec's `retrieval.rerank`, unless `options.rerank` is False;
     True requires one) the best of them are reordered by its scores. They are then kept in order up to
     `top_k`, and while their tokens fit the budget (the first chunk that does not fit ends the list); a
     chunk whose vector is a near-duplicate (cosine >= 0.99) of one already kept is dropped, so one fact is
-    not sent twice. With `explain`, `trace` records every stage's candidates, ranks, scores, verdicts and
-    time. Unset limits and the mode come from the version's `spec.retrieval`; the question is embedded
+    not sent twice. With `options.explain`, `trace` records every stage's candidates, ranks, scores,
+    verdicts and time. Unset options come from the version's `spec.retrieval`; the question is embedded
     with the model of the version, whatever the manifest says now.
     """
     if not question.strip():
         raise ValueError("question must not be empty")
-    row = db.get_kb(name)
-    if row is None:
-        raise NotFoundError(f'knowledgebase "{name}" not found')
-    if row.current_version is None:
-        raise NotFoundError(f'knowledgebase "{name}" has no published version yet (is a controller running?)')
-    version = db.get_version(row.id, row.current_version)
-    assert version is not None
-    retrieval = version.manifest["spec"]["retrieval"]
-    k = top_k if top_k is not None else int(retrieval["topK"])
-    th = threshold if threshold is not None else float(retrieval["similarityThreshold"])
-    budget = max_tokens if max_tokens is not None else int(retrieval["maxContextTokens"])
-    chosen = mode or str(retrieval.get("mode", "hybrid"))
-    if chosen not in ("hybrid", "vector", "keyword"):
-        raise ValueError(f"mode must be hybrid, vector or keyword, got {chosen!r}")
-    if k < 1 or budget < 1:
-        raise ValueError("top_k and max_tokens must be at least 1")
-    rerank_spec: dict[str, Any] | None = retrieval.get("rerank")
-    if rerank and rerank_spec is None:
-        raise ValueError(f"KnowledgeBase/{name} (version {version.number}) has no spec.retrieval.rerank")
+    plan = plan_query(db, name, options if options is not None else QueryOptions())
     reranker = None
-    if rerank_spec is not None and rerank is not False:
+    if plan.rerank is not None:
         if reranker_for is None:
             raise ValueError("a reranker is configured but no reranker_for was given")
-        reranker = reranker_for(str(rerank_spec["model"]))
-    clock = _Clock(explain)
-    embedder = embedder_for(version.model)
-    [vector] = embedder.embed([question], purpose="query")
-    clock.stage("embed question")
-    pool = max(CANDIDATES, k)
-    by_vector = db.search(version.id, vector, pool) if chosen != "keyword" else []
-    clock.stage("vector", [_entry(c, r, c.score) for r, c in enumerate(by_vector, start=1)])
-    language = str(retrieval.get("language", "english"))
-    by_keyword = db.keyword_search(version.id, language, question, vector, pool) if chosen != "vector" else []
-    clock.stage("keyword", [_entry(c, r, c.score) for r, c in enumerate(by_keyword, start=1)])
-    terms = identifiers(question)
+        reranker = reranker_for(plan.rerank.model)
+    trace = _Trace(plan.explain)
+    vector = embed_question(embedder_for(plan.version.model), question)
+    trace.stage("embed question")
+    by_vector = vector_candidates(db, plan, vector)
+    trace.stage("vector", _entries(by_vector))
+    by_keyword = keyword_candidates(db, plan, question, vector)
+    trace.stage("keyword", _entries(by_keyword))
     # Alone, the keyword list orders by its own rank: its weight only matters beside the vector list.
-    candidates = _fuse(by_vector, by_keyword, KEYWORD_WEIGHT if chosen == "hybrid" else 1.0)
-    clock.stage("fuse", [_entry(c, r, x.fused_score) for r, (c, x) in enumerate(candidates, start=1)])
-    weak = [c.chunk_id for c, _ in candidates if c.score < th] if chosen != "keyword" else []
-    all_words = db.containing_all_words(weak, language, question)
-    passing: list[_Candidate] = []
-    cuts: list[TraceEntry] = []
-    for rank, (c, ranks) in enumerate(candidates, start=1):
-        matched = [t for t in terms if _contains(c.content, t) or _contains(" ".join(c.heading_path), t)]
-        if chosen != "keyword" and c.score < th and not matched and c.chunk_id not in all_words:
-            cuts.append(_entry(c, rank, c.score, f"cut: similarity below {th}"))
-        else:
-            passing.append(_Candidate(c, rank, ranks, matched, c.chunk_id in all_words))
-    clock.stage("threshold", cuts)
+    fused = fuse(by_vector, by_keyword, KEYWORD_WEIGHT if plan.mode == "hybrid" else 1.0)
+    trace.stage("fuse", [_entry(c, r, x.fused_score) for r, (c, x) in enumerate(fused, start=1)])
+    terms = identifiers(question)
+    passing, cuts = apply_threshold(db, plan, question, terms, fused)
+    trace.stage("threshold", cuts)
     info = None
-    if reranker is not None and rerank_spec is not None:
-        passing, info, entries = _rerank(passing, question, reranker, rerank_spec)
-        clock.stage("rerank", entries)
-    hits: list[QueryHit] = []
-    kept: list[Any] = []
-    over = duplicates = used = 0
-    verdicts: list[TraceEntry] = []
-    for rank, cand in enumerate(passing, start=1):
-        c, ranks, matched = cand.chunk, cand.ranks, cand.matched
-        why = [f"identifier {', '.join(matched)}"] if matched else []
-        why += ["every word of the question"] if cand.all_words else []
-        if len(hits) >= k:
-            verdict = f"cut: beyond topK {k}"
-        elif any(float(np.dot(_array(c.vector), v)) >= DUPLICATE_COSINE for v in kept):
-            duplicates += 1
-            verdict = f"cut: near-duplicate (cosine >= {DUPLICATE_COSINE}) of a kept chunk"
-        elif over or used + c.token_count > budget:
-            over += 1
-            verdict = f"cut: token budget {budget}"
-        else:
-            used += c.token_count
-            kept.append(_array(c.vector))
-            verdict = f"kept as {len(hits) + 1}" + (f" ({'; '.join(why)})" if why else "")
-            hits.append(
-                QueryHit(
-                    rank=len(hits) + 1,
-                    source=c.source_name,
-                    title=c.title,
-                    origin=c.origin,
-                    heading_path=list(c.heading_path),
-                    position=c.ordinal,
-                    char_start=c.char_start,
-                    char_end=c.char_end,
-                    score=round(float(c.score), 4),
-                    vector_rank=ranks.vector_rank,
-                    keyword_rank=ranks.keyword_rank,
-                    fused_score=round(ranks.fused_score, 6),
-                    rerank_score=None if cand.rerank_score is None else round(cand.rerank_score, 4),
-                    matched_identifiers=matched,
-                    all_words=cand.all_words,
-                    tokens=c.token_count,
-                    text=c.content,
-                )
-            )
-        verdicts.append(_entry(c, rank, c.score, verdict))
-    clock.stage("select", verdicts)
-    best = max((c.score for c, _ in candidates), default=None)
+    if reranker is not None and plan.rerank is not None:
+        passing, info, entries = rerank_candidates(passing, question, reranker, plan.rerank)
+        trace.stage("rerank", entries)
+    selection = select_hits(passing, plan.top_k, plan.max_tokens)
+    trace.stage("select", selection.verdicts)
+    best = max((c.score for c, _ in fused), default=None)
     return QueryResult(
         knowledge_base=name,
-        version=version.number,
-        model=version.model,
+        version=plan.version.number,
+        model=plan.version.model,
         question=question,
-        mode=chosen,
+        mode=plan.mode,
         identifiers=terms,
-        top_k=k,
-        similarity_threshold=th,
-        max_context_tokens=budget,
-        hits=hits,
-        candidates=len(candidates),
+        top_k=plan.top_k,
+        similarity_threshold=plan.threshold,
+        max_context_tokens=plan.max_tokens,
+        hits=selection.hits,
+        candidates=len(fused),
         below_threshold=len(cuts),
-        over_budget=over,
-        tokens=used,
+        over_budget=selection.over_budget,
+        tokens=selection.tokens,
         best_score=round(float(best), 4) if best is not None else None,
-        duplicates=duplicates,
+        duplicates=selection.duplicates,
         rerank=info,
-        trace=clock.stages if explain else None,
+        trace=trace.stages if plan.explain else None,
     )

@@ -75,7 +75,7 @@ def list_versions(db: Database, name: str) -> list[VersionInfo]:
             " WHERE k.name = %s GROUP BY v.id, k.current_version ORDER BY v.number DESC",
             (name,),
         ).fetchall()
-    if not versions:
+    if not versions and db.get_kb(name) is None:
         raise NotFoundError(f'knowledgebase "{name}" not found')
     return versions
 

@@ -1,0 +1,107 @@
+"""What a query returns: the chunks kept, in rank order, with why the others were not, and its trace."""
+
+from __future__ import annotations
+
+from pydantic import BaseModel
+
+__all__ = ["QueryHit", "QueryResult", "RerankInfo", "TraceEntry", "TraceStage"]
+
+
+class QueryHit(BaseModel):
+    """One chunk of context, in rank order."""
+
+    rank: int
+    source: str
+    title: str | None
+    origin: str
+    heading_path: list[str]
+    position: int
+    char_start: int
+    char_end: int
+    score: float  # cosine similarity to the question
+    vector_rank: int | None = None  # 1-based rank among the vector candidates, None if not one
+    keyword_rank: int | None = None  # 1-based rank among the full-text candidates, None if not one
+    fused_score: float = 0.0  # reciprocal rank fusion score (hybrid), else 1/(60 + rank)
+    rerank_score: float | None = None  # the reranker's score, None when no reranker ran
+    matched_identifiers: list[str] = []
+    all_words: bool = False  # the chunk contains every word of the question (full-text reading)
+    tokens: int
+    text: str
+
+
+class TraceEntry(BaseModel):
+    """One candidate as a stage saw it."""
+
+    chunk_id: int
+    source: str
+    position: int
+    rank: int
+    score: float
+    detail: str = ""
+
+
+class TraceStage(BaseModel):
+    """What one stage of a query did and how long it took."""
+
+    stage: str
+    ms: float
+    entries: list[TraceEntry] = []
+
+
+class RerankInfo(BaseModel):
+    """What the reranker did for one query."""
+
+    model: str
+    candidates: int  # how many candidates were sent to it
+    min_score: float | None
+    applied: bool  # False when it failed and the fused order was kept
+    below_min_score: int = 0
+    best_score: float | None = None
+    error: str | None = None
+
+
+class QueryResult(BaseModel):
+    """The answer to a query: the chunks kept, and why the others were not."""
+
+    knowledge_base: str
+    version: int
+    model: str
+    question: str
+    mode: str
+    identifiers: list[str]
+    top_k: int
+    similarity_threshold: float
+    max_context_tokens: int
+    hits: list[QueryHit]
+    candidates: int
+    below_threshold: int
+    over_budget: int
+    tokens: int
+    best_score: float | None
+    duplicates: int = 0
+    rerank: RerankInfo | None = None
+    trace: list[TraceStage] | None = None
+
+    @property
+    def message(self) -> str:
+        """A plain sentence on the outcome, honest when nothing relevant was found."""
+        kb = f"KnowledgeBase/{self.knowledge_base}"
+        if self.hits:
+            noun = "chunk" if len(self.hits) == 1 else "chunks"
+            return f"{len(self.hits)} {noun} from {kb} (version {self.version}), {self.tokens} tokens"
+        if self.candidates == 0:
+            if self.mode == "keyword":
+                return f"nothing relevant found in {kb}: no chunk contains a word of the question"
+            return f"nothing relevant found: {kb} has no chunks"
+        if self.rerank is not None and self.rerank.candidates and self.rerank.below_min_score == self.rerank.candidates:
+            best = self.rerank.best_score
+            return (
+                f"nothing relevant found in {kb}: the best rerank score is {best:.2f}, "
+                f"below the rerank minScore {self.rerank.min_score:.2f}"
+            )
+        if self.below_threshold == self.candidates:
+            return (
+                f"nothing relevant found in {kb}: the best match scores {self.best_score:.2f}, "
+                f"below the similarity threshold {self.similarity_threshold:.2f}"
+            )
+        return f"nothing fits the token budget of {self.max_context_tokens} tokens in {kb}"

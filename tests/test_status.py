@@ -1,0 +1,153 @@
+"""Status you can trust: conditions agree with each other and with get, describe, query and rollout history."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+from typer.testing import CliRunner
+
+from kbctl.cli import app
+from kbctl.client import KnowledgeBaseStore
+from kbctl.engine.status import KnowledgeBaseDetail
+from kbctl.manifest import KnowledgeBase, parse_manifests
+from kbctl.sources.url import FetchPolicy
+from tests.support.httpserver import HTTPTestServer, serve
+from tests.support.lines import Lines
+
+ENV = {"KBCTL_ALLOW_PRIVATE_NETWORKS": "1"}
+
+
+def conditions(detail: KnowledgeBaseDetail) -> dict[str, tuple[str, str, str]]:
+    """Condition type → (status, reason, message)."""
+    return {c.type: (c.status, c.reason, c.message) for c in detail.conditions}
+
+
+def inline_kb(name: str = "notes", embedding: str = "") -> str:
+    return f"""apiVersion: kbctl.dev/v1alpha1
+kind: KnowledgeBase
+metadata:
+  name: {name}
+spec:
+  sources:
+    - name: hours
+      text: Office hours are 9:00 to 17:30 on working days.
+{embedding}"""
+
+
+def url_kb(site: HTTPTestServer, *paths: str, name: str = "site") -> str:
+    sources = "".join(f"    - name: page{i}\n      url: {site.url(p)}\n" for i, p in enumerate(paths, start=1))
+    return (
+        f"apiVersion: kbctl.dev/v1alpha1\nkind: KnowledgeBase\nmetadata:\n  name: {name}\nspec:\n  sources:\n{sources}"
+    )
+
+
+@pytest.fixture
+def site() -> Iterator[HTTPTestServer]:
+    with serve() as srv:
+        srv.route("/ok.md", body="# Booking\n\nChoose a free slot in the calendar.", content_type="text/markdown")
+        yield srv
+
+
+@pytest.fixture
+def web_store(store: KnowledgeBaseStore, site: HTTPTestServer) -> KnowledgeBaseStore:
+    store.fetch_policy = FetchPolicy(
+        allowed_addresses=frozenset({("127.0.0.1", site.port)}), backoff_base=0.01, retries=0, read_timeout=5
+    )
+    return store
+
+
+def test_a_healthy_knowledge_base_has_agreeing_conditions(store: KnowledgeBaseStore, cli: CliRunner) -> None:
+    """After a good apply: Ready/Reconciled, Progressing False, Degraded False, and get says the same."""
+    store.apply(parse_manifests(inline_kb(), "kb.yaml"))
+    detail = store.describe("notes")
+    assert conditions(detail) == {
+        "Ready": ("True", "Reconciled", "version 1 serves queries"),
+        "Progressing": ("False", "Reconciled", ""),
+        "Degraded": ("False", "AllSourcesReady", ""),
+    }
+    [row] = cli.invoke(app, ["get", "kb"]).stdout.splitlines()[1:]
+    assert row.split()[:5] == ["notes", "True", "1", "1/1", "1"]
+
+
+def test_first_apply_that_fails_leaves_one_coherent_state(
+    store: KnowledgeBaseStore, cli: CliRunner, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A first apply that fails as a whole (no API key): not Ready, nothing progressing, sources unknown, and
+    get, describe, query and rollout history all name the cause and the next step."""
+    monkeypatch.delenv("OPENAI_API_KEY", raising=False)
+    text = inline_kb(embedding="  embedding: {model: openai/text-embedding-3-small}\n")
+    [result] = store.apply(parse_manifests(text, "kb.yaml")).results
+    assert result.action == "failed" and "OPENAI_API_KEY is not set" in (result.message or "")
+    detail = store.describe("notes")
+    assert detail.version is None and not detail.ready
+    ready, progressing, degraded = (conditions(detail)[k] for k in ("Ready", "Progressing", "Degraded"))
+    assert ready[:2] == ("False", "ReconcileFailed")
+    assert "OPENAI_API_KEY is not set" in ready[2] and "no version serves queries" in ready[2]
+    assert ready[2].endswith("fix the cause and apply again")
+    assert progressing[:2] == ("False", "ReconcileFailed") and "OPENAI_API_KEY" in progressing[2]
+    assert degraded == ("Unknown", "NotReconciled", "no source has been read yet")
+
+    [row] = cli.invoke(app, ["get", "kb"]).stdout.splitlines()[1:]
+    assert row.split()[:5] == ["notes", "False", "-", "0/0", "0"]
+    described = cli.invoke(app, ["describe", "kb", "notes"])
+    assert described.exit_code == 0, described.output
+    assert "Version:     <none> (no version published yet: see Conditions)" in described.stdout
+    assert "None" not in described.stdout
+    history = cli.invoke(app, ["rollout", "history", "kb", "notes"])
+    assert history.exit_code == 0 and history.stdout == ""
+    assert history.stderr.startswith("KnowledgeBase/notes has no published version yet: ")
+    assert "OPENAI_API_KEY is not set" in history.stderr
+    query = cli.invoke(app, ["query", "notes", "when is the office open?"])
+    assert query.exit_code == 1
+    assert "no published version" in query.stderr and "OPENAI_API_KEY is not set" in query.stderr
+    assert "controller" not in query.stderr
+
+
+def test_new_knowledge_base_whose_every_source_fails_publishes_nothing(
+    web_store: KnowledgeBaseStore, site: HTTPTestServer
+) -> None:
+    """No version with no content becomes Ready: nothing is published and every failing source is named."""
+    log = Lines()
+    [result] = web_store.apply(parse_manifests(url_kb(site, "/gone", "/missing"), "kb.yaml"), reporter=log).results
+    assert result.action == "failed" and result.version is None
+    assert log.lines == [
+        "KnowledgeBase/site created (version 1); waiting for the ingestion of 2 sources",
+        "KnowledgeBase/site source page1 failed: HTTP 404 Not Found",
+        "KnowledgeBase/site source page2 failed: HTTP 404 Not Found",
+        "KnowledgeBase/site failed: no source could be read (page1: HTTP 404 Not Found; page2: HTTP 404 Not Found)",
+    ]
+    detail = web_store.describe("site")
+    assert detail.version is None and not detail.ready
+    assert web_store.history("site") == []
+    ready = conditions(detail)["Ready"]
+    assert ready[:2] == ("False", "NoContent") and "page1: HTTP 404 Not Found" in ready[2]
+    assert conditions(detail)["Degraded"][:2] == ("True", "SourcesFailing")
+    assert conditions(detail)["Progressing"][:2] == ("False", "NoContent")  # reconciled: nothing to retry
+    assert [(s.name, s.state, s.chunks) for s in detail.source_status] == [
+        ("page1", "failed", 0),
+        ("page2", "failed", 0),
+    ]
+    assert detail.observed_generation == detail.generation
+
+
+def test_a_change_that_leaves_no_content_keeps_the_serving_version(
+    web_store: KnowledgeBaseStore, site: HTTPTestServer
+) -> None:
+    """When a new manifest's sources all fail, no empty version is published: version 1 keeps serving."""
+    assert not web_store.apply(parse_manifests(url_kb(site, "/ok.md"), "kb.yaml")).failed
+    [result] = web_store.apply(parse_manifests(url_kb(site, "/gone"), "kb.yaml")).results
+    assert result.action == "failed"
+    detail = web_store.describe("site")
+    assert detail.version == 1 and [v.number for v in web_store.history("site")] == [1]
+    ready = conditions(detail)["Ready"]
+    assert ready[:2] == ("False", "NoContent") and "version 1 still serves queries" in ready[2]
+    assert web_store.query("site", "how do I book?", threshold=-1).hits[0].source == "page1"
+
+
+def test_stored_manifest_reads_back_through_the_models() -> None:
+    """to_manifest fills in every default (model beside a profile too); from_manifest reads it back as applied."""
+    [loaded] = parse_manifests(inline_kb(embedding="  embedding: {profile: small}\n"), "kb.yaml")
+    stored = loaded.kb.to_manifest()
+    assert stored["spec"]["embedding"] == {"model": "local/all-MiniLM-L6-v2", "profile": "small"}
+    assert KnowledgeBase.from_manifest(stored) == loaded.kb
