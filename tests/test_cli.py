@@ -8,6 +8,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 from typer.testing import CliRunner
 
 from kbctl._clidocs import render
@@ -55,6 +56,7 @@ def test_apply_reads_stdin(cli: CliRunner, store: KnowledgeBaseStore) -> None:
     assert [k.name for k in store.list()] == ["data-handling-policy"]
 
 
+@pytest.mark.slow
 def test_examples_answer_their_questions(store: KnowledgeBaseStore) -> None:
     """The example KBs, applied offline, answer questions from their own text and nothing off-topic."""
     report = store.apply_paths([str(EXAMPLES)])
@@ -92,6 +94,7 @@ def test_migrations_apply_once(store: KnowledgeBaseStore) -> None:
     assert store.db._conn.execute("SELECT version, applied_at FROM kb_schema_migrations").fetchall() == before
 
 
+@pytest.mark.slow
 def test_embedded_server_lifecycle(tmp_path: Path) -> None:
     """With no database URL, kbctl starts its own server on demand; `server status`/`stop` manage it."""
     env = {k: v for k, v in os.environ.items() if k != "KBCTL_DATABASE_URL"}

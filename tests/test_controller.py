@@ -191,5 +191,6 @@ def test_query_of_a_pending_new_knowledge_base_says_why(store: KnowledgeBaseStor
     result = cli.invoke(app, ["query", "a", "anything"])
     assert (result.exit_code, result.stderr) == (
         1,
-        'Error: knowledgebase "a" has no published version yet (is a controller running?)\n',
+        'Error: knowledgebase "a" has no published version yet: generation 1 waits for a controller (no version'
+        " serves queries); start `kbctl controller`, or apply with --wait\n",
     )

@@ -97,7 +97,7 @@ def test_evaluate_store_takes_shared_options(office: KnowledgeBaseStore) -> None
         queries=[EvalQuery(id="keep", question="how long are invoices kept?", expected_sources=["invoices"])]
     )
     [report] = evaluate_store(office, "office", evalset, k=1, options=QueryOptions(threshold=-1.0)).modes
-    assert report.recall == 1.0
+    assert report.recall == pytest.approx(1.0)
     for options in (QueryOptions(top_k=3), QueryOptions(mode="vector"), QueryOptions(rerank=False)):
         with pytest.raises(ValueError, match="options must leave top_k, mode and rerank unset"):
             evaluate_store(office, "office", evalset, options=options)

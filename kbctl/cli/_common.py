@@ -12,9 +12,6 @@ from typing import Annotated, Any, ParamSpec, TypeVar
 import typer
 from pydantic import BaseModel
 
-from kbctl.cli.render import CliReporter as CliReporter
-from kbctl.cli.render import age as age
-from kbctl.cli.render import table as table
 from kbctl.client import KnowledgeBaseStore
 from kbctl.errors import InputError, KbctlError
 from kbctl.query.results import RerankInfo

@@ -7,9 +7,9 @@ from typing import Annotated
 
 import typer
 
-from kbctl.cli._common import CliReporter, Files, OutputOpt, Recursive, app, emit, handles_errors, open_store
+from kbctl.cli._common import Files, OutputOpt, Recursive, app, emit, handles_errors, open_store
 from kbctl.cli.diff import PruneOpt, SelectorOpt, plan_apply, prune_selector
-from kbctl.cli.render import diff_lines
+from kbctl.cli.render import CliReporter, diff_lines
 from kbctl.engine.results import ApplyReport
 from kbctl.manifest import LoadedManifest, load_manifests
 from kbctl.manifest.selectors import Selector

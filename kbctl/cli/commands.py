@@ -10,7 +10,6 @@ import typer
 
 from kbctl._version import __version__
 from kbctl.cli._common import (
-    CliReporter,
     Files,
     Output,
     OutputOpt,
@@ -27,7 +26,7 @@ from kbctl.cli._common import (
     state,
     warn_rerank,
 )
-from kbctl.cli.render import describe_text, knowledge_base_table
+from kbctl.cli.render import CliReporter, describe_text, knowledge_base_table
 from kbctl.config import Settings, effective_config
 from kbctl.manifest import json_schema, load_manifests
 from kbctl.query.options import QueryOptions

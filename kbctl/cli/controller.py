@@ -9,7 +9,8 @@ from typing import Annotated
 
 import typer
 
-from kbctl.cli._common import CliReporter, Resource, app, check_resource, handles_errors, open_store
+from kbctl.cli._common import Resource, app, check_resource, handles_errors, open_store
+from kbctl.cli.render import CliReporter
 
 _DURATION = re.compile(r"^(\d+(?:\.\d+)?)(ms|s|m|h)?$")
 _UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, None: 1.0}

@@ -8,7 +8,8 @@ from typing import Annotated
 
 import typer
 
-from kbctl.cli._common import OutputOpt, app, emit, handles_errors, open_store, table
+from kbctl.cli._common import OutputOpt, app, emit, handles_errors, open_store
+from kbctl.cli.render import table
 from kbctl.eval.evalset import load_evalset
 from kbctl.eval.metrics import MRR_DEPTH, NDCG_DEPTH
 from kbctl.eval.run import EvalReport, evaluate_store

@@ -8,7 +8,8 @@ from typing import Annotated
 
 import typer
 
-from kbctl.cli._common import CliReporter, OutputOpt, app, emit, handles_errors, open_store
+from kbctl.cli._common import OutputOpt, app, emit, handles_errors, open_store
+from kbctl.cli.render import CliReporter
 from kbctl.eval.beir import DEFAULT_SPLIT, RANKING_RETRIEVAL, BeirImport, import_beir
 from kbctl.manifest import Retrieval
 
