@@ -1,9 +1,10 @@
-"""What kbctl's clients of HTTP model APIs (embeddings, rerank) share: the key, retry decisions, error text.
+"""kbctl's one HTTP client policy (URL fetcher, embedder, reranker): user agent, retry decisions, waits, error text.
 
-A client sends its request, then hands an exception to `transport_failure` or the response to
-`check_response`: both raise `Retryable` for what is worth another attempt (timeouts, connection errors,
-429 and 5xx) and the caller's own error type for everything else, with a message that names the endpoint
-and never the key.
+A client sends its request, then hands an httpx exception to `transport_failure`, or the response to
+`retryable_response` / `check_response`. What is worth another attempt (timeouts, connection errors, 429 and
+5xx) becomes `Retryable`, which `retry_wait` waits for (the server's Retry-After / retry-after-ms, else
+jittered exponential backoff); everything else becomes the caller's own error. Messages name the endpoint,
+never an API key; `TransportWording` keeps each caller's own words for transport failures.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ import email.utils
 import json
 import ssl
 from collections.abc import Callable, Generator, Mapping
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
@@ -22,16 +24,21 @@ from kbctl._version import __version__
 from kbctl.errors import KbctlError
 
 __all__ = [
+    "API_WORDING",
+    "FETCH_WORDING",
+    "RETRY_STATUSES",
     "BearerAuth",
     "Retryable",
+    "TransportWording",
     "bearer_auth",
     "check_response",
     "error_message",
     "plural",
     "retry_after",
-    "retry_after_seconds",
     "retry_wait",
+    "retryable_response",
     "status_line",
+    "tls_cause",
     "transport_failure",
     "user_agent",
 ]
@@ -39,12 +46,18 @@ __all__ = [
 RETRY_STATUSES = frozenset({429, 500, 502, 503, 504})
 AUTH_STATUSES = frozenset({401, 403})
 MESSAGE_LIMIT = 200
-TIMEOUT_KINDS: dict[type[Exception], str] = {
-    httpx.ConnectTimeout: "connect timed out",
-    httpx.ReadTimeout: "read timed out",
-    httpx.WriteTimeout: "write timed out",
-    httpx.PoolTimeout: "no free connection",
-}
+
+
+def user_agent() -> str:
+    """The User-Agent of every request kbctl sends: `kbctl/<version>`."""
+    return f"kbctl/{__version__}"
+
+
+def plural(n: int, word: str) -> str:
+    return f"{n} {word}" if n == 1 else f"{n} {word}s"
+
+
+# ---- the API key ----
 
 
 class BearerAuth(httpx.Auth):
@@ -59,8 +72,10 @@ class BearerAuth(httpx.Auth):
         yield request
 
     def redact(self, text: str) -> str:
-        """`text` with the key replaced by a mention of its variable."""
-        return text.replace(self._key, f"${self.variable}")
+        """`text` with the key (as is, or escaped as in a bytes repr) replaced by a mention of its variable."""
+        for form in sorted({self._key, repr(self._key.encode())[2:-1]}, key=len, reverse=True):
+            text = text.replace(form, f"${self.variable}")
+        return text
 
     def __repr__(self) -> str:
         return f"<bearer token from ${self.variable}>"
@@ -69,13 +84,21 @@ class BearerAuth(httpx.Auth):
 def bearer_auth(
     variable: str | None, environ: Mapping[str, str], model_id: str, error: type[KbctlError]
 ) -> BearerAuth | None:
-    """The auth for the key in environment variable `variable` (None: no key), read now; unset fails."""
+    """The auth for the key in environment variable `variable` (None: no key), read now; unset or unusable fails."""
     if variable is None:
         return None
     key = (environ.get(variable) or "").strip()
     if not key:
         raise error(f"environment variable {variable} is not set (it holds the API key for {model_id})")
+    if any(ord(c) < 0x20 or ord(c) == 0x7F for c in key):  # the HTTP stack would echo the key in its refusal
+        raise error(
+            f"environment variable {variable} holds control characters (line breaks?) that an HTTP header "
+            f"cannot carry (it holds the API key for {model_id})"
+        )
     return BearerAuth(key, variable)
+
+
+# ---- retry decisions and waits ----
 
 
 class Retryable(Exception):
@@ -101,14 +124,10 @@ def retry_wait(backoff_base: float, max_retry_after: float) -> Callable[[RetryCa
     return wait
 
 
-def user_agent() -> str:
-
-    return f"kbctl/{__version__}"
-
-
-def status_line(response: httpx.Response) -> str:
-    phrase = httpx.codes.get_reason_phrase(response.status_code) or response.reason_phrase
-    return f"HTTP {response.status_code} {phrase}".rstrip()
+def status_line(status: int, reason_phrase: str = "") -> str:
+    """The status as text, e.g. "HTTP 404 Not Found": the standard phrase of the status, else the server's."""
+    phrase = httpx.codes.get_reason_phrase(status) or reason_phrase
+    return f"HTTP {status} {phrase}".rstrip()
 
 
 def retry_after(headers: httpx.Headers) -> float | None:
@@ -119,7 +138,141 @@ def retry_after(headers: httpx.Headers) -> float | None:
             return float(millis) / 1000
     except ValueError:
         pass
-    return retry_after_seconds(headers.get("retry-after"))
+    return _retry_after_seconds(headers.get("retry-after"))
+
+
+def _retry_after_seconds(value: str | None) -> float | None:
+    """Seconds from a Retry-After value (delta-seconds or HTTP date), or None when absent or unreadable."""
+    value = (value or "").strip()
+    if not value:
+        return None
+    try:
+        seconds = float(value)
+    except ValueError:
+        pass
+    else:
+        return seconds if seconds >= 0 else None
+    try:
+        when = email.utils.parsedate_to_datetime(value)
+    except (TypeError, ValueError):
+        return None
+    if when.tzinfo is None:
+        when = when.replace(tzinfo=UTC)
+    return max(0.0, (when - datetime.now(UTC)).total_seconds())
+
+
+def retryable_response(response: httpx.Response) -> Retryable | None:
+    """A Retryable naming the status (with the server's Retry-After) for a 429 or 5xx response, else None."""
+    if response.status_code not in RETRY_STATUSES:
+        return None
+    return Retryable(status_line(response.status_code, response.reason_phrase), retry_after(response.headers))
+
+
+# ---- transport failures ----
+
+
+@dataclass(frozen=True)
+class TransportWording:
+    """How one caller words transport failures: `{where}` is the endpoint, `{what}` the caller's kind of request,
+    `{seconds}` the timeout that ran out ("0.5 s"), `{error}` httpx's own text (or its exception's name)."""
+
+    connect_timeout: str
+    read_timeout: str
+    write_timeout: str
+    pool_timeout: str
+    timeout: str  # any other timeout
+    cannot_connect: str
+    broken_exchange: str  # the server broke HTTP (e.g. closed the connection without an answer)
+    connection_failed: str  # reading, writing or closing the connection failed; a proxy failed
+    failed: str  # anything else: not retried
+
+
+# The embedder's and the reranker's words ({what}: "embedding", "rerank"; {where}: the endpoint's URL).
+API_WORDING = TransportWording(
+    connect_timeout="connect timed out after {seconds}",
+    read_timeout="read timed out after {seconds}",
+    write_timeout="write timed out after {seconds}",
+    pool_timeout="no free connection after {seconds}",
+    timeout="timed out after {seconds}",
+    cannot_connect="cannot connect: {error}",
+    broken_exchange="connection error: {error}",
+    connection_failed="connection error: {error}",
+    failed="{what} request to {where} failed: {error}",
+)
+# The URL fetcher's words ({where}: host:port).
+FETCH_WORDING = TransportWording(
+    connect_timeout="connect timed out after {seconds}",
+    read_timeout="read timed out after {seconds}",
+    write_timeout="timed out talking to {where}",
+    pool_timeout="timed out talking to {where}",
+    timeout="timed out talking to {where}",
+    cannot_connect="cannot connect to {where}: {error}",
+    broken_exchange="{where} broke the HTTP exchange: {error}",
+    connection_failed="connection to {where} failed: {error}",
+    failed="request to {where} failed: {error}",
+)
+
+
+def tls_cause(exc: BaseException) -> ssl.SSLError | None:
+    """The ssl.SSLError behind an exception (a TLS failure is not retried), if any in its chain."""
+    seen: set[int] = set()
+    current: BaseException | None = exc
+    while current is not None and id(current) not in seen:
+        if isinstance(current, ssl.SSLError):
+            return current
+        seen.add(id(current))
+        current = current.__cause__ or current.__context__
+    return None
+
+
+def _words(exc: httpx.HTTPError, wording: TransportWording, timeout: httpx.Timeout) -> tuple[str, float | None, bool]:
+    """(template, seconds of the timeout that ran out, retryable) for one transport exception."""
+    if isinstance(exc, httpx.ConnectTimeout):
+        return wording.connect_timeout, timeout.connect, True
+    if isinstance(exc, httpx.ReadTimeout):
+        return wording.read_timeout, timeout.read, True
+    if isinstance(exc, httpx.WriteTimeout):
+        return wording.write_timeout, timeout.write, True
+    if isinstance(exc, httpx.PoolTimeout):
+        return wording.pool_timeout, timeout.pool, True
+    if isinstance(exc, httpx.TimeoutException):
+        return wording.timeout, timeout.read, True
+    if isinstance(exc, httpx.ConnectError):
+        return wording.cannot_connect, None, True
+    if isinstance(exc, httpx.RemoteProtocolError):
+        return wording.broken_exchange, None, True
+    if isinstance(exc, httpx.NetworkError | httpx.ProxyError):
+        return wording.connection_failed, None, True
+    # LocalProtocolError, UnsupportedProtocol, DecodingError, TooManyRedirects...: the same request fails again.
+    return wording.failed, None, False
+
+
+def transport_failure(
+    exc: httpx.HTTPError,
+    where: str,
+    timeout: httpx.Timeout,
+    error: Callable[[str], Exception],
+    *,
+    what: str = "",
+    wording: TransportWording = API_WORDING,
+    auth: BearerAuth | None = None,
+) -> Exception:
+    """The exception to raise (from `exc`) when a request to `where` failed before a response: Retryable for
+    timeouts and connection errors, else `error(message)` (TLS failures, and whatever would fail again)."""
+    tls = tls_cause(exc) if isinstance(exc, httpx.ConnectError) else None
+    if isinstance(tls, ssl.SSLCertVerificationError):
+        return error(f"TLS certificate of {where} not accepted: {getattr(tls, 'verify_message', None) or tls}")
+    if tls is not None:
+        return error(f"TLS handshake with {where} failed: {getattr(tls, 'reason', None) or tls}")
+    template, seconds, retryable = _words(exc, wording, timeout)
+    shown = "no limit" if seconds is None else f"{seconds:g} s"
+    message = template.format(where=where, what=what, seconds=shown, error=str(exc) or type(exc).__name__)
+    if auth is not None:
+        message = auth.redact(message)
+    return Retryable(message) if retryable else error(message)
+
+
+# ---- responses of model APIs ----
 
 
 def error_message(response: httpx.Response, auth: BearerAuth | None) -> str:
@@ -145,36 +298,6 @@ def error_message(response: httpx.Response, auth: BearerAuth | None) -> str:
     return text if len(text) <= MESSAGE_LIMIT else text[: MESSAGE_LIMIT - 3] + "..."
 
 
-def _tls_failure(exc: BaseException) -> ssl.SSLError | None:
-    seen: BaseException | None = exc
-    while seen is not None:
-        if isinstance(seen, ssl.SSLError):
-            return seen
-        seen = seen.__cause__ or seen.__context__
-    return None
-
-
-def plural(n: int, word: str) -> str:
-    return f"{n} {word}" if n == 1 else f"{n} {word}s"
-
-
-def transport_failure(exc: httpx.HTTPError, url: str, timeout: float, error: type[KbctlError], what: str) -> Exception:
-    """The exception to raise (from `exc`) when sending to `url` failed: Retryable for timeouts and
-    connection errors, `error` for TLS failures and anything else; `what` is "embedding" or "rerank"."""
-    if isinstance(exc, httpx.TimeoutException):
-        return Retryable(f"{TIMEOUT_KINDS.get(type(exc), 'timed out')} after {timeout:g} s")
-    if isinstance(exc, httpx.ConnectError):
-        tls = _tls_failure(exc)
-        if isinstance(tls, ssl.SSLCertVerificationError):
-            return error(f"TLS certificate of {url} not accepted: {tls.verify_message}")
-        if tls is not None:
-            return error(f"TLS handshake with {url} failed: {tls.reason or tls}")
-        return Retryable(f"cannot connect: {exc or type(exc).__name__}")
-    if isinstance(exc, httpx.TransportError):
-        return Retryable(f"connection error: {exc or type(exc).__name__}")
-    return error(f"{what} request to {url} failed: {exc or type(exc).__name__}")
-
-
 def check_response(
     response: httpx.Response, url: str, auth: BearerAuth | None, error: type[KbctlError], *, what: str, model: str
 ) -> httpx.Response:
@@ -182,9 +305,10 @@ def check_response(
     status = response.status_code
     if 200 <= status < 300:
         return response
-    line = status_line(response)
-    if status in RETRY_STATUSES:
-        raise Retryable(line, retry_after=retry_after(response.headers))
+    retry = retryable_response(response)
+    if retry is not None:
+        raise retry
+    line = status_line(status, response.reason_phrase)
     if status in AUTH_STATUSES:
         if auth is None:
             raise error(
@@ -198,23 +322,3 @@ def check_response(
     if not message and 300 <= status < 400 and "location" in response.headers:
         message = f"redirects to {response.headers['location']} (set base_url to the final address)"
     raise error(f"{line} from {url}: {message}" if message else f"{line} from {url}")
-
-
-def retry_after_seconds(value: str | None) -> float | None:
-    """Seconds from a Retry-After value (delta-seconds or HTTP date), or None when absent or unreadable."""
-    value = (value or "").strip()
-    if not value:
-        return None
-    try:
-        seconds = float(value)
-    except ValueError:
-        pass
-    else:
-        return seconds if seconds >= 0 else None
-    try:
-        when = email.utils.parsedate_to_datetime(value)
-    except (TypeError, ValueError):
-        return None
-    if when.tzinfo is None:
-        when = when.replace(tzinfo=UTC)
-    return max(0.0, (when - datetime.now(UTC)).total_seconds())

@@ -9,8 +9,6 @@ import tempfile
 import time
 import traceback
 from collections.abc import Callable, Iterator
-from datetime import UTC, datetime, timedelta
-from email.utils import format_datetime
 from pathlib import Path
 from typing import Any
 
@@ -22,7 +20,6 @@ import kbctl
 from kbctl.config import Settings
 from kbctl.embedding import Vector
 from kbctl.embedding.http import HttpEmbedder, HttpEmbeddingConfig, estimate_tokens
-from kbctl.embedding.http import retry_after as _retry_after
 from kbctl.embedding.local import LocalEmbedder
 from kbctl.errors import EmbeddingError
 from tests.support.embedserver import EmbeddingServer, serve_embeddings
@@ -226,17 +223,6 @@ def test_retry_after_is_capped(server: EmbeddingServer) -> None:
     make(server, max_retry_after=0.2).embed(["x"])
     assert time.monotonic() - started < 1.5
     assert server.request_count == 2
-
-
-def test_retry_after_forms() -> None:
-    """Retry-After is read as seconds or an HTTP date; retry-after-ms wins; garbage is ignored."""
-    in_30s = format_datetime(datetime.now(UTC) + timedelta(seconds=30), usegmt=True)
-    from_date = _retry_after(httpx.Headers({"Retry-After": in_30s}))
-    assert from_date is not None and 28 <= from_date <= 30
-    assert _retry_after(httpx.Headers({"Retry-After": "2"})) == 2.0
-    assert _retry_after(httpx.Headers({"Retry-After": "2", "retry-after-ms": "250"})) == 0.25
-    assert _retry_after(httpx.Headers({"Retry-After": "soon"})) is None
-    assert _retry_after(httpx.Headers({})) is None
 
 
 @pytest.mark.parametrize("status", [500, 502, 503, 504])

@@ -361,6 +361,20 @@ def test_429_retry_after_is_honoured(srv: HTTPTestServer) -> None:
     assert 0.95 <= second.time - first.time < 2.0
 
 
+def test_retry_after_ms_is_honoured(srv: HTTPTestServer) -> None:
+    """retry-after-ms (read by kbctl._http like the API clients do) wins over Retry-After."""
+    srv.sequence(
+        "/limited",
+        [
+            Reply(status=429, headers={"Retry-After": "30", "retry-after-ms": "400"}),
+            Reply(body="welcome back", content_type="text/plain"),
+        ],
+    )
+    ok(fetch_one(srv.url("/limited"), policy_for(srv)))
+    first, second = srv.requests_for("/limited")
+    assert 0.38 <= second.time - first.time < 2.0
+
+
 def test_retry_after_is_capped(srv: HTTPTestServer) -> None:
     """A Retry-After longer than max_retry_after is honoured only up to the cap."""
     srv.sequence(

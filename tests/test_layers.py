@@ -17,6 +17,7 @@ LAYERS: list[tuple[str, ...]] = [
     ("kbctl._http",),
     ("kbctl.sources",),
     ("kbctl.chunking",),
+    ("kbctl._providers",),
     ("kbctl.embedding", "kbctl.rerank"),
     ("kbctl.store",),
     ("kbctl.engine",),

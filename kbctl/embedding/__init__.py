@@ -8,8 +8,10 @@ from typing import Literal, Protocol
 import numpy as np
 import numpy.typing as npt
 
+from kbctl._providers import ModelRef, ProviderRegistry
 from kbctl.config import Settings
 from kbctl.errors import EmbeddingError
+from kbctl.userconfig import Provider
 
 __all__ = ["Embedder", "Purpose", "Vector", "get_embedder"]
 
@@ -33,11 +35,8 @@ class Embedder(Protocol):
         ...
 
 
-_EMBEDDERS: dict[tuple[str, str, str], Embedder] = {}
-
-
-def _parse_ref(ref: str, settings: Settings) -> tuple[str, str, int | None]:
-    """(provider, model name, dimensions) of a model id (`provider/name[@dims]`) or a `profile:NAME`."""
+def _parse_ref(ref: str, settings: Settings) -> ModelRef:
+    """The provider, model name and dimensions of a model id (`provider/name[@dims]`) or a `profile:NAME`."""
     if ref.startswith("profile:"):
         name = ref.removeprefix("profile:")
         profile = settings.config.embedding.profiles.get(name)
@@ -45,47 +44,53 @@ def _parse_ref(ref: str, settings: Settings) -> tuple[str, str, int | None]:
             raise EmbeddingError(
                 f"unknown embedding profile '{name}': define it under embedding.profiles in {settings.config_file}"
             )
-        return profile.provider, profile.model, profile.dimensions
+        return ModelRef(profile.provider, profile.model, profile.dimensions)
     provider, _, rest = ref.partition("/")
     model, _, dims = rest.partition("@")
     if dims and not dims.isdigit():
         raise EmbeddingError(f"invalid model id '{ref}': the part after @ is a number of dimensions")
-    return provider, model, int(dims) if dims else None
+    return ModelRef(provider, model, int(dims) if dims else None)
+
+
+def _local(name: str, settings: Settings) -> Embedder:
+    from kbctl.embedding.local import LocalEmbedder
+
+    return LocalEmbedder(name, settings)
+
+
+def _remote(ref: str, target: ModelRef, provider: Provider) -> Embedder:
+    from kbctl.embedding.http import HttpEmbedder, HttpEmbeddingConfig
+
+    dims = target.dimensions
+    config = HttpEmbeddingConfig(
+        base_url=provider.base_url,
+        model=target.model,
+        model_id=f"{target.provider}/{target.model}" + (f"@{dims}" if dims else ""),
+        api_key_env=provider.api_key_env,
+        dimensions=dims,
+        batch_size=provider.batch_size,
+        max_batch_tokens=provider.max_batch_tokens,
+        max_concurrency=provider.max_concurrency,
+        max_input_tokens=provider.max_input_tokens,
+        document_fields=provider.document_fields,
+        query_fields=provider.query_fields,
+        timeout=provider.timeout,
+        retries=provider.retries,
+    )
+    return HttpEmbedder(config)
+
+
+_EMBEDDERS = ProviderRegistry[Provider, Embedder](
+    kind="embedding",
+    error=EmbeddingError,
+    parse=_parse_ref,
+    local=_local,
+    lookup=lambda settings, name: settings.config.provider(name),
+    remote=_remote,
+)
 
 
 def get_embedder(ref: str, settings: Settings) -> Embedder:
     """The embedder for a model id (`local/all-MiniLM-L6-v2`, `openai/text-embedding-3-small[@512]`) or
     a `profile:NAME` of the configuration, created once per process (models load on first use)."""
-    key = (ref, str(settings.home), str(settings.config_file))
-    if key not in _EMBEDDERS:
-        provider_name, model, dims = _parse_ref(ref, settings)
-        if provider_name == "local":
-            from kbctl.embedding.local import LocalEmbedder
-
-            _EMBEDDERS[key] = LocalEmbedder(model, settings)
-        else:
-            provider = settings.config.provider(provider_name)
-            if provider is None:
-                raise EmbeddingError(
-                    f"unknown embedding provider '{provider_name}' (in '{ref}'): configure it under "
-                    f"embedding.providers in {settings.config_file}"
-                )
-            from kbctl.embedding.http import HttpEmbedder, HttpEmbeddingConfig
-
-            config = HttpEmbeddingConfig(
-                base_url=provider.base_url,
-                model=model,
-                model_id=f"{provider_name}/{model}" + (f"@{dims}" if dims else ""),
-                api_key_env=provider.api_key_env,
-                dimensions=dims,
-                batch_size=provider.batch_size,
-                max_batch_tokens=provider.max_batch_tokens,
-                max_concurrency=provider.max_concurrency,
-                max_input_tokens=provider.max_input_tokens,
-                document_fields=provider.document_fields,
-                query_fields=provider.query_fields,
-                timeout=provider.timeout,
-                retries=provider.retries,
-            )
-            _EMBEDDERS[key] = HttpEmbedder(config)
-    return _EMBEDDERS[key]
+    return _EMBEDDERS.get(ref, settings)

@@ -25,7 +25,6 @@ from kbctl._http import (
     bearer_auth,
     check_response,
     plural,
-    retry_after,
     retry_wait,
     transport_failure,
     user_agent,
@@ -33,7 +32,7 @@ from kbctl._http import (
 from kbctl.embedding import Purpose, Vector
 from kbctl.errors import EmbeddingError
 
-__all__ = ["CHARS_PER_TOKEN", "HttpEmbedder", "HttpEmbeddingConfig", "estimate_tokens", "retry_after"]
+__all__ = ["CHARS_PER_TOKEN", "HttpEmbedder", "HttpEmbeddingConfig", "estimate_tokens"]
 
 # Characters per token assumed by `estimate_tokens`. OpenAI's rule of thumb is ~4 characters per token for
 # English; 3 over-counts English prose a little, which keeps batches and the input limit on the safe side for
@@ -115,7 +114,8 @@ class HttpEmbedder:
     - Every check that needs no network happens before the first request: the purpose, each input's estimated
       size against `max_input_tokens`, and the API key's environment variable.
     - The API key is read from the environment at each `embed` call and lives only inside an httpx auth object
-      whose repr is masked; it is never put into a message (a server's error text that echoes it is redacted).
+      whose repr is masked; it is never put into a message (a server's or httpx's text that echoes it is redacted,
+      and a key with control characters, which the HTTP stack would quote back, is refused before any request).
     - 429 / 500 / 502 / 503 / 504, timeouts and connection errors are retried with jittered exponential backoff,
       or after the server's `Retry-After` / `retry-after-ms` (capped at `max_retry_after`); everything else fails
       at once. When one batch fails for good, the batches still in flight are cancelled.
@@ -260,7 +260,7 @@ class HttpEmbedder:
         try:
             response = await client.post(self.url, json=body)
         except httpx.HTTPError as exc:
-            raise transport_failure(exc, self.url, self.config.timeout, EmbeddingError, "embedding") from exc
+            raise transport_failure(exc, self.url, client.timeout, EmbeddingError, what="embedding", auth=auth) from exc
         return check_response(response, self.url, auth, EmbeddingError, what="embedding", model=self.config.model)
 
     # ---- responses ----

@@ -10,8 +10,10 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Protocol
 
+from kbctl._providers import ModelRef, ProviderRegistry
 from kbctl.config import Settings
 from kbctl.errors import RerankError
+from kbctl.userconfig import RerankProvider
 
 __all__ = ["Reranker", "get_reranker"]
 
@@ -26,37 +28,44 @@ class Reranker(Protocol):
         ...
 
 
-_RERANKERS: dict[tuple[str, str, str], Reranker] = {}
+def _parse_ref(ref: str, settings: Settings) -> ModelRef:
+    provider, _, model = ref.partition("/")
+    if not model:
+        raise RerankError(f"invalid rerank model '{ref}': expected provider/name")
+    return ModelRef(provider, model)
+
+
+def _local(name: str, settings: Settings) -> Reranker:
+    from kbctl.rerank.local import LocalReranker
+
+    return LocalReranker(name, settings)
+
+
+def _remote(ref: str, target: ModelRef, provider: RerankProvider) -> Reranker:
+    from kbctl.rerank.http import HttpRerankConfig, HttpReranker
+
+    config = HttpRerankConfig(
+        base_url=provider.base_url,
+        model=target.model,
+        model_id=ref,
+        api=provider.api,
+        api_key_env=provider.api_key_env,
+        timeout=provider.timeout,
+        retries=provider.retries,
+    )
+    return HttpReranker(config)
+
+
+_RERANKERS = ProviderRegistry[RerankProvider, Reranker](
+    kind="rerank",
+    error=RerankError,
+    parse=_parse_ref,
+    local=_local,
+    lookup=lambda settings, name: settings.config.rerank_provider(name),
+    remote=_remote,
+)
 
 
 def get_reranker(ref: str, settings: Settings) -> Reranker:
     """The reranker of a `provider/name` model id, created once per process (local models load on first use)."""
-    key = (ref, str(settings.home), str(settings.config_file))
-    if key not in _RERANKERS:
-        provider_name, _, model = ref.partition("/")
-        if not model:
-            raise RerankError(f"invalid rerank model '{ref}': expected provider/name")
-        if provider_name == "local":
-            from kbctl.rerank.local import LocalReranker
-
-            _RERANKERS[key] = LocalReranker(model, settings)
-        else:
-            provider = settings.config.rerank_provider(provider_name)
-            if provider is None:
-                raise RerankError(
-                    f"unknown rerank provider '{provider_name}' (in '{ref}'): configure it under "
-                    f"rerank.providers in {settings.config_file}"
-                )
-            from kbctl.rerank.http import HttpRerankConfig, HttpReranker
-
-            config = HttpRerankConfig(
-                base_url=provider.base_url,
-                model=model,
-                model_id=ref,
-                api=provider.api,
-                api_key_env=provider.api_key_env,
-                timeout=provider.timeout,
-                retries=provider.retries,
-            )
-            _RERANKERS[key] = HttpReranker(config)
-    return _RERANKERS[key]
+    return _RERANKERS.get(ref, settings)

@@ -111,7 +111,7 @@ class HttpReranker:
         try:
             response = client.post(self.url, json=body)
         except httpx.HTTPError as exc:
-            raise transport_failure(exc, self.url, self.config.timeout, RerankError, "rerank") from exc
+            raise transport_failure(exc, self.url, client.timeout, RerankError, what="rerank", auth=auth) from exc
         return check_response(response, self.url, auth, RerankError, what="rerank", model=self.config.model)
 
     def _scores(self, response: httpx.Response, expected: int) -> list[float]:

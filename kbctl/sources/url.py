@@ -11,6 +11,9 @@ Decisions the callers can rely on:
   inflater, so `max_bytes` caps the decompressed size without ever inflating more than the cap.
 - Environment proxies (HTTP_PROXY...) are ignored: the SSRF guard must see the real destination.
 - Text extraction (trafilatura) runs in one worker thread, outside the concurrency slots and the deadline.
+- What is retried (429/5xx, timeouts, connection errors), how long to wait (Retry-After / retry-after-ms, else
+  jittered backoff), status and transport-failure text (in the fetcher's words) and the User-Agent are
+  kbctl._http's, the policy the embedder and the reranker share.
 """
 
 from __future__ import annotations
@@ -21,17 +24,23 @@ import concurrent.futures
 import importlib.util
 import os
 import re
-import ssl
 import zlib
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 import httpx
-from tenacity import AsyncRetrying, RetryCallState, retry_if_exception, wait_exponential, wait_random
+from tenacity import AsyncRetrying, RetryCallState, retry_if_exception_type
 
-from kbctl._http import retry_after_seconds
-from kbctl._version import __version__
+from kbctl._http import (
+    FETCH_WORDING,
+    Retryable,
+    retry_wait,
+    retryable_response,
+    status_line,
+    transport_failure,
+    user_agent,
+)
 from kbctl.errors import SourceError
 from kbctl.sources import Document
 from kbctl.sources._guard import ALLOW_ENV, Guard, guarded_transport
@@ -41,7 +50,6 @@ __all__ = ["FetchPolicy", "FetchRequest", "FetchResult", "Validators", "fetch_ur
 
 ACCEPT = "text/html, text/markdown, text/plain;q=0.9, */*;q=0.1"
 _ACCEPT_ENCODING = "gzip, deflate"
-_RETRY_STATUSES = frozenset({429, 500, 502, 503, 504})
 _REDIRECT_STATUSES = frozenset({301, 302, 303, 307, 308})
 _HTML_TYPES = frozenset({"text/html", "application/xhtml+xml"})
 _TEXT_TYPES = frozenset({"text/plain", "text/markdown", "text/x-markdown"})
@@ -53,10 +61,6 @@ _HTTP2 = importlib.util.find_spec("h2") is not None
 _KiB = 1024
 _MiB = 1024 * 1024
 _DRAIN_LIMIT = 64 * _KiB
-
-
-def _default_user_agent() -> str:
-    return f"kbctl/{__version__}"
 
 
 @dataclass(frozen=True)
@@ -75,7 +79,7 @@ class FetchPolicy:
     per_host: int = 2  # per host name
     allow_private: bool = False  # KBCTL_ALLOW_PRIVATE_NETWORKS=1 sets it (see from_env)
     allowed_addresses: frozenset[tuple[str, int]] = frozenset()  # exact (ip, port) pairs allowed even if private
-    user_agent: str = field(default_factory=_default_user_agent)
+    user_agent: str = field(default_factory=user_agent)
     resolver: Callable[[str, int], list[str]] | None = None  # host, port -> IPs; default getaddrinfo
 
     def __post_init__(self) -> None:
@@ -153,13 +157,11 @@ def fetch_urls(
 
 
 class _Failure(Exception):
-    """Why one attempt failed; `retryable` failures are retried, `retry_after` is the server's wish in seconds."""
+    """Why one attempt failed for good (a failure worth another attempt is a `kbctl._http.Retryable`)."""
 
-    def __init__(self, reason: str, *, retryable: bool = False, retry_after: float | None = None) -> None:
+    def __init__(self, reason: str) -> None:
         super().__init__(reason)
         self.reason = reason
-        self.retryable = retryable
-        self.retry_after = retry_after
 
 
 def _size(n: int) -> str:
@@ -167,15 +169,6 @@ def _size(n: int) -> str:
         if n >= unit:
             return f"{n // unit} {name}" if n % unit == 0 else f"{n / unit:.1f} {name}"
     return f"{n} bytes"
-
-
-def _seconds(s: float) -> str:
-    return f"{s:g} s"
-
-
-def _status_line(code: int, server_phrase: str) -> str:
-    phrase = httpx.codes.get_reason_phrase(code) or server_phrase
-    return f"HTTP {code} {phrase}".rstrip()
 
 
 def _parse_content_type(value: str | None) -> tuple[str | None, str | None]:
@@ -379,10 +372,7 @@ class _Fetcher:
         self._overall = asyncio.Semaphore(policy.concurrency)
         self._hosts: dict[str, asyncio.Semaphore] = {}
         self._extractor = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="kbctl-extract")
-        # Exponential backoff (base, 2x base, 4x base... capped) plus up to `base` of random jitter.
-        self._backoff = wait_exponential(multiplier=policy.backoff_base, max=policy.max_retry_after) + wait_random(
-            0, policy.backoff_base
-        )
+        self._wait = retry_wait(policy.backoff_base, policy.max_retry_after)
 
     def close(self) -> None:
         self._extractor.shutdown(wait=True)
@@ -402,7 +392,7 @@ class _Fetcher:
         retrying = AsyncRetrying(
             stop=lambda state: self._stop(state, job),
             wait=self._wait,
-            retry=retry_if_exception(lambda exc: isinstance(exc, _Failure) and exc.retryable),
+            retry=retry_if_exception_type(Retryable),
             reraise=True,
         )
         try:
@@ -410,26 +400,22 @@ class _Fetcher:
                 with attempt:
                     job.attempts = attempt.retry_state.attempt_number
                     hop = await self._follow(job)
+        except Retryable as failure:
+            reason = failure.reason + (f" (after {job.attempts} attempts)" if job.attempts > 1 else "")
+            cause = failure.__cause__
         except _Failure as failure:
-            reason = failure.reason
-            if failure.retryable and job.attempts > 1:
-                reason += f" (after {job.attempts} attempts)"
-            error = SourceError(reason)
-            error.__cause__ = failure.__cause__
-            return error
-        return await self._result(request, hop)
+            reason, cause = failure.reason, failure.__cause__
+        else:
+            return await self._result(request, hop)
+        error = SourceError(reason)
+        error.__cause__ = cause
+        return error
 
     def _stop(self, state: RetryCallState, job: _Job) -> bool:
         if state.attempt_number > self._policy.retries:
             return True
         loop = asyncio.get_running_loop()
         return job.deadline is not None and loop.time() + state.upcoming_sleep >= job.deadline
-
-    def _wait(self, state: RetryCallState) -> float:
-        failure = state.outcome.exception() if state.outcome is not None else None
-        if isinstance(failure, _Failure) and failure.retry_after is not None:
-            return min(failure.retry_after, self._policy.max_retry_after)
-        return float(self._backoff(state))
 
     async def _follow(self, job: _Job) -> _Hop:
         """One attempt: the request and its redirects, each hop checked by the guard before it is sent."""
@@ -447,7 +433,7 @@ class _Fetcher:
             if hop.status not in _REDIRECT_STATUSES:
                 return hop
             if not hop.location:
-                raise _Failure(f"{_status_line(hop.status, '')} without a Location header")
+                raise _Failure(f"{status_line(hop.status)} without a Location header")
             try:
                 url = str(parsed.join(hop.location))
             except httpx.InvalidURL as exc:
@@ -463,7 +449,7 @@ class _Fetcher:
         return headers
 
     async def _exchange(self, job: _Job, url: httpx.URL, context: str) -> _Hop:
-        """One GET under the host and overall slots and the URL's deadline; errors become _Failure."""
+        """One GET under the host and overall slots and the URL's deadline; errors become _Failure or Retryable."""
         policy = self._policy
         host = url.host.lower()
         host_slot = self._hosts.setdefault(host, asyncio.Semaphore(policy.per_host))
@@ -479,28 +465,11 @@ class _Fetcher:
                     async with self._client.stream("GET", url, headers=headers) as response:
                         return await self._read(response, str(url))
         except TimeoutError as exc:
-            raise _Failure(f"timed out after {_seconds(policy.total_timeout)}") from exc
+            raise _Failure(f"timed out after {policy.total_timeout:g} s") from exc
         except SourceError as exc:  # the guard refused, or the host name did not resolve
             raise _Failure(context + str(exc)) from exc
-        except httpx.ConnectTimeout as exc:
-            raise _Failure(f"connect timed out after {_seconds(policy.connect_timeout)}", retryable=True) from exc
-        except httpx.ReadTimeout as exc:
-            raise _Failure(f"read timed out after {_seconds(policy.read_timeout)}", retryable=True) from exc
-        except httpx.TimeoutException as exc:
-            raise _Failure(f"timed out talking to {where}", retryable=True) from exc
-        except httpx.ConnectError as exc:
-            tls = _tls_error(exc)
-            if isinstance(tls, ssl.SSLCertVerificationError):
-                raise _Failure(f"TLS certificate of {where} not accepted: {tls.verify_message}") from exc
-            if tls is not None:
-                raise _Failure(f"TLS handshake with {where} failed: {tls.reason or tls}") from exc
-            raise _Failure(f"cannot connect to {where}: {exc}", retryable=True) from exc
-        except httpx.RemoteProtocolError as exc:
-            raise _Failure(f"{where} broke the HTTP exchange: {exc}", retryable=True) from exc
-        except httpx.NetworkError as exc:
-            raise _Failure(f"connection to {where} failed: {exc or type(exc).__name__}", retryable=True) from exc
         except httpx.HTTPError as exc:
-            raise _Failure(f"request to {where} failed: {exc or type(exc).__name__}") from exc
+            raise transport_failure(exc, where, self._client.timeout, _Failure, wording=FETCH_WORDING) from exc
 
     async def _read(self, response: httpx.Response, url: str) -> _Hop:
         """Status handling and the bounded, streamed body read."""
@@ -515,14 +484,11 @@ class _Fetcher:
             if not _sent_validators(response):
                 raise _Failure("HTTP 304 Not Modified to a request that had no cache validators")
             return _Hop(status, url, validators=validators)
-        if status in _RETRY_STATUSES:
-            raise _Failure(
-                _status_line(status, response.reason_phrase),
-                retryable=True,
-                retry_after=retry_after_seconds(headers.get("retry-after")),
-            )
+        retry = retryable_response(response)
+        if retry is not None:
+            raise retry
         if not 200 <= status < 300:
-            raise _Failure(_status_line(status, response.reason_phrase))
+            raise _Failure(status_line(status, response.reason_phrase))
         content_type = headers.get("content-type")
         media, charset = _parse_content_type(content_type)
         if media is not None and media not in _HTML_TYPES | _TEXT_TYPES:
@@ -577,18 +543,6 @@ async def _drain(response: httpx.Response) -> None:
         size += len(chunk)
         if size > _DRAIN_LIMIT:  # not worth reading: the connection is closed instead
             return
-
-
-def _tls_error(exc: BaseException) -> ssl.SSLError | None:
-    """The ssl.SSLError behind a connect error (a TLS failure is not retried), if any."""
-    seen: set[int] = set()
-    current: BaseException | None = exc
-    while current is not None and id(current) not in seen:
-        if isinstance(current, ssl.SSLError):
-            return current
-        seen.add(id(current))
-        current = current.__cause__ or current.__context__
-    return None
 
 
 def _sent_validators(response: httpx.Response) -> bool:
