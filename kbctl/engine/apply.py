@@ -24,7 +24,7 @@ from kbctl.engine.events import (
     Trigger,
 )
 from kbctl.engine.ingest import Ingested, IngestRun, ingest
-from kbctl.engine.plan import Fail, Ingest, KnowledgeBasePlan, NotFetched, SourcePlan, build_plan, fetch_requests
+from kbctl.engine.plan import Fail, KnowledgeBasePlan, Reuse, SourcePlan, build_plan, fetch_requests
 from kbctl.engine.results import ApplyReport, KnowledgeBaseResult, SourceResult
 from kbctl.errors import KbctlError, NotFoundError, StoreError
 from kbctl.manifest import KnowledgeBase
@@ -48,23 +48,33 @@ EmbedderFor = Callable[[str], Embedder]
 def source_result(p: SourcePlan, outcome: Ingested | Fail | None = None) -> SourceResult:
     """What happened to one source: its plan, and for new content what ingesting it gave."""
     decision = outcome if isinstance(outcome, Fail) else p.decision
+    state: Literal["ready", "stale", "failed"] = "ready"
+    chunks = embedded = 0
+    message = None
     if isinstance(decision, Fail):
-        state: Literal["stale", "failed"] = "stale" if decision.keep is not None else "failed"
-        chunks = decision.keep.chunk_count if decision.keep is not None else 0
-        return SourceResult(
-            name=p.name, state=state, fetched=p.fetch, ingested=False, chunks=chunks, embedded=0, reused=chunks,
-            message=decision.message,
-        )  # fmt: skip
-    if isinstance(outcome, Ingested):
+        state = "stale" if decision.keep is not None else "failed"
+        chunks, message = (decision.keep.chunk_count if decision.keep else 0), decision.message
+    elif isinstance(outcome, Ingested):
         chunks, embedded = len(outcome.chunked.chunks), outcome.embedded
-        return SourceResult(
-            name=p.name, state="ready", fetched=p.fetch, ingested=True, chunks=chunks, embedded=embedded,
-            reused=chunks - embedded,
-        )  # fmt: skip
-    chunks = decision.chunk_count if not isinstance(decision, Ingest | NotFetched) else 0
+    elif isinstance(decision, Reuse):
+        chunks = decision.chunk_count
     return SourceResult(
-        name=p.name, state="ready", fetched=p.fetch, ingested=False, chunks=chunks, embedded=0, reused=chunks
+        name=p.name,
+        state=state,
+        fetched=p.fetch,
+        ingested=isinstance(outcome, Ingested),
+        chunks=chunks,
+        embedded=embedded,
+        reused=chunks - embedded,
+        message=message,
     )
+
+
+def _revision(p: SourcePlan, outcome: Ingested | Fail | None) -> int | str | None:
+    """What a published source points at: the key of its new revision, a stored revision's id, or nothing."""
+    if isinstance(outcome, Ingested):
+        return outcome.revision_key
+    return p.serving.revision_id if p.serving is not None else None
 
 
 def _status(p: SourcePlan, outcome: Ingested | Fail | None, state: StoredState, now: datetime) -> SourceStatusRow:
@@ -187,28 +197,18 @@ class _Reconciler:
         self, plan: KnowledgeBasePlan, run: IngestRun, results: Sequence[SourceResult], statuses: list[SourceStatusRow]
     ) -> None:
         language = plan.kb.spec.retrieval.language
-        entries = []
-        for p, r in zip(plan.sources, results, strict=True):
-            outcome = run.outcomes.get(p.name)
-            serving = p.serving
-            revision: int | str | None = (
-                p.decision.revision_key  # type: ignore[union-attr]
-                if isinstance(outcome, Ingested)
-                else serving.revision_id
-                if serving is not None
-                else None
+        entries = [
+            SourceEntry(
+                name=p.name,
+                source_sha256=p.source_sha256,
+                revision=_revision(p, run.outcomes.get(p.name)),
+                state="failed" if r.failed else "ready",
+                message=r.message,
+                chunk_count=r.chunks,
+                embedded=r.embedded,
             )
-            entries.append(
-                SourceEntry(
-                    name=p.name,
-                    source_sha256=p.source_sha256,
-                    revision=revision,
-                    state="failed" if r.failed else "ready",
-                    message=r.message,
-                    chunk_count=r.chunks,
-                    embedded=r.embedded,
-                )
-            )
+            for p, r in zip(plan.sources, results, strict=True)
+        ]
         self.db.publish(
             name=plan.name,
             manifest=plan.manifest,

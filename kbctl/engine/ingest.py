@@ -34,6 +34,12 @@ class Ingested:
     tokens: tuple[int, ...]
     embedded: int  # texts embedded for this source in this run (a text shared by two counts for the first)
 
+    @property
+    def revision_key(self) -> str:
+        """The key of the new revision (content, format, chunking, model, chunker)."""
+        assert isinstance(self.plan.decision, Ingest)
+        return self.plan.decision.revision_key
+
     def revision(self, vector_ids: Mapping[bytes, int], language: str) -> NewRevision:
         """The revision to publish, its chunks pointing at their cached vectors."""
         assert isinstance(self.plan.decision, Ingest)

@@ -4,13 +4,15 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import BaseModel
+from pydantic import BaseModel, ConfigDict
 
 __all__ = ["ApplyReport", "KnowledgeBaseResult", "SourceResult"]
 
 
 class SourceResult(BaseModel):
     """What apply or refresh did with one source."""
+
+    model_config = ConfigDict(frozen=True)
 
     name: str
     state: Literal["ready", "stale", "failed"]
@@ -30,6 +32,8 @@ class SourceResult(BaseModel):
 class KnowledgeBaseResult(BaseModel):
     """What apply or refresh did with one knowledge base."""
 
+    model_config = ConfigDict(frozen=True)
+
     name: str
     action: Literal["created", "configured", "refreshed", "unchanged", "failed"]
     version: int | None
@@ -44,6 +48,8 @@ class KnowledgeBaseResult(BaseModel):
 
 class ApplyReport(BaseModel):
     """The outcome of one apply or refresh: one result per knowledge base, in order."""
+
+    model_config = ConfigDict(frozen=True)
 
     results: list[KnowledgeBaseResult]
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any
 
-from pydantic import BaseModel
+from pydantic import BaseModel, ConfigDict
 
 from kbctl.engine.conditions import Condition, is_true
 from kbctl.errors import NotFoundError
@@ -27,6 +27,8 @@ class SourceStatus(BaseModel):
     state is `ready`, `stale` (the last fetch failed; the last good content still serves, see
     message) or `failed` (nothing serves).
     """
+
+    model_config = ConfigDict(frozen=True)
 
     name: str
     kind: str
