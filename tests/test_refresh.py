@@ -12,7 +12,7 @@ from kbctl.cli import app
 from kbctl.client import KnowledgeBaseStore
 from kbctl.manifest import parse_manifests
 from kbctl.sources.url import FetchPolicy
-from tests.support.httpserver import HTTPTestServer, serve
+from tests.support.httpserver import HTTPTestServer, fetch_policy_for, serve
 from tests.support.lines import Lines
 
 MODEL = "local/all-MiniLM-L6-v2"
@@ -52,9 +52,7 @@ def site() -> Iterator[HTTPTestServer]:
 @pytest.fixture
 def web_store(store: KnowledgeBaseStore, site: HTTPTestServer) -> KnowledgeBaseStore:
     """The store, allowed to fetch from the test site only (the SSRF guard stays on for everything else)."""
-    store.fetch_policy = FetchPolicy(
-        allowed_addresses=frozenset({("127.0.0.1", site.port)}), backoff_base=0.01, retries=1, read_timeout=5
-    )
+    store.fetch_policy = fetch_policy_for(site)
     return store
 
 

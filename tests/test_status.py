@@ -11,8 +11,7 @@ from kbctl.cli import app
 from kbctl.client import KnowledgeBaseStore
 from kbctl.engine.status import KnowledgeBaseDetail
 from kbctl.manifest import KnowledgeBase, parse_manifests
-from kbctl.sources.url import FetchPolicy
-from tests.support.httpserver import HTTPTestServer, serve
+from tests.support.httpserver import HTTPTestServer, fetch_policy_for, serve
 from tests.support.lines import Lines
 
 ENV = {"KBCTL_ALLOW_PRIVATE_NETWORKS": "1"}
@@ -51,9 +50,7 @@ def site() -> Iterator[HTTPTestServer]:
 
 @pytest.fixture
 def web_store(store: KnowledgeBaseStore, site: HTTPTestServer) -> KnowledgeBaseStore:
-    store.fetch_policy = FetchPolicy(
-        allowed_addresses=frozenset({("127.0.0.1", site.port)}), backoff_base=0.01, retries=0, read_timeout=5
-    )
+    store.fetch_policy = fetch_policy_for(site, retries=0)
     return store
 
 

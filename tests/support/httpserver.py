@@ -39,7 +39,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 from urllib.parse import urlsplit
 
-__all__ = ["HTTPTestServer", "Reply", "Request", "serve"]
+__all__ = ["HTTPTestServer", "Reply", "Request", "fetch_policy_for", "serve"]
 
 Body = bytes | str | Callable[[], bytes | str]
 
@@ -335,3 +335,12 @@ def loopback_only(monkeypatch: Any) -> list[tuple[str, int]]:
 
     monkeypatch.setattr(httpcore.AnyIOBackend, "connect_tcp", connect_tcp)
     return calls
+
+
+def fetch_policy_for(srv: HTTPTestServer, **fields: Any) -> Any:
+    """A FetchPolicy allowed to reach this server only (the SSRF guard stays on for everything else);
+    quick retries by default, other FetchPolicy fields as given."""
+    from kbctl.sources.url import FetchPolicy
+
+    settings: dict[str, Any] = {"backoff_base": 0.01, "retries": 1, "read_timeout": 5, **fields}
+    return FetchPolicy(allowed_addresses=frozenset({("127.0.0.1", srv.port)}), **settings)
