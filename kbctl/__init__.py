@@ -26,6 +26,7 @@ if TYPE_CHECKING:
     )
     from kbctl.manifest import KnowledgeBase, LoadedManifest, load_manifests, parse_manifests
     from kbctl.query.context import GroundedContext, Passage
+    from kbctl.query.options import QueryOptions
     from kbctl.query.results import QueryHit, QueryResult
 
 _WHERE = {
@@ -45,6 +46,7 @@ _WHERE = {
     "NotFoundError": "kbctl.errors",
     "Passage": "kbctl.query.context",
     "QueryHit": "kbctl.query.results",
+    "QueryOptions": "kbctl.query.options",
     "QueryResult": "kbctl.query.results",
     "SourceError": "kbctl.errors",
     "SourceResult": "kbctl.engine.results",
@@ -71,6 +73,7 @@ __all__ = [
     "NotFoundError",
     "Passage",
     "QueryHit",
+    "QueryOptions",
     "QueryResult",
     "SourceError",
     "SourceResult",
