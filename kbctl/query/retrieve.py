@@ -377,7 +377,22 @@ def query_knowledge_base(
     """
     if not question.strip():
         raise ValueError("question must not be empty")
-    plan = plan_query(db, name, options if options is not None else QueryOptions())
+    # One read-only snapshot for the whole query: a version published, rolled back or pruned meanwhile
+    # cannot change what it reads (the rows of the version it started with stay visible to it).
+    with db.read_only():
+        return _retrieve(db, name, question, embedder_for, options or QueryOptions(), reranker_for)
+
+
+def _retrieve(
+    db: Database,
+    name: str,
+    question: str,
+    embedder_for: Callable[[str], Embedder],
+    options: QueryOptions,
+    reranker_for: Callable[[str], Reranker] | None,
+) -> QueryResult:
+    """The stages of one query, in order, inside the caller's snapshot."""
+    plan = plan_query(db, name, options)
     reranker = None
     if plan.rerank is not None:
         if reranker_for is None:
