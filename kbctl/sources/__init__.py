@@ -3,20 +3,36 @@
 from __future__ import annotations
 
 import hashlib
+import re
 from dataclasses import dataclass
 
 from kbctl.manifest import Source
 
-__all__ = ["Document", "read_inline"]
+__all__ = ["Document", "read_inline", "storable"]
+
+_UNSTORABLE = re.compile("[\x00\ud800-\udfff]")
+
+
+def storable(text: str) -> str:
+    """`text` as PostgreSQL can store it: NUL characters dropped, lone surrogates replaced by U+FFFD."""
+    if _UNSTORABLE.search(text) is None:
+        return text
+    return re.sub("[\ud800-\udfff]", "\ufffd", text.replace("\x00", ""))
 
 
 @dataclass(frozen=True)
 class Document:
-    """The extracted text of one source, ready to chunk."""
+    """The extracted text of one source, ready to chunk; its text and title are always storable."""
 
     text: str
     origin: str
     title: str | None = None
+
+    def __post_init__(self) -> None:
+        # The boundary: a page with a NUL byte or a broken surrogate must not fail the whole publish.
+        object.__setattr__(self, "text", storable(self.text))
+        if self.title is not None:
+            object.__setattr__(self, "title", storable(self.title))
 
     @property
     def content_sha256(self) -> str:
