@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Collection, Sequence
+from collections.abc import Callable, Collection, Sequence
 from pathlib import Path
 
 from pydantic import BaseModel
@@ -176,9 +176,18 @@ class KnowledgeBaseStore:
         """The retained versions of a knowledge base, newest first, with what changed in each."""
         return list_versions(self.db, name)
 
-    def rollback(self, name: str, to_version: int | None = None) -> RollbackResult:
-        """Serve an earlier retained version again (default: the one before the current); nothing is re-embedded."""
-        result = rollback(self.db, name, to_version)
+    def rollback(
+        self,
+        name: str,
+        to_version: int | None = None,
+        *,
+        timeout: float | None = 60.0,
+        on_wait: Callable[[], None] | None = None,
+    ) -> RollbackResult:
+        """Serve an earlier retained version again (default: the one before the current); nothing is re-embedded.
+
+        Waits (calling `on_wait`) at most `timeout` seconds for an apply of the knowledge base to finish."""
+        result = rollback(self.db, name, to_version, timeout=timeout, on_wait=on_wait)
         row = self.db.get_kb(name)
         if row is not None:
             observe(self.db, row)
@@ -242,9 +251,16 @@ class KnowledgeBaseStore:
         )
         return build_context(self.query(name, question, options))
 
-    def delete(self, name: str) -> DeleteResult:
-        """Delete a knowledge base with everything only it used (versions, chunks, cached vectors)."""
-        removed = self.db.delete_kb(name)
+    def delete(
+        self, name: str, *, timeout: float | None = 60.0, on_wait: Callable[[], None] | None = None
+    ) -> DeleteResult:
+        """Delete a knowledge base with everything only it used (versions, chunks, cached vectors).
+
+        Takes the knowledge base's lock, so a running apply finishes first (it is not recreated half
+        way); `on_wait` is called when that means waiting, `timeout` bounds the wait (StoreError).
+        """
+        with self.db.kb_lock(name, timeout=timeout, on_wait=on_wait):
+            removed = self.db.delete_kb(name)
         if removed is None:
             raise NotFoundError(f'knowledgebase "{name}" not found')
         return DeleteResult(name=name, chunks=removed[0], vectors=removed[1])

@@ -67,6 +67,19 @@ P = ParamSpec("P")
 R = TypeVar("R")
 
 
+LockTimeoutOpt = Annotated[
+    float,
+    typer.Option(
+        "--timeout", min=0, help="Seconds to wait for an apply of the knowledge base that holds its lock to finish."
+    ),
+]
+
+
+def say_waiting(name: str) -> Callable[[], None]:
+    """What a command prints on stderr when another command holds the knowledge base's lock."""
+    return lambda: typer.echo(f"waiting for another apply, delete or rollback of KnowledgeBase/{name}", err=True)
+
+
 def handles_errors(func: Callable[P, R]) -> Callable[P, R]:
     """Turn kbctl errors into one clear line on stderr and exit code 1 (a traceback only with --debug)."""
 

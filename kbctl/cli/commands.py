@@ -11,6 +11,7 @@ import typer
 from kbctl._version import __version__
 from kbctl.cli._common import (
     Files,
+    LockTimeoutOpt,
     Output,
     OutputOpt,
     Recursive,
@@ -22,6 +23,7 @@ from kbctl.cli._common import (
     emit,
     handles_errors,
     open_store,
+    say_waiting,
     server_app,
     state,
     warn_rerank,
@@ -216,11 +218,14 @@ def context(
 
 @app.command()
 @handles_errors
-def delete(resource: Resource, name: str) -> None:
-    """Delete a knowledge base with its versions, chunks, and the cached vectors no other one uses."""
+def delete(resource: Resource, name: str, timeout: LockTimeoutOpt = 60.0) -> None:
+    """Delete a knowledge base with its versions, chunks, and the cached vectors no other one uses.
+
+    An apply of it that is running finishes first (it is never recreated half way).
+    """
     check_resource(resource)
     with open_store() as store:
-        result = store.delete(name)
+        result = store.delete(name, timeout=timeout, on_wait=say_waiting(name))
     typer.echo(f"KnowledgeBase/{result.name} deleted ({result.chunks} chunks, {result.vectors} vectors)")
 
 

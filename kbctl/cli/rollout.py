@@ -6,7 +6,17 @@ from typing import Annotated
 
 import typer
 
-from kbctl.cli._common import OutputOpt, Resource, app, check_resource, emit, handles_errors, open_store
+from kbctl.cli._common import (
+    LockTimeoutOpt,
+    OutputOpt,
+    Resource,
+    app,
+    check_resource,
+    emit,
+    handles_errors,
+    open_store,
+    say_waiting,
+)
 from kbctl.cli.render import history_table, no_versions_line
 
 rollout_app = typer.Typer(help="Show the versions of a knowledge base and roll back to one.", no_args_is_help=True)
@@ -41,6 +51,7 @@ def undo(
     to_version: Annotated[
         int | None, typer.Option("--to-version", min=1, help="Version to serve (default: the one before the current).")
     ] = None,
+    timeout: LockTimeoutOpt = 60.0,
 ) -> None:
     """Serve an earlier version again, instantly: nothing is fetched, chunked or embedded.
 
@@ -49,7 +60,7 @@ def undo(
     """
     check_resource(resource)
     with open_store() as store:
-        result = store.rollback(name, to_version)
+        result = store.rollback(name, to_version, timeout=timeout, on_wait=say_waiting(name))
     typer.echo(f"KnowledgeBase/{result.name} rolled back to version {result.to_version}")
 
 

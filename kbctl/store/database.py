@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import functools
 import hashlib
+import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -250,12 +251,32 @@ class Database:
         self.close()
 
     @contextmanager
-    def kb_lock(self, name: str) -> Iterator[None]:
-        """Hold the advisory lock of one knowledge base: applies of one KB serialize, others don't."""
+    def kb_lock(
+        self, name: str, *, timeout: float | None = None, on_wait: Callable[[], None] | None = None
+    ) -> Iterator[None]:
+        """Hold the advisory lock of one knowledge base: applies, deletes and rollbacks of one KB serialize.
+
+        When another command holds it, `on_wait` is called once and the lock is waited for: without
+        `timeout` for as long as it takes, with one at most that many seconds (then StoreError says so).
+        """
         # Translated here: a decorator on a generator function would only wrap the generator's creation.
         key = _lock_key(name)
         try:
-            self._conn.execute("SELECT pg_advisory_lock(%s)", (key,))
+            got = self._try_lock(key)
+            if not got and on_wait is not None:
+                on_wait()
+            if not got and timeout is None:
+                self._conn.execute("SELECT pg_advisory_lock(%s)", (key,))
+            elif not got and timeout is not None:
+                deadline = time.monotonic() + timeout
+                while not got and time.monotonic() < deadline:
+                    time.sleep(min(0.1, max(0.0, deadline - time.monotonic())))
+                    got = self._try_lock(key)
+                if not got:
+                    raise StoreError(
+                        f'knowledgebase "{name}" is busy: another apply, delete or rollback holds it '
+                        f"(waited {timeout:g} s); try again when it is done"
+                    )
         except psycopg.Error as exc:
             raise store_error(exc) from exc
         try:
@@ -265,6 +286,10 @@ class Database:
                 self._conn.execute("SELECT pg_advisory_unlock(%s)", (key,))
             except psycopg.Error as exc:
                 raise store_error(exc) from exc
+
+    def _try_lock(self, key: int) -> bool:
+        row = self._conn.execute("SELECT pg_try_advisory_lock(%s)", (key,)).fetchone()
+        return bool(row and row[0])
 
     @contextmanager
     def read_only(self) -> Iterator[None]:

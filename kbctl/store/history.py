@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from datetime import datetime
 
@@ -81,7 +81,14 @@ def list_versions(db: Database, name: str) -> list[VersionInfo]:
 
 
 @_store_errors
-def rollback(db: Database, name: str, to_version: int | None = None) -> RollbackResult:
+def rollback(
+    db: Database,
+    name: str,
+    to_version: int | None = None,
+    *,
+    timeout: float | None = 60.0,
+    on_wait: Callable[[], None] | None = None,
+) -> RollbackResult:
     """Make a retained version serve again (default: the newest one before the current), re-embedding nothing.
 
     One transaction under the knowledge base's lock. The live status of each source whose content
@@ -91,7 +98,7 @@ def rollback(db: Database, name: str, to_version: int | None = None) -> Rollback
     undo`, this drops a manifest still pending for a controller). Conditions are the caller's to update.
     """
     conn = db.connection
-    with db.kb_lock(name), conn.transaction():
+    with db.kb_lock(name, timeout=timeout, on_wait=on_wait), conn.transaction():
         kb = conn.execute(
             "SELECT id, current_version FROM kb_knowledge_bases WHERE name = %s FOR UPDATE", (name,)
         ).fetchone()
