@@ -22,7 +22,7 @@ from kbctl.engine.controller import (
 from kbctl.engine.events import Reporter
 from kbctl.engine.explain import DiffReport, diff_knowledge_bases
 from kbctl.engine.prune import prune_knowledge_bases
-from kbctl.engine.results import ApplyReport
+from kbctl.engine.results import ApplyReport, KnowledgeBaseResult
 from kbctl.engine.status import (
     KnowledgeBaseDetail,
     KnowledgeBaseSummary,
@@ -70,11 +70,14 @@ class KnowledgeBaseStore:
         fetch_policy: FetchPolicy | None = None,
     ) -> None:
         self.settings = settings or Settings.from_env(home=home, database_url=database_url)
-        url = self.settings.database_url or embedded_url(self.settings.pgdata)
-        self.db = Database(url)
+        self.db = Database(self._database_url(), resolve=self._database_url)
         self.fetch_policy = fetch_policy or FetchPolicy.from_env(
             **({"allow_private": True} if self.settings.config.allow_private_networks else {})
         )
+
+    def _database_url(self) -> str:
+        """The configured database, or the embedded server's URL (started if it is not running)."""
+        return self.settings.database_url or embedded_url(self.settings.pgdata)
 
     def close(self) -> None:
         """Close the connection (the embedded server keeps running; `kbctl server stop` stops it)."""
@@ -135,7 +138,13 @@ class KnowledgeBaseStore:
         runs, reconcile in-process (the same result either way)."""
         if not self.controller_alive():
             return self.apply(knowledge_bases, reporter=reporter)
-        return wait_for_controller(self.db, self.submit(knowledge_bases), reporter=reporter, timeout=timeout)
+        kbs = {k.kb.name if isinstance(k, LoadedManifest) else k.name: k for k in knowledge_bases}
+
+        def in_process(p: PendingResult) -> KnowledgeBaseResult:
+            return self.apply([kbs[p.name]], reporter=reporter).results[0]
+
+        pending = self.submit(knowledge_bases)
+        return wait_for_controller(self.db, pending, reporter=reporter, timeout=timeout, in_process=in_process)
 
     def diff(
         self, knowledge_bases: Sequence[KnowledgeBase | LoadedManifest], *, prune_selector: Selector | None = None

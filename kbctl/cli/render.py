@@ -16,6 +16,7 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 
 from kbctl.engine.events import (
+    ControllerGone,
     EmbeddingProgress,
     Event,
     HandedToController,
@@ -23,6 +24,7 @@ from kbctl.engine.events import (
     ReconcileFinished,
     ReconcileStarted,
     SourceReconciled,
+    StoreUnavailable,
 )
 from kbctl.engine.explain import DiffReport, SourceDiff
 from kbctl.engine.status import KnowledgeBaseDetail, KnowledgeBaseSummary
@@ -63,7 +65,11 @@ def event_line(event: Event) -> str | None:
     """The line an engine event prints in the apply / refresh log, or None for events that print nothing."""
     if isinstance(event, EmbeddingProgress):
         return None
+    if isinstance(event, StoreUnavailable):
+        return f"database unavailable ({event.message}); reconnecting in {event.retry_seconds:g} s"
     prefix = f"KnowledgeBase/{event.name}"
+    if isinstance(event, ControllerGone):
+        return f"{prefix}: no controller is alive any more; reconciling in-process"
     if isinstance(event, ReconcileStarted):
         if event.trigger == "refresh":
             return None  # refresh names the outcome once its sources are done

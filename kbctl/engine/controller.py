@@ -23,15 +23,18 @@ from kbctl.embedding import Embedder
 from kbctl.engine.apply import apply_knowledge_bases
 from kbctl.engine.conditions import Failure, observe
 from kbctl.engine.events import (
+    ControllerGone,
+    Event,
     HandedToController,
     NullReporter,
     ReconcileFailed,
     ReconcileStarted,
     Reporter,
     SourceReconciled,
+    StoreUnavailable,
 )
 from kbctl.engine.results import ApplyReport, KnowledgeBaseResult, SourceResult
-from kbctl.errors import KbctlError, NotFoundError
+from kbctl.errors import KbctlError, NotFoundError, StoreError
 from kbctl.manifest import KnowledgeBase
 from kbctl.sources.url import FetchPolicy
 from kbctl.store import claims
@@ -49,6 +52,7 @@ __all__ = [
 ]
 
 LEASE_SECONDS = 600
+HEARTBEAT_SECONDS = 5
 HEARTBEAT_TTL_SECONDS = 15
 RETRY_SECONDS = 30
 
@@ -145,22 +149,64 @@ class Controller:
             done += 1
         return done
 
-    def run(self, stop: threading.Event, *, poll_seconds: float = 5.0) -> None:
-        """Serve until `stop` is set: process what is pending, then sleep until a NOTIFY or the poll interval."""
-        claims.listen(self.db)
+    def run(self, stop: threading.Event, *, poll_seconds: float = 5.0, max_backoff: float = 30.0) -> None:
+        """Serve until `stop` is set: process what is pending, then sleep until a NOTIFY or the poll interval.
+
+        A heartbeat thread (on its own connection) keeps the controller visible while it works. When the
+        database goes away the controller reports it, waits (1 s, doubling up to `max_backoff`), reconnects
+        and carries on; work in flight is lost, not published half way.
+        """
+        beating = threading.Thread(target=self._beat, args=(stop,), name="kbctl-heartbeat", daemon=True)
+        beating.start()
+        backoff = 1.0
         try:
             while not stop.is_set():
-                self.run_once()
-                deadline = time.monotonic() + poll_seconds
-                while not stop.is_set() and time.monotonic() < deadline:
-                    if any(True for _ in claims.wake_ups(self.db, 0.5)):
+                try:
+                    self._serve(stop, poll_seconds)
+                except StoreError as exc:
+                    self._report(StoreUnavailable(str(exc), backoff))
+                    if stop.wait(backoff):
                         break
+                    backoff = min(backoff * 2, max_backoff)
+                    try:
+                        self.db.reconnect()
+                        backoff = 1.0
+                    except StoreError:
+                        continue
         finally:
             try:
                 claims.unlisten(self.db)
                 self.deregister()
             except KbctlError:
                 pass  # the connection is gone: nothing left to clean up
+            beating.join(timeout=HEARTBEAT_SECONDS + 1)
+
+    def _serve(self, stop: threading.Event, poll_seconds: float) -> None:
+        claims.listen(self.db)
+        while not stop.is_set():
+            self.run_once()
+            deadline = time.monotonic() + poll_seconds
+            while not stop.is_set() and time.monotonic() < deadline:
+                if any(True for _ in claims.wake_ups(self.db, 0.5)):
+                    break
+
+    def _beat(self, stop: threading.Event) -> None:
+        """Heartbeat every HEARTBEAT_SECONDS on a connection of its own, even while a reconcile runs."""
+        db: Database | None = None
+        while not stop.wait(HEARTBEAT_SECONDS):
+            try:
+                db = db or Database(self.db.url)
+                claims.heartbeat(db, self.id)
+            except KbctlError:
+                if db is not None:
+                    db.close()
+                db = None  # try again at the next beat
+        if db is not None:
+            db.close()
+
+    def _report(self, event: Event) -> None:
+        if self._reporter is not None:
+            self._reporter.report(event)
 
 
 def wait_for(
@@ -192,9 +238,19 @@ def wait_for(
 
 
 def wait_for_controller(
-    db: Database, pending: Sequence[PendingResult], *, reporter: Reporter | None = None, timeout: float = 600.0
+    db: Database,
+    pending: Sequence[PendingResult],
+    *,
+    reporter: Reporter | None = None,
+    timeout: float = 600.0,
+    in_process: Callable[[PendingResult], KnowledgeBaseResult] | None = None,
+    poll_seconds: float = 0.5,
 ) -> ApplyReport:
-    """Wait for a controller to reconcile what `record_pending` recorded; report it as apply would."""
+    """Wait for a controller to reconcile what `record_pending` recorded; report it as apply would.
+
+    A failure the controller stores is reported as soon as it is stored. When no controller is alive any
+    more (no heartbeat for HEARTBEAT_TTL_SECONDS), `in_process` reconciles the knowledge base here instead.
+    """
     reporter = reporter or NullReporter()
     results: list[KnowledgeBaseResult] = []
     deadline = time.monotonic() + timeout
@@ -205,14 +261,39 @@ def wait_for_controller(
             results.append(KnowledgeBaseResult(name=p.name, action="unchanged", version=p.version, sources=[]))
             continue
         reporter.report(HandedToController(p.name, p.action, p.version))
-        left = max(0.0, deadline - time.monotonic())
-        if not wait_for(db, p.name, condition="Progressing", value=False, generation=p.generation, timeout=left):
-            reason = f"not reconciled by a controller within {timeout:.0f} s"
+        outcome = _await(db, p, deadline, poll_seconds)
+        if outcome == "reconciled":
+            results.append(_result_from_store(db, p, reporter))
+        elif outcome == "no controller" and in_process is not None:
+            reporter.report(ControllerGone(p.name))
+            results.append(in_process(p))
+        else:
+            reason = outcome if outcome != "timeout" else f"not reconciled by a controller within {timeout:.0f} s"
+            if outcome == "no controller":
+                reason = "no controller is alive any more: start `kbctl controller`, or apply with --wait again"
             reporter.report(ReconcileFailed(p.name, reason))
             results.append(KnowledgeBaseResult(name=p.name, action="failed", version=None, sources=[], message=reason))
-            continue
-        results.append(_result_from_store(db, p, reporter))
     return ApplyReport(results=results)
+
+
+def _await(db: Database, p: PendingResult, deadline: float, poll_seconds: float) -> str:
+    """ "reconciled", "timeout", "no controller", or the failure a controller stored for this generation."""
+    while True:
+        row = db.get_kb(p.name)
+        if row is None:
+            raise NotFoundError(f'knowledgebase "{p.name}" not found')
+        ready = next((c for c in row.conditions if c.get("type") == "Ready"), {})
+        progressing = next((c for c in row.conditions if c.get("type") == "Progressing"), {})
+        if row.observed_generation >= p.generation and progressing.get("status") == "False":
+            return "reconciled"
+        # record_pending left Ready=Pending; a reconcile failure of this generation replaces it.
+        if ready.get("reason") == "ReconcileFailed":
+            return str(ready.get("message") or "the controller failed to reconcile it")
+        if not controller_alive(db):
+            return "no controller"
+        if time.monotonic() >= deadline:
+            return "timeout"
+        time.sleep(poll_seconds)
 
 
 def _state(state: str, revision_id: int | None) -> Literal["ready", "stale", "failed"]:

@@ -8,6 +8,7 @@ from typing import Literal, Protocol
 from kbctl.engine.results import SourceResult
 
 __all__ = [
+    "ControllerGone",
     "EmbeddingProgress",
     "Event",
     "HandedToController",
@@ -17,6 +18,7 @@ __all__ = [
     "ReconcileStarted",
     "Reporter",
     "SourceReconciled",
+    "StoreUnavailable",
     "Trigger",
 ]
 
@@ -73,6 +75,21 @@ class HandedToController:
 
 
 @dataclass(frozen=True)
+class ControllerGone:
+    """`apply --wait` found no live controller any more: it reconciles the knowledge base in-process."""
+
+    name: str
+
+
+@dataclass(frozen=True)
+class StoreUnavailable:
+    """The controller lost the database; it reconnects in `retry_seconds`."""
+
+    message: str
+    retry_seconds: float
+
+
+@dataclass(frozen=True)
 class EmbeddingProgress:
     """`done` of `total` texts embedded so far for the knowledge base `name`."""
 
@@ -82,7 +99,14 @@ class EmbeddingProgress:
 
 
 Event = (
-    ReconcileStarted | SourceReconciled | ReconcileFinished | ReconcileFailed | HandedToController | EmbeddingProgress
+    ReconcileStarted
+    | SourceReconciled
+    | ReconcileFinished
+    | ReconcileFailed
+    | HandedToController
+    | ControllerGone
+    | StoreUnavailable
+    | EmbeddingProgress
 )
 
 

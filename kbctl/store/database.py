@@ -6,7 +6,7 @@ import functools
 import hashlib
 import time
 from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, ParamSpec, TypeVar
@@ -213,14 +213,22 @@ def _lock_key(name: str) -> int:
 class Database:
     """A connection to the store; migrates the schema on open. Use as a context manager."""
 
-    def __init__(self, url: str) -> None:
+    def __init__(self, url: str, *, resolve: Callable[[], str] | None = None) -> None:
+        """Connect to `url`; `resolve`, when given, finds the URL again for `reconnect` (it may start a server)."""
+        self._url = url
+        self._resolve = resolve
+        self._conn = self._connect(url)
+
+    @staticmethod
+    def _connect(url: str) -> psycopg.Connection[Any]:
+        """A new autocommit connection with the schema migrated and the vector type registered."""
         try:
-            self._conn: psycopg.Connection[Any] = psycopg.connect(url, autocommit=True, connect_timeout=10)
+            conn: psycopg.Connection[Any] = psycopg.connect(url, autocommit=True, connect_timeout=10)
         except psycopg.OperationalError as exc:
             reason = " ".join(line.strip() for line in str(exc).splitlines() if line.strip())
             raise StoreError(f"cannot connect to PostgreSQL: {reason}") from exc
         try:
-            migrate(self._conn)
+            migrate(conn)
         except pgerrors.FeatureNotSupported as exc:
             raise StoreError(f"the pgvector extension is not available on this server: {exc}") from exc
         except pgerrors.UndefinedFile as exc:
@@ -233,7 +241,21 @@ class Database:
                 "cannot create the vector extension (insufficient privilege): "
                 "ask a superuser to run CREATE EXTENSION vector in this database"
             ) from exc
-        register_vector(self._conn)
+        register_vector(conn)
+        return conn
+
+    @property
+    def url(self) -> str:
+        """The URL this store connects to (it may hold a password: never print it)."""
+        return self._url
+
+    def reconnect(self) -> None:
+        """Replace a broken connection with a new one (StoreError while the server is still unreachable)."""
+        with suppress(psycopg.Error):  # already gone
+            self._conn.close()
+        if self._resolve is not None:
+            self._url = self._resolve()
+        self._conn = self._connect(self._url)
 
     @property
     def connection(self) -> psycopg.Connection[Any]:
