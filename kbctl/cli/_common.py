@@ -40,6 +40,14 @@ class Output(StrEnum):
     yaml = "yaml"
 
 
+class QueryMode(StrEnum):
+    """How a query ranks candidates (a wrong value is a usage error, exit code 2)."""
+
+    hybrid = "hybrid"
+    vector = "vector"
+    keyword = "keyword"
+
+
 Files = Annotated[
     list[str],
     typer.Option("--filename", "-f", help="Manifest file, directory of manifests, or - for stdin (repeatable)."),

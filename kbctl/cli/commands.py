@@ -14,6 +14,7 @@ from kbctl.cli._common import (
     LockTimeoutOpt,
     Output,
     OutputOpt,
+    QueryMode,
     Recursive,
     RerankOpt,
     Resource,
@@ -139,7 +140,7 @@ def query(
         ),
     ] = None,
     mode: Annotated[
-        str | None,
+        QueryMode | None,
         typer.Option(
             "--mode", help="hybrid (full text + vectors, fused), vector or keyword (default: spec.retrieval.mode)."
         ),
@@ -159,7 +160,12 @@ def query(
     Example: kbctl query client-service-policy "how long do we keep invoices?" --explain
     """
     options = QueryOptions.build(
-        top_k=top_k, threshold=threshold, max_tokens=max_tokens, mode=mode, explain=explain, rerank=rerank
+        top_k=top_k,
+        threshold=threshold,
+        max_tokens=max_tokens,
+        mode=mode and mode.value,
+        explain=explain,
+        rerank=rerank,
     )
     with open_store() as store:
         result = store.query(name, question, options)
@@ -195,7 +201,7 @@ def context(
         float | None, typer.Option("--threshold", min=-1.0, max=1.0, help="Minimum cosine similarity.")
     ] = None,
     max_tokens: Annotated[int | None, typer.Option("--max-tokens", min=1, help="Token budget.")] = None,
-    mode: Annotated[str | None, typer.Option("--mode", help="hybrid, vector or keyword.")] = None,
+    mode: Annotated[QueryMode | None, typer.Option("--mode", help="hybrid, vector or keyword.")] = None,
     rerank: RerankOpt = None,
     output: OutputOpt = None,
 ) -> None:
@@ -206,7 +212,9 @@ def context(
     chunks of one source are merged so their overlap is sent once. When nothing passes the threshold
     the block says plainly that no relevant context was found.
     """
-    options = QueryOptions.build(top_k=top_k, threshold=threshold, max_tokens=max_tokens, mode=mode, rerank=rerank)
+    options = QueryOptions.build(
+        top_k=top_k, threshold=threshold, max_tokens=max_tokens, mode=mode and mode.value, rerank=rerank
+    )
     with open_store() as store:
         grounded = store.context(name, question, options)
     warn_rerank(grounded.rerank)
@@ -256,7 +264,10 @@ def config_view(output: OutputOpt = None) -> None:
     """Show the effective configuration (file, environment, defaults) with secrets redacted.
 
     API keys are never shown: each provider names the variable that holds its key and says whether it
-    is set; a database password is replaced by ***. YAML by default, or -o json.
+    is set. A database password (in the URL, a ?password= parameter or a conninfo password=), and
+    credentials and key or token parameters in a provider's baseURL, are replaced by ***. Also shows
+    the network allowances of URL sources (allowPrivateNetworks, allowNetworks). YAML by default, or
+    -o json.
     """
     emit(effective_config(Settings.from_env(database_url=state["database_url"])), output or Output.yaml)
 

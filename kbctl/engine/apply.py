@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Collection, Mapping, Sequence
 from datetime import UTC, datetime
-from typing import Literal
+from typing import Literal, TypeVar
 
 from kbctl.embedding import Embedder
 from kbctl.engine.conditions import Failure, observe
@@ -43,6 +43,8 @@ __all__ = [
 ]
 
 EmbedderFor = Callable[[str], Embedder]
+CAUSE_ITEMS = 3  # changes named per kind in a version's change cause (`rollout history`'s CHANGE column)
+_T = TypeVar("_T")
 
 
 def source_result(p: SourcePlan, outcome: Ingested | Fail | None = None) -> SourceResult:
@@ -93,14 +95,23 @@ def _change_cause(plan: KnowledgeBasePlan) -> str:
     if old is None:
         return "created"
     added, removed, changed = source_changes(old, new)
-    parts = [f"{p.path.removeprefix('spec.')} changed" for p in field_changes(old, new)]
-    parts += [f"source {n} added" for n in added] + [f"source {n} removed" for n in removed]
-    parts += [f"source {n} changed" for n in changed]
+    fields = field_changes(old, new)
+    parts = [f"{p.path.removeprefix('spec.')} changed" for p in _first(fields)]
+    parts += [f"source {n} added" for n in _first(added)] + [f"source {n} removed" for n in _first(removed)]
+    parts += [f"source {n} changed" for n in _first(changed)]
     respec = set(added) | set(changed)
     fresh = [p.name for p in plan.to_ingest if p.name not in respec]
     if fresh:
-        parts.append(("refreshed: " if plan.trigger == "refresh" else "new content: ") + ", ".join(fresh))
+        parts.append(("refreshed: " if plan.trigger == "refresh" else "new content: ") + ", ".join(_first(fresh)))
+    hidden = sum(max(0, len(x) - CAUSE_ITEMS) for x in (fields, added, removed, changed, fresh))
+    if hidden:
+        parts.append(f"and {hidden} more")
     return "; ".join(parts) or "no content change"
+
+
+def _first(items: Sequence[_T]) -> Sequence[_T]:
+    """The first CAUSE_ITEMS of a list of changes: a change cause stays one readable line."""
+    return items[:CAUSE_ITEMS]
 
 
 class _Reconciler:
@@ -154,7 +165,10 @@ class _Reconciler:
         # In-process apply records the manifest as desired first; a controller (`generation` given) works
         # on a desired state recorded earlier and must not record it again.
         if self.trigger == "apply" and self.generation is None:
-            db.record_desired(name, kb.to_manifest())
+            recorded = db.record_desired(name, kb.to_manifest())
+            if recorded.generation > recorded.observed_generation:
+                # Until this reconcile ends the KB says a generation is pending, which stays true if it is killed.
+                observe(db, recorded)
         state = read_state(db, name)
         if state.row is None:
             raise NotFoundError(f'knowledgebase "{name}" not found')
