@@ -71,9 +71,7 @@ class KnowledgeBaseStore:
     ) -> None:
         self.settings = settings or Settings.from_env(home=home, database_url=database_url)
         self.db = Database(self._database_url(), resolve=self._database_url)
-        self.fetch_policy = fetch_policy or FetchPolicy.from_env(
-            **({"allow_private": True} if self.settings.config.allow_private_networks else {})
-        )
+        self.fetch_policy = fetch_policy or FetchPolicy.from_config(self.settings.config)
 
     def _database_url(self) -> str:
         """The configured database, or the embedded server's URL (started if it is not running)."""

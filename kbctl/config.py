@@ -2,25 +2,29 @@
 
 from __future__ import annotations
 
+import errno
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlsplit, urlunsplit
 
+from kbctl.errors import KbctlError
 from kbctl.userconfig import (
     BUILTIN_PROVIDERS,
     BUILTIN_RERANKERS,
+    REDACTED,
     ConfigFile,
     Provider,
     RerankProvider,
     config_path,
+    is_secret_name,
     load_config,
+    redact,
     with_env_overrides,
 )
 
-__all__ = ["Settings", "effective_config"]
+__all__ = ["Settings", "effective_config", "ensure_dir", "redact"]
 
 DEFAULT_HOME = Path("~/.local/share/kbctl")
 
@@ -56,40 +60,85 @@ class Settings:
             config_file=path,
         )
 
+    def __repr__(self) -> str:
+        url = None if self.database_url is None else redact(self.database_url)
+        return (
+            f"Settings(home={self.home!r}, database_url={url!r}, model_dir={self.model_dir!r}, "
+            f"config={self.config!r}, config_file={self.config_file!r})"
+        )
+
     @property
     def pgdata(self) -> Path:
-        """The embedded PostgreSQL data directory."""
+        """The embedded PostgreSQL data directory (not created here: the server lays it out)."""
         return self.home / "pg"
 
     @property
     def models_dir(self) -> Path:
-        """Where prepared local model folders live."""
-        return self.home / "models"
+        """Where prepared local model folders live; created (with the home) when first asked for.
+
+        Raises KbctlError, one line naming the folder and the reason, when it cannot be created or written
+        (the home is a file, lies under /proc, or is read-only).
+        """
+        return self.ensure_dir(self.home / "models")
+
+    def ensure_dir(self, path: Path) -> Path:
+        """`path` (a folder under the home) created if needed and writable, else a KbctlError saying why."""
+        try:
+            return ensure_dir(path)
+        except KbctlError as exc:
+            hint = f"kbctl keeps its files in {self.home}; set KBCTL_HOME to a writable folder"
+            raise KbctlError(f"{exc} ({hint})") from exc
 
 
-def _redact_url(url: str) -> str:
-    """A connection URL with its password replaced by ***."""
-    parts = urlsplit(url)
-    if parts.password is None:
-        return url
-    netloc = parts.netloc.replace(f":{parts.password}@", ":***@", 1)
-    return urlunsplit(parts._replace(netloc=netloc))
+def _blocking_file(path: Path) -> Path | None:
+    """The first of `path` and its parents that exists and is not a folder, if any."""
+    for candidate in (path, *path.parents):
+        if candidate.exists() or candidate.is_symlink():
+            return None if candidate.is_dir() else candidate
+    return None
+
+
+def ensure_dir(path: Path) -> Path:
+    """Create the folder `path` (and its parents) if needed and check that kbctl can write in it.
+
+    Every failure is one KbctlError line naming the folder and the reason ("... is a file, not a folder",
+    "permission denied", "read-only file system"), never an OSError traceback.
+    """
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        blocking = _blocking_file(path)
+        if blocking is not None:
+            raise KbctlError(f"cannot create the folder {path}: {blocking} is a file, not a folder") from exc
+        code = exc.errno if exc.errno is not None else errno.EIO
+        reason = os.strerror(code).lower()
+        existing = next((a for a in path.parents if a.exists()), None)
+        if code == errno.ENOENT and existing is not None and existing.is_dir():  # e.g. /proc takes no new folders
+            reason = f"{existing} does not allow creating folders"
+        raise KbctlError(f"cannot create the folder {path}: {reason}") from exc
+    if not os.access(path, os.W_OK | os.X_OK):
+        raise KbctlError(f"cannot write in the folder {path}: permission denied")
+    return path
 
 
 def effective_config(settings: Settings) -> dict[str, Any]:
     """What `kbctl config view` shows: every setting in force, secrets redacted.
 
-    API keys are never read out: each provider shows the name of its key variable and whether it is set.
+    API keys are never read out: each provider shows the name of its key variable and whether it is set. A
+    database password (URL userinfo, `?password=`, conninfo `password=`), credentials and secret query
+    parameters of a provider's baseURL, and extra request fields named like secrets are shown as ***; every
+    string shown passes through `redact`.
     """
     providers = _shown({**BUILTIN_PROVIDERS, **settings.config.embedding.providers})
     rerankers = _shown({**BUILTIN_RERANKERS, **settings.config.rerank.providers})
     found = settings.config_file is not None and settings.config_file.is_file()
-    return {
+    shown = {
         "configFile": f"{settings.config_file} ({'found' if found else 'absent'})",
         "home": str(settings.home),
-        "database": _redact_url(settings.database_url) if settings.database_url else f"embedded ({settings.pgdata})",
+        "database": settings.database_url if settings.database_url else f"embedded ({settings.pgdata})",
         "modelDir": str(settings.model_dir) if settings.model_dir else None,
         "allowPrivateNetworks": settings.config.allow_private_networks,
+        "allowNetworks": list(settings.config.allow_networks),
         "embedding": {
             "providers": providers,
             "profiles": {
@@ -101,14 +150,31 @@ def effective_config(settings: Settings) -> dict[str, Any]:
             "localModels": {n: str(p) for n, p in settings.config.rerank.local_models.items()},
         },
     }
+    redacted: dict[str, Any] = _redacted(shown)
+    return redacted
+
+
+def _redacted(value: Any) -> Any:
+    """Every string in `value` (dicts and lists walked) passed through `redact`."""
+    if isinstance(value, str):
+        return redact(value)
+    if isinstance(value, dict):
+        return {k: _redacted(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_redacted(v) for v in value]
+    return value
 
 
 def _shown(providers: Mapping[str, Provider | RerankProvider]) -> dict[str, Any]:
-    """Providers as `config view` shows them: each key variable named, with whether it is set."""
+    """Providers as `config view` shows them: each key variable named, with whether it is set; extra request
+    fields named like secrets (`api_key`, `token`...) as ***."""
     shown: dict[str, Any] = {}
     for name, provider in providers.items():
         data = provider.model_dump(by_alias=True, mode="json")
         env = provider.api_key_env
         data["apiKeyEnv"] = None if env is None else f"{env} ({'set' if os.environ.get(env) else 'not set'})"
+        for fields in ("documentFields", "queryFields"):
+            if fields in data:
+                data[fields] = {k: REDACTED if is_secret_name(k) else v for k, v in data[fields].items()}
         shown[name] = data
     return shown

@@ -1,10 +1,12 @@
-"""kbctl's own configuration file: embedding providers and profiles, and the private-network allowance.
+"""kbctl's own configuration file: embedding providers and profiles, and the network allowances of URL sources.
 
 Endpoints, key variable names and limits live here (`~/.config/kbctl/config.yaml`, or the file named
 by `KBCTL_CONFIG`), never in manifests, which a pull request can change. Keys themselves live in the
-environment: the file names the variable (`apiKeyEnv`).
+environment: the file names the variable (`apiKeyEnv`, refused unless it looks like a variable name, so a key
+pasted there by mistake is never shown back).
 
-    allowPrivateNetworks: false
+    allowPrivateNetworks: false      # true: loopback and private ranges (never link-local or cloud metadata)
+    allowNetworks: [10.0.0.0/8, 192.168.1.5, wiki.internal]    # CIDRs, addresses and host names
     embedding:
       providers:
         openai:   {baseURL: https://api.openai.com/v1, apiKeyEnv: OPENAI_API_KEY}
@@ -19,40 +21,196 @@ environment: the file names the variable (`apiKeyEnv`).
         tei:      {baseURL: http://reranker.internal:8080, api: tei}
       localModels:
         ms-marco-minilm: /opt/models/ms-marco-MiniLM-L-6-v2    # model.onnx + tokenizer.json
+
+`redact` is the one function that hides secrets (passwords, keys, tokens) in whatever kbctl shows or echoes:
+`kbctl config view`, reprs and error messages.
 """
 
 from __future__ import annotations
 
+import ipaddress
 import os
 import re
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any, Literal, TypeVar
+from urllib.parse import unquote
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 from pydantic.alias_generators import to_camel
+from pydantic_core import PydanticCustomError
 from ruamel.yaml import YAML
 from ruamel.yaml.error import YAMLError
 
 from kbctl.errors import KbctlError
 
 __all__ = [
+    "ALLOW_NETWORKS_ENV",
+    "ALLOW_PRIVATE_ENV",
     "BUILTIN_PROVIDERS",
     "BUILTIN_RERANKERS",
+    "REDACTED",
     "ConfigFile",
     "Profile",
     "Provider",
     "RerankProvider",
     "config_path",
+    "env_allows_private",
+    "env_networks",
+    "is_secret_name",
     "load_config",
+    "network_entry",
+    "redact",
     "with_env_overrides",
 ]
 
 DEFAULT_CONFIG = Path("~/.config/kbctl/config.yaml")
+ALLOW_PRIVATE_ENV = "KBCTL_ALLOW_PRIVATE_NETWORKS"
+ALLOW_NETWORKS_ENV = "KBCTL_ALLOW_NETWORKS"
+
+# ---- redaction ----
+
+# A parameter or field whose name says it holds a secret: password, sslpassword, pwd, secret, client_secret,
+# token, access_token, api-key, apikey, key, subscription-key, sig, X-Amz-Signature, auth, credential...
+_SECRET_NAME = re.compile(r"pass|pwd|secret|token|key|sig|auth|cred", re.IGNORECASE)
+# scheme://user:password@ or scheme://user@: the user name may hold an unencoded '@'; the password may hold
+# '@', '?', '#' or ':' too, and ends at the last '@' before a '/' (a '?' or '#' before any ':' ends the authority).
+_USERINFO = re.compile(r"(?P<scheme>\b[A-Za-z][A-Za-z0-9+.\-]*://)(?P<userinfo>[^\s/?#:]*(?::[^\s/]*)?)@")
+# name=value in a URL query or fragment (value ends at &, # or white space) ...
+_QUERY_PARAM = re.compile(r"(?P<lead>[?&#])(?P<name>[^=&#?\s]+)=(?P<value>[^&#\s]*)")
+# ... and in a libpq conninfo string (`host=db password='a b'`): a value is quoted, or runs to white space.
+_CONNINFO_PARAM = re.compile(
+    r"(?P<lead>^|\s)(?P<name>[A-Za-z_][A-Za-z0-9_\-]*)(?P<eq>\s*=\s*)(?P<value>'(?:\\.|[^'\\])*'?|(?:\\.|[^\s\\])+)"
+)
+_DB_SCHEMES = frozenset({"postgres://", "postgresql://"})
+REDACTED = "***"
+
+
+def is_secret_name(name: str) -> bool:
+    """Whether a parameter or field named `name` (percent-encoding allowed) holds a secret by its name."""
+    return _SECRET_NAME.search(unquote(name)) is not None
+
+
+def _userinfo(match: re.Match[str]) -> str:
+    scheme, userinfo = match.group("scheme"), match.group("userinfo")
+    user, colon, _password = userinfo.partition(":")
+    if colon:
+        return f"{scheme}{user}:{REDACTED}@"
+    # A user name alone is kept for a database (`postgresql://kb@db/kb`); elsewhere it is often a token.
+    return match.group(0) if scheme.lower() in _DB_SCHEMES else f"{scheme}{REDACTED}@"
+
+
+def redact(text: str) -> str:
+    """`text` (a URL, a libpq conninfo string, or a message quoting them) with every secret replaced by ***.
+
+    Hidden: the password of a URL's userinfo (`postgresql://kb:***@db/kb`; a user name alone is hidden too
+    except in a database URL, as `https://TOKEN@host` is a common way to pass a key), and the value of every
+    URL query or fragment parameter and conninfo keyword whose name says it holds a secret (`password`,
+    `sslpassword`, `api-key`, `key`, `token`, `access_token`, `secret`, `sig`...). Other text is unchanged.
+    """
+    text = _USERINFO.sub(_userinfo, text)
+
+    def query(match: re.Match[str]) -> str:
+        if not is_secret_name(match.group("name")):
+            return match.group(0)
+        return f"{match.group('lead')}{match.group('name')}={REDACTED}"
+
+    def conninfo(match: re.Match[str]) -> str:
+        if not is_secret_name(match.group("name")):
+            return match.group(0)
+        return f"{match.group('lead')}{match.group('name')}{match.group('eq')}{REDACTED}"
+
+    return _CONNINFO_PARAM.sub(conninfo, _QUERY_PARAM.sub(query, text))
+
+
+# ---- network allowances ----
+
+_LABEL = r"(?!-)[a-z0-9_-]{1,63}(?<!-)"
+_HOST_NAME = re.compile(rf"^(?=.{{1,253}}$){_LABEL}(?:\.{_LABEL})*$")
+
+NetworkEntry = ipaddress.IPv4Address | ipaddress.IPv6Address | ipaddress.IPv4Network | ipaddress.IPv6Network | str
+
+
+def network_entry(text: str) -> NetworkEntry:
+    """One entry of an allowance (`allowNetworks`, `KBCTL_ALLOW_NETWORKS`): an IP address (`192.168.1.5`,
+    `[fd00::1]`; a /32 or /128 is an address), a network in CIDR form (`10.0.0.0/8`, host bits ignored), or a
+    host name (`wiki.internal`, lower-cased, IDNA-encoded, without a trailing dot). ValueError otherwise."""
+    entry = text.strip()
+    raw = entry[1:-1] if entry.startswith("[") and entry.endswith("]") else entry
+    problem = f"{entry!r} is not an IP address, a network (CIDR) or a host name"
+    if "/" in raw:
+        try:
+            network = ipaddress.ip_network(raw, strict=False)
+        except ValueError:
+            raise ValueError(problem) from None
+        return network.network_address if network.num_addresses == 1 else network
+    try:
+        return ipaddress.ip_address(raw.split("%", 1)[0])
+    except ValueError:
+        pass
+    host = raw.rstrip(".").lower()
+    try:
+        host = host.encode("idna").decode("ascii")
+    except UnicodeError:
+        raise ValueError(problem) from None
+    # A last label of digits only is an IPv4 spelling (`10.1`), which resolvers read as an address.
+    if not _HOST_NAME.match(host) or host.rsplit(".", 1)[-1].isdigit():
+        raise ValueError(problem)
+    return host
+
+
+def _split_networks(text: str) -> list[str]:
+    return [part for part in re.split(r"[\s,]+", text) if part]
+
+
+def _networks(entries: Iterable[str]) -> tuple[str, ...]:
+    """Entries normalized (`10.0.0.1/8` → `10.0.0.0/8`, `Wiki.Internal.` → `wiki.internal`), without duplicates."""
+    return tuple(dict.fromkeys(str(network_entry(e)) for e in entries))
+
+
+def env_networks(environ: Mapping[str, str]) -> tuple[str, ...]:
+    """The allowance of `KBCTL_ALLOW_NETWORKS` (comma- or space-separated), normalized; KbctlError if invalid."""
+    try:
+        return _networks(_split_networks(environ.get(ALLOW_NETWORKS_ENV, "")))
+    except ValueError as exc:
+        raise KbctlError(f"{ALLOW_NETWORKS_ENV}: {exc}") from None
+
+
+def env_allows_private(environ: Mapping[str, str]) -> bool:
+    """Whether `KBCTL_ALLOW_PRIVATE_NETWORKS` is `1` or `true`."""
+    return environ.get(ALLOW_PRIVATE_ENV, "").strip().lower() in ("1", "true")
+
+
+# ---- the file ----
+
+_ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+
+
+def _check_key_variable(value: str | None) -> str | None:
+    """`apiKeyEnv` names an environment variable; anything else (a key pasted by mistake) is refused unshown."""
+    if value is not None and not _ENV_NAME.match(value):
+        raise PydanticCustomError(
+            "api_key_env",
+            "must be the NAME of the environment variable that holds the key (letters, digits and _, not "
+            "starting with a digit), not the key itself; the value is not shown",
+        )
+    return value
 
 
 class _Model(BaseModel):
-    model_config = ConfigDict(extra="forbid", populate_by_name=True, alias_generator=to_camel, frozen=True)
+    # hide_input_in_errors: a ValidationError's text never quotes a value (a key pasted in the wrong field).
+    model_config = ConfigDict(
+        extra="forbid", populate_by_name=True, alias_generator=to_camel, frozen=True, hide_input_in_errors=True
+    )
+
+    def __repr_args__(self) -> Iterable[tuple[str | None, Any]]:
+        # A repr (in a log, a debugger, a traceback) shows no secret of a baseURL or of an extra request field.
+        for name, value in super().__repr_args__():
+            if isinstance(value, str):
+                value = redact(value)
+            elif isinstance(value, dict) and name in ("document_fields", "query_fields"):
+                value = {k: REDACTED if is_secret_name(str(k)) else v for k, v in value.items()}
+            yield name, value
 
 
 class Provider(_Model):
@@ -68,6 +226,11 @@ class Provider(_Model):
     query_fields: dict[str, Any] = Field(default_factory=dict)
     timeout: float = Field(60.0, gt=0)
     retries: int = Field(4, ge=0, le=20)
+
+    @field_validator("api_key_env")
+    @classmethod
+    def _key_variable(cls, value: str | None) -> str | None:
+        return _check_key_variable(value)
 
 
 class Profile(_Model):
@@ -94,6 +257,11 @@ class RerankProvider(_Model):
     timeout: float = Field(30.0, gt=0)
     retries: int = Field(2, ge=0, le=20)
 
+    @field_validator("api_key_env")
+    @classmethod
+    def _key_variable(cls, value: str | None) -> str | None:
+        return _check_key_variable(value)
+
 
 class RerankConfig(_Model):
     """Rerank providers, and local cross-encoder model folders by name (`local/NAME` in a manifest)."""
@@ -105,9 +273,23 @@ class RerankConfig(_Model):
 class ConfigFile(_Model):
     """The whole configuration file."""
 
-    allow_private_networks: bool = False
+    allow_private_networks: bool = False  # loopback and private ranges; never link-local or cloud metadata
+    allow_networks: tuple[str, ...] = ()  # CIDRs, exact addresses and host names URL sources may reach
     embedding: EmbeddingConfig = Field(default_factory=EmbeddingConfig)
     rerank: RerankConfig = Field(default_factory=RerankConfig)
+
+    @field_validator("allow_networks", mode="before")
+    @classmethod
+    def _split(cls, value: Any) -> Any:
+        return _split_networks(value) if isinstance(value, str) else value
+
+    @field_validator("allow_networks")
+    @classmethod
+    def _normalize(cls, value: tuple[str, ...]) -> tuple[str, ...]:
+        try:
+            return _networks(value)
+        except ValueError as exc:
+            raise PydanticCustomError("allow_networks", str(exc)) from None
 
     def provider(self, name: str) -> Provider | None:
         """A provider from the file, else a built-in one (openai), else None."""
@@ -157,7 +339,8 @@ def _override(
 def with_env_overrides(config: ConfigFile, environ: Mapping[str, str]) -> ConfigFile:
     """Apply `KBCTL_PROVIDER_<NAME>_BASE_URL` / `KBCTL_PROVIDER_<NAME>_API_KEY_ENV` (they define or override
     embedding provider `<name>`, lower-cased with '_' as '-'), the same `KBCTL_RERANKER_<NAME>_*` for rerank
-    providers, and `KBCTL_ALLOW_PRIVATE_NETWORKS`."""
+    providers, `KBCTL_ALLOW_PRIVATE_NETWORKS` (or-ed with the file's) and `KBCTL_ALLOW_NETWORKS` (added to the
+    file's `allowNetworks`)."""
     changes: dict[str, dict[str, dict[str, str]]] = {"PROVIDER": {}, "RERANKER": {}}
     for key, value in environ.items():
         match = _ENV_PROVIDER.match(key)
@@ -167,13 +350,13 @@ def with_env_overrides(config: ConfigFile, environ: Mapping[str, str]) -> Config
             changes[match.group(1)].setdefault(name, {})[field] = value
     providers = _override("PROVIDER", config.embedding.providers, BUILTIN_PROVIDERS, changes["PROVIDER"], Provider)
     rerankers = _override("RERANKER", config.rerank.providers, BUILTIN_RERANKERS, changes["RERANKER"], RerankProvider)
-    allow = config.allow_private_networks or environ.get("KBCTL_ALLOW_PRIVATE_NETWORKS", "").strip().lower() in (
-        "1",
-        "true",
-    )
+    allow = config.allow_private_networks or env_allows_private(environ)
+    networks = tuple(dict.fromkeys((*config.allow_networks, *env_networks(environ))))
     embedding = config.embedding.model_copy(update={"providers": providers})
     rerank = config.rerank.model_copy(update={"providers": rerankers})
-    return config.model_copy(update={"embedding": embedding, "rerank": rerank, "allow_private_networks": allow})
+    return config.model_copy(
+        update={"embedding": embedding, "rerank": rerank, "allow_private_networks": allow, "allow_networks": networks}
+    )
 
 
 def load_config(path: Path) -> ConfigFile:
@@ -185,10 +368,10 @@ def load_config(path: Path) -> ConfigFile:
     try:
         data = YAML(typ="safe", pure=True).load(path.read_text()) or {}
     except (OSError, YAMLError) as exc:
-        raise KbctlError(f"{path}: cannot read the configuration: {str(exc).splitlines()[0]}") from exc
+        raise KbctlError(f"{path}: cannot read the configuration: {redact(str(exc).splitlines()[0])}") from exc
     try:
         return ConfigFile.model_validate(data)
     except ValidationError as exc:
         err = exc.errors()[0]
         where = ".".join(str(p) for p in err["loc"])
-        raise KbctlError(f"{path}: {where}: {err['msg']}") from exc
+        raise KbctlError(f"{path}: {where}: {redact(err['msg'])}") from exc

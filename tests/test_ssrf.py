@@ -12,18 +12,21 @@ from pathlib import Path
 import httpx
 import pytest
 
-from kbctl.errors import SourceError
+from kbctl.errors import KbctlError, SourceError
 from kbctl.sources._guard import Guard, check_ip, guarded_transport
 from kbctl.sources.url import FetchPolicy, FetchRequest, FetchResult, fetch_urls
 from tests.support.httpserver import HTTPTestServer, loopback_only, serve
 
 HINT = "; set KBCTL_ALLOW_PRIVATE_NETWORKS=1 to allow private networks"
+# Link-local and cloud metadata addresses: KBCTL_ALLOW_PRIVATE_NETWORKS=1 does not open them, so it is not the hint.
+EXACT_HINT = "; link-local and cloud metadata addresses are allowed only by exact address in KBCTL_ALLOW_NETWORKS"
 
 
 @pytest.fixture(autouse=True)
 def connections(monkeypatch: pytest.MonkeyPatch) -> list[tuple[str, int]]:
     """Log of TCP connects; any connect to a non-loopback address fails the test instead of leaving the machine."""
     monkeypatch.delenv("KBCTL_ALLOW_PRIVATE_NETWORKS", raising=False)
+    monkeypatch.delenv("KBCTL_ALLOW_NETWORKS", raising=False)
     return loopback_only(monkeypatch)
 
 
@@ -95,9 +98,9 @@ def test_loopback_urls_are_refused_before_connecting(
         ("http://172.16.5.4/", "refused to connect to 172.16.5.4 (private address)" + HINT),
         (
             "http://169.254.169.254/latest/meta-data/",
-            "refused to connect to 169.254.169.254 (link-local address)" + HINT,
+            "refused to connect to 169.254.169.254 (link-local address)" + EXACT_HINT,
         ),
-        ("http://[fe80::1]/", "refused to connect to fe80::1 (link-local address)" + HINT),
+        ("http://[fe80::1]/", "refused to connect to fe80::1 (link-local address)" + EXACT_HINT),
         ("http://[fd00::1]/", "refused to connect to fd00::1 (private address)" + HINT),
         ("http://100.64.1.1/", "refused to connect to 100.64.1.1 (shared address space)" + HINT),
         ("http://0.0.0.0/", "refused to connect to 0.0.0.0 (unspecified address)" + HINT),
@@ -129,7 +132,7 @@ def test_host_names_resolving_to_forbidden_addresses_are_refused(connections: li
         "refused to connect to intranet.example.test (10.1.2.3, private address)" + HINT
     )
     assert refused(results["metadata.example.test"]) == (
-        "refused to connect to metadata.example.test (169.254.169.254, link-local address)" + HINT
+        "refused to connect to metadata.example.test (169.254.169.254, link-local address)" + EXACT_HINT
     )
     assert refused(results["mixed.example.test"]) == (
         "refused to connect to mixed.example.test (127.0.0.1, loopback address)" + HINT
@@ -155,7 +158,7 @@ def test_redirect_to_loopback_is_refused(connections: list[tuple[str, int]]) -> 
         )
         assert refused(results["/meta"]) == (
             "redirected to http://169.254.169.254/latest/meta-data/: "
-            "refused to connect to 169.254.169.254 (link-local address)" + HINT
+            "refused to connect to 169.254.169.254 (link-local address)" + EXACT_HINT
         )
         assert refused(results["/scheme"]) == (
             "redirected to file:/etc/passwd: unsupported URL scheme 'file' (only http and https URLs are fetched)"
@@ -202,6 +205,168 @@ def test_environment_variable_allows_private_networks(srv: HTTPTestServer, monke
     monkeypatch.setenv("KBCTL_ALLOW_PRIVATE_NETWORKS", "1")
     outcome = fetch_one(srv.url("/"), FetchPolicy.from_env(retries=0))
     assert isinstance(outcome, FetchResult) and srv.hits["/"] == 1
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Allowances: networks, addresses and host names; link-local and cloud metadata only by exact address
+# ---------------------------------------------------------------------------------------------------------
+
+METADATA_URLS = {
+    "http://169.254.169.254/latest/meta-data/": "169.254.169.254 (link-local address)",
+    "http://169.254.170.2/v2/credentials": "169.254.170.2 (link-local address)",
+    "http://[fe80::1]/": "fe80::1 (link-local address)",
+    "http://[fd00:ec2::254]/latest/meta-data/": "fd00:ec2::254 (private address)",
+    "http://100.100.100.200/latest/meta-data/": "100.100.100.200 (shared address space)",
+    "http://[::ffff:169.254.169.254]/": "::ffff:169.254.169.254 (IPv4-mapped link-local address 169.254.169.254)",
+    "http://[64:ff9b::a9fe:a9fe]/": "64:ff9b::a9fe:a9fe (NAT64 link-local address 169.254.169.254)",
+}
+
+
+def test_allow_private_no_longer_opens_link_local_or_metadata(
+    connections: list[tuple[str, int]], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """allow_private (KBCTL_ALLOW_PRIVATE_NETWORKS=1) keeps refusing link-local and cloud metadata addresses, by
+    IP literal or by a host name resolving to one, with a hint that names the only way to open them."""
+    monkeypatch.setenv("KBCTL_ALLOW_PRIVATE_NETWORKS", "1")
+    table = {"metadata.google.internal": ["169.254.169.254"], "imds6.example.test": ["fd00:ec2::254"]}
+    for policy in (guarded(allow_private=True, resolver=lambda h, p: table[h]), FetchPolicy.from_env(retries=0)):
+        assert policy.allow_private is True
+        results = fetch_urls([FetchRequest(url, url) for url in METADATA_URLS], policy)
+        for url, who in METADATA_URLS.items():
+            assert refused(results[url]) == f"refused to connect to {who}" + EXACT_HINT
+    by_name = fetch_urls(
+        [FetchRequest(h, f"http://{h}/") for h in table], guarded(allow_private=True, resolver=lambda h, p: table[h])
+    )
+    assert refused(by_name["metadata.google.internal"]) == (
+        "refused to connect to metadata.google.internal (169.254.169.254, link-local address)" + EXACT_HINT
+    )
+    assert refused(by_name["imds6.example.test"]) == (
+        "refused to connect to imds6.example.test (fd00:ec2::254, private address)" + EXACT_HINT
+    )
+    assert connections == []
+
+
+def test_networks_and_host_names_never_open_link_local_or_metadata(connections: list[tuple[str, int]]) -> None:
+    """A CIDR covering them (even everything) or an allowed host name resolving to them does not open them."""
+    table = {"wiki.internal": ["169.254.169.254"]}
+    policy = guarded(
+        allowed_networks=("0.0.0.0/0", "::/0", "169.254.0.0/16", "fe80::/10", "100.64.0.0/10", "wiki.internal"),
+        resolver=lambda host, port: table[host],
+    )
+    results = fetch_urls([FetchRequest(url, url) for url in METADATA_URLS], policy)
+    for url, who in METADATA_URLS.items():
+        assert refused(results[url]) == f"refused to connect to {who}" + EXACT_HINT
+    assert refused(fetch_one("http://wiki.internal/", policy)) == (
+        "refused to connect to wiki.internal (169.254.169.254, link-local address)" + EXACT_HINT
+    )
+    assert connections == []
+
+
+@pytest.mark.parametrize(
+    ("allowed", "host", "ip", "port", "opened"),
+    [
+        # exact addresses open even link-local and metadata, on any port, in any form that carries them
+        (("169.254.169.254",), "169.254.169.254", "169.254.169.254", 80, True),
+        (("169.254.169.254/32",), "169.254.169.254", "169.254.169.254", 8080, True),
+        (("169.254.169.254",), "metadata.google.internal", "169.254.169.254", 80, True),
+        (("169.254.169.254",), "::ffff:169.254.169.254", "::ffff:169.254.169.254", 80, True),
+        (("169.254.169.254",), "169.254.169.253", "169.254.169.253", 80, False),
+        (("169.254.169.254",), "169.254.170.2", "169.254.170.2", 80, False),
+        (("fd00:ec2::254",), "fd00:ec2::254", "fd00:ec2::254", 80, True),
+        (("[fd00:ec2::254]",), "fd00:ec2::254", "fd00:ec2::254", 80, True),
+        (("fd00::/8",), "fd00:ec2::254", "fd00:ec2::254", 80, False),
+        (("fd00::/8",), "fd00::1", "fd00::1", 80, True),
+        (("100.100.100.200",), "100.100.100.200", "100.100.100.200", 80, True),
+        (("100.64.0.0/10",), "100.100.100.200", "100.100.100.200", 80, False),
+        (("100.64.0.0/10",), "100.64.1.1", "100.64.1.1", 80, True),
+        (("fe80::1",), "fe80::1", "fe80::1%eth0", 80, True),
+        (("fe80::/10",), "fe80::1", "fe80::1%eth0", 80, False),
+        # networks
+        (("10.0.0.0/8",), "10.20.30.40", "10.20.30.40", 443, True),
+        (("10.0.0.0/8",), "10.20.30.40", "::ffff:10.20.30.40", 443, True),
+        (("10.0.0.0/8",), "192.168.1.5", "192.168.1.5", 443, False),
+        (("10.0.0.1/8",), "10.9.9.9", "10.9.9.9", 80, True),  # host bits ignored
+        (("192.168.1.5",), "192.168.1.5", "192.168.1.5", 8443, True),
+        (("192.168.1.5",), "192.168.1.6", "192.168.1.6", 80, False),
+        (("fd12::/16",), "fd12::7", "fd12::7", 80, True),
+        # host names: whatever the name resolves to, except link-local and metadata; only that name
+        (("wiki.internal",), "wiki.internal", "10.1.2.3", 80, True),
+        (("wiki.internal",), "WIKI.internal.", "10.1.2.3", 80, True),
+        (("Wiki.Internal.",), "wiki.internal", "fd12::7", 80, True),
+        (("wiki.internal",), "docs.wiki.internal", "10.1.2.3", 80, False),
+        (("wiki.internal",), "10.1.2.3", "10.1.2.3", 80, False),
+        (("wiki.internal",), "wiki.internal", "fe80::1", 80, False),
+        (("wiki.internal",), "wiki.internal", "100.100.100.200", 80, False),
+        ((), "wiki.internal", "10.1.2.3", 80, False),
+    ],
+)
+def test_allowed_networks(allowed: tuple[str, ...], host: str, ip: str, port: int, opened: bool) -> None:
+    """Which allowance opens which address (checked by the guard's decision, without any connection)."""
+    refusal = Guard(allowed_networks=allowed).refusal(host, ip, port)
+    assert (refusal is None) is opened, refusal
+    if not opened:
+        assert refusal is not None and refusal.startswith(f"refused to connect to {host} (")
+
+
+def test_public_addresses_need_no_allowance() -> None:
+    """An allowance only adds: public addresses stay reachable whatever is listed."""
+    assert Guard(allowed_networks=("10.0.0.0/8",)).refusal("example.com", "93.184.216.34", 443) is None
+
+
+def test_allowed_networks_reach_the_loopback_server(srv: HTTPTestServer, connections: list[tuple[str, int]]) -> None:
+    """A CIDR, an exact address and a host name each open the loopback test server, and only what they name."""
+    table = {"wiki.internal": ["127.0.0.1"], "other.internal": ["127.0.0.1"]}
+    for allowed in (("127.0.0.0/8",), ("127.0.0.1",), ("wiki.internal",)):
+        policy = guarded(allowed_networks=allowed, resolver=lambda host, port: table[host])
+        outcome = fetch_one(f"http://wiki.internal:{srv.port}/", policy)
+        assert isinstance(outcome, FetchResult) and outcome.document is not None
+        assert outcome.document.text == "loopback secret"
+    policy = guarded(allowed_networks=("wiki.internal", "10.0.0.0/8"), resolver=lambda host, port: table[host])
+    assert refused(fetch_one(f"http://other.internal:{srv.port}/", policy)) == (
+        "refused to connect to other.internal (127.0.0.1, loopback address)" + HINT
+    )
+    assert refused(fetch_one(srv.url("/"), policy)) == "refused to connect to 127.0.0.1 (loopback address)" + HINT
+    assert srv.hits["/"] == 3
+    assert set(connections) == {("127.0.0.1", srv.port)}
+
+
+def test_allowed_host_redirecting_elsewhere_is_refused(connections: list[tuple[str, int]]) -> None:
+    """A host name allowance is for that name only: its redirect to another private host is refused."""
+    with serve() as wiki, serve() as other:
+        other.route("/", body="not allowed", content_type="text/plain")
+        wiki.redirect("/go", f"http://admin.internal:{other.port}/")
+        table = {"wiki.internal": ["127.0.0.1"], "admin.internal": ["127.0.0.1"]}
+        policy = guarded(allowed_networks=("wiki.internal",), resolver=lambda host, port: table[host])
+        assert refused(fetch_one(f"http://wiki.internal:{wiki.port}/go", policy)) == (
+            f"redirected to http://admin.internal:{other.port}/: "
+            "refused to connect to admin.internal (127.0.0.1, loopback address)" + HINT
+        )
+        assert other.total_hits == 0 and connections == [("127.0.0.1", wiki.port)]
+
+
+def test_environment_variable_allows_networks(srv: HTTPTestServer, monkeypatch: pytest.MonkeyPatch) -> None:
+    """FetchPolicy.from_env() reads KBCTL_ALLOW_NETWORKS (commas or spaces), normalized; a bad entry is an error."""
+    monkeypatch.setenv("KBCTL_ALLOW_NETWORKS", " 10.0.0.1/8, 192.168.1.5  Wiki.Internal.,127.0.0.1 ")
+    policy = FetchPolicy.from_env(retries=0)
+    assert policy.allowed_networks == ("10.0.0.0/8", "192.168.1.5", "wiki.internal", "127.0.0.1")
+    assert policy.allow_private is False
+    outcome = fetch_one(srv.url("/"), policy)
+    assert isinstance(outcome, FetchResult) and srv.hits["/"] == 1
+    assert refused(fetch_one("http://169.254.169.254/", policy)).endswith(EXACT_HINT)
+    monkeypatch.setenv("KBCTL_ALLOW_NETWORKS", "10.0.0.0/8,not/a/network")
+    with pytest.raises(KbctlError, match=r"^KBCTL_ALLOW_NETWORKS: 'not/a/network' is not an IP address"):
+        FetchPolicy.from_env()
+
+
+@pytest.mark.parametrize("entry", ["10.0.0.0/33", "wiki internal", "*.internal", "http://wiki.internal", "10.1", "-x"])
+def test_invalid_allowed_networks_are_value_errors(entry: str) -> None:
+    """The Python API refuses an entry that is not an address, a network or a host name, and a bare string."""
+    with pytest.raises(ValueError, match="is not an IP address, a network"):
+        FetchPolicy(allowed_networks=(entry,))
+    with pytest.raises(ValueError, match="is not an IP address, a network"):
+        Guard(allowed_networks=(entry,))
+    with pytest.raises(ValueError, match="not one string"):
+        FetchPolicy(allowed_networks="10.0.0.0/8")  # type: ignore[arg-type]
 
 
 @pytest.mark.parametrize(

@@ -5,6 +5,17 @@ refuses the whole host if ANY of its addresses is forbidden (a name that mixes p
 is a DNS-rebinding trick, not a misconfiguration to work around), then connects to the checked IP itself.
 httpcore still uses the URL's hostname for the Host header, TLS SNI and certificate verification, because
 only the socket's destination changes; there is no second lookup an attacker's DNS could answer differently.
+
+What an operator may open, from the narrowest to the widest (`Guard.refusal` decides):
+- exact (address, port) pairs (`allowed_addresses`, the Python API) and exact addresses (`allowed_networks`
+  entries such as `192.168.1.5`, `169.254.169.254` or `10.0.0.7/32`): any kind of address, on any port for the
+  latter;
+- networks in CIDR form (`10.0.0.0/8`) and host names (`wiki.internal`: whatever addresses it resolves to);
+- every private, loopback, shared, unspecified, multicast and reserved address (`allow_private`,
+  `KBCTL_ALLOW_PRIVATE_NETWORKS=1`).
+Link-local addresses (169.254.0.0/16, fe80::/10) and cloud metadata addresses (169.254.169.254, fd00:ec2::254,
+100.100.100.200), in any IPv6 form that carries them, are opened only by the first kind: by exact address, never
+by a network, a host name or `allow_private`.
 """
 
 from __future__ import annotations
@@ -17,15 +28,18 @@ import os
 import socket
 import ssl
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import httpcore
 import httpx
 
 from kbctl.errors import SourceError
+from kbctl.userconfig import ALLOW_NETWORKS_ENV, ALLOW_PRIVATE_ENV, network_entry
 
 __all__ = [
     "ALLOW_ENV",
+    "METADATA_ADDRESSES",
+    "NETWORKS_ENV",
     "Guard",
     "GuardedBackend",
     "Resolver",
@@ -33,8 +47,10 @@ __all__ = [
     "guarded_transport",
 ]
 
-ALLOW_ENV = "KBCTL_ALLOW_PRIVATE_NETWORKS"
+ALLOW_ENV = ALLOW_PRIVATE_ENV
+NETWORKS_ENV = ALLOW_NETWORKS_ENV
 _HINT = f"set {ALLOW_ENV}=1 to allow private networks"
+_EXACT_HINT = f"link-local and cloud metadata addresses are allowed only by exact address in {NETWORKS_ENV}"
 _SCHEMES = frozenset({"http", "https"})
 
 Resolver = Callable[[str, int], list[str]]
@@ -43,6 +59,10 @@ _IP = ipaddress.IPv4Address | ipaddress.IPv6Address
 _SHARED = ipaddress.IPv4Network("100.64.0.0/10")  # RFC 6598 carrier-grade NAT; neither private nor global
 _NAT64 = ipaddress.IPv6Network("64:ff9b::/96")  # RFC 6052 well-known prefix, IPv4 in the last 32 bits
 _COMPATIBLE = ipaddress.IPv6Network("::/96")  # deprecated IPv4-compatible form ::a.b.c.d
+# Instance metadata services: AWS/GCP/Azure/OCI/DigitalOcean..., AWS over IPv6, Alibaba Cloud.
+METADATA_ADDRESSES: frozenset[_IP] = frozenset(
+    ipaddress.ip_address(a) for a in ("169.254.169.254", "fd00:ec2::254", "100.100.100.200")
+)
 
 
 def _embedded_ipv4(ip: ipaddress.IPv6Address) -> tuple[str, ipaddress.IPv4Address] | None:
@@ -99,6 +119,21 @@ def _normalize(ip: str) -> str:
     return str(ipaddress.ip_address(ip))
 
 
+def _forms(ip: str) -> tuple[_IP, ...]:
+    """The address without its IPv6 zone, and the IPv4 address it carries (mapped, 6to4, NAT64...), if any."""
+    address = ipaddress.ip_address(ip.split("%", 1)[0])
+    if isinstance(address, ipaddress.IPv6Address):
+        embedded = _embedded_ipv4(address)
+        if embedded is not None:
+            return address, embedded[1]
+    return (address,)
+
+
+def _exact_only(forms: tuple[_IP, ...]) -> bool:
+    """Whether only an exact address may open this one: link-local or cloud metadata, in any of its forms."""
+    return any(a.is_link_local or a in METADATA_ADDRESSES for a in forms)
+
+
 def _ip_literal(host: str) -> str | None:
     try:
         return _normalize(host.strip("[]"))
@@ -112,26 +147,52 @@ def _default_port(scheme: str) -> int:
 
 @dataclass(frozen=True)
 class Guard:
-    """The SSRF policy: which (ip, port) pairs may be connected to, and how host names are resolved."""
+    """The SSRF policy: which addresses may be connected to, and how host names are resolved.
+
+    `allow_private` opens every non-public address except link-local and cloud metadata ones;
+    `allowed_networks` lists IP addresses, CIDR networks and host names (see `kbctl.userconfig.network_entry`;
+    a ValueError names a bad entry); `allowed_addresses` lists exact (ip, port) pairs. See the module's text.
+    """
 
     allow_private: bool = False
     allowed_addresses: frozenset[tuple[str, int]] = frozenset()
     resolver: Resolver | None = None
+    allowed_networks: tuple[str, ...] = ()
+    _exact: frozenset[_IP] = field(init=False, repr=False, compare=False, default=frozenset())
+    _networks: tuple[ipaddress.IPv4Network | ipaddress.IPv6Network, ...] = field(
+        init=False, repr=False, compare=False, default=()
+    )
+    _hosts: frozenset[str] = field(init=False, repr=False, compare=False, default=frozenset())
 
     def __post_init__(self) -> None:
         normalized = frozenset((_normalize(ip), port) for ip, port in self.allowed_addresses)
         object.__setattr__(self, "allowed_addresses", normalized)
+        entries = [network_entry(e) for e in self.allowed_networks]
+        object.__setattr__(self, "_exact", frozenset(e for e in entries if isinstance(e, _IP)))
+        object.__setattr__(
+            self, "_networks", tuple(e for e in entries if isinstance(e, ipaddress.IPv4Network | ipaddress.IPv6Network))
+        )
+        object.__setattr__(self, "_hosts", frozenset(e for e in entries if isinstance(e, str)))
+
+    def _opened(self, host: str, ip: str, port: int) -> bool:
+        """Whether an allowance opens the non-public address `ip` (resolved from `host`) on `port`."""
+        forms = _forms(ip)
+        if (ip, port) in self.allowed_addresses or any(a in self._exact for a in forms):
+            return True
+        if _exact_only(forms):
+            return False
+        if self.allow_private or any(a in n for a in forms for n in self._networks):
+            return True
+        return host.rstrip(".").lower() in self._hosts
 
     def refusal(self, host: str, ip: str, port: int) -> str | None:
         """The one-line refusal for connecting to `ip` (resolved from `host`) on `port`, or None if allowed."""
-        if self.allow_private:
-            return None
         ip = _normalize(ip)
-        kind = check_ip(ip)
-        if kind is None or (ip, port) in self.allowed_addresses:
+        kind = check_ip(ip)  # every link-local and cloud metadata address is non-public too
+        if kind is None or self._opened(host, ip, port):
             return None
         who = f"{host} ({kind})" if _ip_literal(host) == ip else f"{host} ({ip}, {kind})"
-        return f"refused to connect to {who}; {_HINT}"
+        return f"refused to connect to {who}; {_EXACT_HINT if _exact_only(_forms(ip)) else _HINT}"
 
     def check_url(self, url: httpx.URL) -> str | None:
         """Refuse a URL before any connection: a scheme other than http(s), or an IP literal that is forbidden."""

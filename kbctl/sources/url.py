@@ -43,8 +43,9 @@ from kbctl._http import (
 )
 from kbctl.errors import SourceError
 from kbctl.sources import Document
-from kbctl.sources._guard import ALLOW_ENV, Guard, guarded_transport
+from kbctl.sources._guard import Guard, guarded_transport
 from kbctl.sources.extract import extract_html
+from kbctl.userconfig import ConfigFile, env_allows_private, env_networks, network_entry
 
 __all__ = ["FetchPolicy", "FetchRequest", "FetchResult", "Validators", "fetch_urls"]
 
@@ -77,12 +78,23 @@ class FetchPolicy:
     max_retry_after: float = 30.0  # Retry-After is honoured up to this many seconds
     concurrency: int = 8  # overall
     per_host: int = 2  # per host name
-    allow_private: bool = False  # KBCTL_ALLOW_PRIVATE_NETWORKS=1 sets it (see from_env)
+    # Every non-public address except link-local and cloud metadata ones; KBCTL_ALLOW_PRIVATE_NETWORKS=1 sets it.
+    allow_private: bool = False
     allowed_addresses: frozenset[tuple[str, int]] = frozenset()  # exact (ip, port) pairs allowed even if private
     user_agent: str = field(default_factory=user_agent)
     resolver: Callable[[str, int], list[str]] | None = None  # host, port -> IPs; default getaddrinfo
+    # IP addresses, CIDR networks and host names allowed even if private (KBCTL_ALLOW_NETWORKS, allowNetworks);
+    # a network or a host name never opens a link-local or cloud metadata address, an exact address does.
+    allowed_networks: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
+        if isinstance(self.allowed_networks, str):
+            raise ValueError("FetchPolicy.allowed_networks must be a sequence of entries, not one string")
+        try:
+            networks = tuple(dict.fromkeys(str(network_entry(e)) for e in self.allowed_networks))
+        except ValueError as exc:
+            raise ValueError(f"FetchPolicy.allowed_networks: {exc}") from None
+        object.__setattr__(self, "allowed_networks", networks)
         for name in ("max_bytes", "concurrency", "per_host"):
             if getattr(self, name) < 1:
                 raise ValueError(f"FetchPolicy.{name} must be at least 1")
@@ -95,8 +107,25 @@ class FetchPolicy:
 
     @classmethod
     def from_env(cls, **overrides: Any) -> FetchPolicy:
-        """The default policy, with allow_private from KBCTL_ALLOW_PRIVATE_NETWORKS ("1"/"true"); overrides win."""
-        values: dict[str, Any] = {"allow_private": os.environ.get(ALLOW_ENV, "").strip().lower() in ("1", "true")}
+        """The default policy with the environment's allowances: allow_private from KBCTL_ALLOW_PRIVATE_NETWORKS
+        ("1"/"true"), allowed_networks from KBCTL_ALLOW_NETWORKS. Overrides win. KbctlError when
+        KBCTL_ALLOW_NETWORKS holds something that is not an IP address, a network or a host name."""
+        values: dict[str, Any] = {
+            "allow_private": env_allows_private(os.environ),
+            "allowed_networks": env_networks(os.environ),
+        }
+        values.update(overrides)
+        return cls(**values)
+
+    @classmethod
+    def from_config(cls, config: ConfigFile, **overrides: Any) -> FetchPolicy:
+        """`from_env` plus the allowances of kbctl's configuration (`Settings.config`): allowPrivateNetworks, and
+        allowNetworks added to KBCTL_ALLOW_NETWORKS's entries. Overrides win."""
+        env = cls.from_env()
+        values: dict[str, Any] = {
+            "allow_private": env.allow_private or config.allow_private_networks,
+            "allowed_networks": (*config.allow_networks, *env.allowed_networks),
+        }
         values.update(overrides)
         return cls(**values)
 
@@ -552,7 +581,10 @@ def _sent_validators(response: httpx.Response) -> bool:
 
 async def _fetch_all(requests: Sequence[FetchRequest], policy: FetchPolicy) -> dict[str, FetchResult | SourceError]:
     guard = Guard(
-        allow_private=policy.allow_private, allowed_addresses=policy.allowed_addresses, resolver=policy.resolver
+        allow_private=policy.allow_private,
+        allowed_addresses=policy.allowed_addresses,
+        resolver=policy.resolver,
+        allowed_networks=policy.allowed_networks,
     )
     limits = httpx.Limits(max_connections=policy.concurrency, max_keepalive_connections=policy.concurrency)
     timeout = httpx.Timeout(

@@ -22,6 +22,7 @@ from psycopg.types.json import Jsonb
 from kbctl.embedding import Vector
 from kbctl.errors import StoreError
 from kbctl.store.migrations import migrate
+from kbctl.userconfig import redact
 
 __all__ = [
     "GC_LOCK_KEY",
@@ -226,7 +227,9 @@ class Database:
             conn: psycopg.Connection[Any] = psycopg.connect(url, autocommit=True, connect_timeout=10)
         except psycopg.OperationalError as exc:
             reason = " ".join(line.strip() for line in str(exc).splitlines() if line.strip())
-            raise StoreError(f"cannot connect to PostgreSQL: {reason}") from exc
+            raise StoreError(f"cannot connect to PostgreSQL: {redact(reason)}") from exc
+        except psycopg.Error as exc:  # e.g. ProgrammingError for a malformed conninfo string
+            raise StoreError(f"invalid database URL ({redact(url)}): {redact(str(exc))}") from None
         try:
             migrate(conn)
         except pgerrors.FeatureNotSupported as exc:

@@ -13,7 +13,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from kbctl.errors import StoreError
+from kbctl.config import ensure_dir
+from kbctl.errors import KbctlError, StoreError
 
 __all__ = ["ServerStatus", "embedded_url", "server_status", "stop_server"]
 
@@ -39,8 +40,15 @@ class ServerStatus:
 
 
 def embedded_url(pgdata: Path) -> str:
-    """Start (or reuse) the embedded server in `pgdata` and return its socket connection URL."""
-    pgdata.parent.mkdir(parents=True, exist_ok=True)
+    """Start (or reuse) the embedded server in `pgdata` and return its socket connection URL.
+
+    A data directory that cannot be created or written (its home is a file, lies under /proc, or is read-only)
+    is a StoreError naming the folder and the reason, like every failure to start the server.
+    """
+    try:
+        ensure_dir(pgdata)
+    except KbctlError as exc:
+        raise StoreError(f"cannot start the embedded PostgreSQL: {exc} (set KBCTL_HOME to a writable folder)") from exc
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
