@@ -69,6 +69,8 @@ class FetchPolicy:
     """Limits and network rules for fetching URL sources."""
 
     max_bytes: int = 10 * _MiB  # cap on the decompressed body, enforced while streaming
+    max_html_bytes: int = 4 * _MiB  # an HTML body larger than this is not handed to the extractor
+    extract_timeout: float = 30.0  # seconds one page's text extraction may take
     connect_timeout: float = 10.0
     read_timeout: float = 30.0
     total_timeout: float = 60.0  # per URL, across retries and redirects
@@ -95,13 +97,13 @@ class FetchPolicy:
         except ValueError as exc:
             raise ValueError(f"FetchPolicy.allowed_networks: {exc}") from None
         object.__setattr__(self, "allowed_networks", networks)
-        for name in ("max_bytes", "concurrency", "per_host"):
+        for name in ("max_bytes", "max_html_bytes", "concurrency", "per_host"):
             if getattr(self, name) < 1:
                 raise ValueError(f"FetchPolicy.{name} must be at least 1")
         for name in ("max_redirects", "retries", "backoff_base", "max_retry_after"):
             if getattr(self, name) < 0:
                 raise ValueError(f"FetchPolicy.{name} must not be negative")
-        for name in ("connect_timeout", "read_timeout", "total_timeout"):
+        for name in ("connect_timeout", "read_timeout", "total_timeout", "extract_timeout"):
             if getattr(self, name) <= 0:
                 raise ValueError(f"FetchPolicy.{name} must be positive")
 
@@ -341,8 +343,8 @@ def _markdown_title(text: str) -> str | None:
     return match.group(1) if match else None
 
 
-def _to_document(data: bytes, media: str | None, charset: str | None, final_url: str) -> Document:
-    """Decode and extract one body; SourceError when it has no text or an unknown type."""
+def _to_document(data: bytes, media: str | None, charset: str | None, final_url: str, max_html: int) -> Document:
+    """Decode and extract one body; SourceError when it has no text, an unknown type, or HTML over `max_html`."""
     if not data.strip():
         raise SourceError("no text extracted")
     if media is None:
@@ -350,6 +352,10 @@ def _to_document(data: bytes, media: str | None, charset: str | None, final_url:
             raise SourceError("no content type, and the body does not look like HTML")
         media = "text/html"
     if media in _HTML_TYPES:
+        if len(data) > max_html:
+            raise SourceError(
+                f"HTML page of {len(data) / _MiB:.1f} MiB is over the {max_html / _MiB:g} MiB limit of text extraction"
+            )
         text, title = extract_html(_decode(data, charset, html=True), final_url)
     else:
         text = _decode(data, charset, html=False)
@@ -559,7 +565,18 @@ class _Fetcher:
             return FetchResult(request.key, request.url, hop.url, True, None, validators, None, 304)
         assert hop.body is not None
         loop = asyncio.get_running_loop()
-        document = await loop.run_in_executor(self._extractor, _to_document, hop.body, hop.media, hop.charset, hop.url)
+        work = loop.run_in_executor(
+            self._extractor, _to_document, hop.body, hop.media, hop.charset, hop.url, self._policy.max_html_bytes
+        )
+        try:
+            document = await asyncio.wait_for(work, timeout=self._policy.extract_timeout)
+        except TimeoutError:
+            # A thread cannot be stopped: leave it to finish on its own and extract the next pages on a new one.
+            self._extractor.shutdown(wait=False)
+            self._extractor = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="kbctl-extract")
+            raise SourceError(
+                f"extracting the text of the page took more than {self._policy.extract_timeout:g} s"
+            ) from None
         return FetchResult(
             request.key, request.url, hop.url, False, document, hop.validators, hop.content_type, hop.status
         )
