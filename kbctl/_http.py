@@ -22,6 +22,7 @@ from tenacity import RetryCallState, wait_exponential, wait_random
 
 from kbctl._version import __version__
 from kbctl.errors import KbctlError
+from kbctl.userconfig import redact
 
 __all__ = [
     "API_WORDING",
@@ -259,6 +260,7 @@ def transport_failure(
 ) -> Exception:
     """The exception to raise (from `exc`) when a request to `where` failed before a response: Retryable for
     timeouts and connection errors, else `error(message)` (TLS failures, and whatever would fail again)."""
+    where = redact(where)  # an endpoint may carry credentials in its URL: they never reach a message
     tls = tls_cause(exc) if isinstance(exc, httpx.ConnectError) else None
     if isinstance(tls, ssl.SSLCertVerificationError):
         return error(f"TLS certificate of {where} not accepted: {getattr(tls, 'verify_message', None) or tls}")
@@ -302,6 +304,7 @@ def check_response(
     response: httpx.Response, url: str, auth: BearerAuth | None, error: type[KbctlError], *, what: str, model: str
 ) -> httpx.Response:
     """`response` when it is a success; else raise Retryable (429, 5xx) or `error` naming the endpoint."""
+    url = redact(url)
     status = response.status_code
     if 200 <= status < 300:
         return response

@@ -31,6 +31,7 @@ from kbctl._http import (
 )
 from kbctl.embedding import Purpose, Vector
 from kbctl.errors import EmbeddingError
+from kbctl.userconfig import redact
 
 __all__ = ["CHARS_PER_TOKEN", "HttpEmbedder", "HttpEmbeddingConfig", "estimate_tokens"]
 
@@ -71,9 +72,9 @@ class HttpEmbeddingConfig:
         try:
             url = httpx.URL(self.base_url)
         except httpx.InvalidURL as exc:
-            raise ValueError(f"base_url {self.base_url!r} is not a valid URL: {exc}") from exc
+            raise ValueError(f"base_url {redact(self.base_url)!r} is not a valid URL: {exc}") from exc
         if url.scheme not in ("http", "https") or not url.host:
-            raise ValueError(f"base_url {self.base_url!r} must be an http:// or https:// URL")
+            raise ValueError(f"base_url {redact(self.base_url)!r} must be an http:// or https:// URL")
         if url.userinfo or url.query or url.fragment:
             raise ValueError("base_url must not hold credentials, a query or a fragment (the key goes in api_key_env)")
         for name in ("model", "model_id"):
