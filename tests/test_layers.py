@@ -80,4 +80,3 @@ def test_public_api_is_complete_sorted_and_importable() -> None:
     assert {"KnowledgeBaseStore", "QueryResult", "KbctlError", "load_manifests"} <= set(kbctl.__all__)
     missing = [n for n in kbctl.__all__ if n not in dir(kbctl)]
     assert not missing
-

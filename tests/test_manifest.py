@@ -420,6 +420,15 @@ def test_missing_top_level_fields_are_reported_at_the_document_start() -> None:
     ]
 
 
+def test_a_mapping_without_api_version_and_kind_is_not_read_further() -> None:
+    """Without apiVersion and kind a document is no KnowledgeBase: only those two are reported, so the
+    keys of some other file (a symlink to a password file) are never echoed."""
+    assert problems_of("\nroot:$6$hash:19000:0:99999:7:::\nmetadata: {name: x}\n") == [
+        "kb.yaml:2: apiVersion: required field is missing",
+        "kb.yaml:2: kind: required field is missing",
+    ]
+
+
 def test_unknown_field_suggests_the_closest_allowed_name() -> None:
     """An unknown key is reported at its own line, with a "did you mean" hint when one is close."""
     assert spec_problems("sources: [{name: a, text: x}]\nchunking:\n  maxChar: 500\n") == [
@@ -537,6 +546,26 @@ def test_json_files_are_manifests_too() -> None:
     document["spec"] = {"sources": [{"name": "a", "url": "https://x.org"}], "retrieval": {"topK": "3"}}
     Path("kb.json").write_text(json.dumps(document, indent=2), encoding="utf-8")
     assert load_problems("kb.json") == ["kb.json:15: spec.retrieval.topK: must be an integer"]
+
+
+def test_json_escaped_surrogate_pairs_are_one_character() -> None:
+    """JSON writers escape an emoji as a surrogate pair ("\\ud83d\\ude00"): read as the one character it is."""
+    document = {"apiVersion": API_VERSION, "kind": KIND, "metadata": {"name": "j"}}
+    document["spec"] = {"sources": [{"name": "a", "text": "smile \U0001f600"}]}
+    Path("kb.json").write_text(json.dumps(document), encoding="utf-8")
+    assert "\\ud83d\\ude00" in Path("kb.json").read_text(encoding="utf-8")
+    (loaded,) = load_manifests(["kb.json"])
+    assert loaded.kb.spec.sources[0].text == "smile \U0001f600"
+
+
+def test_recursive_directories_are_walked_in_place_however_deep() -> None:
+    """Subdirectories are read where they sort, however deep (walked with a stack, not recursion)."""
+    write(Path.cwd(), "kb/a.yaml", manifest(name="a"))
+    write(Path.cwd(), "kb/b/one.yaml", manifest(name="b"))
+    write(Path.cwd(), "kb/c.yaml", manifest(name="c"))
+    deep = Path("kb", "d", *(["x"] * 300))
+    write(Path.cwd(), str(deep / "deep.yaml"), manifest(name="deep"))
+    assert [m.kb.name for m in load_manifests(["kb"], recursive=True)] == ["a", "b", "c", "deep"]
 
 
 def test_directory_loads_manifest_files_sorted_without_subdirectories() -> None:

@@ -40,7 +40,17 @@ from kbctl.errors import BeirError, KbctlError, ManifestProblem
 from kbctl.eval.evalset import EvalQuery, EvalSet
 from kbctl.eval.stores import ImportStore
 from kbctl.manifest import API_VERSION, KIND, KnowledgeBase, Metadata, Retrieval, Source, Spec
-from kbctl.manifest._field_checks import DNS_LABEL, NAME_MAX, check_name
+from kbctl.manifest._bounds import (
+    MAX_DEPTH,
+    MAX_FILE_BYTES,
+    UnreadableFile,
+    format_size,
+    nesting_depth,
+    open_regular,
+    too_deep_message,
+    too_large_message,
+)
+from kbctl.manifest._field_checks import DNS_LABEL, NAME_MAX, check_name, check_text
 
 __all__ = [
     "CORPUS_FILE",
@@ -68,6 +78,11 @@ DEFAULT_SPLIT: Final = "test"
 QRELS_HEADER: Final = "query-id"
 HASH_DIGITS: Final = 8
 FALLBACK_NAME: Final = "doc"
+MAX_LINE_BYTES: Final = MAX_FILE_BYTES
+"""Longest line of a BEIR file: one document, which becomes one inline source (as large as a manifest may be)."""
+MAX_BEIR_FILE_BYTES: Final = 4 << 30
+"""Largest BEIR file read (every document is held in memory): the public datasets up to NQ and HotpotQA
+fit; FEVER-sized corpora do not, and would not fit in memory here either."""
 
 RANKING_RETRIEVAL: Final = Retrieval(top_k=10, similarity_threshold=-1.0, max_context_tokens=100_000)
 """Retrieval settings that measure ranking rather than cut-offs: every candidate passes the threshold
@@ -121,21 +136,25 @@ class _Line:
 
 
 def _open(path: Path) -> BinaryIO:
+    """A regular file (symlinks followed) of at most MAX_BEIR_FILE_BYTES, opened for reading."""
     try:
-        return path.open("rb")
-    except FileNotFoundError:
-        raise _Line(path).problem("no such file or directory") from None
-    except IsADirectoryError:
-        raise _Line(path).problem("is a directory, expected a file") from None
-    except OSError as error:
-        raise _Line(path).problem(f"cannot read: {error.strerror or error}") from None
+        return open_regular(path, MAX_BEIR_FILE_BYTES)
+    except UnreadableFile as error:
+        raise _Line(path).problem(str(error)) from None
 
 
 def _lines(path: Path) -> Iterator[tuple[_Line, str]]:
     """Each non-blank line of a UTF-8 file (a leading BOM dropped), without its line break."""
     with _open(path) as handle:
-        for number, raw in enumerate(handle, start=1):
+        number, total = 0, 0
+        while raw := handle.readline(MAX_LINE_BYTES + 1):
+            number += 1
             where = _Line(path, number)
+            total += len(raw)
+            if len(raw) > MAX_LINE_BYTES and not raw.endswith(b"\n"):
+                raise where.problem(f"line too long: more than {format_size(MAX_LINE_BYTES)}")
+            if total > MAX_BEIR_FILE_BYTES:  # it grew since it was opened
+                raise where.problem(too_large_message(MAX_BEIR_FILE_BYTES))
             try:
                 line = raw.decode("utf-8-sig" if number == 1 else "utf-8")
             except UnicodeDecodeError:
@@ -151,6 +170,10 @@ def _json_objects(path: Path) -> Iterator[tuple[_Line, dict[str, Any]]]:
             data = json.loads(line)
         except ValueError as error:
             raise where.problem(f"invalid JSON: {getattr(error, 'msg', error)}") from None
+        except RecursionError:
+            raise where.problem(too_deep_message()) from None
+        if nesting_depth(data) > MAX_DEPTH:
+            raise where.problem(too_deep_message())
         if not isinstance(data, dict):
             raise where.problem("expected a JSON object")
         yield where, data
@@ -169,7 +192,10 @@ def _string(data: dict[str, Any], key: str, where: _Line, *, required: bool = Tr
         raise where.problem(f"expected a string, got {type(value).__name__}", key)
     if not blank and not value.strip():
         raise where.problem("must not be empty", key)
-    return value
+    try:
+        return check_text(value)  # no NUL or lone surrogate: it becomes a source, a name or a question
+    except ValueError as error:
+        raise where.problem(str(error), key) from None
 
 
 def _read_corpus(path: Path) -> list[BeirDocument]:
@@ -234,10 +260,11 @@ def _qrels_path(folder: Path, split: str) -> Path:
     if not _SPLIT_NAME.fullmatch(split):
         raise KbctlError(f"invalid split {split!r}: letters, digits, '-', '_' and '.', e.g. test or dev")
     path = folder / QRELS_DIR / f"{split}.tsv"
-    if not path.is_file():
+    if not path.exists():
         available = sorted(p.stem for p in (folder / QRELS_DIR).glob("*.tsv"))
         hint = f" (splits here: {', '.join(available)})" if available else ""
         raise _Line(path).problem(f"no such file or directory{hint}")
+    _open(path).close()  # a directory, a device or a FIFO fails now, not after a large corpus is read
     return path
 
 

@@ -27,6 +27,15 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from pydantic.alias_generators import to_camel
 
 from kbctl.errors import EvalSetError, ManifestProblem
+from kbctl.manifest._bounds import (
+    MAX_DEPTH,
+    MAX_FILE_BYTES,
+    UnreadableFile,
+    nesting_depth,
+    read_bounded_stream,
+    read_bounded_text,
+    too_deep_message,
+)
 from kbctl.manifest._problems import problems_from
 from kbctl.manifest._yaml_lines import Document, SyntaxProblem, load_documents, locate
 
@@ -42,6 +51,7 @@ __all__ = [
 
 STDIN_PATH: Final = "<stdin>"
 JSONL_SUFFIXES: Final = (".jsonl", ".ndjson")
+_TOP_LEVEL_KEYS: Final = ("queries", "knowledgeBase", "knowledge_base")
 
 
 class HitLike(Protocol):
@@ -117,20 +127,13 @@ class EvalSet(_Model):
 
 
 def _read(path: str, stdin: TextIO | None) -> str:
-    if path == "-":
-        return (stdin if stdin is not None else sys.stdin).read()
+    """The text of an eval set file (a regular file of at most MAX_FILE_BYTES) or of stdin for "-"."""
     try:
-        with open(path, encoding="utf-8-sig") as handle:
-            return handle.read()
-    except FileNotFoundError:
-        message = "no such file or directory"
-    except IsADirectoryError:
-        message = "is a directory, expected an eval set file"
-    except UnicodeDecodeError:
-        message = "cannot read: not valid UTF-8"
-    except OSError as error:
-        message = f"cannot read: {error.strerror or error}"
-    raise EvalSetError([ManifestProblem(path, None, "", message)])
+        if path == "-":
+            return read_bounded_stream(stdin if stdin is not None else sys.stdin, MAX_FILE_BYTES)
+        return read_bounded_text(path, MAX_FILE_BYTES, expected="an eval set file")
+    except UnreadableFile as error:
+        raise EvalSetError([ManifestProblem(STDIN_PATH if path == "-" else path, None, "", str(error))]) from None
 
 
 def load_evalset(path: str, *, stdin: TextIO | None = None) -> EvalSet:
@@ -146,7 +149,7 @@ def _looks_like_jsonl(text: str) -> bool:
     first = next((line for line in text.splitlines() if line.strip()), "")
     try:
         data = json.loads(first)
-    except ValueError:
+    except (ValueError, RecursionError):
         return False
     return isinstance(data, dict) and "question" in data
 
@@ -159,7 +162,7 @@ def parse_evalset(text: str, path: str = "<evalset>", *, jsonl: bool | None = No
 
 
 def _parse_yaml(text: str, path: str) -> EvalSet:
-    documents = list(load_documents(text.removeprefix("\ufeff")))
+    documents = list(load_documents(text.removeprefix("\ufeff"), known_keys=_TOP_LEVEL_KEYS))
     if not documents:
         raise EvalSetError([ManifestProblem(path, None, "", "no eval set found (the file is empty)")])
     if len(documents) > 1:
@@ -169,7 +172,8 @@ def _parse_yaml(text: str, path: str) -> EvalSet:
     document = documents[0]
     if isinstance(document, SyntaxProblem):
         raise EvalSetError([ManifestProblem(path, document.line, "", document.message)])
-    if not isinstance(document.data, dict):
+    if not isinstance(document.data, dict) or not any(key in document.data for key in _TOP_LEVEL_KEYS):
+        # Also a mapping of other keys: naming them could echo a file that is no eval set (a password file).
         message = "expected a mapping with queries (and optionally knowledgeBase)"
         raise EvalSetError([ManifestProblem(path, document.line, "", message)])
     try:
@@ -210,6 +214,12 @@ def _parse_jsonl(text: str, path: str) -> EvalSet:
             data = json.loads(line)
         except ValueError as error:
             problems.append(ManifestProblem(path, number, "", f"invalid JSON: {getattr(error, 'msg', error)}"))
+            continue
+        except RecursionError:
+            problems.append(ManifestProblem(path, number, "", too_deep_message()))
+            continue
+        if nesting_depth(data) > MAX_DEPTH:
+            problems.append(ManifestProblem(path, number, "", too_deep_message()))
             continue
         if not isinstance(data, dict):
             problems.append(ManifestProblem(path, number, "", "expected a JSON object (one query per line)"))

@@ -13,6 +13,7 @@ __all__ = [
     "check_label_key",
     "check_label_value",
     "check_name",
+    "check_text",
     "check_url",
 ]
 
@@ -21,7 +22,24 @@ SOURCE_NAME: Final = r"^[a-z0-9]([-a-z0-9_.]*[a-z0-9])?$"
 _LABEL_NAME = r"^[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$"
 _DNS_SUBDOMAIN = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$"
 NAME_MAX: Final = 63
+_NUL = re.compile("\x00")
+_SURROGATE = re.compile("[\ud800-\udfff]")
 _LABEL_CHARS = "letters, digits, '-', '_' and '.', starting and ending with a letter or digit"
+
+
+def check_text(value: str) -> str:
+    """Refuse what no manifest string may hold: NUL (PostgreSQL text cannot store it) and lone surrogates
+    (half a UTF-16 pair, from an escape such as "\\ud800": not Unicode text, cannot be encoded as UTF-8)."""
+    nul = _NUL.search(value)
+    if nul is not None:
+        raise ValueError(f"must not contain a NUL character (\\0), found at character {nul.start() + 1}")
+    surrogate = _SURROGATE.search(value)
+    if surrogate is not None:
+        code = f"U+{ord(surrogate.group()):04X}"
+        raise ValueError(
+            f"must not contain a lone surrogate ({code}, not valid Unicode), found at character {surrogate.start() + 1}"
+        )
+    return value
 
 
 def check_name(value: str, pattern: str, charset: str) -> str:

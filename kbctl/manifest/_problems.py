@@ -91,8 +91,9 @@ def _render(parts: Sequence[tuple[str, str | int]]) -> str:
     for kind, value in parts:
         if kind == "index":
             text += f"[{value}]"
-        elif kind == "key":
-            text += f"[{json.dumps(value, ensure_ascii=False)}]"
+        elif kind == "key" or not str(value).isprintable():
+            # A key with control or invisible characters (or half a surrogate pair) is escaped, never printed raw.
+            text += f"[{json.dumps(value, ensure_ascii=not str(value).isprintable())}]"
         else:
             text += f".{value}" if text else str(value)
     return text

@@ -3,16 +3,40 @@
 from __future__ import annotations
 
 import re
-from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import dataclass
-from typing import Any
+from collections.abc import Collection, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Final
 
 from ruamel.yaml import YAML
 from ruamel.yaml.comments import CommentedMap, CommentedSeq, TaggedScalar
+from ruamel.yaml.composer import Composer
+from ruamel.yaml.constructor import DuplicateKeyError
 from ruamel.yaml.error import MarkedYAMLError, YAMLError
+from ruamel.yaml.events import AliasEvent
+from ruamel.yaml.nodes import MappingNode, ScalarNode
+from ruamel.yaml.reader import ReaderError
 from ruamel.yaml.scalarbool import ScalarBoolean
 
-__all__ = ["Document", "SyntaxProblem", "load_documents", "locate", "split_documents", "to_plain"]
+from kbctl.manifest._bounds import MAX_DEPTH, too_deep_message
+
+__all__ = [
+    "MAX_DOCUMENTS",
+    "MAX_NODES",
+    "Document",
+    "SyntaxProblem",
+    "load_documents",
+    "locate",
+    "split_documents",
+    "to_plain",
+]
+
+MAX_NODES: Final = 100_000
+"""Most YAML nodes one file may hold, an alias counting as every node it repeats. A manifest of 8 MiB
+with ~7,500 one-page sources has ~55,000 (7 a source); a 700-byte alias bomb would expand to a billion.
+ruamel composes ~25,000 nodes a second, so this also bounds what one file costs (~4 s, ~70 MB)."""
+
+MAX_DOCUMENTS: Final = 1_000
+"""Most non-empty YAML documents in one file (each costs a parser start, ~0.2 ms even when tiny)."""
 
 # A line break as ruamel counts them (so our line offsets agree with its marks).
 _LINE_BREAK = re.compile(r"\r\n|[\n\r\x85\u2028\u2029]")
@@ -94,44 +118,215 @@ def _content_line(chunk: str, offset: int) -> int:
     return offset + 1
 
 
-def _syntax_message(error: YAMLError) -> str:
-    """A one-line description of a YAML syntax error."""
-    if isinstance(error, MarkedYAMLError):
-        text = error.problem or error.context or "syntax error"
+# A quoted part of a parser message: what the parser saw, which may be anything the file holds.
+_QUOTED = re.compile(r"'(?:[^'\\]|\\.)*'" + "|" + r'"(?:[^"\\]|\\.)*"')
+# Quoted parts that name a token (`'<stream end>'`) or one character (`','`, `'\t'`) say nothing of the file.
+_HARMLESS = re.compile(r"<[a-z ]+>|.|\\(?:[a-z\\'\"]|x[0-9a-f]{2}|u[0-9a-f]{4}|U[0-9a-f]{8})")
+_DUPLICATE_KEY = re.compile(r'found duplicate key "(?P<key>[^"\n]{1,63})" with value')
+_MESSAGE_MAX: Final = 200
+
+
+def _scrub(text: str) -> str:
+    """A parser message without the file's content: quoted text other than a token name or one character
+    is omitted, so a file that is not YAML (a key, a password file) is never echoed into logs."""
+
+    def keep(match: re.Match[str]) -> str:
+        quoted = match.group(0)
+        return quoted if _HARMLESS.fullmatch(quoted[1:-1]) else "(text omitted)"
+
+    first = text.strip().splitlines()[0] if text.strip() else "syntax error"
+    return _QUOTED.sub(keep, first)
+
+
+def _declares(root: Any, known_keys: Collection[str]) -> bool:
+    """Whether a composed document is a mapping with one of known_keys at its top (it is what we expect)."""
+    if not isinstance(root, MappingNode) or not known_keys:
+        return False
+    return any(isinstance(key, ScalarNode) and key.value in known_keys for key, _ in root.value)
+
+
+def _syntax_message(error: YAMLError, *, declared: bool = False) -> str:
+    """A one-line description of a YAML error that quotes nothing of the file.
+
+    A duplicate key is named (with its values when short) only in a document that declares one of the
+    expected top-level keys: there the key is the user's, not a line of some other file.
+    """
+    if isinstance(error, DuplicateKeyError):
+        problem = str(error.problem or "")
+        key = _DUPLICATE_KEY.search(problem)
+        if not declared or key is None or not key.group("key").isprintable():
+            text = "found a duplicate key"
+        elif "\n" in problem or len(problem) > _MESSAGE_MAX or not problem.isprintable():
+            text = f'found duplicate key "{key.group("key")}"'
+        else:
+            text = problem
+    elif isinstance(error, MarkedYAMLError):
+        text = _scrub(str(error.problem or error.context or "syntax error"))
     else:
-        text = str(error).strip().splitlines()[0] if str(error).strip() else "syntax error"
+        text = _scrub(str(error))
     return f"invalid YAML: {text}"
 
 
-def _syntax_line(error: YAMLError, offset: int, fallback: int) -> int:
+def _syntax_line(error: YAMLError, chunk: str, offset: int, fallback: int) -> int:
     """The 1-based absolute line a YAML error points at, or fallback when it points nowhere."""
     if isinstance(error, MarkedYAMLError):
         mark = error.problem_mark or error.context_mark
         if mark is not None:
             return offset + int(mark.line) + 1
+    if isinstance(error, ReaderError) and isinstance(error.position, int):
+        return offset + len(_LINE_BREAK.findall(chunk, 0, error.position)) + 1
     return fallback
 
 
-def load_documents(text: str) -> Iterator[Document | SyntaxProblem]:
-    """Load each non-empty document of a YAML stream with the round-trip loader, in stream order."""
+class _Refused(Exception):
+    """A document past one of the bounds (nodes, depth), or an alias into the node that holds it."""
+
+    def __init__(self, message: str, line: int) -> None:
+        super().__init__(message)
+        self.message = message
+        self.line = line  # 0-based, in the document's text
+
+
+@dataclass
+class _Budget:
+    """What one file may still cost: nodes (aliases counted as what they repeat) and documents."""
+
+    nodes: int = MAX_NODES
+    documents: int = MAX_DOCUMENTS
+    depth: int = MAX_DEPTH
+    sizes: dict[int, tuple[int, int]] = field(default_factory=dict)  # id(anchored node) → (nodes, height)
+
+
+class _BoundedComposer(Composer):
+    """ruamel's composer, counting every node as the data will hold it (an alias: all the nodes it repeats)
+    and the depth it reaches, so an alias bomb or a deep nesting is refused while it is read, before
+    anything walks the tree it would expand to; the recursion of composing never goes past the depth."""
+
+    budget: _Budget
+    root: Any = None
+    _heights: list[int]
+
+    def compose_document(self) -> Any:
+        self.budget.sizes.clear()  # node ids of a previous document may be reused
+        self._heights = []
+        self.root = None
+        self.root = super().compose_document()
+        return self.root
+
+    def compose_node(self, parent: Any, index: Any) -> Any:
+        event = self.parser.peek_event()
+        line = int(event.start_mark.line)
+        budget = self.budget
+        if isinstance(event, AliasEvent):
+            node = super().compose_node(parent, index)  # an undefined alias raises here
+            if id(node) not in budget.sizes:
+                raise _Refused("invalid YAML: an alias refers to a node that contains it", line)
+            size, height = budget.sizes[id(node)]
+            if self.depth + height > budget.depth:
+                raise _Refused(too_deep_message(budget.depth), line)
+            self._spend(size, line, f"YAML aliases expand to more than {MAX_NODES} nodes, the limit for one file")
+        else:
+            if self.depth + 1 > budget.depth:
+                raise _Refused(too_deep_message(budget.depth), line)
+            self._spend(1, line, f"more than {MAX_NODES} YAML nodes, the limit for one file")
+            before = budget.nodes
+            self._heights.append(0)
+            node = super().compose_node(parent, index)
+            height = 1 + self._heights.pop()
+            if event.anchor is not None:
+                budget.sizes[id(node)] = (before - budget.nodes + 1, height)
+        if self._heights:
+            self._heights[-1] = max(self._heights[-1], height)
+        return node
+
+    def _spend(self, nodes: int, line: int, message: str) -> None:
+        self.budget.nodes -= nodes
+        if self.budget.nodes < 0:
+            raise _Refused(message, line)
+
+
+def _loader(budget: _Budget) -> YAML:
+    """A round-trip YAML loader whose composer spends budget."""
+    yaml = YAML(typ="rt")
+    yaml.Composer = _BoundedComposer
+    composer = yaml.composer
+    assert isinstance(composer, _BoundedComposer)
+    composer.budget = budget
+    composer.warn_double_anchors = False  # legal YAML; the warning would print the file's lines on stderr
+    return yaml
+
+
+def _is_empty(chunk: str) -> bool:
+    """True when a document's text has no content: only blank lines, comments and bare `---` / `...`."""
+    for line in _lines(chunk):
+        stripped = line.strip()
+        if not stripped or stripped.startswith("#"):
+            continue
+        if (_DOC_START.match(line) or _DOC_END.match(line)) and not line[3:].strip():
+            continue
+        return False
+    return True
+
+
+def load_documents(text: str, *, known_keys: Collection[str] = ()) -> Iterator[Document | SyntaxProblem]:
+    """Load each non-empty document of a YAML stream with the round-trip loader, in stream order.
+
+    The whole stream may hold MAX_NODES nodes (aliases expanded), MAX_DOCUMENTS documents and nest
+    MAX_DEPTH deep; past a bound the problem is reported and the rest of the stream is not read.
+    Problems quote nothing of the text (see _scrub), except a duplicate key in a document whose top
+    mapping has one of known_keys.
+    """
+    budget = _Budget()
     for offset, chunk in split_documents(text):
+        if _is_empty(chunk):
+            continue
         fallback = _content_line(chunk, offset)
+        budget.documents -= 1
+        if budget.documents < 0:
+            yield SyntaxProblem(fallback, f"more than {MAX_DOCUMENTS} YAML documents, the limit for one file")
+            return
+        yaml = _loader(budget)  # a fresh loader: one that failed mid-document keeps state from it
+        composer: _BoundedComposer = yaml.composer
         try:
-            tree = YAML(typ="rt").load(chunk)
+            tree = yaml.load(chunk)
             data = to_plain(tree)
+        except _Refused as refused:
+            yield SyntaxProblem(offset + refused.line + 1, refused.message)
+            if budget.nodes < 0:
+                return  # the file's budget is spent: every later document would be refused too
+            continue
         except YAMLError as error:
-            yield SyntaxProblem(_syntax_line(error, offset, fallback), _syntax_message(error))
+            declared = _declares(composer.root, known_keys)
+            yield SyntaxProblem(_syntax_line(error, chunk, offset, fallback), _syntax_message(error, declared=declared))
             continue
         except _CycleError:
             yield SyntaxProblem(fallback, "invalid YAML: an alias refers to a node that contains it")
             continue
+        except RecursionError:  # not expected past the depth bound; never a traceback all the same
+            yield SyntaxProblem(fallback, too_deep_message())
+            continue
         except ValueError as error:  # e.g. a timestamp-shaped scalar that is not a real date
-            yield SyntaxProblem(fallback, f"invalid YAML: {error}")
+            yield SyntaxProblem(fallback, f"invalid YAML: {_scrub(str(error))}")
+            continue
+        except Exception as error:  # ruamel fails oddly on some input (`!!set ` on a scalar): still a problem
+            yield SyntaxProblem(fallback, f"invalid YAML: cannot construct this document ({type(error).__name__})")
             continue
         if tree is None:
             continue  # empty document
         line = offset + int(tree.lc.line) + 1 if isinstance(tree, CommentedMap | CommentedSeq) else fallback
         yield Document(tree=tree, data=data, offset=offset, line=line)
+
+
+_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def _plain_str(text: str) -> str:
+    """text as a plain str, a surrogate pair escaped in two halves ("\\ud83d\\ude00", as JSON writers do)
+    joined into the one character it encodes; a lone surrogate stays (validation refuses it)."""
+    text = str(text)
+    if _SURROGATE.search(text) is None:
+        return text
+    return text.encode("utf-16-le", "surrogatepass").decode("utf-16-le", "surrogatepass")
 
 
 def _plain_key(key: Any) -> str:
@@ -140,7 +335,7 @@ def _plain_key(key: Any) -> str:
         return "true" if key else "false"
     if key is None:
         return "null"
-    return str(key)
+    return _plain_str(str(key))
 
 
 def to_plain(node: Any, _active: frozenset[int] = frozenset()) -> Any:
@@ -159,7 +354,7 @@ def to_plain(node: Any, _active: frozenset[int] = frozenset()) -> Any:
     if isinstance(node, float):
         return float(node)
     if isinstance(node, str):
-        return str(node)
+        return _plain_str(node)
     if isinstance(node, TaggedScalar):  # a custom tag (`!foo bar`): ignored, like kubectl does
         return to_plain(node.value, _active)
     return node
@@ -171,7 +366,7 @@ def _find_key(node: CommentedMap, spellings: Sequence[str]) -> tuple[bool, Any]:
         if spelling in node:
             return True, spelling
     for key in node:
-        if not isinstance(key, str) and _plain_key(key) in spellings:
+        if _plain_key(key) in spellings:  # a non-str key, or one with an escaped surrogate pair
             return True, key
     return False, None
 

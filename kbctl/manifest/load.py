@@ -13,6 +13,7 @@ from pydantic import ValidationError
 from pydantic.alias_generators import to_snake
 
 from kbctl.errors import ManifestError, ManifestProblem
+from kbctl.manifest._bounds import MAX_FILE_BYTES, UnreadableFile, read_bounded_stream, read_bounded_text
 from kbctl.manifest._problems import problems_from
 from kbctl.manifest._yaml_lines import Document, SyntaxProblem, load_documents, locate
 from kbctl.manifest.models import API_VERSION, KIND, KnowledgeBase, _schema_text, write_schema
@@ -21,6 +22,7 @@ __all__ = ["LoadedManifest", "load_manifests", "parse_manifests"]
 
 MANIFEST_SUFFIXES: Final = (".yaml", ".yml", ".json")
 STDIN_PATH: Final = "<stdin>"
+_IDENTITY_KEYS: Final = ("apiVersion", "api_version", "kind")
 
 
 @dataclass(frozen=True)
@@ -47,6 +49,12 @@ def _check_document(document: Document, file: str) -> tuple[KnowledgeBase | None
     if not isinstance(data, dict):
         message = f"expected a mapping with apiVersion, kind, metadata and spec, got {_describe(data)}"
         return None, [ManifestProblem(file, document.line, "", message)]
+    if not any(key in data for key in _IDENTITY_KEYS):
+        # Not a KnowledgeBase, maybe not meant as YAML at all (a symlink to a password file): naming its
+        # keys would echo its lines, so say only what makes a manifest, like kubectl does.
+        return None, [
+            ManifestProblem(file, document.line, key, "required field is missing") for key in ("apiVersion", "kind")
+        ]
     problems: list[ManifestProblem] = []
     for key, expected in (("apiVersion", API_VERSION), ("kind", KIND)):
         spelling = next((s for s in (key, to_snake(key)) if s in data), None)
@@ -85,7 +93,7 @@ class _Collector:
     def add_text(self, text: str, file: str) -> int:
         """Parse every document of text; return how many non-empty documents it held."""
         count = 0
-        for item in load_documents(text):
+        for item in load_documents(text, known_keys=_IDENTITY_KEYS):
             count += 1
             if isinstance(item, SyntaxProblem):
                 self.problems.append(ManifestProblem(file, item.line, "", item.message))
@@ -108,20 +116,25 @@ class _Collector:
         return count
 
     def add_file(self, file: str) -> int:
-        """Read and parse one file; a file that cannot be read is a problem (counted as one document)."""
+        """Read and parse one file; a file that cannot be read is a problem (counted as one document).
+
+        Only a regular file (symlinks followed) of at most MAX_FILE_BYTES is read.
+        """
         try:
-            with open(file, encoding="utf-8-sig") as handle:
-                text = handle.read()
-        except FileNotFoundError:
-            self.problems.append(ManifestProblem(file, None, "", "no such file or directory"))
-            return 1
-        except UnicodeDecodeError:
-            self.problems.append(ManifestProblem(file, None, "", "cannot read: not valid UTF-8"))
-            return 1
-        except OSError as error:
-            self.problems.append(ManifestProblem(file, None, "", f"cannot read: {error.strerror or error}"))
+            text = read_bounded_text(file, MAX_FILE_BYTES, expected="a manifest file")
+        except UnreadableFile as error:
+            self.problems.append(ManifestProblem(file, None, "", str(error)))
             return 1
         return self.add_text(text, file)
+
+    def add_stream(self, stream: TextIO) -> int:
+        """Read and parse stdin, at most MAX_FILE_BYTES of it."""
+        try:
+            text = read_bounded_stream(stream, MAX_FILE_BYTES)
+        except UnreadableFile as error:
+            self.problems.append(ManifestProblem(STDIN_PATH, None, "", str(error)))
+            return 1
+        return self.add_text(text, STDIN_PATH)
 
     def no_manifests(self, where: str) -> None:
         self.problems.append(ManifestProblem(where, None, "", "no manifests found"))
@@ -138,16 +151,23 @@ def _manifest_files(directory: str, recursive: bool) -> list[str]:
     When recursive, subdirectories are walked in place (symlinked ones are not followed, like kubectl).
     """
     files: list[str] = []
-    with os.scandir(directory) as scan:
-        entries = sorted(scan, key=lambda entry: entry.name)
-    for entry in entries:
-        full = os.path.join(directory, entry.name)
-        if entry.is_dir():
+    # A stack of directory listings rather than recursion: a tree nested thousands deep is no RecursionError.
+    listings = [iter(_sorted_entries(directory))]
+    while listings:
+        entry = next(listings[-1], None)
+        if entry is None:
+            listings.pop()
+        elif entry.is_dir():
             if recursive and not entry.is_symlink():
-                files.extend(_manifest_files(full, recursive))
+                listings.append(iter(_sorted_entries(entry.path)))
         elif entry.name.endswith(MANIFEST_SUFFIXES):
-            files.append(full)
+            files.append(entry.path)
     return files
+
+
+def _sorted_entries(directory: str) -> list[os.DirEntry[str]]:
+    with os.scandir(directory) as scan:
+        return sorted(scan, key=lambda entry: entry.name)
 
 
 def parse_manifests(text: str, path: str) -> list[LoadedManifest]:
@@ -172,8 +192,7 @@ def load_manifests(
     collector = _Collector()
     for path in paths:
         if path == "-":
-            text = (stdin if stdin is not None else sys.stdin).read()
-            if not collector.add_text(text, STDIN_PATH):
+            if not collector.add_stream(stdin if stdin is not None else sys.stdin):
                 collector.no_manifests(STDIN_PATH)
         elif os.path.isdir(path):
             try:

@@ -31,6 +31,7 @@ from kbctl.manifest._field_checks import (
     check_label_key,
     check_label_value,
     check_name,
+    check_text,
     check_url,
 )
 
@@ -65,9 +66,22 @@ _LabelValue = Annotated[str, AfterValidator(check_label_value)]
 
 
 class _Model(BaseModel):
-    """Shared configuration: strict keys, snake_case in Python, camelCase in YAML, immutable."""
+    """Shared configuration: strict keys, snake_case in Python, camelCase in YAML, immutable; strings without
+    NUL or lone surrogates."""
 
     model_config = ConfigDict(extra="forbid", populate_by_name=True, alias_generator=to_camel, frozen=True)
+
+    @field_validator("*", mode="after")
+    @classmethod
+    def _valid_characters(cls, value: Any) -> Any:
+        # Every string field, and the keys and values of string mappings (labels), hold only storable text.
+        if isinstance(value, str):
+            check_text(value)
+        elif isinstance(value, dict):
+            for item in (*value.keys(), *value.values()):
+                if isinstance(item, str):
+                    check_text(item)
+        return value
 
 
 class Metadata(_Model):
