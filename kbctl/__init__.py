@@ -18,6 +18,7 @@ if TYPE_CHECKING:
     from kbctl.errors import (
         EmbeddingError,
         KbctlError,
+        LimitError,
         ManifestError,
         ManifestProblem,
         NotFoundError,
@@ -40,6 +41,7 @@ _WHERE = {
     "KnowledgeBaseResult": "kbctl.engine.results",
     "KnowledgeBaseStore": "kbctl.client",
     "KnowledgeBaseSummary": "kbctl.engine.status",
+    "LimitError": "kbctl.errors",
     "LoadedManifest": "kbctl.manifest",
     "ManifestError": "kbctl.errors",
     "ManifestProblem": "kbctl.errors",
@@ -67,6 +69,7 @@ __all__ = [
     "KnowledgeBaseResult",
     "KnowledgeBaseStore",
     "KnowledgeBaseSummary",
+    "LimitError",
     "LoadedManifest",
     "ManifestError",
     "ManifestProblem",

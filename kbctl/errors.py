@@ -10,6 +10,7 @@
      ├── RerankError           the reranker could not be loaded or failed
      ├── StoreError            PostgreSQL could not be reached, migrated, read or written
      ├── NotFoundError         a named knowledge base (or version) does not exist
+     ├── LimitError            an apply would exceed one of the knowledge base's spec.limits
      └── RollbackError         a rollback that cannot be done as asked (that version already serves)
 
 Misuse of the Python API raises TypeError/ValueError instead: "the world failed" stays apart from
@@ -26,6 +27,7 @@ __all__ = [
     "EvalSetError",
     "InputError",
     "KbctlError",
+    "LimitError",
     "ManifestError",
     "ManifestProblem",
     "NotFoundError",
@@ -94,6 +96,10 @@ class StoreError(KbctlError):
 
 class NotFoundError(KbctlError):
     """A named object (knowledge base, version) does not exist in the store."""
+
+
+class LimitError(KbctlError):
+    """An apply or refresh would exceed one of the knowledge base's spec.limits; nothing was sent or published."""
 
 
 class RollbackError(KbctlError):

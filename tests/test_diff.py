@@ -256,6 +256,7 @@ def test_diff_json_is_the_plan_as_data(store: KnowledgeBaseStore, cli: CliRunner
                     },
                     {"name": "retention", "kind": "text", "change": "removed", **unchanged, "chunks_removed": 1},
                 ],
+                "over_limits": [],
             },
             {
                 "name": "copy",
@@ -266,6 +267,7 @@ def test_diff_json_is_the_plan_as_data(store: KnowledgeBaseStore, cli: CliRunner
                     {"name": "refunds", "kind": "text", "change": "added", **unchanged, "chunks_added": 3},
                     {"name": "retention", "kind": "text", "change": "added", **unchanged, "chunks_added": 1},
                 ],
+                "over_limits": [],
             },
         ],
         "differs": True,

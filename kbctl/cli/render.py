@@ -164,6 +164,8 @@ def diff_lines(report: DiffReport, suffix: str = "") -> Iterator[str]:
         for s in kb.sources:
             if s.differs:
                 yield f"  {_diff_source_line(s)}"
+        for limit in kb.over_limits:
+            yield f"  would fail: {limit}"
 
 
 def table(headers: Sequence[str], rows: Sequence[Sequence[object]], indent: str = "") -> str:

@@ -72,6 +72,7 @@ class KnowledgeBaseDiff(_Frozen):
     version: int | None
     fields: list[FieldDiff] = []
     sources: list[SourceDiff] = []
+    over_limits: list[str] = []  # the spec.limits apply would exceed (it would fail), one sentence each
 
     @property
     def differs(self) -> bool:
@@ -127,14 +128,16 @@ class _Explainer:
             )
             for n in removed
         ]
+        over = _over_limits(kb, chunked, tokens)
         if plan.current_version is None:
-            return KnowledgeBaseDiff(name=kb.name, action="created", version=None, sources=sources)
+            return KnowledgeBaseDiff(name=kb.name, action="created", version=None, sources=sources, over_limits=over)
         return KnowledgeBaseDiff(
             name=kb.name,
             action="unchanged" if plan.unchanged else "configured",
             version=plan.current_version,
             fields=[FieldDiff(path=c.path, old=c.old, new=c.new) for c in field_changes(old, plan.manifest)],
             sources=sources,
+            over_limits=over,
         )
 
     def _tokens(self, embedder: Embedder, chunked: dict[str, Chunked]) -> dict[str, int]:
@@ -193,6 +196,21 @@ class _Explainer:
 
     def _revision_hashes(self, revision: Reuse | None) -> list[bytes]:
         return [h for h, _ in self.db.revision_chunks(revision.revision_id)] if revision is not None else []
+
+
+def _over_limits(kb: KnowledgeBase, chunked: dict[str, Chunked], tokens: dict[str, int]) -> list[str]:
+    """The spec.limits an apply of this plan would exceed, as ingest enforces them."""
+    limits, over = kb.spec.effective_limits, []
+    for name, pieces in chunked.items():
+        if len(pieces.chunks) > limits.max_chunks_per_source:
+            over.append(
+                f"source {name}: {len(pieces.chunks)} chunks, over spec.limits.maxChunksPerSource "
+                f"({limits.max_chunks_per_source})"
+            )
+    total = sum(tokens.values())
+    if total > limits.max_tokens_to_embed:
+        over.append(f"~{total} tokens to embed, over spec.limits.maxTokensToEmbed ({limits.max_tokens_to_embed})")
+    return over
 
 
 def _old_source(manifest: dict[str, Any], name: str) -> dict[str, Any]:

@@ -9,7 +9,8 @@ from kbctl.chunking import Chunk, chunk_document
 from kbctl.embedding import Embedder
 from kbctl.engine.events import EmbeddingProgress, Reporter
 from kbctl.engine.plan import Fail, Ingest, KnowledgeBasePlan, SourcePlan, text_sha256
-from kbctl.manifest import KnowledgeBase
+from kbctl.errors import LimitError
+from kbctl.manifest import KnowledgeBase, Limits
 from kbctl.store.database import ChunkRow, Database, NewRevision
 
 __all__ = ["EMBED_BATCH", "Chunked", "IngestRun", "Ingested", "chunk_source", "ingest"]
@@ -79,10 +80,15 @@ def chunk_source(plan: SourcePlan, kb: KnowledgeBase) -> Chunked:
     return Chunked(tuple(chunks), tuple(text_sha256(c.embed_text) for c in chunks))
 
 
-def _check(chunked: Chunked, embedder: Embedder) -> str | None:
-    """Why these chunks cannot be embedded, or None: no text, or a chunk over the model's input limit."""
+def _check(chunked: Chunked, embedder: Embedder, limits: Limits) -> str | None:
+    """Why these chunks cannot be embedded, or None: no text, too many chunks, a chunk over the model's input limit."""
     if not chunked.chunks:
         return "no text extracted"
+    if len(chunked.chunks) > limits.max_chunks_per_source:
+        return (
+            f"{len(chunked.chunks)} chunks, over spec.limits.maxChunksPerSource ({limits.max_chunks_per_source}); "
+            "raise the limit or split the source"
+        )
     limit: int | None = getattr(embedder, "max_input_tokens", None)
     if limit is not None:  # refuse before any request rather than let the provider truncate or reject
         counts = embedder.count_tokens([c.embed_text for c in chunked.chunks])
@@ -103,9 +109,10 @@ def ingest(db: Database, plan: KnowledgeBasePlan, embedder: Embedder, reporter: 
     """
     chunked: dict[str, Chunked] = {}
     outcomes: dict[str, Ingested | Fail] = {}
+    limits = plan.kb.spec.effective_limits
     for p in plan.to_ingest:
         pieces = chunk_source(p, plan.kb)
-        problem = _check(pieces, embedder)
+        problem = _check(pieces, embedder, limits)
         if problem is not None:
             outcomes[p.name] = Fail(problem)
         else:
@@ -113,6 +120,12 @@ def ingest(db: Database, plan: KnowledgeBasePlan, embedder: Embedder, reporter: 
     texts = {h: c.embed_text for pieces in chunked.values() for h, c in zip(pieces.hashes, pieces.chunks, strict=True)}
     ids = db.cached_embeddings(embedder.model_id, list(texts))
     missing = [h for h in texts if h not in ids]
+    tokens_to_embed = sum(embedder.count_tokens([texts[h] for h in missing])) if missing else 0
+    if tokens_to_embed > limits.max_tokens_to_embed:
+        raise LimitError(
+            f"would embed ~{tokens_to_embed} tokens, over spec.limits.maxTokensToEmbed "
+            f"({limits.max_tokens_to_embed}); nothing was embedded: raise the limit to apply"
+        )
     for start in range(0, len(missing), EMBED_BATCH):
         batch = missing[start : start + EMBED_BATCH]
         vectors = embedder.embed([texts[h] for h in batch])

@@ -42,6 +42,7 @@ __all__ = [
     "Chunking",
     "Embedding",
     "KnowledgeBase",
+    "Limits",
     "Metadata",
     "Rerank",
     "Retrieval",
@@ -251,6 +252,24 @@ class Embedding(_Model):
         return _provider_slash_name(value)
 
 
+class Limits(_Model):
+    """Bounds on the work one apply or refresh may do for a knowledge base (a runaway page, a runaway bill)."""
+
+    max_chunks_per_source: _StrictInt = Field(
+        default=5000,
+        ge=1,
+        le=1_000_000,
+        description="A source whose content splits into more chunks fails alone (about 6 MB of text by default).",
+    )
+    max_tokens_to_embed: _StrictInt = Field(
+        default=5_000_000,
+        ge=1,
+        le=1_000_000_000,
+        description="An apply or refresh that would send more tokens to the embedding model (texts missing from "
+        "the vector cache) fails before sending any.",
+    )
+
+
 class Spec(_Model):
     """The desired state of a knowledge base."""
 
@@ -265,6 +284,21 @@ class Spec(_Model):
         le=100,
         description="How many versions to keep for rollback (the current one always stays).",
     )
+    limits: Limits | None = Field(default=None, description="Bounds on the work of one apply (defaults apply).")
+
+    @property
+    def effective_limits(self) -> Limits:
+        """The limits in force: those set, else the defaults."""
+        return self.limits or Limits()
+
+    @model_serializer(mode="wrap")
+    def _omit_unset_limits(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        # Without limits the dump (every spec hash, every stored manifest) stays what it was before they
+        # existed: adding the field must not give every knowledge base a new version.
+        data: dict[str, Any] = handler(self)
+        if data.get("limits", ...) is None:
+            del data["limits"]
+        return data
 
     @field_validator("sources", mode="wrap")
     @classmethod
