@@ -42,6 +42,7 @@ from kbctl.manifest import Rerank, Retrieval
 from kbctl.query.options import Mode, QueryOptions
 from kbctl.query.results import QueryHit, QueryResult, RerankInfo, TraceEntry, TraceStage
 from kbctl.rerank import Reranker
+from kbctl.sources import storable
 from kbctl.store.database import ChunkHit, Database, VersionRow
 
 __all__ = [
@@ -375,6 +376,7 @@ def query_knowledge_base(
     verdicts and time. Unset options come from the version's `spec.retrieval`; the question is embedded
     with the model of the version, whatever the manifest says now.
     """
+    question = storable(question)  # a NUL or a lone surrogate cannot reach PostgreSQL's full-text search
     if not question.strip():
         raise ValueError("question must not be empty")
     # One read-only snapshot for the whole query: a version published, rolled back or pruned meanwhile

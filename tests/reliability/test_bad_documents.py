@@ -56,3 +56,11 @@ def test_a_page_with_nul_bytes_publishes_with_the_others(store: KnowledgeBaseSto
     assert {s.name: s.state for s in result.sources} == {"good": "stale", "hours": "ready"}
     assert "18:00" in store.query("site", "when are the opening hours?", threshold=-1).hits[0].text
     assert {s.name: s.state for s in store.describe("site").source_status} == {"good": "stale", "hours": "ready"}
+
+
+def test_a_question_with_a_nul_byte_is_answered(store: KnowledgeBaseStore, site: HTTPTestServer) -> None:
+    """A question holding a NUL or a lone surrogate (from an eval set, an agent) is answered, not a store error."""
+    store.fetch_policy = fetch_policy_for(site)
+    store.apply(parse_manifests(manifest(site), "kb.yaml"))
+    hits = store.query("site", "opening\x00 hours\ud800?", threshold=-1).hits
+    assert hits and hits[0].source == "hours"

@@ -6,13 +6,16 @@ import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
+from pathlib import Path
 
 import pytest
 
 from kbctl.client import KnowledgeBaseStore
+from kbctl.config import Settings
 from kbctl.engine.controller import Controller
 from kbctl.manifest import parse_manifests
 from kbctl.store import claims
+from kbctl.store.embedded import stop_server
 from tests.support.lines import Lines
 
 pytestmark = pytest.mark.reliability
@@ -96,3 +99,23 @@ def test_apply_wait_reports_the_failure_a_controller_stored(store: KnowledgeBase
     assert result.action == "failed"
     assert "'klingon' is not a text search configuration" in (result.message or "")
     assert "within" not in (result.message or "")
+
+
+def test_controller_survives_a_restart_of_the_embedded_server(tmp_path: Path) -> None:
+    """`kbctl server stop` under a running controller: it reconnects (starting the server again) and works on."""
+    settings = Settings(home=tmp_path / "home")
+    log = Lines()
+    with KnowledgeBaseStore(settings=settings) as store:
+        try:
+            with running_controller(store, log):
+                assert stop_server(settings.pgdata)
+                deadline = time.monotonic() + 30
+                while not any(line.startswith("database unavailable") for line in log.lines):
+                    assert time.monotonic() < deadline, "the controller never noticed the restart"
+                    time.sleep(0.1)
+                with KnowledgeBaseStore(settings=settings) as other:  # starts the server again if needed
+                    other.submit(parse_manifests(kb("after-restart"), "kb.yaml"))
+                    assert other.wait("after-restart", timeout=60), log.lines
+                    assert other.describe("after-restart").version == 1
+        finally:
+            stop_server(settings.pgdata)
