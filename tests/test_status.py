@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
 from typer.testing import CliRunner
@@ -13,6 +14,7 @@ from kbctl.engine.status import KnowledgeBaseDetail
 from kbctl.manifest import KnowledgeBase, parse_manifests
 from tests.support.httpserver import HTTPTestServer, fetch_policy_for, serve
 from tests.support.lines import Lines
+from tests.support.manifests import knowledge_base, text_source, url_source
 
 ENV = {"KBCTL_ALLOW_PRIVATE_NETWORKS": "1"}
 
@@ -22,23 +24,12 @@ def conditions(detail: KnowledgeBaseDetail) -> dict[str, tuple[str, str, str]]:
     return {c.type: (c.status, c.reason, c.message) for c in detail.conditions}
 
 
-def inline_kb(name: str = "notes", embedding: str = "") -> str:
-    return f"""apiVersion: kbctl.dev/v1alpha1
-kind: KnowledgeBase
-metadata:
-  name: {name}
-spec:
-  sources:
-    - name: hours
-      text: Office hours are 9:00 to 17:30 on working days.
-{embedding}"""
+def inline_kb(name: str = "notes", **spec: Any) -> str:
+    return knowledge_base(name, text_source("hours", "Office hours are 9:00 to 17:30 on working days."), **spec)
 
 
 def url_kb(site: HTTPTestServer, *paths: str, name: str = "site") -> str:
-    sources = "".join(f"    - name: page{i}\n      url: {site.url(p)}\n" for i, p in enumerate(paths, start=1))
-    return (
-        f"apiVersion: kbctl.dev/v1alpha1\nkind: KnowledgeBase\nmetadata:\n  name: {name}\nspec:\n  sources:\n{sources}"
-    )
+    return knowledge_base(name, *(url_source(f"page{i}", site.url(p)) for i, p in enumerate(paths, start=1)))
 
 
 @pytest.fixture
@@ -73,7 +64,7 @@ def test_first_apply_that_fails_leaves_one_coherent_state(
     """A first apply that fails as a whole (no API key): not Ready, nothing progressing, sources unknown, and
     get, describe, query and rollout history all name the cause and the next step."""
     monkeypatch.delenv("OPENAI_API_KEY", raising=False)
-    text = inline_kb(embedding="  embedding: {model: openai/text-embedding-3-small}\n")
+    text = inline_kb(embedding={"model": "openai/text-embedding-3-small"})
     [result] = store.apply(parse_manifests(text, "kb.yaml")).results
     assert result.action == "failed" and "OPENAI_API_KEY is not set" in (result.message or "")
     detail = store.describe("notes")
@@ -144,7 +135,7 @@ def test_a_change_that_leaves_no_content_keeps_the_serving_version(
 
 def test_stored_manifest_reads_back_through_the_models() -> None:
     """to_manifest fills in every default (model beside a profile too); from_manifest reads it back as applied."""
-    [loaded] = parse_manifests(inline_kb(embedding="  embedding: {profile: small}\n"), "kb.yaml")
+    [loaded] = parse_manifests(inline_kb(embedding={"profile": "small"}), "kb.yaml")
     stored = loaded.kb.to_manifest()
     assert stored["spec"]["embedding"] == {"model": "local/all-MiniLM-L6-v2", "profile": "small"}
     assert KnowledgeBase.from_manifest(stored) == loaded.kb

@@ -9,6 +9,7 @@ import pytest
 from kbctl.client import KnowledgeBaseStore
 from kbctl.manifest import parse_manifests
 from tests.support.httpserver import HTTPTestServer, fetch_policy_for, serve
+from tests.support.manifests import knowledge_base, url_source
 
 pytestmark = pytest.mark.reliability
 
@@ -25,17 +26,7 @@ def site() -> Iterator[HTTPTestServer]:
 
 
 def manifest(site: HTTPTestServer) -> str:
-    return f"""apiVersion: kbctl.dev/v1alpha1
-kind: KnowledgeBase
-metadata:
-  name: site
-spec:
-  sources:
-    - name: good
-      url: {site.url("/good.md")}
-    - name: hours
-      url: {site.url("/hours.txt")}
-"""
+    return knowledge_base("site", url_source("good", site.url("/good.md")), url_source("hours", site.url("/hours.txt")))
 
 
 def test_a_page_with_nul_bytes_publishes_with_the_others(store: KnowledgeBaseStore, site: HTTPTestServer) -> None:

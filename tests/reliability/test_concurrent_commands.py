@@ -15,20 +15,13 @@ from kbctl.engine.events import Event, ReconcileStarted
 from kbctl.errors import NotFoundError, StoreError
 from kbctl.manifest import parse_manifests
 from kbctl.store.database import Database
+from tests.support.manifests import knowledge_base, text_source
 
 pytestmark = pytest.mark.reliability
 
 
 def manifest(text: str = "Office hours are 9:00 to 17:30 on working days.") -> str:
-    return f"""apiVersion: kbctl.dev/v1alpha1
-kind: KnowledgeBase
-metadata:
-  name: notes
-spec:
-  sources:
-    - name: hours
-      text: {text}
-"""
+    return knowledge_base("notes", text_source("hours", text))
 
 
 @contextmanager

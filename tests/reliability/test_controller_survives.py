@@ -7,6 +7,7 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -17,20 +18,13 @@ from kbctl.manifest import parse_manifests
 from kbctl.store import claims
 from kbctl.store.embedded import stop_server
 from tests.support.lines import Lines
+from tests.support.manifests import knowledge_base, text_source
 
 pytestmark = pytest.mark.reliability
 
 
-def kb(name: str, extra: str = "") -> str:
-    return f"""apiVersion: kbctl.dev/v1alpha1
-kind: KnowledgeBase
-metadata:
-  name: {name}
-spec:
-  sources:
-    - name: facts
-      text: Invoices are kept for seven years.
-{extra}"""
+def kb(name: str, **spec: Any) -> str:
+    return knowledge_base(name, text_source("facts", "Invoices are kept for seven years."), **spec)
 
 
 @contextmanager
@@ -93,7 +87,7 @@ def test_apply_wait_reports_the_failure_a_controller_stored(store: KnowledgeBase
     """A permanent failure is reported with its stored reason, not as a timeout."""
     log = Lines()
     with running_controller(store, log):
-        text = kb("klingon", "  retrieval: {language: klingon}\n")
+        text = kb("klingon", retrieval={"language": "klingon"})
         report = store.apply_and_wait(parse_manifests(text, "kb.yaml"), reporter=Lines(), timeout=120)
     [result] = report.results
     assert result.action == "failed"

@@ -8,34 +8,26 @@ from typer.testing import CliRunner
 from kbctl.cli import app
 from kbctl.client import KnowledgeBaseStore
 from kbctl.manifest import parse_manifests
+from tests.support.manifests import knowledge_base, text_source
 
 pytestmark = pytest.mark.reliability
 
-BIG = "\n\n".join(
-    f"        Rule {i}: keep record {i} for {i % 9 + 1} years after the engagement ends." for i in range(40)
-)
+BIG = "\n\n".join(f"Rule {i}: keep record {i} for {i % 9 + 1} years after the engagement ends." for i in range(40))
 
 
-def manifest(limits: str = "") -> str:
-    return f"""apiVersion: kbctl.dev/v1alpha1
-kind: KnowledgeBase
-metadata:
-  name: rules
-spec:
-  sources:
-    - name: big
-      format: text
-      text: |
-{BIG}
-    - name: small
-      text: Office hours are 9:00 to 17:30.
-  chunking: {{maxChars: 100, overlapChars: 0}}
-{limits}"""
+def manifest(**limits: int) -> str:
+    return knowledge_base(
+        "rules",
+        text_source("big", BIG, format="text"),
+        text_source("small", "Office hours are 9:00 to 17:30."),
+        chunking={"maxChars": 100, "overlapChars": 0},
+        **({"limits": limits} if limits else {}),
+    )
 
 
 def test_a_source_over_max_chunks_fails_alone(store: KnowledgeBaseStore) -> None:
     """The source that would split into too many chunks fails with the count and the limit; the other publishes."""
-    report = store.apply(parse_manifests(manifest("  limits: {maxChunksPerSource: 10}\n"), "kb.yaml"))
+    report = store.apply(parse_manifests(manifest(maxChunksPerSource=10), "kb.yaml"))
     [result] = report.results
     assert result.version == 1 and report.failed
     big, small = result.sources
@@ -48,7 +40,7 @@ def test_a_source_over_max_chunks_fails_alone(store: KnowledgeBaseStore) -> None
 def test_an_apply_over_max_tokens_embeds_nothing(store: KnowledgeBaseStore, cli: CliRunner, tmp_path) -> None:  # type: ignore[no-untyped-def]
     """Over maxTokensToEmbed the knowledge base fails before sending a single text; diff shows it first."""
     path = tmp_path / "kb.yaml"
-    path.write_text(manifest("  limits: {maxTokensToEmbed: 100}\n"))
+    path.write_text(manifest(maxTokensToEmbed=100))
     diff = cli.invoke(app, ["diff", "-f", str(path)])
     assert diff.exit_code == 1
     [line] = [x for x in diff.stdout.splitlines() if "would fail" in x]

@@ -8,6 +8,7 @@ import pytest
 
 from kbctl.client import KnowledgeBaseStore
 from kbctl.manifest import parse_manifests
+from tests.support.manifests import knowledge_base, text_source
 
 PUBLISHES = 8
 
@@ -16,20 +17,10 @@ STABLE = "Invoices and credit notes are kept for seven years after the end of th
 
 def manifest(round_: int) -> str:
     """Version `round_` of a knowledge base that keeps one version only (so each publish prunes the last)."""
-    return f"""apiVersion: kbctl.dev/v1alpha1
-kind: KnowledgeBase
-metadata:
-  name: policy
-spec:
-  versionHistory: 1
-  sources:
-    - name: retention
-      text: |
-        {STABLE}
-
-        Revision {round_}: timesheets are kept for {round_ + 2} years.
-  chunking: {{maxChars: 120, overlapChars: 0}}
-"""
+    text = f"{STABLE}\n\nRevision {round_}: timesheets are kept for {round_ + 2} years.\n"
+    return knowledge_base(
+        "policy", text_source("retention", text), versionHistory=1, chunking={"maxChars": 120, "overlapChars": 0}
+    )
 
 
 @pytest.mark.reliability
