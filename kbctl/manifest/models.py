@@ -144,6 +144,15 @@ class Source(_Model):
         return "text" if self.text is not None else "url"
 
 
+def _without_unset(data: dict[str, Any], key: str) -> dict[str, Any]:
+    """A dump without an optional field left unset: a field added later must not change the dump (and so every
+    spec hash and stored manifest) of the manifests that do not use it, or every knowledge base would get a new
+    version."""
+    if data.get(key, ...) is None:
+        del data[key]
+    return data
+
+
 class Chunking(_Model):
     """How documents are split into chunks before embedding."""
 
@@ -213,12 +222,7 @@ class Retrieval(_Model):
 
     @model_serializer(mode="wrap")
     def _omit_unset_rerank(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
-        # Without a reranker the dump (and so every spec hash and stored manifest) stays what it was before
-        # rerank existed: adding the field must not give every knowledge base a new version.
-        data: dict[str, Any] = handler(self)
-        if data.get("rerank", ...) is None:
-            del data["rerank"]
-        return data
+        return _without_unset(handler(self), "rerank")
 
 
 class Embedding(_Model):
@@ -293,12 +297,7 @@ class Spec(_Model):
 
     @model_serializer(mode="wrap")
     def _omit_unset_limits(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
-        # Without limits the dump (every spec hash, every stored manifest) stays what it was before they
-        # existed: adding the field must not give every knowledge base a new version.
-        data: dict[str, Any] = handler(self)
-        if data.get("limits", ...) is None:
-            del data["limits"]
-        return data
+        return _without_unset(handler(self), "limits")
 
     @field_validator("sources", mode="wrap")
     @classmethod
