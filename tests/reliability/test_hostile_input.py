@@ -11,7 +11,6 @@ import os
 import subprocess
 import sys
 import textwrap
-import time
 import tracemalloc
 from pathlib import Path
 
@@ -46,6 +45,8 @@ VALID = textwrap.dedent(
       retrieval: {topK: 4, similarityThreshold: 0.2}
     """
 )
+
+pytestmark = pytest.mark.reliability
 
 
 def billion_laughs(levels: int = 9, width: int = 10) -> str:
@@ -88,20 +89,17 @@ def _in_tmp(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
 # ---------------------------------------------------------------- aliases
 
 
-def test_billion_laughs_is_refused_within_a_second_without_growing_memory() -> None:
-    """The 9 x 10 alias bomb is refused while it is read: one line, well under a second and a few MB."""
+def test_billion_laughs_is_refused_without_growing_memory() -> None:
+    """The 9 x 10 alias bomb is refused while it is read: one line, and a few MB at most (not gigabytes)."""
     bomb = billion_laughs()
     assert len(bomb.encode()) < 800
     tracemalloc.start()
-    started = time.perf_counter()
     try:
         found = manifest_problems(bomb, "bomb.yaml")
-        elapsed = time.perf_counter() - started
         _, peak = tracemalloc.get_traced_memory()
     finally:
         tracemalloc.stop()
     assert found == [f"bomb.yaml:5: YAML aliases expand to more than {MAX_NODES} nodes, the limit for one file"]
-    assert elapsed < 1.0
     assert peak < 20 * 1024 * 1024
 
 
