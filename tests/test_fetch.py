@@ -398,7 +398,6 @@ def test_read_timeout(srv: HTTPTestServer) -> None:
 def test_total_timeout_covers_a_trickling_body(srv: HTTPTestServer) -> None:
     """A body that trickles in under the read timeout still stops at total_timeout."""
     srv.route("/trickle", body="x" * 2000, content_type="text/plain", chunk_size=100, chunk_delay=0.1)
-    started = time.monotonic()
     message = failure(fetch_one(srv.url("/trickle"), policy_for(srv, read_timeout=1, total_timeout=0.6)))
     assert message == "timed out after 0.6 s"
 
