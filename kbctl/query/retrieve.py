@@ -43,7 +43,7 @@ from kbctl.query.options import Mode, QueryOptions
 from kbctl.query.results import QueryHit, QueryResult, RerankInfo, TraceEntry, TraceStage
 from kbctl.rerank import Reranker
 from kbctl.sources import storable
-from kbctl.store.database import ChunkHit, Database, VersionRow
+from kbctl.store.database import ChunkHit, Database
 
 __all__ = [
     "QueryHit",  # the result models live in kbctl.query.results; these names stay importable from here
@@ -72,7 +72,9 @@ class QueryPlan:
     """What one query does: the version it reads, and each option as given or else as its spec says."""
 
     name: str
-    version: VersionRow
+    version_id: int
+    version: int  # the serving version's number
+    model: str  # the embedding model the version was built with
     mode: Mode
     top_k: int
     threshold: float
@@ -90,22 +92,22 @@ class QueryPlan:
 def plan_query(db: Database, name: str, options: QueryOptions) -> QueryPlan:
     """The plan of a query of `name`: its serving version, with the options that are unset taken from the
     version's `spec.retrieval` (validated by `kbctl.manifest.Retrieval`, which holds the defaults)."""
-    row = db.get_kb(name)
-    if row is None:
+    target = db.query_target(name)
+    if target is None:
         raise NotFoundError(f'knowledgebase "{name}" not found')
-    if row.current_version is None:
+    if target.version_id is None or target.number is None or target.model is None:
         # The Ready condition says why (a failed reconcile, no content, a generation waiting for a controller).
-        ready = next((c for c in row.conditions if c.get("type") == "Ready"), {})
+        ready = next((c for c in target.conditions if c.get("type") == "Ready"), {})
         why = f": {ready['message']}" if ready.get("message") else ""
         raise NotFoundError(f'knowledgebase "{name}" has no published version yet{why}')
-    version = db.get_version(row.id, row.current_version)
-    assert version is not None
-    spec = Retrieval.model_validate(version.manifest["spec"]["retrieval"])
+    spec = Retrieval.model_validate(target.retrieval or {})
     if options.rerank and spec.rerank is None:
-        raise ValueError(f"KnowledgeBase/{name} (version {version.number}) has no spec.retrieval.rerank")
+        raise ValueError(f"KnowledgeBase/{name} (version {target.number}) has no spec.retrieval.rerank")
     return QueryPlan(
         name=name,
-        version=version,
+        version_id=target.version_id,
+        version=target.number,
+        model=target.model,
         mode=options.mode if options.mode is not None else spec.mode,
         top_k=options.top_k if options.top_k is not None else spec.top_k,
         threshold=options.threshold if options.threshold is not None else spec.similarity_threshold,
@@ -212,7 +214,7 @@ def embed_question(embedder: Embedder, question: str) -> Vector:
 def vector_candidates(db: Database, plan: QueryPlan, vector: Vector) -> list[ChunkHit]:
     """Stage `vector`: the plan's pool of chunks nearest to the question by cosine distance, best first
     (none in keyword mode)."""
-    return db.search(plan.version.id, vector, plan.pool) if plan.mode != "keyword" else []
+    return db.search(plan.version_id, vector, plan.pool) if plan.mode != "keyword" else []
 
 
 def keyword_candidates(db: Database, plan: QueryPlan, question: str, vector: Vector) -> list[ChunkHit]:
@@ -220,7 +222,7 @@ def keyword_candidates(db: Database, plan: QueryPlan, question: str, vector: Vec
     (ts_rank_cd in the spec's language), best first (none in vector mode)."""
     if plan.mode == "vector":
         return []
-    return db.keyword_search(plan.version.id, plan.language, question, vector, plan.pool)
+    return db.keyword_search(plan.version_id, plan.language, question, vector, plan.pool)
 
 
 def fuse(
@@ -401,7 +403,7 @@ def _retrieve(
             raise ValueError("a reranker is configured but no reranker_for was given")
         reranker = reranker_for(plan.rerank.model)
     trace = _Trace(plan.explain)
-    vector = embed_question(embedder_for(plan.version.model), question)
+    vector = embed_question(embedder_for(plan.model), question)
     trace.stage("embed question")
     by_vector = vector_candidates(db, plan, vector)
     trace.stage("vector", _entries(by_vector))
@@ -422,8 +424,8 @@ def _retrieve(
     best = max((c.score for c, _ in fused), default=None)
     return QueryResult(
         knowledge_base=name,
-        version=plan.version.number,
-        model=plan.version.model,
+        version=plan.version,
+        model=plan.model,
         question=question,
         mode=plan.mode,
         identifiers=terms,

@@ -31,6 +31,7 @@ __all__ = [
     "Database",
     "KnowledgeBaseRow",
     "NewRevision",
+    "QueryTarget",
     "SourceEntry",
     "SourceStatusRow",
     "VersionRow",
@@ -69,6 +70,18 @@ class VersionRow:
     embedded_count: int
     reused_count: int
     created_at: datetime
+
+
+@dataclass(frozen=True)
+class QueryTarget:
+    """What a query reads of a knowledge base: its conditions, and its serving version with the retrieval spec."""
+
+    kb_id: int
+    conditions: list[dict[str, Any]]
+    version_id: int | None
+    number: int | None
+    model: str | None
+    retrieval: dict[str, Any] | None  # the version's spec.retrieval, as stored
 
 
 @dataclass(frozen=True)
@@ -363,6 +376,19 @@ class Database:
                 "SELECT id, number, manifest, manifest_sha256, model, chunk_count, embedded_count,"
                 " reused_count, created_at FROM kb_versions WHERE kb_id = %s AND number = %s",
                 (kb_id, number),
+            ).fetchone()
+
+    @_store_errors
+    def query_target(self, name: str) -> QueryTarget | None:
+        """The knowledge base `name` as a query needs it, in one statement that never ships the whole manifest."""
+        with self._conn.cursor(row_factory=class_row(QueryTarget)) as cur:
+            return cur.execute(
+                "SELECT k.id AS kb_id, k.conditions, v.id AS version_id, v.number, v.model,"
+                " v.manifest -> 'spec' -> 'retrieval' AS retrieval"
+                " FROM kb_knowledge_bases k"
+                " LEFT JOIN kb_versions v ON v.kb_id = k.id AND v.number = k.current_version"
+                " WHERE k.name = %s",
+                (name,),
             ).fetchone()
 
     @_store_errors
