@@ -53,6 +53,11 @@ class DeleteResult(BaseModel):
     vectors: int
 
 
+def _knowledge_bases(items: Sequence[KnowledgeBase | LoadedManifest]) -> list[KnowledgeBase]:
+    """The knowledge bases of loaded manifests (or of knowledge bases given as they are)."""
+    return [k.kb if isinstance(k, LoadedManifest) else k for k in items]
+
+
 class KnowledgeBaseStore:
     """Knowledge bases in one PostgreSQL store (the embedded one unless a database URL is given).
 
@@ -99,7 +104,7 @@ class KnowledgeBaseStore:
         self, knowledge_bases: Sequence[KnowledgeBase | LoadedManifest], *, reporter: Reporter | None = None
     ) -> ApplyReport:
         """Reconcile the store to match these knowledge bases; each publishes a new version if anything changed."""
-        kbs = [k.kb if isinstance(k, LoadedManifest) else k for k in knowledge_bases]
+        kbs = _knowledge_bases(knowledge_bases)
         return apply_knowledge_bases(self.db, kbs, self.embedder, reporter, policy=self.fetch_policy)
 
     def apply_paths(
@@ -136,7 +141,7 @@ class KnowledgeBaseStore:
         runs, reconcile in-process (the same result either way)."""
         if not self.controller_alive():
             return self.apply(knowledge_bases, reporter=reporter)
-        kbs = {k.kb.name if isinstance(k, LoadedManifest) else k.name: k for k in knowledge_bases}
+        kbs = {kb.name: kb for kb in _knowledge_bases(knowledge_bases)}
 
         def in_process(p: PendingResult) -> KnowledgeBaseResult:
             return self.apply([kbs[p.name]], reporter=reporter).results[0]
@@ -148,7 +153,7 @@ class KnowledgeBaseStore:
         self, knowledge_bases: Sequence[KnowledgeBase | LoadedManifest], *, prune_selector: Selector | None = None
     ) -> DiffReport:
         """What apply would do (and, with a selector, prune), without writing or fetching anything."""
-        kbs = [k.kb if isinstance(k, LoadedManifest) else k for k in knowledge_bases]
+        kbs = _knowledge_bases(knowledge_bases)
         return diff_knowledge_bases(self.db, kbs, self.embedder, prune_selector=prune_selector)
 
     def prune(self, keep: Collection[str], selector: Selector) -> list[str]:
@@ -157,7 +162,7 @@ class KnowledgeBaseStore:
 
     def submit(self, knowledge_bases: Sequence[KnowledgeBase | LoadedManifest]) -> list[PendingResult]:
         """Record knowledge bases as desired state for a controller (`apply` without --wait); no ingestion here."""
-        return [record_pending(self.db, k.kb if isinstance(k, LoadedManifest) else k) for k in knowledge_bases]
+        return [record_pending(self.db, kb) for kb in _knowledge_bases(knowledge_bases)]
 
     def controller(self, *, reporter: Reporter | None = None) -> Controller:
         """A controller over this store (use `run_once()` or `run(stop_event)`)."""

@@ -9,6 +9,7 @@ version in which no source serves any content is not published. Progress goes ou
 from __future__ import annotations
 
 from collections.abc import Callable, Collection, Mapping, Sequence
+from dataclasses import replace
 from datetime import UTC, datetime
 from typing import Literal, TypeVar
 
@@ -81,12 +82,12 @@ def _revision(p: SourcePlan, outcome: Ingested | Fail | None) -> int | str | Non
 
 def _status(p: SourcePlan, outcome: Ingested | Fail | None, state: StoredState, now: datetime) -> SourceStatusRow:
     """The live status row a source leaves: the plan's, the ingest failure's, or the stored one kept."""
-    if isinstance(outcome, Fail):
-        return SourceStatusRow(p.name, "failed", outcome.message, None, None, None, None, now)
-    if p.status is not None:
-        return p.status
-    stored = state.statuses.get(p.name)
-    return stored or SourceStatusRow(p.name, "ready", None, None, None, None, None, now)
+    status = (
+        p.status or state.statuses.get(p.name) or SourceStatusRow(p.name, "ready", None, None, None, None, None, now)
+    )
+    if isinstance(outcome, Fail):  # fetched (or read) fine, but its content could not be ingested
+        return replace(status, state="failed", message=outcome.message, checked_at=now)
+    return status
 
 
 def _change_cause(plan: KnowledgeBasePlan) -> str:

@@ -17,7 +17,7 @@ from pydantic import AliasChoices, BaseModel, ConfigDict, Field
 
 from kbctl.store.database import Database, KnowledgeBaseRow
 
-__all__ = ["Condition", "Facts", "Failure", "conditions_for", "is_true", "observe"]
+__all__ = ["Condition", "Facts", "Failure", "condition", "conditions_for", "is_true", "observe"]
 
 ConditionType = Literal["Ready", "Progressing", "Degraded"]
 Status = Literal["True", "False", "Unknown"]
@@ -133,6 +133,11 @@ def observe(
     else:
         db.set_conditions(latest.id, conditions)
     return conditions
+
+
+def condition(conditions: Sequence[dict[str, Any]], kind: str) -> dict[str, Any]:
+    """The stored condition `kind` (camelCase keys), or {} when there is none."""
+    return next((c for c in conditions if c.get("type") == kind), {})
 
 
 def is_true(conditions: Sequence[dict[str, Any]], kind: str) -> bool:

@@ -22,6 +22,7 @@ from pydantic import ValidationError
 from kbctl.embedding import Embedder
 from kbctl.engine.apply import apply_knowledge_bases
 from kbctl.engine.conditions import Failure, observe
+from kbctl.engine.conditions import condition as find_condition
 from kbctl.engine.events import (
     ControllerGone,
     Event,
@@ -230,7 +231,7 @@ def wait_for(
         if row is None:
             raise NotFoundError(f'knowledgebase "{name}" not found')
         observed = generation is None or row.observed_generation >= generation
-        if observed and any(c.get("type") == condition and c.get("status") == want for c in row.conditions):
+        if observed and find_condition(row.conditions, condition).get("status") == want:
             return True
         if time.monotonic() >= deadline:
             return False
@@ -282,8 +283,7 @@ def _await(db: Database, p: PendingResult, deadline: float, poll_seconds: float)
         row = db.get_kb(p.name)
         if row is None:
             raise NotFoundError(f'knowledgebase "{p.name}" not found')
-        ready = next((c for c in row.conditions if c.get("type") == "Ready"), {})
-        progressing = next((c for c in row.conditions if c.get("type") == "Progressing"), {})
+        ready, progressing = find_condition(row.conditions, "Ready"), find_condition(row.conditions, "Progressing")
         if row.observed_generation >= p.generation and progressing.get("status") == "False":
             return "reconciled"
         # record_pending left Ready=Pending; a reconcile failure of this generation replaces it.
@@ -308,7 +308,7 @@ def _result_from_store(db: Database, p: PendingResult, reporter: Reporter) -> Kn
     row = db.get_kb(p.name)
     if row is None:
         raise NotFoundError(f'knowledgebase "{p.name}" not found')
-    ready = next((c for c in row.conditions if c.get("type") == "Ready"), {})
+    ready = find_condition(row.conditions, "Ready")
     version = db.get_version(row.id, row.current_version) if row.current_version is not None else None
     if ready.get("reason") in ("ReconcileFailed", "NoContent") or version is None or version.number < (p.version or 0):
         message = str(ready.get("message") or "the controller published no version")

@@ -11,7 +11,7 @@ from pydantic import BaseModel, ConfigDict, computed_field
 
 from kbctl.embedding import Embedder
 from kbctl.engine.ingest import Chunked, chunk_source
-from kbctl.engine.plan import Ingest, Reuse, SourcePlan, build_plan, fetch_requests
+from kbctl.engine.plan import Ingest, SourcePlan, build_plan, fetch_requests
 from kbctl.manifest import KnowledgeBase
 from kbctl.manifest.changes import field_changes, source_changes
 from kbctl.manifest.selectors import Selector
@@ -183,8 +183,12 @@ class _Explainer:
             )
         if not moved:
             return SourceDiff(name=name, kind=kind, change=change)
-        new = list(chunked[name].hashes) if name in chunked else self._revision_hashes(serving)
-        old = self._revision_hashes(Reuse(before, 0) if before is not None else None)
+        new = (
+            list(chunked[name].hashes)
+            if name in chunked
+            else self._revision_hashes(serving.revision_id if serving else None)
+        )
+        old = self._revision_hashes(before)
         return SourceDiff(
             name=name,
             kind=kind,
@@ -194,8 +198,8 @@ class _Explainer:
             tokens_to_embed=tokens.get(name, 0),
         )
 
-    def _revision_hashes(self, revision: Reuse | None) -> list[bytes]:
-        return [h for h, _ in self.db.revision_chunks(revision.revision_id)] if revision is not None else []
+    def _revision_hashes(self, revision_id: int | None) -> list[bytes]:
+        return [h for h, _ in self.db.revision_chunks(revision_id)] if revision_id is not None else []
 
 
 def _over_limits(kb: KnowledgeBase, chunked: dict[str, Chunked], tokens: dict[str, int]) -> list[str]:

@@ -191,7 +191,8 @@ def _same_spec(prev: VersionSourceRow | None, sha: str) -> bool:
 
 
 def _kept(prev: VersionSourceRow | None, sha: str) -> Reuse | None:
-    if prev is None or not _same_spec(prev, sha) or prev.revision_id is None:
+    """The revision the current version serves for this source, if its spec is unchanged."""
+    if prev is None or prev.revision_id is None or prev.source_sha256 != sha:
         return None
     return Reuse(prev.revision_id, prev.chunk_count)
 

@@ -75,40 +75,23 @@ class KnowledgeBaseDetail(KnowledgeBaseSummary):
     source_status: list[SourceStatus]
 
 
-def _source_status(s: VersionSourceRow, live: SourceStatusRow | None, kind: str) -> SourceStatus:
+def _source_status(name: str, kind: str, served: VersionSourceRow | None, live: SourceStatusRow | None) -> SourceStatus:
+    """One source as describe shows it: what the serving version holds (nothing before the first version),
+    with the live state of its last read when there is one."""
     return SourceStatus(
-        name=s.source_name,
+        name=name,
         kind=kind,
-        state=live.state if live else s.state,
-        message=live.message if live else s.message,
-        origin=s.origin or (live.origin if live else None),
-        title=s.title,
-        chunks=s.chunk_count,
-        embedded=s.embedded_count,
-        reused=s.reused_count,
-        content_sha256=s.content_sha256,
-        updated_at=s.revision_created_at,
+        state=live.state if live else served.state if served else "failed",
+        message=live.message if live else served.message if served else None,
+        origin=(served.origin if served else None) or (live.origin if live else None),
+        title=served.title if served else None,
+        chunks=served.chunk_count if served else 0,
+        embedded=served.embedded_count if served else 0,
+        reused=served.reused_count if served else 0,
+        content_sha256=served.content_sha256 if served else None,
+        updated_at=served.revision_created_at if served else None,
         fetched_at=live.fetched_at if live else None,
         checked_at=live.checked_at if live else None,
-    )
-
-
-def _unpublished_status(live: SourceStatusRow, kind: str) -> SourceStatus:
-    """A source of a knowledge base with no version yet: what its last read said, nothing served."""
-    return SourceStatus(
-        name=live.source_name,
-        kind=kind,
-        state=live.state,
-        message=live.message,
-        origin=live.origin,
-        title=None,
-        chunks=0,
-        embedded=0,
-        reused=0,
-        content_sha256=None,
-        updated_at=None,
-        fetched_at=live.fetched_at,
-        checked_at=live.checked_at,
     )
 
 
@@ -122,9 +105,11 @@ def _detail(db: Database, row: KnowledgeBaseRow) -> KnowledgeBaseDetail:
     spec = KnowledgeBase.from_manifest(version.manifest if version else row.manifest).spec
     kinds = {s.name: s.kind for s in spec.sources}
     if version is not None:
-        sources = [_source_status(s, live.get(s.source_name), kinds.get(s.source_name, "text")) for s in served]
+        sources = [
+            _source_status(s.source_name, kinds.get(s.source_name, "text"), s, live.get(s.source_name)) for s in served
+        ]
     else:
-        sources = [_unpublished_status(live[s.name], s.kind) for s in spec.sources if s.name in live]
+        sources = [_source_status(s.name, s.kind, None, live[s.name]) for s in spec.sources if s.name in live]
     return KnowledgeBaseDetail(
         name=row.name,
         labels=row.labels,

@@ -37,6 +37,7 @@ from typing import Any
 import numpy as np
 
 from kbctl.embedding import Embedder, Vector
+from kbctl.engine.conditions import condition
 from kbctl.errors import NotFoundError, RerankError
 from kbctl.manifest import Rerank, Retrieval
 from kbctl.query.options import Mode, QueryOptions
@@ -97,7 +98,7 @@ def plan_query(db: Database, name: str, options: QueryOptions) -> QueryPlan:
         raise NotFoundError(f'knowledgebase "{name}" not found')
     if target.version_id is None or target.number is None or target.model is None:
         # The Ready condition says why (a failed reconcile, no content, a generation waiting for a controller).
-        ready = next((c for c in target.conditions if c.get("type") == "Ready"), {})
+        ready = condition(target.conditions, "Ready")
         why = f": {ready['message']}" if ready.get("message") else ""
         raise NotFoundError(f'knowledgebase "{name}" has no published version yet{why}')
     spec = Retrieval.model_validate(target.retrieval or {})
