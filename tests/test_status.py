@@ -139,3 +139,22 @@ def test_stored_manifest_reads_back_through_the_models() -> None:
     stored = loaded.kb.to_manifest()
     assert stored["spec"]["embedding"] == {"model": "local/all-MiniLM-L6-v2", "profile": "small"}
     assert KnowledgeBase.from_manifest(stored) == loaded.kb
+
+
+def test_a_page_that_cannot_be_ingested_keeps_where_it_came_from(
+    web_store: KnowledgeBaseStore, site: HTTPTestServer
+) -> None:
+    """A page fetched fine whose content cannot be ingested (over a limit) is failed and still names its origin."""
+    site.route("/long.md", body="# A\n\nFirst part.\n\n# B\n\nSecond part.\n", content_type="text/markdown")
+    text = knowledge_base(
+        "site",
+        url_source("ok", site.url("/ok.md")),
+        url_source("long", site.url("/long.md")),
+        limits={"maxChunksPerSource": 1},
+    )
+    web_store.apply(parse_manifests(text, "kb.yaml"))
+    status = {s.name: s for s in web_store.describe("site").source_status}
+    assert status["long"].state == "failed" and "over spec.limits.maxChunksPerSource (1)" in (
+        status["long"].message or ""
+    )
+    assert status["long"].origin == site.url("/long.md")
