@@ -25,6 +25,7 @@ from kbctl.engine.events import (
     ReconcileStarted,
     SourceReconciled,
     StoreUnavailable,
+    VectorIndexBuilt,
 )
 from kbctl.engine.explain import DiffReport, SourceDiff
 from kbctl.engine.status import KnowledgeBaseDetail, KnowledgeBaseSummary
@@ -87,6 +88,9 @@ def event_line(event: Event) -> str | None:
         return f"{prefix} {outcome} (version {event.version})"
     if isinstance(event, ReconcileFailed):
         return f"{prefix} failed: {event.message}"
+    if isinstance(event, VectorIndexBuilt):
+        vectors = _count(event.vectors, "vector")
+        return f"{prefix}: vector index of {event.model} built over {vectors} in {event.seconds:.1f} s"
     assert isinstance(event, HandedToController)
     return f"{prefix} {event.action} (version {event.version}); waiting for a controller"
 

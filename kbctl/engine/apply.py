@@ -8,6 +8,7 @@ version in which no source serves any content is not published. Progress goes ou
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import replace
 from datetime import UTC, datetime
@@ -23,6 +24,7 @@ from kbctl.engine.events import (
     Reporter,
     SourceReconciled,
     Trigger,
+    VectorIndexBuilt,
 )
 from kbctl.engine.ingest import Ingested, IngestRun, ingest
 from kbctl.engine.plan import Fail, KnowledgeBasePlan, Reuse, SourcePlan, build_plan, fetch_requests
@@ -206,7 +208,16 @@ class _Reconciler:
         for r in results:
             self.reporter.report(SourceReconciled(name, self.trigger, r, embedder.model_id))
         self.reporter.report(ReconcileFinished(name, self.trigger, action, version))
+        if run.vector_ids:  # vectors were added: the model may now have enough for its index
+            self._index(name, embedder.model_id)
         return KnowledgeBaseResult(name=name, action=action, version=version, sources=results)
+
+    def _index(self, name: str, model: str) -> None:
+        """Build the model's vector index once it has enough vectors; the published version serves meanwhile."""
+        started = time.perf_counter()
+        index = self.db.build_vector_index(model)
+        if index is not None:
+            self.reporter.report(VectorIndexBuilt(name, model, index.vectors, time.perf_counter() - started))
 
     def _publish(
         self, plan: KnowledgeBasePlan, run: IngestRun, results: Sequence[SourceResult], statuses: list[SourceStatusRow]

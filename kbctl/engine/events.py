@@ -98,6 +98,16 @@ class EmbeddingProgress:
     total: int
 
 
+@dataclass(frozen=True)
+class VectorIndexBuilt:
+    """The HNSW index of `model`'s vectors was built over `vectors` of them (once, when a model first has enough)."""
+
+    name: str  # the knowledge base whose apply built it
+    model: str
+    vectors: int
+    seconds: float
+
+
 Event = (
     ReconcileStarted
     | SourceReconciled
@@ -107,6 +117,7 @@ Event = (
     | ControllerGone
     | StoreUnavailable
     | EmbeddingProgress
+    | VectorIndexBuilt
 )
 
 

@@ -14,7 +14,6 @@ The plan is frozen data built without any database or network call, so `apply`, 
 from __future__ import annotations
 
 import hashlib
-import json
 from collections.abc import Collection, Mapping
 from dataclasses import dataclass
 from datetime import datetime
@@ -22,6 +21,7 @@ from typing import Any, Literal
 
 from kbctl.errors import SourceError
 from kbctl.manifest import KnowledgeBase, Source
+from kbctl.manifest.digest import sha256_json
 from kbctl.sources import Document, read_inline
 from kbctl.sources.url import FetchRequest, FetchResult, Validators
 from kbctl.store.database import SourceStatusRow, VersionSourceRow
@@ -53,11 +53,6 @@ Fetched = Mapping[str, FetchResult | SourceError]
 def text_sha256(text: str) -> bytes:
     """The vector cache key of a text (with the model id): sha256 of exactly the text sent to the model."""
     return hashlib.sha256(text.encode()).digest()
-
-
-def sha256_json(data: object) -> str:
-    """sha256 of the canonical JSON of `data` (sorted keys, no spaces)."""
-    return hashlib.sha256(json.dumps(data, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
 
 
 @dataclass(frozen=True)
@@ -308,6 +303,7 @@ def build_plan(
     now_serving = [(p.name, p.source_sha256, p.serving.revision_id if p.serving else None) for p in plans]
     before = [(s.source_name, s.source_sha256, s.revision_id) for s in served.values()]
     manifest = kb.to_manifest()
+    names = {p.name for p in plans}
     return KnowledgeBasePlan(
         kb=kb,
         manifest=manifest,
@@ -319,6 +315,6 @@ def build_plan(
         previous_manifest=state.current.manifest if state.current else None,
         previous_manifest_sha256=state.current.manifest_sha256 if state.current else None,
         sources=tuple(plans),
-        removed=tuple(n for n in served if n not in {p.name for p in plans}),
+        removed=tuple(n for n in served if n not in names),
         content_changed=any(isinstance(p.decision, Ingest) for p in plans) or now_serving != before,
     )

@@ -144,12 +144,13 @@ class Source(_Model):
         return "text" if self.text is not None else "url"
 
 
-def _without_unset(data: dict[str, Any], key: str) -> dict[str, Any]:
+def _without_unset(data: dict[str, Any], *keys: str) -> dict[str, Any]:
     """A dump without an optional field left unset: a field added later must not change the dump (and so every
     spec hash and stored manifest) of the manifests that do not use it, or every knowledge base would get a new
     version."""
-    if data.get(key, ...) is None:
-        del data[key]
+    for key in keys:
+        if data.get(key, ...) is None:
+            del data[key]
     return data
 
 
@@ -219,10 +220,18 @@ class Retrieval(_Model):
         description="PostgreSQL text search configuration for keyword search ('simple' for codes and mixed text).",
     )
     rerank: Rerank | None = Field(default=None, description="Optional reranker applied to the fused candidates.")
+    ef_search: _StrictInt | None = Field(
+        default=None,
+        ge=10,
+        le=1000,
+        description="HNSW candidates per layer of a vector search through the index (default 100): higher finds "
+        "the exact nearest chunks more often and costs more time. Versions of up to 5,000 chunks are searched "
+        "exactly.",
+    )
 
     @model_serializer(mode="wrap")
-    def _omit_unset_rerank(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
-        return _without_unset(handler(self), "rerank")
+    def _omit_unset(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        return _without_unset(handler(self), "rerank", "ef_search", "efSearch")
 
 
 class Embedding(_Model):

@@ -45,6 +45,7 @@ from kbctl.query.results import QueryHit, QueryResult, RerankInfo, TraceEntry, T
 from kbctl.rerank import Reranker
 from kbctl.sources import storable
 from kbctl.store.database import ChunkHit, Database
+from kbctl.store.search import EF_SEARCH
 
 __all__ = [
     "QueryHit",  # the result models live in kbctl.query.results; these names stay importable from here
@@ -76,6 +77,8 @@ class QueryPlan:
     version_id: int
     version: int  # the serving version's number
     model: str  # the embedding model the version was built with
+    chunks: int  # chunks the version serves (small versions are searched exactly, large ones through the index)
+    ef_search: int  # HNSW candidates per layer of an indexed vector search
     mode: Mode
     top_k: int
     threshold: float
@@ -96,7 +99,7 @@ def plan_query(db: Database, name: str, options: QueryOptions) -> QueryPlan:
     target = db.query_target(name)
     if target is None:
         raise NotFoundError(f'knowledgebase "{name}" not found')
-    if target.version_id is None or target.number is None or target.model is None:
+    if target.version_id is None or target.number is None or target.model is None or target.chunk_count is None:
         # The Ready condition says why (a failed reconcile, no content, a generation waiting for a controller).
         ready = condition(target.conditions, "Ready")
         why = f": {ready['message']}" if ready.get("message") else ""
@@ -109,6 +112,8 @@ def plan_query(db: Database, name: str, options: QueryOptions) -> QueryPlan:
         version_id=target.version_id,
         version=target.number,
         model=target.model,
+        chunks=target.chunk_count,
+        ef_search=spec.ef_search or EF_SEARCH,
         mode=options.mode if options.mode is not None else spec.mode,
         top_k=options.top_k if options.top_k is not None else spec.top_k,
         threshold=options.threshold if options.threshold is not None else spec.similarity_threshold,
@@ -215,7 +220,11 @@ def embed_question(embedder: Embedder, question: str) -> Vector:
 def vector_candidates(db: Database, plan: QueryPlan, vector: Vector) -> list[ChunkHit]:
     """Stage `vector`: the plan's pool of chunks nearest to the question by cosine distance, best first
     (none in keyword mode)."""
-    return db.search(plan.version_id, vector, plan.pool) if plan.mode != "keyword" else []
+    if plan.mode == "keyword":
+        return []
+    return db.search(
+        plan.version_id, vector, plan.pool, model=plan.model, version_chunks=plan.chunks, ef_search=plan.ef_search
+    )
 
 
 def keyword_candidates(db: Database, plan: QueryPlan, question: str, vector: Vector) -> list[ChunkHit]:

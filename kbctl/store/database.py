@@ -7,8 +7,6 @@ import hashlib
 import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager, suppress
-from dataclasses import dataclass
-from datetime import datetime
 from typing import Any, ParamSpec, TypeVar
 
 import numpy as np
@@ -21,7 +19,31 @@ from psycopg.types.json import Jsonb
 
 from kbctl.embedding import Vector
 from kbctl.errors import StoreError
+from kbctl.manifest.digest import sha256_json
+from kbctl.store.bulk import insert_revisions
 from kbctl.store.migrations import migrate
+from kbctl.store.rows import (
+    ChunkHit,
+    ChunkRow,
+    KnowledgeBaseRow,
+    NewRevision,
+    QueryTarget,
+    SourceEntry,
+    SourceStatusRow,
+    VersionRow,
+    VersionSourceRow,
+)
+from kbctl.store.search import (
+    EF_SEARCH,
+    EXACT_SCAN_MAX,
+    VectorIndex,
+    build_vector_index,
+    containing_all_words,
+    exact_search,
+    indexed_search,
+    keyword_search,
+    vector_index,
+)
 from kbctl.userconfig import redact
 
 __all__ = [
@@ -38,145 +60,6 @@ __all__ = [
     "VersionSourceRow",
     "store_error",
 ]
-
-
-@dataclass(frozen=True)
-class KnowledgeBaseRow:
-    """A stored knowledge base and the number of the version that serves queries."""
-
-    id: int
-    name: str
-    labels: dict[str, str]
-    manifest: dict[str, Any]
-    current_version: int | None
-    created_at: datetime
-    updated_at: datetime
-    generation: int
-    observed_generation: int
-    conditions: list[dict[str, Any]]
-    desired_manifest: dict[str, Any] | None
-
-
-@dataclass(frozen=True)
-class VersionRow:
-    """One immutable version of a knowledge base."""
-
-    id: int
-    number: int
-    manifest: dict[str, Any]
-    manifest_sha256: str
-    model: str
-    chunk_count: int
-    embedded_count: int
-    reused_count: int
-    created_at: datetime
-
-
-@dataclass(frozen=True)
-class QueryTarget:
-    """What a query reads of a knowledge base: its conditions, and its serving version with the retrieval spec."""
-
-    kb_id: int
-    conditions: list[dict[str, Any]]
-    version_id: int | None
-    number: int | None
-    model: str | None
-    retrieval: dict[str, Any] | None  # the version's spec.retrieval, as stored
-
-
-@dataclass(frozen=True)
-class VersionSourceRow:
-    """The state of one source in one version, with the revision (content) it serves."""
-
-    position: int
-    source_name: str
-    source_sha256: str
-    revision_id: int | None
-    state: str
-    message: str | None
-    embedded_count: int
-    reused_count: int
-    origin: str | None
-    title: str | None
-    chunk_count: int
-    content_sha256: str | None
-    revision_created_at: datetime | None
-
-
-@dataclass(frozen=True)
-class ChunkRow:
-    """A chunk to store: its text, place in the source, tokens and the cached vector it points at."""
-
-    ordinal: int
-    content: str
-    char_start: int
-    char_end: int
-    heading_path: tuple[str, ...]
-    token_count: int
-    embedding_id: int
-
-
-@dataclass(frozen=True)
-class NewRevision:
-    """A source's content chunked and embedded, ready to be published."""
-
-    source_name: str
-    revision_key: str
-    content_sha256: str
-    origin: str
-    title: str | None
-    char_count: int
-    chunks: Sequence[ChunkRow]
-    language: str = "english"  # text search configuration of the chunks' tsvector
-
-
-@dataclass(frozen=True)
-class SourceEntry:
-    """One source of a version being published.
-
-    `revision` is a stored revision id, the `revision_key` of one of the new revisions published
-    with it, or None when the source has no content to serve.
-    """
-
-    name: str
-    source_sha256: str
-    revision: int | str | None
-    state: str
-    message: str | None
-    chunk_count: int
-    embedded: int
-
-
-@dataclass(frozen=True)
-class SourceStatusRow:
-    """The live state of one source: ready, stale (serving its last good content) or failed."""
-
-    source_name: str
-    state: str
-    message: str | None
-    origin: str | None
-    etag: str | None
-    last_modified: str | None
-    fetched_at: datetime | None
-    checked_at: datetime
-
-
-@dataclass(frozen=True)
-class ChunkHit:
-    """A chunk found by a vector search, with its cosine similarity to the question."""
-
-    chunk_id: int
-    source_name: str
-    origin: str
-    title: str | None
-    ordinal: int
-    char_start: int
-    char_end: int
-    heading_path: list[str]
-    content: str
-    token_count: int
-    score: float
-    vector: Any  # the chunk's embedding (numpy float32), for near-duplicate checks
 
 
 P = ParamSpec("P")
@@ -207,18 +90,6 @@ def store_error(exc: psycopg.Error) -> StoreError:
 GC_LOCK_KEY = 0x6B6263746C_02
 
 
-# The chunks a version serves, with their source, place, vector and cosine similarity to %(q)s.
-_HITS_OF_VERSION = (
-    "SELECT c.id AS chunk_id, vs.source_name, r.origin, r.title, c.ordinal, c.char_start,"
-    " c.char_end, c.heading_path, c.content, c.token_count, e.embedding AS vector,"
-    " 1 - (e.embedding <=> %(q)s) AS score"
-    " FROM kb_version_sources vs"
-    " JOIN kb_source_revisions r ON r.id = vs.revision_id"
-    " JOIN kb_chunks c ON c.revision_id = vs.revision_id"
-    " JOIN kb_embeddings e ON e.id = c.embedding_id"
-)
-
-
 def _lock_key(name: str) -> int:
     """A stable signed 64-bit advisory lock key for a knowledge base name."""
     return int.from_bytes(hashlib.sha256(f"kbctl:kb:{name}".encode()).digest()[:8], "big", signed=True)
@@ -231,6 +102,7 @@ class Database:
         """Connect to `url`; `resolve`, when given, finds the URL again for `reconnect` (it may start a server)."""
         self._url = url
         self._resolve = resolve
+        self._exact = False
         self._conn = self._connect(url)
 
     @staticmethod
@@ -383,7 +255,7 @@ class Database:
         """The knowledge base `name` as a query needs it, in one statement that never ships the whole manifest."""
         with self._conn.cursor(row_factory=class_row(QueryTarget)) as cur:
             return cur.execute(
-                "SELECT k.id AS kb_id, k.conditions, v.id AS version_id, v.number, v.model,"
+                "SELECT k.id AS kb_id, k.conditions, v.id AS version_id, v.number, v.model, v.chunk_count,"
                 " v.manifest -> 'spec' -> 'retrieval' AS retrieval"
                 " FROM kb_knowledge_bases k"
                 " LEFT JOIN kb_versions v ON v.kb_id = k.id AND v.number = k.current_version"
@@ -495,24 +367,35 @@ class Database:
         of the serving version. A new knowledge base gets a row with generation 1 and no version yet.
         """
         labels = Jsonb(manifest.get("metadata", {}).get("labels", {}))
+        digest = sha256_json(manifest)
         with self._conn.transaction():
+            # Hashes first: the manifest of a large knowledge base (all its inline text) is read back only for a
+            # pending manifest recorded before its hash was kept.
             row = self._conn.execute(
-                "SELECT k.id, coalesce(k.desired_manifest, v.manifest) FROM kb_knowledge_bases k"
+                "SELECT k.id, coalesce(k.desired_sha256, CASE WHEN k.desired_manifest IS NULL THEN v.manifest_sha256"
+                " END), k.desired_manifest IS NOT NULL AND k.desired_sha256 IS NULL FROM kb_knowledge_bases k"
                 " LEFT JOIN kb_versions v ON v.kb_id = k.id AND v.number = k.current_version"
                 " WHERE k.name = %s FOR UPDATE OF k",
                 (name,),
             ).fetchone()
+            if row is not None and row[2]:
+                legacy = self._conn.execute(
+                    "SELECT desired_manifest FROM kb_knowledge_bases WHERE id = %s", (row[0],)
+                ).fetchone()
+                changed = legacy is None or legacy[0] != manifest
+            else:
+                changed = row is not None and row[1] != digest
             if row is None:
                 self._conn.execute(
                     "INSERT INTO kb_knowledge_bases (name, labels, manifest, generation, observed_generation,"
-                    " desired_manifest) VALUES (%s, %s, %s, 1, 0, %s)",
-                    (name, labels, Jsonb(manifest), Jsonb(manifest)),
+                    " desired_manifest, desired_sha256) VALUES (%s, %s, %s, 1, 0, %s, %s)",
+                    (name, labels, Jsonb(manifest), Jsonb(manifest), digest),
                 )
-            elif row[1] != manifest:
+            elif changed:
                 self._conn.execute(
-                    "UPDATE kb_knowledge_bases SET desired_manifest = %s, generation = generation + 1,"
-                    " updated_at = now() WHERE id = %s",
-                    (Jsonb(manifest), row[0]),
+                    "UPDATE kb_knowledge_bases SET desired_manifest = %s, desired_sha256 = %s,"
+                    " generation = generation + 1, updated_at = now() WHERE id = %s",
+                    (Jsonb(manifest), digest, row[0]),
                 )
         stored = self.get_kb(name)
         assert stored is not None
@@ -524,9 +407,10 @@ class Database:
         self._conn.execute(
             "UPDATE kb_knowledge_bases SET observed_generation = greatest(observed_generation, %s),"
             " conditions = %s,"
-            " desired_manifest = CASE WHEN generation <= %s THEN NULL ELSE desired_manifest END"
+            " desired_manifest = CASE WHEN generation <= %s THEN NULL ELSE desired_manifest END,"
+            " desired_sha256 = CASE WHEN generation <= %s THEN NULL ELSE desired_sha256 END"
             " WHERE id = %s",
-            (generation, Jsonb(list(conditions)), generation, kb_id),
+            (generation, Jsonb(list(conditions)), generation, generation, kb_id),
         )
 
     @_store_errors
@@ -594,7 +478,7 @@ class Database:
             assert row is not None
             kb_id = int(row[0])
             # Keyed by source too: two sources with the same text and settings share a key, not a revision.
-            new_ids = {(rev.source_name, rev.revision_key): self._insert_revision(kb_id, rev) for rev in new_revisions}
+            new_ids = insert_revisions(self._conn, kb_id, new_revisions)
             chunks = sum(s.chunk_count for s in sources if s.revision is not None)
             embedded = sum(s.embedded for s in sources)
             vrow = self._conn.execute(
@@ -638,56 +522,59 @@ class Database:
             self._conn.execute("UPDATE kb_knowledge_bases SET current_version = %s WHERE id = %s", (number, kb_id))
         return number
 
-    def _insert_revision(self, kb_id: int, rev: NewRevision) -> int:
-        row = self._conn.execute(
-            "INSERT INTO kb_source_revisions (kb_id, source_name, revision_key, content_sha256, origin, title,"
-            " char_count, chunk_count) VALUES (%s, %s, %s, %s, %s, %s, %s, %s) RETURNING id",
-            (
-                kb_id,
-                rev.source_name,
-                rev.revision_key,
-                rev.content_sha256,
-                rev.origin,
-                rev.title,
-                rev.char_count,
-                len(rev.chunks),
-            ),
-        ).fetchone()
-        assert row is not None
-        revision_id = int(row[0])
-        with (
-            self._conn.cursor() as cur,
-            cur.copy(
-                "COPY kb_chunks (revision_id, ordinal, content, char_start, char_end, heading_path, token_count,"
-                " embedding_id) FROM STDIN"
-            ) as copy,
-        ):
-            for c in rev.chunks:
-                copy.write_row(
-                    (
-                        revision_id,
-                        c.ordinal,
-                        c.content,
-                        c.char_start,
-                        c.char_end,
-                        list(c.heading_path),
-                        c.token_count,
-                        c.embedding_id,
-                    )
-                )
-        # Full-text vectors beside the embeddings, in the knowledge base's text search language.
-        self._conn.execute(
-            "UPDATE kb_chunks SET tsv = to_tsvector(%s::regconfig,"
-            " array_to_string(heading_path, ' ') || ' ' || content) WHERE revision_id = %s",
-            (rev.language, revision_id),
-        )
-        return revision_id
-
     @_store_errors
     def has_text_search_config(self, name: str) -> bool:
         """Whether PostgreSQL has a text search configuration called `name` (english, simple, german...)."""
         row = self._conn.execute("SELECT count(*) FROM pg_ts_config WHERE cfgname = %s", (name,)).fetchone()
         return bool(row and row[0])
+
+    # -- search and delete -------------------------------------------------------------------------
+
+    @_store_errors
+    def search(
+        self,
+        version_id: int,
+        vector: Vector,
+        limit: int,
+        *,
+        model: str | None = None,
+        version_chunks: int | None = None,
+        ef_search: int = EF_SEARCH,
+    ) -> list[ChunkHit]:
+        """The `limit` chunks of a version nearest to `vector` by cosine similarity, best first.
+
+        With the version's `model` and chunk count, a version of more than EXACT_SCAN_MAX chunks is searched
+        through the model's HNSW index (`ef_search` candidates per layer), else every chunk is compared.
+        """
+        if self._exact or model is None or version_chunks is None or version_chunks <= EXACT_SCAN_MAX:
+            return exact_search(self._conn, version_id, vector, limit)
+        index = vector_index(self._conn, model)
+        hits = None
+        if index is not None:
+            with self._conn.transaction():  # the index settings last until the end of this transaction
+                hits = indexed_search(
+                    self._conn, index, model, version_id, version_chunks, vector, limit, ef_search=ef_search
+                )
+        return hits if hits is not None else exact_search(self._conn, version_id, vector, limit)
+
+    @contextmanager
+    def exact_searches(self) -> Iterator[None]:
+        """Every vector search in this block compares every chunk (the reference the index is measured against)."""
+        self._exact = True
+        try:
+            yield
+        finally:
+            self._exact = False
+
+    @_store_errors
+    def build_vector_index(self, model: str) -> VectorIndex | None:
+        """Build the HNSW index of a model's vectors once it has enough of them (see kbctl.store.search)."""
+        return build_vector_index(self._conn, model)
+
+    @_store_errors
+    def vector_index(self, model: str) -> VectorIndex | None:
+        """The HNSW index of a model's vectors, or None."""
+        return vector_index(self._conn, model)
 
     @_store_errors
     def keyword_search(
@@ -695,43 +582,13 @@ class Database:
     ) -> list[ChunkHit]:
         """The `limit` chunks of a version best matching any word of `question` (full text, ts_rank_cd),
         best first, each with its cosine similarity to `vector`."""
-        row = self._conn.execute(
-            "SELECT string_agg(quote_literal(l), ' | ')"
-            " FROM unnest(tsvector_to_array(to_tsvector(%s::regconfig, %s))) l",
-            (language, question),
-        ).fetchone()
-        if row is None or not row[0]:
-            return []  # only stop words
-        with self._conn.cursor(row_factory=class_row(ChunkHit)) as cur:
-            return cur.execute(
-                _HITS_OF_VERSION + " WHERE vs.version_id = %(v)s AND c.tsv @@ to_tsquery('simple', %(tsq)s)"
-                " ORDER BY ts_rank_cd(c.tsv, to_tsquery('simple', %(tsq)s)) DESC, c.id LIMIT %(n)s",
-                {"q": np.asarray(vector, dtype=np.float32), "v": version_id, "tsq": row[0], "n": limit},
-            ).fetchall()
+        return keyword_search(self._conn, version_id, language, question, vector, limit)
 
     @_store_errors
     def containing_all_words(self, chunk_ids: Sequence[int], language: str, question: str) -> set[int]:
-        """Those of `chunk_ids` whose full text holds every word of `question` (as `plainto_tsquery` reads
-        it: stemmed, stop words dropped); none when the question has fewer than two such words."""
-        if not chunk_ids:
-            return set()
-        rows = self._conn.execute(
-            "SELECT id FROM kb_chunks WHERE id = ANY(%(ids)s) AND tsv @@ plainto_tsquery(%(l)s::regconfig, %(q)s)"
-            " AND coalesce(array_length(tsvector_to_array(to_tsvector(%(l)s::regconfig, %(q)s)), 1), 0) >= 2",
-            {"ids": list(chunk_ids), "l": language, "q": question},
-        ).fetchall()
-        return {r[0] for r in rows}
-
-    # -- search and delete -------------------------------------------------------------------------
-
-    @_store_errors
-    def search(self, version_id: int, vector: Vector, limit: int) -> list[ChunkHit]:
-        """The `limit` chunks of a version nearest to `vector` by cosine distance, best first."""
-        with self._conn.cursor(row_factory=class_row(ChunkHit)) as cur:
-            return cur.execute(
-                _HITS_OF_VERSION + " WHERE vs.version_id = %(v)s ORDER BY e.embedding <=> %(q)s, c.id LIMIT %(n)s",
-                {"q": np.asarray(vector, dtype=np.float32), "v": version_id, "n": limit},
-            ).fetchall()
+        """Those of `chunk_ids` whose full text holds every word of `question` (stemmed, stop words dropped);
+        none when the question has fewer than two such words."""
+        return containing_all_words(self._conn, chunk_ids, language, question)
 
     @_store_errors
     def delete_kb(self, name: str) -> tuple[int, int] | None:

@@ -131,6 +131,7 @@ def rollback(
         conn.execute(
             "UPDATE kb_knowledge_bases k SET current_version = v.number, manifest = v.manifest,"
             " labels = coalesce(v.manifest -> 'metadata' -> 'labels', '{}'), desired_manifest = NULL,"
+            " desired_sha256 = NULL,"
             " generation = k.generation + (coalesce(k.desired_manifest, cur.manifest) <> v.manifest)::int,"
             " observed_generation = k.generation + (coalesce(k.desired_manifest, cur.manifest) <> v.manifest)::int,"
             " updated_at = now()"

@@ -151,6 +151,13 @@ MIGRATIONS: list[tuple[int, str, str]] = [
         CREATE INDEX kb_chunks_tsv ON kb_chunks USING gin (tsv);
         """,
     ),
+    (
+        5,
+        "the sha256 of the desired manifest, so an apply compares hashes instead of reading the manifest back",
+        """
+        ALTER TABLE kb_knowledge_bases ADD COLUMN desired_sha256 text;
+        """,
+    ),
 ]
 
 # Serializes migrations of one database across processes (an arbitrary, fixed 64-bit key).

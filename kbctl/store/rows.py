@@ -1,0 +1,160 @@
+"""The rows the store reads and writes, as frozen dataclasses (psycopg's class_row builds the ones it reads)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+__all__ = [
+    "ChunkHit",
+    "ChunkRow",
+    "KnowledgeBaseRow",
+    "NewRevision",
+    "QueryTarget",
+    "SourceEntry",
+    "SourceStatusRow",
+    "VersionRow",
+    "VersionSourceRow",
+]
+
+
+@dataclass(frozen=True)
+class KnowledgeBaseRow:
+    """A stored knowledge base and the number of the version that serves queries."""
+
+    id: int
+    name: str
+    labels: dict[str, str]
+    manifest: dict[str, Any]
+    current_version: int | None
+    created_at: datetime
+    updated_at: datetime
+    generation: int
+    observed_generation: int
+    conditions: list[dict[str, Any]]
+    desired_manifest: dict[str, Any] | None
+
+
+@dataclass(frozen=True)
+class VersionRow:
+    """One immutable version of a knowledge base."""
+
+    id: int
+    number: int
+    manifest: dict[str, Any]
+    manifest_sha256: str
+    model: str
+    chunk_count: int
+    embedded_count: int
+    reused_count: int
+    created_at: datetime
+
+
+@dataclass(frozen=True)
+class QueryTarget:
+    """What a query reads of a knowledge base: its conditions, and its serving version with the retrieval spec."""
+
+    kb_id: int
+    conditions: list[dict[str, Any]]
+    version_id: int | None
+    number: int | None
+    model: str | None
+    chunk_count: int | None
+    retrieval: dict[str, Any] | None  # the version's spec.retrieval, as stored
+
+
+@dataclass(frozen=True)
+class VersionSourceRow:
+    """The state of one source in one version, with the revision (content) it serves."""
+
+    position: int
+    source_name: str
+    source_sha256: str
+    revision_id: int | None
+    state: str
+    message: str | None
+    embedded_count: int
+    reused_count: int
+    origin: str | None
+    title: str | None
+    chunk_count: int
+    content_sha256: str | None
+    revision_created_at: datetime | None
+
+
+@dataclass(frozen=True)
+class ChunkRow:
+    """A chunk to store: its text, place in the source, tokens and the cached vector it points at."""
+
+    ordinal: int
+    content: str
+    char_start: int
+    char_end: int
+    heading_path: tuple[str, ...]
+    token_count: int
+    embedding_id: int
+
+
+@dataclass(frozen=True)
+class NewRevision:
+    """A source's content chunked and embedded, ready to be published."""
+
+    source_name: str
+    revision_key: str
+    content_sha256: str
+    origin: str
+    title: str | None
+    char_count: int
+    chunks: Sequence[ChunkRow]
+    language: str = "english"  # text search configuration of the chunks' tsvector
+
+
+@dataclass(frozen=True)
+class SourceEntry:
+    """One source of a version being published.
+
+    `revision` is a stored revision id, the `revision_key` of one of the new revisions published
+    with it, or None when the source has no content to serve.
+    """
+
+    name: str
+    source_sha256: str
+    revision: int | str | None
+    state: str
+    message: str | None
+    chunk_count: int
+    embedded: int
+
+
+@dataclass(frozen=True)
+class SourceStatusRow:
+    """The live state of one source: ready, stale (serving its last good content) or failed."""
+
+    source_name: str
+    state: str
+    message: str | None
+    origin: str | None
+    etag: str | None
+    last_modified: str | None
+    fetched_at: datetime | None
+    checked_at: datetime
+
+
+@dataclass(frozen=True)
+class ChunkHit:
+    """A chunk found by a vector search, with its cosine similarity to the question."""
+
+    chunk_id: int
+    source_name: str
+    origin: str
+    title: str | None
+    ordinal: int
+    char_start: int
+    char_end: int
+    heading_path: list[str]
+    content: str
+    token_count: int
+    score: float
+    vector: Any  # the chunk's embedding (numpy float32), for near-duplicate checks

@@ -1,0 +1,217 @@
+"""Search SQL: nearest chunks of a version (an HNSW index per model, or an exact scan) and full-text ranking.
+
+Vectors live once per (model, text) in `kb_embeddings`, shared by every version and knowledge base, in a `vector`
+column of no fixed size (models differ). Each model gets its own partial HNSW index over a typed cast, on half
+precision (`(embedding::halfvec(D)) halfvec_cosine_ops WHERE model = '...'`): half the memory and build time of
+full precision, and the candidates it finds are re-ranked by the exact full-precision cosine.
+
+A version's nearest chunks come from one of two plans:
+- exact: every chunk of the version, sorted by cosine distance. Used for versions of at most EXACT_SCAN_MAX
+  chunks (a few milliseconds), for models without an index, and as the fallback below.
+- indexed: the index's nearest vectors of the model, over-fetched in proportion to how many of the model's
+  vectors the version holds (`hnsw.iterative_scan = relaxed_order` lets the scan go past `ef_search`), then
+  joined to the version's chunks and re-ranked exactly. When that leaves fewer chunks than asked (a version that
+  holds few of the model's vectors), the exact plan answers instead, so the index never makes an answer shorter.
+
+The index is built in one pass (`build_vector_index`) once a model has INDEX_MIN_VECTORS vectors, after the
+apply that crossed the line published: one bulk build costs a fraction of maintaining the graph row by row
+during a large first apply. Later vectors join it as they are stored.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import psycopg
+from psycopg import sql
+from psycopg.rows import class_row
+
+from kbctl.embedding import Vector
+from kbctl.store.rows import ChunkHit
+
+__all__ = [
+    "EF_SEARCH",
+    "EXACT_SCAN_MAX",
+    "INDEX_MIN_VECTORS",
+    "VectorIndex",
+    "build_vector_index",
+    "containing_all_words",
+    "exact_search",
+    "indexed_search",
+    "keyword_search",
+    "vector_index",
+]
+
+EXACT_SCAN_MAX = 5_000  # chunks of a version searched exactly (no index): a few ms
+INDEX_MIN_VECTORS = 5_000  # vectors of a model before its HNSW index is built
+EF_SEARCH = 100  # hnsw.ef_search unless spec.retrieval.efSearch says otherwise (pgvector's default is 40)
+MAX_OVERFETCH = 4_000  # index candidates read at most before the exact plan is cheaper
+HALFVEC_MAX_DIMENSIONS = 4_000  # pgvector indexes halfvec up to 4,000 dimensions
+_BUILD_MEMORY = "1GB"  # maintenance_work_mem of a build: the graph of 1M 384-d vectors fits, no spill to disk
+
+# The chunks of a version, with their source, place, vector and cosine similarity to %(q)s.
+_HITS = (
+    "SELECT c.id AS chunk_id, vs.source_name, r.origin, r.title, c.ordinal, c.char_start,"
+    " c.char_end, c.heading_path, c.content, c.token_count, e.embedding AS vector,"
+    " 1 - (e.embedding <=> %(q)s) AS score"
+)
+
+
+@dataclass(frozen=True)
+class VectorIndex:
+    """The HNSW index of one model's vectors: its name, the dimensions it casts to, and its size in vectors."""
+
+    name: str
+    dimensions: int
+    vectors: int
+
+
+def _index_prefix(model: str) -> str:
+    """The name every index of `model` starts with (PostgreSQL names hold 63 bytes; a model id may hold more)."""
+    return "kb_embeddings_hnsw_" + hashlib.sha256(model.encode()).hexdigest()[:16] + "_"
+
+
+def _array(vector: Vector) -> Any:
+    return np.asarray(vector, dtype=np.float32)
+
+
+def vector_index(conn: psycopg.Connection[Any], model: str) -> VectorIndex | None:
+    """The valid HNSW index of `model`'s vectors, or None (not built yet, or a build that did not finish)."""
+    row = conn.execute(
+        "SELECT c.relname, greatest(c.reltuples, 0)::bigint FROM pg_class c JOIN pg_index i ON i.indexrelid = c.oid"
+        " WHERE c.relname LIKE %s AND i.indisvalid AND i.indisready ORDER BY c.relname LIMIT 1",
+        (_index_prefix(model) + "%",),
+    ).fetchone()
+    if row is None:
+        return None
+    name = str(row[0])
+    return VectorIndex(name, int(name.rsplit("_", 1)[1]), int(row[1]))
+
+
+def build_vector_index(conn: psycopg.Connection[Any], model: str) -> VectorIndex | None:
+    """Build the HNSW index of `model` when it has INDEX_MIN_VECTORS vectors of one size and none yet; return the
+    index built, or None. `conn` must be in autocommit mode (CREATE INDEX CONCURRENTLY: writes go on meanwhile).
+    """
+    if vector_index(conn, model) is not None:
+        return None
+    row = conn.execute(
+        "SELECT count(*), min(vector_dims(embedding)), max(vector_dims(embedding)) FROM kb_embeddings WHERE model = %s",
+        (model,),
+    ).fetchone()
+    assert row is not None
+    count, low, high = int(row[0]), row[1], row[2]
+    if count < INDEX_MIN_VECTORS or low != high or not 1 <= int(low) <= HALFVEC_MAX_DIMENSIONS:
+        return None
+    name = f"{_index_prefix(model)}{int(low)}"
+    # A build interrupted earlier leaves an invalid index behind: drop it, then build again.
+    conn.execute(sql.SQL("DROP INDEX CONCURRENTLY IF EXISTS {}").format(sql.Identifier(name)))
+    conn.execute(sql.SQL("SET maintenance_work_mem = {}").format(sql.Literal(_BUILD_MEMORY)))
+    try:
+        conn.execute(
+            sql.SQL(
+                "CREATE INDEX CONCURRENTLY {name} ON kb_embeddings USING hnsw"
+                " ((embedding::halfvec({dims})) halfvec_cosine_ops) WHERE model = {model}"
+            ).format(name=sql.Identifier(name), dims=sql.Literal(int(low)), model=sql.Literal(model))
+        )
+    finally:
+        conn.execute("RESET maintenance_work_mem")
+    return vector_index(conn, model)
+
+
+def exact_search(conn: psycopg.Connection[Any], version_id: int, vector: Vector, limit: int) -> list[ChunkHit]:
+    """The `limit` chunks of a version nearest to `vector` by cosine distance, best first: every chunk compared."""
+    with conn.cursor(row_factory=class_row(ChunkHit)) as cur:
+        return cur.execute(
+            _HITS + " FROM kb_version_sources vs"
+            " JOIN kb_source_revisions r ON r.id = vs.revision_id"
+            " JOIN kb_chunks c ON c.revision_id = vs.revision_id"
+            " JOIN kb_embeddings e ON e.id = c.embedding_id"
+            " WHERE vs.version_id = %(v)s ORDER BY e.embedding <=> %(q)s, c.id LIMIT %(n)s",
+            {"q": _array(vector), "v": version_id, "n": limit},
+        ).fetchall()
+
+
+def indexed_search(
+    conn: psycopg.Connection[Any],
+    index: VectorIndex,
+    model: str,
+    version_id: int,
+    version_chunks: int,
+    vector: Vector,
+    limit: int,
+    ef_search: int = EF_SEARCH,
+) -> list[ChunkHit] | None:
+    """The `limit` chunks of a version nearest to `vector` through the model's HNSW index, best first (exact cosine),
+    or None when the index cannot answer in full (then search exactly). Runs inside the caller's transaction."""
+    share = min(1.0, version_chunks / max(1, index.vectors))
+    fetch = math.ceil(max(limit, ef_search) * 1.5 / max(share, 1e-9))
+    if fetch > MAX_OVERFETCH:
+        return None
+    conn.execute(
+        "SELECT set_config('hnsw.ef_search', %s, true), set_config('hnsw.iterative_scan', 'relaxed_order', true)",
+        (str(ef_search),),
+    )
+    query = sql.SQL(
+        "WITH near AS MATERIALIZED ("
+        " SELECT e.id, e.embedding FROM kb_embeddings e WHERE e.model = {model}"
+        " ORDER BY e.embedding::halfvec({dims}) <=> %(q)s::vector::halfvec({dims}) LIMIT %(m)s)"
+        " SELECT c.id AS chunk_id, vs.source_name, r.origin, r.title, c.ordinal, c.char_start,"
+        " c.char_end, c.heading_path, c.content, c.token_count, near.embedding AS vector,"
+        " 1 - (near.embedding <=> %(q)s) AS score"
+        " FROM near JOIN kb_chunks c ON c.embedding_id = near.id"
+        " JOIN kb_version_sources vs ON vs.revision_id = c.revision_id AND vs.version_id = %(v)s"
+        " JOIN kb_source_revisions r ON r.id = vs.revision_id"
+        " ORDER BY near.embedding <=> %(q)s, c.id LIMIT %(n)s"
+    ).format(model=sql.Literal(model), dims=sql.Literal(index.dimensions))
+    with conn.cursor(row_factory=class_row(ChunkHit)) as cur:
+        hits = cur.execute(query, {"q": _array(vector), "m": fetch, "v": version_id, "n": limit}).fetchall()
+    if len(hits) < min(limit, version_chunks):
+        return None
+    return hits
+
+
+def keyword_search(
+    conn: psycopg.Connection[Any], version_id: int, language: str, question: str, vector: Vector, limit: int
+) -> list[ChunkHit]:
+    """The `limit` chunks of a version best matching any word of `question` (full text, ts_rank_cd), best first,
+    each with its cosine similarity to `vector`. Ranked on (chunk id, rank) alone, then joined for the few kept."""
+    row = conn.execute(
+        "SELECT string_agg(quote_literal(l), ' | ') FROM unnest(tsvector_to_array(to_tsvector(%s::regconfig, %s))) l",
+        (language, question),
+    ).fetchone()
+    if row is None or not row[0]:
+        return []  # only stop words
+    with conn.cursor(row_factory=class_row(ChunkHit)) as cur:
+        return cur.execute(
+            "WITH best AS MATERIALIZED ("
+            " SELECT c.id, ts_rank_cd(c.tsv, to_tsquery('simple', %(tsq)s)) AS rank"
+            " FROM kb_version_sources vs JOIN kb_chunks c ON c.revision_id = vs.revision_id"
+            " WHERE vs.version_id = %(v)s AND c.tsv @@ to_tsquery('simple', %(tsq)s)"
+            " ORDER BY rank DESC, c.id LIMIT %(n)s)"
+            " " + _HITS + " FROM best JOIN kb_chunks c ON c.id = best.id"
+            " JOIN kb_source_revisions r ON r.id = c.revision_id"
+            " JOIN kb_version_sources vs ON vs.revision_id = c.revision_id AND vs.version_id = %(v)s"
+            " JOIN kb_embeddings e ON e.id = c.embedding_id"
+            " ORDER BY best.rank DESC, c.id",
+            {"q": _array(vector), "v": version_id, "tsq": row[0], "n": limit},
+        ).fetchall()
+
+
+def containing_all_words(
+    conn: psycopg.Connection[Any], chunk_ids: Sequence[int], language: str, question: str
+) -> set[int]:
+    """Those of `chunk_ids` whose full text holds every word of `question` (as `plainto_tsquery` reads it: stemmed,
+    stop words dropped); none when the question has fewer than two such words."""
+    if not chunk_ids:
+        return set()
+    rows = conn.execute(
+        "SELECT id FROM kb_chunks WHERE id = ANY(%(ids)s) AND tsv @@ plainto_tsquery(%(l)s::regconfig, %(q)s)"
+        " AND coalesce(array_length(tsvector_to_array(to_tsvector(%(l)s::regconfig, %(q)s)), 1), 0) >= 2",
+        {"ids": list(chunk_ids), "l": language, "q": question},
+    ).fetchall()
+    return {r[0] for r in rows}
