@@ -10,7 +10,9 @@ never an API key; `TransportWording` keeps each caller's own words for transport
 from __future__ import annotations
 
 import email.utils
+import functools
 import json
+import os
 import ssl
 from collections.abc import Callable, Generator, Mapping
 from dataclasses import dataclass
@@ -40,6 +42,7 @@ __all__ = [
     "retryable_response",
     "status_line",
     "tls_cause",
+    "tls_context",
     "transport_failure",
     "user_agent",
 ]
@@ -47,6 +50,17 @@ __all__ = [
 RETRY_STATUSES = frozenset({429, 500, 502, 503, 504})
 AUTH_STATUSES = frozenset({401, 403})
 MESSAGE_LIMIT = 200
+
+
+@functools.lru_cache(maxsize=4)
+def _tls_context(cert_file: str | None, cert_dir: str | None) -> ssl.SSLContext:
+    return httpx.create_ssl_context(trust_env=True)
+
+
+def tls_context() -> ssl.SSLContext:
+    """The TLS context of kbctl's model clients (certifi's roots, or SSL_CERT_FILE / SSL_CERT_DIR when set), built
+    once: building one reads the whole CA bundle, about 40 ms, which a client made per call would pay each time."""
+    return _tls_context(os.environ.get("SSL_CERT_FILE"), os.environ.get("SSL_CERT_DIR"))
 
 
 def user_agent() -> str:

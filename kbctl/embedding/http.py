@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import concurrent.futures
 import json
 import os
 import threading
@@ -26,6 +25,7 @@ from kbctl._http import (
     check_response,
     plural,
     retry_wait,
+    tls_context,
     transport_failure,
     user_agent,
 )
@@ -132,6 +132,11 @@ class HttpEmbedder:
         self.url = config.url
         self._environ: Mapping[str, str] = os.environ if environ is None else environ
         self._lock = threading.Lock()
+        self._loop_lock = threading.Lock()
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._client: httpx.AsyncClient | None = None
+        # Texts the engine hands over per call: enough batches for every request slot, twice over.
+        self.texts_per_call = config.batch_size * config.max_concurrency * 2
         self._wait = retry_wait(config.backoff_base, config.max_retry_after)
 
     def __repr__(self) -> str:
@@ -161,13 +166,14 @@ class HttpEmbedder:
                 )
         auth = self._auth()
         batches = self._batches(sizes)
+        # On the embedder's own event loop, in its own thread: one client whose connections serve every call, and a
+        # caller that is itself inside an event loop (an async agent) is not blocked by a nested loop.
+        future = asyncio.run_coroutine_threadsafe(self._embed_all(items, batches, purpose, auth), self._event_loop())
         try:
-            asyncio.get_running_loop()
-        except RuntimeError:
-            return asyncio.run(self._embed_all(items, batches, purpose, auth))
-        # Called from inside an event loop (e.g. an async agent): run on a loop of our own in a worker thread.
-        with concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="kbctl-embed") as pool:
-            return pool.submit(asyncio.run, self._embed_all(items, batches, purpose, auth)).result()
+            return future.result()
+        except BaseException:  # e.g. KeyboardInterrupt in the caller: stop the requests of this call
+            future.cancel()
+            raise
 
     def count_tokens(self, texts: Sequence[str]) -> list[int]:
         """Estimated tokens per text (`estimate_tokens`: ceil(characters / 3)), no tokenizer involved."""
@@ -200,32 +206,63 @@ class HttpEmbedder:
 
     # ---- requests ----
 
+    def _event_loop(self) -> asyncio.AbstractEventLoop:
+        """The embedder's event loop, running in a daemon thread started on first use."""
+        with self._loop_lock:
+            if self._loop is None:
+                loop = asyncio.new_event_loop()
+                threading.Thread(target=loop.run_forever, name="kbctl-embed", daemon=True).start()
+                self._loop = loop
+            return self._loop
+
+    def _async_client(self) -> httpx.AsyncClient:
+        """The one client of this embedder (made on its loop's thread, used only there): its keep-alive connections,
+        up to `max_concurrency`, serve every call. The key goes with each request, read from the environment."""
+        if self._client is None:
+            config = self.config
+            self._client = httpx.AsyncClient(
+                headers={"User-Agent": user_agent(), "Accept": "application/json"},
+                timeout=httpx.Timeout(config.timeout),
+                limits=httpx.Limits(
+                    max_connections=config.max_concurrency, max_keepalive_connections=config.max_concurrency
+                ),
+                follow_redirects=False,
+                verify=tls_context(),
+            )
+        return self._client
+
+    def close(self) -> None:
+        """Close the client's connections and stop the event loop thread (a later `embed` starts them again)."""
+        with self._loop_lock:
+            loop, client, self._loop, self._client = self._loop, self._client, None, None
+        if loop is None:
+            return
+        if client is not None:
+            asyncio.run_coroutine_threadsafe(client.aclose(), loop).result(timeout=30)
+        loop.call_soon_threadsafe(loop.stop)
+
     async def _embed_all(
         self, texts: list[str], batches: list[range], purpose: Purpose, auth: BearerAuth | None
     ) -> list[Vector]:
         config = self.config
         results: list[Vector | None] = [None] * len(texts)
         slots = asyncio.Semaphore(config.max_concurrency)
-        limits = httpx.Limits(max_connections=config.max_concurrency, max_keepalive_connections=config.max_concurrency)
-        headers = {"User-Agent": user_agent(), "Accept": "application/json"}
-        async with httpx.AsyncClient(
-            auth=auth, headers=headers, timeout=httpx.Timeout(config.timeout), limits=limits, follow_redirects=False
-        ) as client:
+        client = self._async_client()
 
-            async def run(batch: range) -> None:
-                async with slots:
-                    body = self._body([texts[i] for i in batch], purpose)
-                    vectors = await self._request(client, body, batch.start, auth)
-                for i, vector in zip(batch, vectors, strict=True):
-                    results[i] = vector
+        async def run(batch: range) -> None:
+            async with slots:
+                body = self._body([texts[i] for i in batch], purpose)
+                vectors = await self._request(client, body, batch.start, auth)
+            for i, vector in zip(batch, vectors, strict=True):
+                results[i] = vector
 
-            tasks = [asyncio.create_task(run(batch)) for batch in batches]
-            try:
-                await asyncio.wait(tasks, return_when=asyncio.FIRST_EXCEPTION)
-            finally:  # one batch failed for good (or we were cancelled): stop the others
-                for task in tasks:
-                    task.cancel()
-                await asyncio.gather(*tasks, return_exceptions=True)
+        tasks = [asyncio.create_task(run(batch)) for batch in batches]
+        try:
+            await asyncio.wait(tasks, return_when=asyncio.FIRST_EXCEPTION)
+        finally:  # one batch failed for good (or we were cancelled): stop the others
+            for task in tasks:
+                task.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
         for task in tasks:
             failure = None if task.cancelled() else task.exception()
             if failure is not None:
@@ -259,7 +296,9 @@ class HttpEmbedder:
     async def _post(self, client: httpx.AsyncClient, body: dict[str, Any], auth: BearerAuth | None) -> httpx.Response:
         """One attempt; a retryable failure raises Retryable, any other EmbeddingError."""
         try:
-            response = await client.post(self.url, json=body)
+            response = await client.post(
+                self.url, json=body, auth=auth if auth is not None else httpx.USE_CLIENT_DEFAULT
+            )
         except httpx.HTTPError as exc:
             raise transport_failure(exc, self.url, client.timeout, EmbeddingError, what="embedding", auth=auth) from exc
         return check_response(response, self.url, auth, EmbeddingError, what="embedding", model=self.config.model)

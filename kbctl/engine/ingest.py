@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 
 from kbctl.chunking import Chunk, chunk_document
-from kbctl.embedding import Embedder
+from kbctl.embedding import Embedder, Vector
 from kbctl.engine.events import EmbeddingProgress, Reporter
 from kbctl.engine.plan import Fail, Ingest, KnowledgeBasePlan, SourcePlan, text_sha256
 from kbctl.errors import LimitError
@@ -101,6 +102,38 @@ def _check(chunked: Chunked, embedder: Embedder, limits: Limits) -> str | None:
     return None
 
 
+def _embed_missing(
+    db: Database, embedder: Embedder, missing: Sequence[tuple[bytes, str]], name: str, reporter: Reporter
+) -> dict[bytes, int]:
+    """Embed texts call by call and cache each call's vectors as they come (committed, so a failure later loses
+    none); while one call's vectors are written, the next call is already embedding on a worker thread."""
+    size = max(1, int(getattr(embedder, "texts_per_call", EMBED_BATCH)))
+    calls = [missing[start : start + size] for start in range(0, len(missing), size)]
+    ids: dict[bytes, int] = {}
+    done = 0
+    with ThreadPoolExecutor(1, thread_name_prefix="kbctl-embed") as pool:
+
+        def submit(call: Sequence[tuple[bytes, str]]) -> Future[list[Vector]]:
+            return pool.submit(embedder.embed, [text for _, text in call])
+
+        pending = submit(calls[0]) if calls else None
+        for n, call in enumerate(calls):
+            assert pending is not None
+            vectors = pending.result()
+            pending = submit(calls[n + 1]) if n + 1 < len(calls) else None
+            try:
+                ids.update(
+                    db.store_embeddings(embedder.model_id, [(h, v) for (h, _), v in zip(call, vectors, strict=True)])
+                )
+            except BaseException:
+                if pending is not None:
+                    pending.cancel()
+                raise
+            done += len(call)
+            reporter.report(EmbeddingProgress(name, done, len(missing)))
+    return ids
+
+
 def ingest(db: Database, plan: KnowledgeBasePlan, embedder: Embedder, reporter: Reporter) -> IngestRun:
     """Chunk every source the plan ingests and make sure each chunk's vector is cached.
 
@@ -126,11 +159,7 @@ def ingest(db: Database, plan: KnowledgeBasePlan, embedder: Embedder, reporter: 
             f"would embed ~{tokens_to_embed} tokens, over spec.limits.maxTokensToEmbed "
             f"({limits.max_tokens_to_embed}); nothing was embedded: raise the limit to apply"
         )
-    for start in range(0, len(missing), EMBED_BATCH):
-        batch = missing[start : start + EMBED_BATCH]
-        vectors = embedder.embed([texts[h] for h in batch])
-        ids.update(db.store_embeddings(embedder.model_id, list(zip(batch, vectors, strict=True))))
-        reporter.report(EmbeddingProgress(plan.name, start + len(batch), len(missing)))
+    ids.update(_embed_missing(db, embedder, [(h, texts[h]) for h in missing], plan.name, reporter))
     fresh, claimed = set(missing), set[bytes]()
     for p in plan.to_ingest:
         if p.name not in chunked:

@@ -29,6 +29,7 @@ from kbctl._http import (
     check_response,
     plural,
     retry_wait,
+    tls_context,
     transport_failure,
     user_agent,
 )
@@ -94,7 +95,11 @@ class HttpReranker:
             reraise=True,
         )
         with httpx.Client(
-            auth=auth, headers=headers, timeout=httpx.Timeout(self.config.timeout), follow_redirects=False
+            auth=auth,
+            headers=headers,
+            timeout=httpx.Timeout(self.config.timeout),
+            follow_redirects=False,
+            verify=tls_context(),
         ) as client:
             try:
                 for attempt in retrying:

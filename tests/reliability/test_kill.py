@@ -162,21 +162,28 @@ def test_kill_mid_embedding_keeps_the_vectors_already_cached(
     )
     env = {"KBCTL_CONFIG": str(config), "LOOP_KEY": KEY}
     text = manifest(embedding="  embedding: {model: loop/all-MiniLM-L6-v2}\n")
+    endpoint.latency = 0.1  # the 36 texts left after the kill point take 5 rounds of 4 requests: 0.5 s or more
+
+    def cached() -> int:
+        row = store.db.connection.execute(
+            "SELECT count(*) FROM kb_embeddings WHERE model = 'loop/all-MiniLM-L6-v2'"
+        ).fetchone()
+        assert row is not None
+        return int(row[0])
+
     with child_apply(tmp_path, text, database_url, env) as proc:
-        # 32 requests of 2 texts make the first batch of 64; the 34th starts after that batch was committed.
-        kill_when(proc, lambda: len(endpoint.embedding_requests) >= 34)
+        # Vectors are committed call by call (16 texts: 2 per request, 4 requests at once, twice) as they come.
+        kill_when(proc, lambda: cached() >= 64)
     counts = store.db.counts()
     assert counts["versions"] == 0 and counts["source_revisions"] == 0 and counts["chunks"] == 0
-    cached = store.db.connection.execute(
-        "SELECT count(*) FROM kb_embeddings WHERE model = 'loop/all-MiniLM-L6-v2'"
-    ).fetchone()
-    assert cached is not None and 64 <= cached[0] < PARAGRAPHS
+    kept = cached()
+    assert 64 <= kept < PARAGRAPHS
     monkeypatch.setenv("LOOP_KEY", KEY)
     monkeypatch.setenv("KBCTL_CONFIG", str(config))
     with KnowledgeBaseStore(settings=Settings.from_env(home=store.settings.home, database_url=database_url)) as fresh:
         rerun = fresh.apply(parse_manifests(text, "kb.yaml"))
     assert not rerun.failed and rerun.results[0].version == 1
-    assert rerun.embedded == PARAGRAPHS - cached[0]
+    assert rerun.embedded == PARAGRAPHS - kept
 
 
 def test_kill_inside_the_publish_transaction(applied: KnowledgeBaseStore, tmp_path: Path, database_url: str) -> None:
