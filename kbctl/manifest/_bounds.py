@@ -9,13 +9,17 @@ from __future__ import annotations
 
 import os
 import stat
+from collections.abc import Mapping
 from typing import IO, Any, BinaryIO, Final
+
+from kbctl.errors import KbctlError
 
 __all__ = [
     "MAX_DEPTH",
     "MAX_FILE_BYTES",
     "UnreadableFile",
     "format_size",
+    "manifest_limit",
     "nesting_depth",
     "open_regular",
     "read_bounded_stream",
@@ -27,6 +31,21 @@ __all__ = [
 MAX_FILE_BYTES: Final = 8 * 1024 * 1024
 """Largest manifest or eval set file (and stdin): a manifest of 8 MiB holds ~7,500 one-page sources and
 loads in a few seconds; larger knowledge bases split over several files."""
+
+MANIFEST_LIMIT_ENV: Final = "KBCTL_MAX_MANIFEST_MIB"
+"""Environment variable that raises (or lowers) the manifest file limit, in MiB (1 to 4096): one knowledge base
+of 100,000 inline chunks is a ~100 MB manifest."""
+
+
+def manifest_limit(environ: Mapping[str, str] | None = None) -> int:
+    """The largest manifest file read, in bytes: MAX_FILE_BYTES, or KBCTL_MAX_MANIFEST_MIB when set to 1..4096."""
+    raw = (os.environ if environ is None else environ).get(MANIFEST_LIMIT_ENV, "").strip()
+    if not raw:
+        return MAX_FILE_BYTES
+    if not raw.isdigit() or not 1 <= int(raw) <= 4096:
+        raise KbctlError(f"{MANIFEST_LIMIT_ENV} must be a whole number of MiB from 1 to 4096, not {raw[:20]!r}")
+    return int(raw) * 1024 * 1024
+
 
 MAX_DEPTH: Final = 64
 """Deepest nesting of mappings and lists (aliases expanded): a manifest needs 5 levels."""

@@ -13,7 +13,7 @@ from pydantic import ValidationError
 from pydantic.alias_generators import to_snake
 
 from kbctl.errors import ManifestError, ManifestProblem
-from kbctl.manifest._bounds import MAX_FILE_BYTES, UnreadableFile, read_bounded_stream, read_bounded_text
+from kbctl.manifest._bounds import UnreadableFile, manifest_limit, read_bounded_stream, read_bounded_text
 from kbctl.manifest._problems import problems_from
 from kbctl.manifest._yaml_lines import Document, SyntaxProblem, load_documents, locate
 from kbctl.manifest.models import API_VERSION, KIND, KnowledgeBase, _schema_text, write_schema
@@ -118,19 +118,19 @@ class _Collector:
     def add_file(self, file: str) -> int:
         """Read and parse one file; a file that cannot be read is a problem (counted as one document).
 
-        Only a regular file (symlinks followed) of at most MAX_FILE_BYTES is read.
+        Only a regular file (symlinks followed) of at most MAX_FILE_BYTES (or KBCTL_MAX_MANIFEST_MIB) is read.
         """
         try:
-            text = read_bounded_text(file, MAX_FILE_BYTES, expected="a manifest file")
+            text = read_bounded_text(file, manifest_limit(), expected="a manifest file")
         except UnreadableFile as error:
             self.problems.append(ManifestProblem(file, None, "", str(error)))
             return 1
         return self.add_text(text, file)
 
     def add_stream(self, stream: TextIO) -> int:
-        """Read and parse stdin, at most MAX_FILE_BYTES of it."""
+        """Read and parse stdin, at most MAX_FILE_BYTES (or KBCTL_MAX_MANIFEST_MIB) of it."""
         try:
-            text = read_bounded_stream(stream, MAX_FILE_BYTES)
+            text = read_bounded_stream(stream, manifest_limit())
         except UnreadableFile as error:
             self.problems.append(ManifestProblem(STDIN_PATH, None, "", str(error)))
             return 1
