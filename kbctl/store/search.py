@@ -42,6 +42,8 @@ __all__ = [
     "build_vector_index",
     "containing_all_words",
     "exact_search",
+    "index_settings",
+    "indexed_query",
     "indexed_search",
     "keyword_search",
     "vector_index",
@@ -120,6 +122,7 @@ def build_vector_index(conn: psycopg.Connection[Any], model: str) -> VectorIndex
         )
     finally:
         conn.execute("RESET maintenance_work_mem")
+    conn.execute("ANALYZE kb_embeddings")  # the planner's costs of the new index
     return vector_index(conn, model)
 
 
@@ -134,6 +137,34 @@ def exact_search(conn: psycopg.Connection[Any], version_id: int, vector: Vector,
             " WHERE vs.version_id = %(v)s ORDER BY e.embedding <=> %(q)s, c.id LIMIT %(n)s",
             {"q": _array(vector), "v": version_id, "n": limit},
         ).fetchall()
+
+
+def index_settings(conn: psycopg.Connection[Any], ef_search: int) -> None:
+    """Settings of an indexed search, until the end of the caller's transaction: `ef_search`, an iterative scan (so
+    a scan can return more than `ef_search` vectors), and no sequential scan of the vectors: the plan was chosen
+    because the version is large, where comparing every vector of the model costs far more than the index."""
+    conn.execute(
+        "SELECT set_config('hnsw.ef_search', %s, true), set_config('hnsw.iterative_scan', 'relaxed_order', true),"
+        " set_config('enable_seqscan', 'off', true)",
+        (str(ef_search),),
+    )
+
+
+def indexed_query(model: str, dimensions: int) -> sql.Composed:
+    """The indexed plan's statement: the `%(m)s` nearest vectors of `model` by the index's own expression (so the
+    planner can use it), then the version's chunks among them, re-ranked by full-precision cosine."""
+    return sql.SQL(
+        "WITH near AS MATERIALIZED ("
+        " SELECT e.id, e.embedding FROM kb_embeddings e WHERE e.model = {model}"
+        " ORDER BY e.embedding::halfvec({dims}) <=> %(q)s::vector::halfvec({dims}) LIMIT %(m)s)"
+        " SELECT c.id AS chunk_id, vs.source_name, r.origin, r.title, c.ordinal, c.char_start,"
+        " c.char_end, c.heading_path, c.content, c.token_count, near.embedding AS vector,"
+        " 1 - (near.embedding <=> %(q)s) AS score"
+        " FROM near JOIN kb_chunks c ON c.embedding_id = near.id"
+        " JOIN kb_version_sources vs ON vs.revision_id = c.revision_id AND vs.version_id = %(v)s"
+        " JOIN kb_source_revisions r ON r.id = vs.revision_id"
+        " ORDER BY near.embedding <=> %(q)s, c.id LIMIT %(n)s"
+    ).format(model=sql.Literal(model), dims=sql.Literal(dimensions))
 
 
 def indexed_search(
@@ -152,22 +183,8 @@ def indexed_search(
     fetch = math.ceil(max(limit, ef_search) * 1.5 / max(share, 1e-9))
     if fetch > MAX_OVERFETCH:
         return None
-    conn.execute(
-        "SELECT set_config('hnsw.ef_search', %s, true), set_config('hnsw.iterative_scan', 'relaxed_order', true)",
-        (str(ef_search),),
-    )
-    query = sql.SQL(
-        "WITH near AS MATERIALIZED ("
-        " SELECT e.id, e.embedding FROM kb_embeddings e WHERE e.model = {model}"
-        " ORDER BY e.embedding::halfvec({dims}) <=> %(q)s::vector::halfvec({dims}) LIMIT %(m)s)"
-        " SELECT c.id AS chunk_id, vs.source_name, r.origin, r.title, c.ordinal, c.char_start,"
-        " c.char_end, c.heading_path, c.content, c.token_count, near.embedding AS vector,"
-        " 1 - (near.embedding <=> %(q)s) AS score"
-        " FROM near JOIN kb_chunks c ON c.embedding_id = near.id"
-        " JOIN kb_version_sources vs ON vs.revision_id = c.revision_id AND vs.version_id = %(v)s"
-        " JOIN kb_source_revisions r ON r.id = vs.revision_id"
-        " ORDER BY near.embedding <=> %(q)s, c.id LIMIT %(n)s"
-    ).format(model=sql.Literal(model), dims=sql.Literal(index.dimensions))
+    index_settings(conn, ef_search)
+    query = indexed_query(model, index.dimensions)
     with conn.cursor(row_factory=class_row(ChunkHit)) as cur:
         hits = cur.execute(query, {"q": _array(vector), "m": fetch, "v": version_id, "n": limit}).fetchall()
     if len(hits) < min(limit, version_chunks):

@@ -1,0 +1,174 @@
+"""Scale paths: the per-model HNSW index, bulk publishing, the manifest size setting, overlapping HTTP embedding."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import numpy as np
+import pytest
+from psycopg import sql
+
+from kbctl.client import KnowledgeBaseStore
+from kbctl.config import Settings
+from kbctl.errors import KbctlError
+from kbctl.manifest import load_manifests, parse_manifests
+from kbctl.manifest._bounds import MAX_FILE_BYTES, manifest_limit
+from kbctl.store.database import ChunkRow, Database, NewRevision, SourceEntry
+from kbctl.store.search import (
+    EXACT_SCAN_MAX,
+    INDEX_MIN_VECTORS,
+    index_settings,
+    indexed_query,
+    indexed_search,
+    vector_index,
+)
+from tests.support.embedserver import serve_embeddings
+
+MODEL = "test/pseudo-32"
+DIMS = 32
+
+
+def vectors(n: int, seed: int) -> np.ndarray:
+    """n deterministic unit vectors of DIMS dimensions."""
+    values = np.random.default_rng(seed).standard_normal((n, DIMS)).astype(np.float32)
+    return values / np.linalg.norm(values, axis=1, keepdims=True)
+
+
+def publish(db: Database, name: str, vecs: np.ndarray, offset: int = 0) -> int:
+    """Publish version 1 of `name` with one source of one chunk per vector; return the version's id."""
+    hashes = [f"{name}-{offset + i}".encode().ljust(32, b"-")[:32] for i in range(len(vecs))]
+    ids = db.store_embeddings(MODEL, list(zip(hashes, vecs, strict=True)))
+    chunks = [ChunkRow(i, f"chunk {offset + i} of {name}", 0, 10, ("Doc",), 5, ids[h]) for i, h in enumerate(hashes)]
+    manifest = {"apiVersion": "kbctl.dev/v1alpha1", "kind": "KnowledgeBase", "metadata": {"name": name}}
+    db.record_desired(name, manifest)
+    db.publish(
+        name=name,
+        manifest=manifest,
+        manifest_sha256="x",
+        model=MODEL,
+        number=1,
+        new_revisions=[NewRevision("doc", "key", "sha", "inline", None, 10, chunks)],
+        sources=[SourceEntry("doc", "sha", "key", "ready", None, len(chunks), len(chunks))],
+        statuses=[],
+    )
+    target = db.query_target(name)
+    assert target is not None and target.version_id is not None and target.chunk_count == len(vecs)
+    return target.version_id
+
+
+@pytest.fixture
+def indexed(store: KnowledgeBaseStore) -> Iterator[tuple[Database, int, np.ndarray]]:
+    """A knowledge base of INDEX_MIN_VECTORS + 500 pseudo-vectors with its model's index built."""
+    vecs = vectors(INDEX_MIN_VECTORS + 500, seed=1)
+    version = publish(store.db, "big", vecs)
+    assert store.db.build_vector_index(MODEL) is not None
+    try:
+        yield store.db, version, vecs
+    finally:
+        index = store.db.vector_index(MODEL)
+        if index is not None:
+            store.db.connection.execute(sql.SQL("DROP INDEX {}").format(sql.Identifier(index.name)))
+
+
+def test_index_is_built_once_a_model_has_enough_vectors(store: KnowledgeBaseStore) -> None:
+    """No index below INDEX_MIN_VECTORS vectors; one build at the line; a second call builds nothing."""
+    db = store.db
+    publish(db, "few", vectors(100, seed=2))
+    assert db.build_vector_index(MODEL) is None and db.vector_index(MODEL) is None
+    publish(db, "many", vectors(INDEX_MIN_VECTORS, seed=3), offset=100)
+    try:
+        built = db.build_vector_index(MODEL)
+        assert built is not None and built.dimensions == DIMS and built.vectors >= INDEX_MIN_VECTORS
+        assert db.build_vector_index(MODEL) is None  # already there
+    finally:
+        index = db.vector_index(MODEL)
+        assert index is not None
+        db.connection.execute(sql.SQL("DROP INDEX {}").format(sql.Identifier(index.name)))
+
+
+def test_large_version_search_goes_through_the_index(indexed: tuple[Database, int, np.ndarray]) -> None:
+    """The indexed plan scans the HNSW index (EXPLAIN names it) and finds what an exact scan finds."""
+    db, version, vecs = indexed
+    index = vector_index(db.connection, MODEL)
+    assert index is not None
+    with db.connection.transaction():
+        index_settings(db.connection, 100)
+        plan = db.connection.execute(
+            b"EXPLAIN " + indexed_query(MODEL, index.dimensions).as_bytes(db.connection),
+            {"q": vecs[0], "m": 150, "v": version, "n": 10},
+        ).fetchall()
+    assert any(f"Index Scan using {index.name}" in row[0] for row in plan)
+    found = total = 0
+    for q in vecs[:20]:
+        approx = db.search(version, q, 10, model=MODEL, version_chunks=len(vecs))
+        with db.exact_searches():
+            exact = db.search(version, q, 10, model=MODEL, version_chunks=len(vecs))
+        assert approx[0].content == exact[0].content and approx[0].score == pytest.approx(1.0, abs=1e-5)
+        found += len({h.chunk_id for h in approx} & {h.chunk_id for h in exact})
+        total += len(exact)
+    assert found / total >= 0.9
+
+
+def test_a_version_holding_few_of_the_models_vectors_is_searched_exactly(
+    indexed: tuple[Database, int, np.ndarray],
+) -> None:
+    """A small version beside a large one of the same model: the index declines, the exact plan answers in full."""
+    db, _, _ = indexed
+    small = vectors(40, seed=4)
+    version = publish(db, "small", small, offset=10_000)
+    index = vector_index(db.connection, MODEL)
+    assert index is not None
+    with db.connection.transaction():
+        assert indexed_search(db.connection, index, MODEL, version, len(small), small[0], 10) is None
+    hits = db.search(version, small[0], 10, model=MODEL, version_chunks=len(small))
+    assert len(hits) == 10 and hits[0].content == "chunk 10000 of small"
+    assert len(small) <= EXACT_SCAN_MAX
+
+
+def test_manifest_limit_setting(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A manifest over 8 MiB is refused unless KBCTL_MAX_MANIFEST_MIB allows it; a bad value is one clear error."""
+    body = "x" * 1000
+    sources = "".join(f"    - name: s{i}\n      text: {body}\n" for i in range(8_500))
+    path = tmp_path / "big.yaml"
+    path.write_text(
+        f"apiVersion: kbctl.dev/v1alpha1\nkind: KnowledgeBase\nmetadata: {{name: big}}\nspec:\n  sources:\n{sources}"
+    )
+    assert path.stat().st_size > MAX_FILE_BYTES
+    with pytest.raises(KbctlError, match="too large"):
+        load_manifests([str(path)])
+    monkeypatch.setenv("KBCTL_MAX_MANIFEST_MIB", "16")
+    assert manifest_limit() == 16 * 1024 * 1024
+    [loaded] = load_manifests([str(path)])
+    assert len(loaded.kb.spec.sources) == 8_500
+    monkeypatch.setenv("KBCTL_MAX_MANIFEST_MIB", "lots")
+    with pytest.raises(KbctlError, match="KBCTL_MAX_MANIFEST_MIB must be a whole number of MiB"):
+        load_manifests([str(path)])
+
+
+def test_apply_overlaps_embedding_requests(
+    store: KnowledgeBaseStore, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """With maxConcurrency 4, an apply keeps several requests of 64 texts in flight at once (one call of 64 texts
+    at a time sent one request after another)."""
+    paragraphs = "\n\n".join(
+        f"        Paragraph {i}: rule {i} keeps record {i} for {i % 7 + 1} years." for i in range(200)
+    )
+    text = (
+        "apiVersion: kbctl.dev/v1alpha1\nkind: KnowledgeBase\nmetadata: {name: overlap}\nspec:\n"
+        "  embedding: {model: loop/all-MiniLM-L6-v2}\n  chunking: {maxChars: 100, overlapChars: 0}\n"
+        f"  sources:\n    - name: rules\n      text: |\n{paragraphs}\n"
+    )
+    with serve_embeddings(model="none") as server:
+        server.latency = 0.05
+        config = tmp_path / "config.yaml"
+        config.write_text(
+            f"embedding:\n  providers:\n    loop: {{baseURL: '{server.url}', batchSize: 64, maxConcurrency: 4}}\n"
+        )
+        monkeypatch.setenv("KBCTL_CONFIG", str(config))
+        settings = Settings.from_env(home=store.settings.home, database_url=store.settings.database_url)
+        with KnowledgeBaseStore(settings=settings) as http_store:
+            report = http_store.apply(parse_manifests(text, "kb.yaml"))
+        chunks = report.results[0].sources[0].chunks
+        assert not report.failed and report.embedded == chunks > 128
+        assert server.request_count == -(-chunks // 64) and server.max_in_flight >= 2
