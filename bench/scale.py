@@ -20,15 +20,14 @@ import argparse
 import os
 import random
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from embed_http import KEY, KEY_VAR, server_process  # the stand-in server process, shared with that benchmark
 
 from kbctl.client import KnowledgeBaseStore
 from kbctl.config import Settings
@@ -79,22 +78,6 @@ def manifest(texts: list[str], provider: str) -> str:
     return "\n".join(lines) + "\n"
 
 
-@contextmanager
-def stand_in(latency: float) -> Iterator[str]:
-    """tests/support/embedserver.py with pseudo-vectors in a child process; yields its /v1 URL."""
-    command = [sys.executable, "-m", "tests.support.embedserver", "--model", "none", "--latency", str(latency)]
-    proc = subprocess.Popen(command, cwd=REPO, stdout=subprocess.PIPE, text=True)
-    try:
-        assert proc.stdout is not None
-        url = proc.stdout.readline().strip()
-        if not url.startswith("http://127.0.0.1:"):
-            raise SystemExit(f"the embeddings server did not start (exit code {proc.poll()})")
-        yield url
-    finally:
-        proc.terminate()
-        proc.wait(timeout=30)
-
-
 def run_cli(env: dict[str, str], *args: str) -> tuple[float, float, str]:
     """Run the real CLI: (wall seconds, peak RSS MB, output); its peak RSS through wait4. Exits on failure."""
     start = time.perf_counter()
@@ -114,7 +97,7 @@ def run_cli(env: dict[str, str], *args: str) -> tuple[float, float, str]:
 
 def pct(values: list[float], q: float) -> float:
     ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, int(round(q * (len(ordered) - 1))))]
+    return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))]
 
 
 def questions(rng: random.Random, n: int, sources: int) -> list[str]:
@@ -172,15 +155,16 @@ def main() -> None:
     home = args.keep or Path(tempfile.mkdtemp(prefix="kbctl-scale-"))
     home.mkdir(parents=True, exist_ok=True)
     work = Path(tempfile.mkdtemp(prefix="kbctl-scale-work-"))
-    with stand_in(args.latency) as url:
+    with server_process("none", args.latency) as url:
         config = work / "config.yaml"
         config.write_text(
             "embedding:\n  providers:\n    standin:\n"
-            f"      baseURL: {url}\n      batchSize: 64\n      maxConcurrency: 4\n      timeout: 300\n"
+            f"      baseURL: {url}\n      apiKeyEnv: {KEY_VAR}\n      batchSize: 64\n      maxConcurrency: 4\n"
+            "      timeout: 300\n"
         )
-        env = {**os.environ, "KBCTL_HOME": str(home), "KBCTL_CONFIG": str(config)}
+        env = {**os.environ, "KBCTL_HOME": str(home), "KBCTL_CONFIG": str(config), KEY_VAR: KEY}
         env.pop("KBCTL_DATABASE_URL", None)
-        os.environ.update(KBCTL_HOME=str(home), KBCTL_CONFIG=str(config))
+        os.environ.update({"KBCTL_HOME": str(home), "KBCTL_CONFIG": str(config), KEY_VAR: KEY})
         os.environ.pop("KBCTL_DATABASE_URL", None)
         settings = Settings.from_env()
         try:
