@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import contextlib
 import re
 from collections.abc import Collection, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final
 
+import yaml
 from ruamel.yaml import YAML
 from ruamel.yaml.comments import CommentedMap, CommentedSeq, TaggedScalar
 from ruamel.yaml.composer import Composer
@@ -15,6 +17,7 @@ from ruamel.yaml.error import MarkedYAMLError, YAMLError
 from ruamel.yaml.events import AliasEvent
 from ruamel.yaml.nodes import MappingNode, ScalarNode
 from ruamel.yaml.reader import ReaderError
+from ruamel.yaml.resolver import implicit_resolvers
 from ruamel.yaml.scalarbool import ScalarBoolean
 
 from kbctl.manifest._bounds import MAX_DEPTH, too_deep_message
@@ -44,14 +47,35 @@ _DOC_START = re.compile(r"---(?:[ \t\r\n\x85\u2028\u2029]|$)")
 _DOC_END = re.compile(r"\.\.\.(?:[ \t\r\n\x85\u2028\u2029]|$)")
 
 
-@dataclass(frozen=True)
-class Document:
-    """One non-empty YAML document: its round-trip tree and where it sits in the stream."""
+_UNLOADED: Final[Any] = object()
 
-    tree: Any  # as ruamel loaded it: CommentedMap, CommentedSeq or a scalar; carries the line numbers
-    data: Any  # the same as plain dict/list/str/int/float/bool/None (see to_plain)
-    offset: int  # 0-based line of the stream where this document's text begins; add to ruamel's lines
-    line: int  # 1-based line where the document's content starts
+
+class Document:
+    """One non-empty YAML document: its plain data, where it sits in the stream, and its round-trip tree.
+
+    A document read by libyaml has no tree until one is asked for (only to place a problem on its line):
+    ruamel then loads it from the document's text, so a valid document never pays for ruamel's scanner.
+    """
+
+    __slots__ = ("_text", "_tree", "data", "line", "offset")
+
+    def __init__(self, tree: Any = _UNLOADED, *, data: Any, offset: int, line: int, text: str = "") -> None:
+        self._tree = tree
+        self._text = text  # the document's text, kept only until its tree is loaded from it
+        self.data = data  # plain dict/list/str/int/float/bool/None (see to_plain)
+        self.offset = offset  # 0-based line of the stream where this document's text begins; add to ruamel's lines
+        self.line = line  # 1-based line where the document's content starts
+
+    @property
+    def tree(self) -> Any:
+        """The document as ruamel loads it (CommentedMap, CommentedSeq or a scalar), carrying the line numbers."""
+        if self._tree is _UNLOADED:
+            self._tree = _round_trip_tree(self._text, self.data)
+            self._text = ""
+        return self._tree
+
+    def __repr__(self) -> str:
+        return f"Document(offset={self.offset}, line={self.line}, data={self.data!r})"
 
 
 @dataclass(frozen=True)
@@ -66,16 +90,27 @@ class _CycleError(ValueError):
     """A YAML alias refers to a node that contains it."""
 
 
-def _lines(text: str) -> list[str]:
-    """Split text into lines, each keeping its line break, exactly where ruamel counts a new line."""
-    lines: list[str] = []
-    start = 0
-    for match in _LINE_BREAK.finditer(text):
-        lines.append(text[start : match.end()])
+def _iter_lines(text: str, start: int = 0, end: int | None = None) -> Iterator[str]:
+    """The lines of text[start:end], each keeping its line break, exactly where ruamel counts a new line
+    (lazily: callers stop at the first line of content, which may come before megabytes of others)."""
+    end = len(text) if end is None else end
+    for match in _LINE_BREAK.finditer(text, start, end):
+        yield text[start : match.end()]
         start = match.end()
-    if start < len(text):
-        lines.append(text[start:])
-    return lines
+    if start < end:
+        yield text[start:end]
+
+
+def _count_breaks(text: str, start: int, end: int) -> int:
+    """How many line breaks ruamel counts in text[start:end] (start and end at line starts)."""
+    return (
+        text.count("\n", start, end)
+        + text.count("\r", start, end)
+        - text.count("\r\n", start, end)
+        + text.count("\x85", start, end)
+        + text.count("\u2028", start, end)
+        + text.count("\u2029", start, end)
+    )
 
 
 def _is_prologue(line: str) -> bool:
@@ -84,32 +119,53 @@ def _is_prologue(line: str) -> bool:
     return not stripped or stripped.startswith("#") or line.startswith("%")
 
 
+# A line break followed by a `---` or `...` line (what _DOC_START and _DOC_END match): the break first, as
+# a character class to scan for is ~8 times faster than a lookbehind tried at every position of the text.
+_MARKER_AFTER_BREAK = re.compile(r"[\n\r\x85\u2028\u2029](?=(?:---|\.\.\.)(?:[ \t\r\n\x85\u2028\u2029]|\Z))")
+
+
+def _marker_starts(text: str) -> Iterator[int]:
+    """Where the lines that are `---` or `...` markers start, in order."""
+    if _DOC_START.match(text) or _DOC_END.match(text):
+        yield 0
+    for match in _MARKER_AFTER_BREAK.finditer(text):
+        yield match.end()
+
+
 def split_documents(text: str) -> list[tuple[int, str]]:
     """Cut a YAML stream at its document markers into (0-based start line, document text) pairs.
 
     A `---` or `...` at the start of a line always marks a document boundary in YAML, even inside a
     block scalar, so cutting on lines is exact; cutting lets one broken document not hide the others.
+    A `---` after only blank lines, comments and directives starts no new document (it belongs to them).
     """
     text = text.removeprefix("\ufeff")
     chunks: list[tuple[int, str]] = []
-    current: list[str] = []
-    start = 0
-    for index, line in enumerate(_lines(text)):
-        if _DOC_START.match(line) and not all(_is_prologue(x) for x in current):
-            chunks.append((start, "".join(current)))
-            current, start = [], index
-        current.append(line)
-        if _DOC_END.match(line):
-            chunks.append((start, "".join(current)))
-            current, start = [], index + 1
-    if current:
-        chunks.append((start, "".join(current)))
+    start = start_line = 0  # where the current document's text begins
+    counted = counted_line = 0  # a line start, and its 0-based line: breaks are counted once, forwards
+    prologue_until = 0  # text[start:prologue_until] is known to be only prologue lines
+    for at in _marker_starts(text):
+        counted_line += _count_breaks(text, counted, at)
+        counted = at
+        if text[at] == "-":
+            if prologue_until < at and not all(_is_prologue(x) for x in _iter_lines(text, prologue_until, at)):
+                chunks.append((start_line, text[start:at]))
+                start, start_line = at, counted_line
+            prologue_until = at
+        else:  # `...` ends the document with its own line
+            line_break = _LINE_BREAK.search(text, at)
+            end = len(text) if line_break is None else line_break.end()
+            chunks.append((start_line, text[start:end]))
+            start, start_line = end, counted_line + 1
+            prologue_until = end
+    if start < len(text):
+        chunks.append((start_line, text[start:]))
     return chunks
 
 
 def _content_line(chunk: str, offset: int) -> int:
     """The 1-based line of the first content in a document's text (past comments, directives, `---`)."""
-    for index, line in enumerate(_lines(chunk)):
+    for index, line in enumerate(_iter_lines(chunk)):
         if _is_prologue(line):
             continue
         if _DOC_START.match(line) and not line[3:].strip():
@@ -247,18 +303,18 @@ class _BoundedComposer(Composer):
 
 def _loader(budget: _Budget) -> YAML:
     """A round-trip YAML loader whose composer spends budget."""
-    yaml = YAML(typ="rt")
-    yaml.Composer = _BoundedComposer
-    composer = yaml.composer
+    loader = YAML(typ="rt")
+    loader.Composer = _BoundedComposer
+    composer = loader.composer
     assert isinstance(composer, _BoundedComposer)
     composer.budget = budget
     composer.warn_double_anchors = False  # legal YAML; the warning would print the file's lines on stderr
-    return yaml
+    return loader
 
 
 def _is_empty(chunk: str) -> bool:
     """True when a document's text has no content: only blank lines, comments and bare `---` / `...`."""
-    for line in _lines(chunk):
+    for line in _iter_lines(chunk):
         stripped = line.strip()
         if not stripped or stripped.startswith("#"):
             continue
@@ -268,8 +324,190 @@ def _is_empty(chunk: str) -> bool:
     return True
 
 
+# ---------------------------------------------------------------- the libyaml fast path
+# ruamel's pure-Python scanner reads a few MB a second, libyaml ~50 times as much. Only libyaml's events are
+# used: PyYAML's resolver is YAML 1.1 (`on` is True, `0777` octal), so the data is built from the events as
+# ruamel's round-trip loader and to_plain would build it, and any document where that is not certain (aliases,
+# tags, directives, a scalar not plainly a string, null, bool or decimal number, a duplicate key, a bound
+# reached, text the two read differently, any error) is left to ruamel, which reads it as before and reports
+# its problem with its line.
+
+_LIBYAML: bool = bool(getattr(yaml, "__with_libyaml__", False))
+"""Whether documents are first tried with libyaml (False: ruamel reads every document, as before)."""
+
+# Text libyaml and ruamel may read differently: NEL and the Unicode line and paragraph separators (line breaks
+# to YAML 1.1, which libyaml follows, not to 1.2), a byte order mark inside the stream, and directives
+# (`%YAML 1.1` switches ruamel to YAML 1.1 resolution); a `%` at a line's start is taken for one.
+_UNCERTAIN_TEXT: Final = ("\x85", "\u2028", "\u2029", "\ufeff", "\n%", "\r%")
+_PLAIN_STYLES: Final = (None, "")  # libyaml's style of a plain scalar ("" from the C binding, None from Python)
+_BLOCK_STYLES: Final = ("|", ">")
+
+_NULL_TAG: Final = "tag:yaml.org,2002:null"
+_BOOL_TAG: Final = "tag:yaml.org,2002:bool"
+_INT_TAG: Final = "tag:yaml.org,2002:int"
+_FLOAT_TAG: Final = "tag:yaml.org,2002:float"
+# The numbers whose value is the same whichever way they are read; other spellings that ruamel resolves as
+# numbers (0x1F, 0o17, 0b1, 1_000, 007, .inf, .nan) are left to it.
+_DECIMAL_INT: Final = re.compile(r"[-+]?(?:0|[1-9][0-9]{0,999})")
+_DECIMAL_FLOAT: Final = re.compile(r"[-+]?(?:0|[1-9][0-9]*)(?:\.[0-9]*)?(?:[eE][-+]?[0-9]+)?|[-+]?\.[0-9]+")
+
+
+def _ruamel_resolvers() -> dict[str, list[tuple[str, Any]]]:
+    """ruamel's YAML 1.2 implicit resolvers by the first character they apply to, as its VersionedResolver
+    builds them: taken from ruamel itself so a plain scalar is never a str here that ruamel reads otherwise."""
+    table: dict[str, list[tuple[str, Any]]] = {}
+    for versions, tag, regexp, first in implicit_resolvers:
+        if (1, 2) in versions:
+            for char in first:
+                table.setdefault(char, []).append((str(tag), regexp))
+    return table
+
+
+_RESOLVERS: Final = _ruamel_resolvers()
+_UNCERTAIN: Final[Any] = object()  # a scalar whose value is left to ruamel
+
+
+def _plain_scalar(value: str) -> Any:
+    """A plain scalar's value as ruamel's round-trip loader and to_plain give it, or _UNCERTAIN."""
+    for tag, regexp in _RESOLVERS.get(value[:1], ()):
+        if not regexp.match(value):
+            continue
+        if tag == _NULL_TAG:
+            return None
+        if tag == _BOOL_TAG:
+            return value.lower() == "true"
+        if tag == _INT_TAG and _DECIMAL_INT.fullmatch(value):
+            return int(value)
+        if tag == _FLOAT_TAG and _DECIMAL_FLOAT.fullmatch(value):
+            return float(value)
+        return _UNCERTAIN
+    return _plain_str(value)
+
+
+class _OpenMapping:
+    """A mapping being filled from events: its plain dict, the key waiting for its value, the keys seen."""
+
+    __slots__ = ("data", "key", "seen")
+
+    def __init__(self) -> None:
+        self.data: dict[str, Any] = {}
+        self.key: str | None = None
+        self.seen: set[Any] = set()  # keys as ruamel compares them: 1, 1.0 and true are one key to it
+
+
+def _fast_load(text: str, nodes: int) -> tuple[Any, int, int | None] | None:
+    """Read one document's text with libyaml: (plain data, nodes it holds, 0-based line of its top mapping or
+    list, None for a scalar), or None to leave the document to ruamel. Past `nodes` nodes or MAX_DEPTH levels
+    the document is left to ruamel too, which reports the bound with its line."""
+    if any(uncertain in text for uncertain in _UNCERTAIN_TEXT) or text.startswith("%"):
+        return None
+    try:
+        with contextlib.closing(yaml.parse(text, Loader=yaml.CSafeLoader)) as events:
+            return _build(events, nodes, text)
+    except Exception:  # libyaml's syntax errors, or text it cannot encode (a lone surrogate): ruamel says which
+        return None
+
+
+def _tabs_outside(text: str, spans: list[tuple[int, int]]) -> bool:
+    """Whether text has a tab outside the given sorted, disjoint spans (the quoted and block scalars' text)."""
+    spans_iter = iter(spans)
+    span_start, span_end = next(spans_iter, (len(text), len(text)))
+    for tab in re.finditer("\t", text):
+        at = tab.start()
+        while at >= span_end:
+            span_start, span_end = next(spans_iter, (len(text), len(text)))
+        if at < span_start:
+            return True
+    return False
+
+
+def _build(events: Iterator[Any], nodes: int, text: str) -> tuple[Any, int, int | None] | None:
+    """The plain data of one document's events (see _fast_load), built with a stack rather than recursion."""
+    scalar_event, sequence_event, mapping_event = yaml.ScalarEvent, yaml.SequenceStartEvent, yaml.MappingStartEvent
+    end_events = (yaml.SequenceEndEvent, yaml.MappingEndEvent)
+    stack: list[Any] = []  # the open collections: lists and _OpenMappings
+    root: Any = _UNCERTAIN
+    root_line: int | None = None
+    spent = documents = 0
+    # ruamel refuses a tab anywhere but inside a quoted scalar or a block scalar's lines (`a:<tab>b`, `a: b<tab>`,
+    # even `a: x<tab>y`), where libyaml takes it as white space: where tabs are allowed is noted as events come.
+    tab_spans: list[tuple[int, int]] | None = [] if "\t" in text else None
+    for event in events:
+        kind = type(event)
+        if kind is scalar_event or kind is sequence_event or kind is mapping_event:
+            if event.anchor is not None or event.tag is not None:
+                return None  # aliases need the composer's budget; a tag needs ruamel's constructors
+            spent += 1
+            if spent > nodes or len(stack) >= MAX_DEPTH:
+                return None
+            opened: Any = None
+            if kind is scalar_event:
+                value = _plain_scalar(event.value) if event.style in _PLAIN_STYLES else _plain_str(event.value)
+                if value is _UNCERTAIN:
+                    return None
+                if tab_spans is not None and event.style not in _PLAIN_STYLES:
+                    start, end = int(event.start_mark.index), int(event.end_mark.index)
+                    if event.style in _BLOCK_STYLES:  # its lines, not its header (`|<tab>` is refused)
+                        header_end = _LINE_BREAK.search(text, start, end)
+                        start = end if header_end is None else header_end.end()
+                    else:  # inside the quotes
+                        start, end = start + 1, end - 1
+                    tab_spans.append((start, end))
+            elif kind is sequence_event:
+                value = opened = []
+            else:
+                if event.flow_style and text[event.start_mark.index : event.start_mark.index + 1] != "{":
+                    return None  # a single pair in a flow list (`[a: 1]`): ruamel refuses its JSON form `["a":1]`
+                opened = _OpenMapping()
+                value = opened.data
+            if not stack:
+                root = value
+                root_line = None if opened is None else int(event.start_mark.line)
+            else:
+                top = stack[-1]
+                if type(top) is list:
+                    top.append(value)
+                elif top.key is not None:
+                    top.data[top.key] = value
+                    top.key = None
+                elif opened is not None:
+                    return None  # a mapping or list as a key: ruamel makes a special key of it
+                else:
+                    key = _plain_key(value)
+                    if key in top.data or (not isinstance(value, str) and value in top.seen):
+                        return None  # a duplicate key (or two that print the same): ruamel reports or orders it
+                    if not isinstance(value, str):
+                        top.seen.add(value)
+                    top.key = key
+            if opened is not None:
+                stack.append(opened)
+        elif kind in end_events:
+            stack.pop()
+        elif kind is yaml.DocumentStartEvent:
+            documents += 1
+            if documents > 1 or event.version is not None or event.tags:
+                return None
+        elif kind is yaml.AliasEvent:
+            return None
+    if root is _UNCERTAIN or stack:
+        return None
+    if tab_spans is not None and _tabs_outside(text, tab_spans):
+        return None
+    return root, spent, root_line
+
+
+def _round_trip_tree(text: str, data: Any) -> Any:
+    """The round-trip tree of a document libyaml read, for its line numbers; its plain data (every line then
+    the document's first) in the unexpected case that ruamel refuses what libyaml read."""
+    try:
+        return _loader(_Budget()).load(text)  # a full budget: the fast path saw no alias, and no more nodes
+    except Exception:
+        return data
+
+
 def load_documents(text: str, *, known_keys: Collection[str] = ()) -> Iterator[Document | SyntaxProblem]:
-    """Load each non-empty document of a YAML stream with the round-trip loader, in stream order.
+    """Load each non-empty document of a YAML stream, in stream order: with libyaml when the data is certain
+    to be what ruamel's round-trip loader gives (see _fast_load), else with that loader.
 
     The whole stream may hold MAX_NODES nodes (aliases expanded), MAX_DOCUMENTS documents and nest
     MAX_DEPTH deep; past a bound the problem is reported and the rest of the stream is not read.
@@ -285,10 +523,18 @@ def load_documents(text: str, *, known_keys: Collection[str] = ()) -> Iterator[D
         if budget.documents < 0:
             yield SyntaxProblem(fallback, f"more than {MAX_DOCUMENTS} YAML documents, the limit for one file")
             return
-        yaml = _loader(budget)  # a fresh loader: one that failed mid-document keeps state from it
-        composer: _BoundedComposer = yaml.composer
+        fast = _fast_load(chunk, budget.nodes) if _LIBYAML else None
+        if fast is not None:
+            data, spent, root_line = fast
+            budget.nodes -= spent
+            if data is not None:  # None: an empty document, as ruamel's path skips it
+                line = fallback if root_line is None else offset + root_line + 1
+                yield Document(data=data, offset=offset, line=line, text=chunk)
+            continue
+        loader = _loader(budget)  # a fresh loader: one that failed mid-document keeps state from it
+        composer: _BoundedComposer = loader.composer
         try:
-            tree = yaml.load(chunk)
+            tree = loader.load(chunk)
             data = to_plain(tree)
         except _Refused as refused:
             yield SyntaxProblem(offset + refused.line + 1, refused.message)
@@ -324,7 +570,7 @@ def _plain_str(text: str) -> str:
     """text as a plain str, a surrogate pair escaped in two halves ("\\ud83d\\ude00", as JSON writers do)
     joined into the one character it encodes; a lone surrogate stays (validation refuses it)."""
     text = str(text)
-    if _SURROGATE.search(text) is None:
+    if text.isascii() or _SURROGATE.search(text) is None:  # isascii first: it is ~10 times faster on long text
         return text
     return text.encode("utf-16-le", "surrogatepass").decode("utf-16-le", "surrogatepass")
 
