@@ -84,7 +84,10 @@ def test_defaults_missing_from_a_stored_spec_are_the_manifest_models(office: Kno
     manifest = dict(version.manifest)
     retrieval = {k: v for k, v in manifest["spec"]["retrieval"].items() if k not in ("mode", "language", "topK")}
     manifest["spec"] = {**manifest["spec"], "retrieval": retrieval}
-    db.connection.execute("UPDATE kb_versions SET manifest = %s WHERE id = %s", (Jsonb(manifest), version.id))
+    db.connection.execute(
+        "UPDATE kb_versions SET manifest = %s, retrieval = %s WHERE id = %s",
+        (Jsonb(manifest), Jsonb(retrieval), version.id),
+    )
     result = office.query("office", "how long are invoices kept?")
     defaults = Retrieval()
     assert (result.mode, result.top_k) == (defaults.mode, defaults.top_k)

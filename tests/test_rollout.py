@@ -120,7 +120,7 @@ def test_undo_restores_earlier_answers_without_embedding(store: KnowledgeBaseSto
     assert store.db.counts() == before  # nothing embedded, copied or deleted
     assert store.describe("policies").version == 1
     [v1] = parse_manifests(manifest("ten"), "kb.yaml")
-    assert (row := store.db.get_kb("policies")) is not None and row.manifest == v1.kb.to_manifest()
+    assert (row := store.db.get_kb("policies")) is not None and store.db.last_manifest(row.id) == v1.kb.to_manifest()
     report = apply_text(store, manifest("seven"))
     [kb] = report.results
     assert (kb.action, kb.version, report.embedded) == ("configured", 3, 0)
@@ -137,7 +137,7 @@ def test_undo_makes_the_version_the_desired_state(store: KnowledgeBaseStore) -> 
     assert before is not None and (before.generation, before.observed_generation) == (3, 2)
     rollback(store.db, "policies")
     after = store.db.get_kb("policies")
-    assert after is not None and (after.generation, after.observed_generation, after.desired_manifest) == (4, 4, None)
+    assert after is not None and (after.generation, after.observed_generation, after.pending) == (4, 4, False)
     controller = store.controller()
     assert controller.run_once() == 0
     controller.deregister()

@@ -102,7 +102,7 @@ def _detail(db: Database, row: KnowledgeBaseRow) -> KnowledgeBaseDetail:
         served = db.version_sources(version.id) if version else []
     # The spec in force: the serving version's, else the one last recorded; read through the models, so
     # every default comes from kbctl/manifest/models.py.
-    spec = KnowledgeBase.from_manifest(version.manifest if version else row.manifest).spec
+    spec = KnowledgeBase.from_manifest(version.manifest if version else db.last_manifest(row.id)).spec
     kinds = {s.name: s.kind for s in spec.sources}
     if version is not None:
         sources = [

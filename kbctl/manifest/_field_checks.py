@@ -30,6 +30,8 @@ _LABEL_CHARS = "letters, digits, '-', '_' and '.', starting and ending with a le
 def check_text(value: str) -> str:
     """Refuse what no manifest string may hold: NUL (PostgreSQL text cannot store it) and lone surrogates
     (half a UTF-16 pair, from an escape such as "\\ud800": not Unicode text, cannot be encoded as UTF-8)."""
+    if "\x00" not in value and value.isascii():  # the common case, in one fast pass each (no surrogate is ASCII)
+        return value
     nul = _NUL.search(value)
     if nul is not None:
         raise ValueError(f"must not contain a NUL character (\\0), found at character {nul.start() + 1}")

@@ -232,7 +232,7 @@ def keyword_candidates(db: Database, plan: QueryPlan, question: str, vector: Vec
     (ts_rank_cd in the spec's language), best first (none in vector mode)."""
     if plan.mode == "vector":
         return []
-    return db.keyword_search(plan.version_id, plan.language, question, vector, plan.pool)
+    return db.keyword_search(plan.version_id, plan.language, question, vector, plan.pool, version_chunks=plan.chunks)
 
 
 def fuse(

@@ -90,6 +90,13 @@ def store_error(exc: psycopg.Error) -> StoreError:
 GC_LOCK_KEY = 0x6B6263746C_02
 
 
+# The columns of a KnowledgeBaseRow: never the manifests themselves (see KnowledgeBaseRow).
+_KB_COLUMNS = (
+    "id, name, labels, current_version, created_at, updated_at, generation, observed_generation, conditions,"
+    " desired_manifest IS NOT NULL AS pending"
+)
+
+
 def _lock_key(name: str) -> int:
     """A stable signed 64-bit advisory lock key for a knowledge base name."""
     return int.from_bytes(hashlib.sha256(f"kbctl:kb:{name}".encode()).digest()[:8], "big", signed=True)
@@ -224,9 +231,7 @@ class Database:
         """The knowledge base called `name`, or None."""
         with self._conn.cursor(row_factory=class_row(KnowledgeBaseRow)) as cur:
             return cur.execute(
-                "SELECT id, name, labels, manifest, current_version, created_at, updated_at, generation,"
-                " observed_generation, conditions, desired_manifest"
-                " FROM kb_knowledge_bases WHERE name = %s",
+                "SELECT " + _KB_COLUMNS + " FROM kb_knowledge_bases WHERE name = %s",
                 (name,),
             ).fetchone()
 
@@ -235,10 +240,20 @@ class Database:
         """Every knowledge base, by name."""
         with self._conn.cursor(row_factory=class_row(KnowledgeBaseRow)) as cur:
             return cur.execute(
-                "SELECT id, name, labels, manifest, current_version, created_at, updated_at, generation,"
-                " observed_generation, conditions, desired_manifest"
-                " FROM kb_knowledge_bases ORDER BY name"
+                "SELECT " + _KB_COLUMNS + " FROM kb_knowledge_bases ORDER BY name"
             ).fetchall()
+
+    @_store_errors
+    def last_manifest(self, kb_id: int) -> dict[str, Any]:
+        """The manifest last applied to a knowledge base (what describes it before any version is published)."""
+        row = self._conn.execute("SELECT manifest FROM kb_knowledge_bases WHERE id = %s", (kb_id,)).fetchone()
+        return dict(row[0]) if row else {}
+
+    @_store_errors
+    def desired_manifest(self, kb_id: int) -> dict[str, Any] | None:
+        """The desired manifest waiting to be reconciled, or None."""
+        row = self._conn.execute("SELECT desired_manifest FROM kb_knowledge_bases WHERE id = %s", (kb_id,)).fetchone()
+        return dict(row[0]) if row and row[0] is not None else None
 
     @_store_errors
     def get_version(self, kb_id: int, number: int) -> VersionRow | None:
@@ -256,7 +271,7 @@ class Database:
         with self._conn.cursor(row_factory=class_row(QueryTarget)) as cur:
             return cur.execute(
                 "SELECT k.id AS kb_id, k.conditions, v.id AS version_id, v.number, v.model, v.chunk_count,"
-                " v.manifest -> 'spec' -> 'retrieval' AS retrieval"
+                " v.retrieval"
                 " FROM kb_knowledge_bases k"
                 " LEFT JOIN kb_versions v ON v.kb_id = k.id AND v.number = k.current_version"
                 " WHERE k.name = %s",
@@ -483,7 +498,8 @@ class Database:
             embedded = sum(s.embedded for s in sources)
             vrow = self._conn.execute(
                 "INSERT INTO kb_versions (kb_id, number, manifest, manifest_sha256, model, chunk_count,"
-                " embedded_count, reused_count, change_cause) VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s)"
+                " embedded_count, reused_count, change_cause, retrieval)"
+                " VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s)"
                 " RETURNING id",
                 (
                     kb_id,
@@ -495,6 +511,7 @@ class Database:
                     embedded,
                     chunks - embedded,
                     change_cause,
+                    Jsonb(manifest.get("spec", {}).get("retrieval", {})),
                 ),
             ).fetchone()
             assert vrow is not None
@@ -578,11 +595,19 @@ class Database:
 
     @_store_errors
     def keyword_search(
-        self, version_id: int, language: str, question: str, vector: Vector, limit: int
+        self,
+        version_id: int,
+        language: str,
+        question: str,
+        vector: Vector,
+        limit: int,
+        *,
+        version_chunks: int | None = None,
     ) -> list[ChunkHit]:
         """The `limit` chunks of a version best matching any word of `question` (full text, ts_rank_cd),
-        best first, each with its cosine similarity to `vector`."""
-        return keyword_search(self._conn, version_id, language, question, vector, limit)
+        best first, each with its cosine similarity to `vector`; a version of more than KEYWORD_RANK_MAX chunks
+        ranks a bounded number of them (see kbctl.store.search.keyword_search)."""
+        return keyword_search(self._conn, version_id, language, question, vector, limit, version_chunks)
 
     @_store_errors
     def containing_all_words(self, chunk_ids: Sequence[int], language: str, question: str) -> set[int]:

@@ -158,6 +158,15 @@ MIGRATIONS: list[tuple[int, str, str]] = [
         ALTER TABLE kb_knowledge_bases ADD COLUMN desired_sha256 text;
         """,
     ),
+    (
+        6,
+        "each version's spec.retrieval in a column of its own: a query reads a few bytes, not the whole manifest",
+        """
+        -- Extracting a path of a jsonb value reads (de-TOASTs) all of it: 220 ms a query at 100,000 inline chunks.
+        ALTER TABLE kb_versions ADD COLUMN retrieval jsonb NOT NULL DEFAULT '{}';
+        UPDATE kb_versions SET retrieval = coalesce(manifest -> 'spec' -> 'retrieval', '{}');
+        """,
+    ),
 ]
 
 # Serializes migrations of one database across processes (an arbitrary, fixed 64-bit key).

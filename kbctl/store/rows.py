@@ -22,19 +22,22 @@ __all__ = [
 
 @dataclass(frozen=True)
 class KnowledgeBaseRow:
-    """A stored knowledge base and the number of the version that serves queries."""
+    """A stored knowledge base and the number of the version that serves queries.
+
+    Its manifests (the last applied, the desired one waiting) are not part of the row: with inline sources they
+    hold all the text, so they are read only where needed (`Database.last_manifest`, `Database.desired_manifest`).
+    """
 
     id: int
     name: str
     labels: dict[str, str]
-    manifest: dict[str, Any]
     current_version: int | None
     created_at: datetime
     updated_at: datetime
     generation: int
     observed_generation: int
     conditions: list[dict[str, Any]]
-    desired_manifest: dict[str, Any] | None
+    pending: bool  # a desired manifest waits to be reconciled
 
 
 @dataclass(frozen=True)

@@ -38,6 +38,8 @@ __all__ = [
     "EF_SEARCH",
     "EXACT_SCAN_MAX",
     "INDEX_MIN_VECTORS",
+    "KEYWORD_RANK_MAX",
+    "LAST_RESORT_RANKED",
     "VectorIndex",
     "build_vector_index",
     "containing_all_words",
@@ -52,6 +54,9 @@ __all__ = [
 EXACT_SCAN_MAX = 5_000  # chunks of a version searched exactly (no index): a few ms
 INDEX_MIN_VECTORS = 5_000  # vectors of a model before its HNSW index is built
 EF_SEARCH = 100  # hnsw.ef_search unless spec.retrieval.efSearch says otherwise (pgvector's default is 40)
+KEYWORD_RANK_MAX = 2_000  # matching chunks ranked at most per full-text list (~8 µs each)
+LAST_RESORT_RANKED = 500  # chunks holding any word ranked when the tiers before come back short
+COMMON_TERM_SHARE = 0.05  # a word in more of the chunks than this is common (see keyword_search)
 MAX_OVERFETCH = 4_000  # index candidates read at most before the exact plan is cheaper
 HALFVEC_MAX_DIMENSIONS = 4_000  # pgvector indexes halfvec up to 4,000 dimensions
 _BUILD_MEMORY = "1GB"  # maintenance_work_mem of a build: the graph of 1M 384-d vectors fits, no spill to disk
@@ -193,30 +198,92 @@ def indexed_search(
 
 
 def keyword_search(
-    conn: psycopg.Connection[Any], version_id: int, language: str, question: str, vector: Vector, limit: int
+    conn: psycopg.Connection[Any],
+    version_id: int,
+    language: str,
+    question: str,
+    vector: Vector,
+    limit: int,
+    version_chunks: int | None = None,
 ) -> list[ChunkHit]:
     """The `limit` chunks of a version best matching any word of `question` (full text, ts_rank_cd), best first,
-    each with its cosine similarity to `vector`. Ranked on (chunk id, rank) alone, then joined for the few kept."""
+    each with its cosine similarity to `vector`. Ranked on (chunk id, rank) alone, then joined for the few kept.
+
+    Ranking costs time per matching chunk (~8 µs), so a version of more than KEYWORD_RANK_MAX chunks ranks at most
+    that many per list, in tiers: the chunks holding every word of the question; if fewer than `limit`, those
+    holding its selective words (the ones PostgreSQL's statistics do not count among the most common of kb_chunks,
+    in over COMMON_TERM_SHARE of the chunks: their weight in any ranking is small anyway); if still short, the best
+    of the first LAST_RESORT_RANKED chunks holding any word. A smaller version ranks every chunk holding any word.
+    """
     row = conn.execute(
-        "SELECT string_agg(quote_literal(l), ' | ') FROM unnest(tsvector_to_array(to_tsvector(%s::regconfig, %s))) l",
+        "SELECT array_agg(l), array_agg(quote_literal(l))"
+        " FROM unnest(tsvector_to_array(to_tsvector(%s::regconfig, %s))) l",
         (language, question),
     ).fetchone()
     if row is None or not row[0]:
         return []  # only stop words
+    lexemes, quoted = list(row[0]), list(row[1])
+    if version_chunks is None or version_chunks <= KEYWORD_RANK_MAX or len(quoted) == 1:
+        ranked = _ranked(conn, version_id, " | ".join(quoted), limit, None)
+    else:
+        ranked = _ranked(conn, version_id, " & ".join(quoted), limit, KEYWORD_RANK_MAX)
+        if len(ranked) < limit:
+            common = _common_terms(conn, lexemes)
+            selective = [q for lexeme, q in zip(lexemes, quoted, strict=True) if lexeme not in common]
+            if selective and len(selective) < len(quoted):
+                _add(ranked, _ranked(conn, version_id, " | ".join(selective), limit, KEYWORD_RANK_MAX), limit)
+        if len(ranked) < limit:
+            _add(ranked, _ranked(conn, version_id, " | ".join(quoted), limit, LAST_RESORT_RANKED), limit)
+    if not ranked:
+        return []
     with conn.cursor(row_factory=class_row(ChunkHit)) as cur:
         return cur.execute(
-            "WITH best AS MATERIALIZED ("
-            " SELECT c.id, ts_rank_cd(c.tsv, to_tsquery('simple', %(tsq)s)) AS rank"
-            " FROM kb_version_sources vs JOIN kb_chunks c ON c.revision_id = vs.revision_id"
-            " WHERE vs.version_id = %(v)s AND c.tsv @@ to_tsquery('simple', %(tsq)s)"
-            " ORDER BY rank DESC, c.id LIMIT %(n)s)"
-            " " + _HITS + " FROM best JOIN kb_chunks c ON c.id = best.id"
+            _HITS + " FROM unnest(%(ids)s::bigint[]) WITH ORDINALITY AS best(id, place)"
+            " JOIN kb_chunks c ON c.id = best.id"
             " JOIN kb_source_revisions r ON r.id = c.revision_id"
             " JOIN kb_version_sources vs ON vs.revision_id = c.revision_id AND vs.version_id = %(v)s"
             " JOIN kb_embeddings e ON e.id = c.embedding_id"
-            " ORDER BY best.rank DESC, c.id",
-            {"q": _array(vector), "v": version_id, "tsq": row[0], "n": limit},
+            " ORDER BY best.place",
+            {"q": _array(vector), "v": version_id, "ids": [i for i, _ in ranked]},
         ).fetchall()
+
+
+def _ranked(
+    conn: psycopg.Connection[Any], version_id: int, tsquery: str, limit: int, cap: int | None
+) -> list[tuple[int, float]]:
+    """The best `limit` (chunk id, rank) of a version's chunks matching `tsquery`, among at most `cap` of them
+    (every one when `cap` is None)."""
+    rows = conn.execute(
+        "WITH m AS MATERIALIZED ("
+        " SELECT c.id, c.tsv FROM kb_version_sources vs JOIN kb_chunks c ON c.revision_id = vs.revision_id"
+        " WHERE vs.version_id = %(v)s AND c.tsv @@ to_tsquery('simple', %(tsq)s) LIMIT %(cap)s)"
+        " SELECT id, ts_rank_cd(tsv, to_tsquery('simple', %(tsq)s)) AS rank FROM m ORDER BY rank DESC, id LIMIT %(n)s",
+        {"v": version_id, "tsq": tsquery, "cap": cap, "n": limit},
+    ).fetchall()
+    return [(int(i), float(r)) for i, r in rows]
+
+
+def _add(ranked: list[tuple[int, float]], more: list[tuple[int, float]], limit: int) -> None:
+    """Append to `ranked` the chunks of `more` it lacks, in order, up to `limit` in all."""
+    kept = {i for i, _ in ranked}
+    for i, r in more:
+        if len(ranked) >= limit:
+            return
+        if i not in kept:
+            ranked.append((i, r))
+            kept.add(i)
+
+
+def _common_terms(conn: psycopg.Connection[Any], lexemes: Sequence[str]) -> set[str]:
+    """Those of `lexemes` that PostgreSQL's statistics of kb_chunks.tsv find in over COMMON_TERM_SHARE of chunks."""
+    rows = conn.execute(
+        "SELECT u.elem FROM pg_stats s,"
+        " unnest(s.most_common_elems::text::text[], s.most_common_elem_freqs) AS u(elem, freq)"
+        " WHERE s.schemaname = current_schema() AND s.tablename = 'kb_chunks' AND s.attname = 'tsv'"
+        " AND u.elem = ANY(%s) AND u.freq > %s",
+        (list(lexemes), COMMON_TERM_SHARE),
+    ).fetchall()
+    return {str(r[0]) for r in rows}
 
 
 def containing_all_words(
