@@ -22,6 +22,7 @@ import tempfile
 import time
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 from kbctl.client import KnowledgeBaseStore
 from kbctl.config import Settings
@@ -40,6 +41,7 @@ K = 10
 THRESHOLD = -1.0
 MAX_TOKENS = 1_000_000
 MODES = ["vector", "keyword", "hybrid"]
+MODEL = "local/all-MiniLM-L6-v2"
 RERANK_MODE = "hybrid+rerank"
 
 
@@ -106,6 +108,20 @@ def print_results(
     )
 
 
+def index_comparison(store: KnowledgeBaseStore, evalset: EvalSet, limits: QueryOptions) -> tuple[Any, float]:
+    """The vector mode's quality with every chunk compared, and the share of that exact top K the index finds."""
+    with store.db.exact_searches():
+        [exact] = evaluate_store(store, NAME, evalset, k=K, modes=["vector"], options=limits).modes
+    options = QueryOptions(mode="vector", top_k=K, threshold=THRESHOLD, max_tokens=MAX_TOKENS)
+    found = total = 0
+    for q in evalset.queries:
+        approx = {(h.source, h.position) for h in store.query(NAME, q.question, options=options).hits}
+        with store.db.exact_searches():
+            truth = {(h.source, h.position) for h in store.query(NAME, q.question, options=options).hits}
+        found, total = found + len(approx & truth), total + len(truth)
+    return exact, found / max(1, total)
+
+
 def main() -> None:
     try:
         run()
@@ -147,11 +163,18 @@ def run() -> None:
             timings = {mode: time_queries(store, evalset, mode) for mode in modes}
             timings["hybrid (defaults)"] = time_queries(store, evalset, "hybrid", defaults=True)
             chunks = store.describe(NAME).chunks
+            indexed = index_comparison(store, evalset, limits) if store.db.vector_index(MODEL) is not None else None
     finally:
         if not settings.database_url:
             stop_server(settings.pgdata)
         shutil.rmtree(home, ignore_errors=True)
     print_results(args.dataset, result, seconds, chunks, report, timings)
+    if indexed is not None:
+        exact, overlap = indexed
+        print(
+            f"\nvector search through the HNSW index vs an exact scan of every chunk: recall@{K} of the exact top {K} "
+            f"{overlap:.3f}; exact scan: recall@{K} {exact.recall or 0:.3f}, nDCG@10 {exact.ndcg or 0:.3f}"
+        )
 
 
 if __name__ == "__main__":

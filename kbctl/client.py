@@ -76,15 +76,29 @@ class KnowledgeBaseStore:
     ) -> None:
         self.settings = settings or Settings.from_env(home=home, database_url=database_url)
         self.db = Database(self._database_url(), resolve=self._database_url)
+        self._query_db: Database | None = None
         self.fetch_policy = fetch_policy or FetchPolicy.from_config(self.settings.config)
 
     def _database_url(self) -> str:
         """The configured database, or the embedded server's URL (started if it is not running)."""
         return self.settings.database_url or embedded_url(self.settings.pgdata)
 
+    @property
+    def query_db(self) -> Database:
+        """Where queries read: the read replica of `KBCTL_QUERY_DATABASE_URL` (connected on first use, never
+        migrated), else the store's own database."""
+        url = self.settings.query_database_url
+        if url is None:
+            return self.db
+        if self._query_db is None:
+            self._query_db = Database(url, migrate=False)
+        return self._query_db
+
     def close(self) -> None:
-        """Close the connection (the embedded server keeps running; `kbctl server stop` stops it)."""
+        """Close the connections (the embedded server keeps running; `kbctl server stop` stops it)."""
         self.db.close()
+        if self._query_db is not None:
+            self._query_db.close()
 
     def __enter__(self) -> KnowledgeBaseStore:
         return self
@@ -242,7 +256,9 @@ class KnowledgeBaseStore:
             explain=explain,
             rerank=rerank,
         )
-        return query_knowledge_base(self.db, name, question, self.embedder, options, reranker_for=self.reranker)
+        return query_knowledge_base(
+            self.query_db, name, question, self.embedder, options, reranker_for=self.reranker
+        )
 
     def context(
         self,

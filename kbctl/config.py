@@ -35,26 +35,33 @@ class Settings:
 
     `home` holds the embedded PostgreSQL data directory (`home/pg`) and the prepared local model files
     (`home/models`); `database_url`, when set, points at an external PostgreSQL with pgvector and the
-    embedded server is not used. `model_dir` names a folder that holds the default model's files.
+    embedded server is not used. `query_database_url`, when set, is where queries read (a read replica of
+    that database); everything else uses `database_url`. `model_dir` names a folder that holds the default
+    model's files.
     """
 
     home: Path
     database_url: str | None = None
+    query_database_url: str | None = None
     model_dir: Path | None = None
     config: ConfigFile = field(default_factory=ConfigFile)
     config_file: Path | None = None
 
     @classmethod
-    def from_env(cls, *, home: str | Path | None = None, database_url: str | None = None) -> Settings:
-        """Build settings from explicit values, then `KBCTL_HOME`, `KBCTL_DATABASE_URL`, `KBCTL_MODEL_DIR`,
-        and the configuration file (`KBCTL_CONFIG`, default ~/.config/kbctl/config.yaml)."""
+    def from_env(
+        cls, *, home: str | Path | None = None, database_url: str | None = None, query_database_url: str | None = None
+    ) -> Settings:
+        """Build settings from explicit values, then `KBCTL_HOME`, `KBCTL_DATABASE_URL`, `KBCTL_QUERY_DATABASE_URL`,
+        `KBCTL_MODEL_DIR`, and the configuration file (`KBCTL_CONFIG`, default ~/.config/kbctl/config.yaml)."""
         raw_home = home or os.environ.get("KBCTL_HOME") or DEFAULT_HOME
         url = database_url or os.environ.get("KBCTL_DATABASE_URL") or None
+        query_url = query_database_url or os.environ.get("KBCTL_QUERY_DATABASE_URL") or None
         model_dir = os.environ.get("KBCTL_MODEL_DIR") or None
         path = config_path()
         return cls(
             home=Path(raw_home).expanduser().resolve(),
             database_url=url,
+            query_database_url=query_url,
             model_dir=Path(model_dir).expanduser().resolve() if model_dir else None,
             config=with_env_overrides(load_config(path), os.environ),
             config_file=path,
@@ -62,8 +69,10 @@ class Settings:
 
     def __repr__(self) -> str:
         url = None if self.database_url is None else redact(self.database_url)
+        query_url = None if self.query_database_url is None else redact(self.query_database_url)
         return (
-            f"Settings(home={self.home!r}, database_url={url!r}, model_dir={self.model_dir!r}, "
+            f"Settings(home={self.home!r}, database_url={url!r}, query_database_url={query_url!r}, "
+            f"model_dir={self.model_dir!r}, "
             f"config={self.config!r}, config_file={self.config_file!r})"
         )
 
@@ -136,6 +145,7 @@ def effective_config(settings: Settings) -> dict[str, Any]:
         "configFile": f"{settings.config_file} ({'found' if found else 'absent'})",
         "home": str(settings.home),
         "database": settings.database_url if settings.database_url else f"embedded ({settings.pgdata})",
+        "queryDatabase": settings.query_database_url,  # None: queries read the database above
         "modelDir": str(settings.model_dir) if settings.model_dir else None,
         "allowPrivateNetworks": settings.config.allow_private_networks,
         "allowNetworks": list(settings.config.allow_networks),

@@ -105,16 +105,21 @@ def _lock_key(name: str) -> int:
 class Database:
     """A connection to the store; migrates the schema on open. Use as a context manager."""
 
-    def __init__(self, url: str, *, resolve: Callable[[], str] | None = None) -> None:
-        """Connect to `url`; `resolve`, when given, finds the URL again for `reconnect` (it may start a server)."""
+    def __init__(self, url: str, *, resolve: Callable[[], str] | None = None, migrate: bool = True) -> None:
+        """Connect to `url`; `resolve`, when given, finds the URL again for `reconnect` (it may start a server).
+
+        `migrate=False` is for a read replica, where nothing can be written: the schema is the primary's.
+        """
         self._url = url
         self._resolve = resolve
         self._exact = False
-        self._conn = self._connect(url)
+        self._migrate = migrate
+        self._conn = self._connect(url, migrate)
 
     @staticmethod
-    def _connect(url: str) -> psycopg.Connection[Any]:
-        """A new autocommit connection with the schema migrated and the vector type registered."""
+    def _connect(url: str, migrate_schema: bool = True) -> psycopg.Connection[Any]:
+        """A new autocommit connection with the schema migrated (unless told not to) and the vector type
+        registered."""
         try:
             conn: psycopg.Connection[Any] = psycopg.connect(url, autocommit=True, connect_timeout=10)
         except psycopg.OperationalError as exc:
@@ -123,7 +128,8 @@ class Database:
         except psycopg.Error as exc:  # e.g. ProgrammingError for a malformed conninfo string
             raise StoreError(f"invalid database URL ({redact(url)}): {redact(str(exc))}") from None
         try:
-            migrate(conn)
+            if migrate_schema:
+                migrate(conn)
         except pgerrors.FeatureNotSupported as exc:
             raise StoreError(f"the pgvector extension is not available on this server: {exc}") from exc
         except pgerrors.UndefinedFile as exc:
@@ -136,7 +142,14 @@ class Database:
                 "cannot create the vector extension (insufficient privilege): "
                 "ask a superuser to run CREATE EXTENSION vector in this database"
             ) from exc
-        register_vector(conn)
+        try:
+            register_vector(conn)
+        except psycopg.ProgrammingError as exc:  # only without migrations: a database kbctl never set up
+            conn.close()
+            raise StoreError(
+                f"the vector type is not in this database ({redact(url)}): a query database must be a replica of one "
+                "that kbctl has migrated"
+            ) from exc
         return conn
 
     @property
@@ -150,7 +163,7 @@ class Database:
             self._conn.close()
         if self._resolve is not None:
             self._url = self._resolve()
-        self._conn = self._connect(self._url)
+        self._conn = self._connect(self._url, self._migrate)
 
     @property
     def connection(self) -> psycopg.Connection[Any]:
