@@ -138,6 +138,9 @@ def _sections(text: str, markdown: bool) -> list[_Section]:
     return sections
 
 
+_SENTENCE_TAIL = frozenset(".!?" + _CLOSERS)
+
+
 def _ends_sentence(text: str, start: int, end: int) -> bool:
     """Whether the word text[start:end] ends a sentence (not "e.g.", "Dr.", "J." or a "2." list marker)."""
     word = text[start:end].rstrip(_CLOSERS)
@@ -158,7 +161,8 @@ def _find_cuts(text: str, section: _Section) -> _Cuts:
     words = [(m.start(), m.end()) for m in _WORD.finditer(text, section.start, section.end)]
     paragraphs = [m.start() for m in _PARAGRAPH_END.finditer(text, section.start, section.end)]
     lines = [m.start() for m in _LINE_END.finditer(text, section.start, section.end)]
-    sentences = [end for start, end in words if _ends_sentence(text, start, end)]
+    # Only a word whose last character is a stop or a closer can end a sentence: test the others no further.
+    sentences = [end for start, end in words if text[end - 1] in _SENTENCE_TAIL and _ends_sentence(text, start, end)]
     word_ends = [end for _, end in words]
     last = words[-1][1] if words else section.start
     return _Cuts((paragraphs, lines, sentences, word_ends), [start for start, _ in words], last)

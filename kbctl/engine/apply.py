@@ -32,6 +32,7 @@ from kbctl.engine.results import ApplyReport, KnowledgeBaseResult, SourceResult
 from kbctl.errors import KbctlError, NotFoundError, StoreError
 from kbctl.manifest import KnowledgeBase
 from kbctl.manifest.changes import field_changes, source_changes
+from kbctl.manifest.digest import sha256_json
 from kbctl.sources.url import FetchPolicy, fetch_urls
 from kbctl.store.database import Database, SourceEntry, SourceStatusRow
 from kbctl.store.history import applying, prune_history
@@ -167,12 +168,14 @@ class _Reconciler:
             )
         # In-process apply records the manifest as desired first; a controller (`generation` given) works
         # on a desired state recorded earlier and must not record it again.
+        manifest = kb.to_manifest()
+        known = (sha256_json(manifest), manifest)
         if self.trigger == "apply" and self.generation is None:
-            recorded = db.record_desired(name, kb.to_manifest())
+            recorded = db.record_desired(name, manifest, digest=known[0])
             if recorded.generation > recorded.observed_generation:
                 # Until this reconcile ends the KB says a generation is pending, which stays true if it is killed.
                 observe(db, recorded)
-        state = read_state(db, name)
+        state = read_state(db, name, known)
         if state.row is None:
             raise NotFoundError(f'knowledgebase "{name}" not found')
         done = self.generation if self.generation is not None else state.row.generation
@@ -187,6 +190,7 @@ class _Reconciler:
             now=now,
             requested={r.key for r in requests},
             fetched=fetched,
+            known=known,
         )
         action = plan.action
         version = plan.current_version if action == "unchanged" else plan.next_version

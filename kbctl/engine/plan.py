@@ -285,9 +285,11 @@ def build_plan(
     now: datetime,
     requested: Collection[str] = (),
     fetched: Fetched | None = None,
+    known: tuple[str, dict[str, Any]] | None = None,
 ) -> KnowledgeBasePlan:
     """The plan of `kb` against `state`; `requested` names the URL sources fetched (or, for diff, that would
-    be), `fetched` holds their outcomes (absent for diff). `model_id` is part of every revision key."""
+    be), `fetched` holds their outcomes (absent for diff). `model_id` is part of every revision key. `known` is
+    (sha256_json(manifest), manifest) of `kb.to_manifest()` when the caller computed them already."""
     planner = _Planner(kb, state, model_id, now)
     outcomes = fetched or {}
     plans: list[SourcePlan] = []
@@ -302,12 +304,12 @@ def build_plan(
     served = state.served
     now_serving = [(p.name, p.source_sha256, p.serving.revision_id if p.serving else None) for p in plans]
     before = [(s.source_name, s.source_sha256, s.revision_id) for s in served.values()]
-    manifest = kb.to_manifest()
+    manifest_sha256, manifest = known if known is not None else (None, kb.to_manifest())
     names = {p.name for p in plans}
     return KnowledgeBasePlan(
         kb=kb,
         manifest=manifest,
-        manifest_sha256=sha256_json(manifest),
+        manifest_sha256=manifest_sha256 or sha256_json(manifest),
         model_id=model_id,
         trigger=trigger,
         current_version=state.current.number if state.current else None,

@@ -7,6 +7,7 @@ import hashlib
 import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager, suppress
+from dataclasses import replace
 from typing import Any, ParamSpec, TypeVar
 
 import numpy as np
@@ -269,14 +270,25 @@ class Database:
         return dict(row[0]) if row and row[0] is not None else None
 
     @_store_errors
-    def get_version(self, kb_id: int, number: int) -> VersionRow | None:
-        """Version `number` of a knowledge base, or None."""
+    def get_version(
+        self, kb_id: int, number: int, *, known: tuple[str, dict[str, Any]] | None = None
+    ) -> VersionRow | None:
+        """Version `number` of a knowledge base, or None.
+
+        `known` is a (sha256, manifest) pair the caller holds: when the version's manifest has that hash, the
+        caller's copy is used instead of reading it back (with inline sources it holds all their text).
+        """
+        sha = known[0] if known is not None else None
         with self._conn.cursor(row_factory=class_row(VersionRow)) as cur:
-            return cur.execute(
-                "SELECT id, number, manifest, manifest_sha256, model, chunk_count, embedded_count,"
-                " reused_count, created_at FROM kb_versions WHERE kb_id = %s AND number = %s",
-                (kb_id, number),
+            row = cur.execute(
+                "SELECT id, number, CASE WHEN manifest_sha256 = %s THEN NULL ELSE manifest END AS manifest,"
+                " manifest_sha256, model, chunk_count, embedded_count, reused_count, created_at"
+                " FROM kb_versions WHERE kb_id = %s AND number = %s",
+                (sha, kb_id, number),
             ).fetchone()
+        if row is not None and row.manifest is None and known is not None:
+            row = replace(row, manifest=known[1])
+        return row
 
     @_store_errors
     def query_target(self, name: str) -> QueryTarget | None:
@@ -388,14 +400,15 @@ class Database:
         return (row[0] or 0) + 1 if row else 1
 
     @_store_errors
-    def record_desired(self, name: str, manifest: dict[str, Any]) -> KnowledgeBaseRow:
+    def record_desired(self, name: str, manifest: dict[str, Any], *, digest: str | None = None) -> KnowledgeBaseRow:
         """Record `manifest` as the desired state of `name`; a change bumps the generation.
 
         The desired state is compared with what is desired already: a pending manifest, or the manifest
-        of the serving version. A new knowledge base gets a row with generation 1 and no version yet.
+        of the serving version, by hash (`digest`: `sha256_json(manifest)`, computed here when not given). A new
+        knowledge base gets a row with generation 1 and no version yet.
         """
         labels = Jsonb(manifest.get("metadata", {}).get("labels", {}))
-        digest = sha256_json(manifest)
+        digest = digest or sha256_json(manifest)
         with self._conn.transaction():
             # Hashes first: the manifest of a large knowledge base (all its inline text) is read back only for a
             # pending manifest recorded before its hash was kept.

@@ -61,7 +61,8 @@ MAX_OVERFETCH = 4_000  # index candidates read at most before the exact plan is 
 HALFVEC_MAX_DIMENSIONS = 4_000  # pgvector indexes halfvec up to 4,000 dimensions
 _BUILD_MEMORY = "1GB"  # maintenance_work_mem of a build: the graph of 1M 384-d vectors fits, no spill to disk
 
-# The chunks of a version, with their source, place, vector and cosine similarity to %(q)s.
+# The chunks of a version, with their source, place, vector and cosine similarity to %(q)s. Rows come back in
+# binary: a vector parsed from its text form costs ~0.15 ms, 4 ms of a 30-chunk search.
 _HITS = (
     "SELECT c.id AS chunk_id, vs.source_name, r.origin, r.title, c.ordinal, c.char_start,"
     " c.char_end, c.heading_path, c.content, c.token_count, e.embedding AS vector,"
@@ -141,6 +142,7 @@ def exact_search(conn: psycopg.Connection[Any], version_id: int, vector: Vector,
             " JOIN kb_embeddings e ON e.id = c.embedding_id"
             " WHERE vs.version_id = %(v)s ORDER BY e.embedding <=> %(q)s, c.id LIMIT %(n)s",
             {"q": _array(vector), "v": version_id, "n": limit},
+            binary=True,
         ).fetchall()
 
 
@@ -185,13 +187,16 @@ def indexed_search(
     """The `limit` chunks of a version nearest to `vector` through the model's HNSW index, best first (exact cosine),
     or None when the index cannot answer in full (then search exactly). Runs inside the caller's transaction."""
     share = min(1.0, version_chunks / max(1, index.vectors))
-    fetch = math.ceil(max(limit, ef_search) * 1.5 / max(share, 1e-9))
+    # Twice the chunks asked for, or one layer-0 search's worth (ef_search), spread over the version's share.
+    fetch = math.ceil(max(2 * limit, ef_search) / max(share, 1e-9))
     if fetch > MAX_OVERFETCH:
         return None
     index_settings(conn, ef_search)
     query = indexed_query(model, index.dimensions)
     with conn.cursor(row_factory=class_row(ChunkHit)) as cur:
-        hits = cur.execute(query, {"q": _array(vector), "m": fetch, "v": version_id, "n": limit}).fetchall()
+        hits = cur.execute(
+            query, {"q": _array(vector), "m": fetch, "v": version_id, "n": limit}, binary=True
+        ).fetchall()
     if len(hits) < min(limit, version_chunks):
         return None
     return hits
@@ -245,6 +250,7 @@ def keyword_search(
             " JOIN kb_embeddings e ON e.id = c.embedding_id"
             " ORDER BY best.place",
             {"q": _array(vector), "v": version_id, "ids": [i for i, _ in ranked]},
+            binary=True,
         ).fetchall()
 
 

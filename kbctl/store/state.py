@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from typing import Any
 
 from kbctl.store.database import Database, KnowledgeBaseRow, SourceStatusRow, VersionRow, VersionSourceRow
 
@@ -41,13 +42,16 @@ class StoredState:
         return self.row.id if self.row is not None else None
 
 
-def read_state(db: Database, name: str) -> StoredState:
-    """The stored state of knowledge base `name`, all read in one read-only snapshot (five small queries)."""
+def read_state(db: Database, name: str, known: tuple[str, dict[str, Any]] | None = None) -> StoredState:
+    """The stored state of knowledge base `name`, all read in one read-only snapshot (five small queries).
+
+    `known`, a (sha256, manifest) pair, spares reading the serving version's manifest back when it is that one.
+    """
     with db.read_only():
         row = db.get_kb(name)
         if row is None:
             return StoredState(name=name)
-        current = db.get_version(row.id, row.current_version) if row.current_version is not None else None
+        current = db.get_version(row.id, row.current_version, known=known) if row.current_version is not None else None
         served = {s.source_name: s for s in db.version_sources(current.id)} if current is not None else {}
         revisions = {key: StoredRevision(*value) for key, value in db.stored_revisions(row.id).items()}
         return StoredState(
