@@ -128,6 +128,16 @@ def _marker_starts(text: str) -> Iterator[int]:
     """Where the lines that are `---` or `...` markers start, in order."""
     if _DOC_START.match(text) or _DOC_END.match(text):
         yield 0
+    if text.isascii() and "\r" not in text:  # only \n breaks lines: str.find runs at memchr speed, a regex does not
+        found = []
+        for marker in ("\n---", "\n..."):
+            at = text.find(marker)
+            while at >= 0:
+                if _DOC_START.match(text, at + 1) or _DOC_END.match(text, at + 1):
+                    found.append(at + 1)
+                at = text.find(marker, at + 1)
+        yield from sorted(found)
+        return
     for match in _MARKER_AFTER_BREAK.finditer(text):
         yield match.end()
 
