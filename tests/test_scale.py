@@ -110,6 +110,18 @@ def test_large_version_search_goes_through_the_index(indexed: tuple[Database, in
     assert found / total >= 0.9
 
 
+def test_index_without_iterative_scans(indexed: tuple[Database, int, np.ndarray]) -> None:
+    """On a pgvector before 0.8 (no iterative scans) the indexed plan asks ef_search for every candidate it needs."""
+    db, version, vecs = indexed
+    index = vector_index(db.connection, MODEL)
+    assert index is not None
+    with db.connection.transaction():
+        hits = indexed_search(db.connection, index, MODEL, version, len(vecs), vecs[3], 10, pgvector=(0, 7, 4))
+        setting = db.connection.execute("SELECT current_setting('hnsw.iterative_scan')").fetchone()
+    assert hits is not None and len(hits) == 10 and hits[0].content == "chunk 3 of big"
+    assert setting == ("off",)
+
+
 def test_a_version_holding_few_of_the_models_vectors_is_searched_exactly(
     indexed: tuple[Database, int, np.ndarray],
 ) -> None:

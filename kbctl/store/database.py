@@ -43,6 +43,7 @@ from kbctl.store.search import (
     exact_search,
     indexed_search,
     keyword_search,
+    pgvector_version,
     vector_index,
 )
 from kbctl.userconfig import redact
@@ -114,6 +115,7 @@ class Database:
         self._url = url
         self._resolve = resolve
         self._exact = False
+        self._pgvector: tuple[int, ...] | None = None  # the server's pgvector version, read on first need
         self._migrate = migrate
         self._conn = self._connect(url, migrate)
 
@@ -164,6 +166,7 @@ class Database:
             self._conn.close()
         if self._resolve is not None:
             self._url = self._resolve()
+        self._pgvector = None
         self._conn = self._connect(self._url, self._migrate)
 
     @property
@@ -594,9 +597,19 @@ class Database:
         index = vector_index(self._conn, model)
         hits = None
         if index is not None:
+            if self._pgvector is None:
+                self._pgvector = pgvector_version(self._conn)
             with self._conn.transaction():  # the index settings last until the end of this transaction
                 hits = indexed_search(
-                    self._conn, index, model, version_id, version_chunks, vector, limit, ef_search=ef_search
+                    self._conn,
+                    index,
+                    model,
+                    version_id,
+                    version_chunks,
+                    vector,
+                    limit,
+                    ef_search=ef_search,
+                    pgvector=self._pgvector,
                 )
         return hits if hits is not None else exact_search(self._conn, version_id, vector, limit)
 

@@ -48,6 +48,7 @@ __all__ = [
     "indexed_query",
     "indexed_search",
     "keyword_search",
+    "pgvector_version",
     "vector_index",
 ]
 
@@ -59,6 +60,8 @@ LAST_RESORT_RANKED = 500  # chunks holding any word ranked when the tiers before
 COMMON_TERM_SHARE = 0.05  # a word in more of the chunks than this is common (see keyword_search)
 MAX_OVERFETCH = 4_000  # index candidates read at most before the exact plan is cheaper
 HALFVEC_MAX_DIMENSIONS = 4_000  # pgvector indexes halfvec up to 4,000 dimensions
+HALFVEC_VERSION = (0, 7, 0)  # the first pgvector with halfvec (older ones: no index, exact scans)
+ITERATIVE_SCAN_VERSION = (0, 8, 0)  # the first pgvector with hnsw.iterative_scan
 _BUILD_MEMORY = "1GB"  # maintenance_work_mem of a build: the graph of 1M 384-d vectors fits, no spill to disk
 
 # The chunks of a version, with their source, place, vector and cosine similarity to %(q)s. Rows come back in
@@ -105,8 +108,8 @@ def build_vector_index(conn: psycopg.Connection[Any], model: str) -> VectorIndex
     """Build the HNSW index of `model` when it has INDEX_MIN_VECTORS vectors of one size and none yet; return the
     index built, or None. `conn` must be in autocommit mode (CREATE INDEX CONCURRENTLY: writes go on meanwhile).
     """
-    if vector_index(conn, model) is not None:
-        return None
+    if vector_index(conn, model) is not None or pgvector_version(conn) < HALFVEC_VERSION:
+        return None  # built already; or a pgvector without halfvec: searches stay exact
     row = conn.execute(
         "SELECT count(*), min(vector_dims(embedding)), max(vector_dims(embedding)) FROM kb_embeddings WHERE model = %s",
         (model,),
@@ -146,15 +149,21 @@ def exact_search(conn: psycopg.Connection[Any], version_id: int, vector: Vector,
         ).fetchall()
 
 
-def index_settings(conn: psycopg.Connection[Any], ef_search: int) -> None:
+def pgvector_version(conn: psycopg.Connection[Any]) -> tuple[int, ...]:
+    """The installed pgvector's version, e.g. (0, 8, 5)."""
+    row = conn.execute("SELECT extversion FROM pg_extension WHERE extname = 'vector'").fetchone()
+    return tuple(int(part) for part in str(row[0]).split(".") if part.isdigit()) if row else ()
+
+
+def index_settings(conn: psycopg.Connection[Any], ef_search: int, *, iterative: bool = True) -> None:
     """Settings of an indexed search, until the end of the caller's transaction: `ef_search`, an iterative scan (so
-    a scan can return more than `ef_search` vectors), and no sequential scan of the vectors: the plan was chosen
-    because the version is large, where comparing every vector of the model costs far more than the index."""
+    a scan can return more than `ef_search` vectors; pgvector 0.8 or later) and no sequential scan of the vectors:
+    the plan was chosen because the version is large, where comparing every vector of the model costs far more."""
     conn.execute(
-        "SELECT set_config('hnsw.ef_search', %s, true), set_config('hnsw.iterative_scan', 'relaxed_order', true),"
-        " set_config('enable_seqscan', 'off', true)",
-        (str(ef_search),),
+        "SELECT set_config('hnsw.ef_search', %s, true), set_config('enable_seqscan', 'off', true)", (str(ef_search),)
     )
+    if iterative:
+        conn.execute("SELECT set_config('hnsw.iterative_scan', 'relaxed_order', true)")
 
 
 def indexed_query(model: str, dimensions: int) -> sql.Composed:
@@ -183,6 +192,7 @@ def indexed_search(
     vector: Vector,
     limit: int,
     ef_search: int = EF_SEARCH,
+    pgvector: tuple[int, ...] = ITERATIVE_SCAN_VERSION,
 ) -> list[ChunkHit] | None:
     """The `limit` chunks of a version nearest to `vector` through the model's HNSW index, best first (exact cosine),
     or None when the index cannot answer in full (then search exactly). Runs inside the caller's transaction."""
@@ -191,7 +201,9 @@ def indexed_search(
     fetch = math.ceil(max(2 * limit, ef_search) / max(share, 1e-9))
     if fetch > MAX_OVERFETCH:
         return None
-    index_settings(conn, ef_search)
+    # Without iterative scans (pgvector before 0.8) a scan returns at most ef_search vectors: ask for enough.
+    iterative = pgvector >= ITERATIVE_SCAN_VERSION
+    index_settings(conn, ef_search if iterative else min(1000, max(ef_search, fetch)), iterative=iterative)
     query = indexed_query(model, index.dimensions)
     with conn.cursor(row_factory=class_row(ChunkHit)) as cur:
         hits = cur.execute(
