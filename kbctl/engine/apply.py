@@ -47,6 +47,7 @@ __all__ = [
 ]
 
 EmbedderFor = Callable[[str], Embedder]
+ANALYZE_AFTER_CHUNKS = 5_000  # new chunks after which a publish refreshes PostgreSQL's statistics of them
 CAUSE_ITEMS = 3  # changes named per kind in a version's change cause (`rollout history`'s CHANGE column)
 _T = TypeVar("_T")
 
@@ -214,6 +215,8 @@ class _Reconciler:
         self.reporter.report(ReconcileFinished(name, self.trigger, action, version))
         if run.vector_ids:  # vectors were added: the model may now have enough for its index
             self._index(name, embedder.model_id)
+        if sum(len(o.chunked.chunks) for o in outcomes.values() if isinstance(o, Ingested)) >= ANALYZE_AFTER_CHUNKS:
+            db.analyze_chunks()  # keyword search of a large version reads which words are common from these stats
         return KnowledgeBaseResult(name=name, action=action, version=version, sources=results)
 
     def _index(self, name: str, model: str) -> None:

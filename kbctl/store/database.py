@@ -628,6 +628,11 @@ class Database:
         return build_vector_index(self._conn, model)
 
     @_store_errors
+    def analyze_chunks(self) -> None:
+        """Refresh PostgreSQL's statistics of the chunks (which words are common: see keyword_search)."""
+        self._conn.execute("ANALYZE kb_chunks")
+
+    @_store_errors
     def vector_index(self, model: str) -> VectorIndex | None:
         """The HNSW index of a model's vectors, or None."""
         return vector_index(self._conn, model)

@@ -227,10 +227,11 @@ def keyword_search(
     each with its cosine similarity to `vector`. Ranked on (chunk id, rank) alone, then joined for the few kept.
 
     Ranking costs time per matching chunk (~8 µs), so a version of more than KEYWORD_RANK_MAX chunks ranks at most
-    that many per list, in tiers: the chunks holding every word of the question; if fewer than `limit`, those
-    holding its selective words (the ones PostgreSQL's statistics do not count among the most common of kb_chunks,
-    in over COMMON_TERM_SHARE of the chunks: their weight in any ranking is small anyway); if still short, the best
-    of the first LAST_RESORT_RANKED chunks holding any word. A smaller version ranks every chunk holding any word.
+    that many: the chunks holding any selective word of the question, or all of its common words together. A word
+    is common when PostgreSQL's statistics of kb_chunks.tsv find it in over COMMON_TERM_SHARE of the chunks; alone,
+    its weight in any ranking is small, and it would match most of the version. If that leaves fewer than `limit`,
+    the best of the first LAST_RESORT_RANKED chunks holding any word follow. A smaller version ranks every chunk
+    holding any word. Every chunk is ranked by all the question's words (ts_rank_cd).
     """
     row = conn.execute(
         "SELECT array_agg(l), array_agg(quote_literal(l))"
@@ -240,17 +241,17 @@ def keyword_search(
     if row is None or not row[0]:
         return []  # only stop words
     lexemes, quoted = list(row[0]), list(row[1])
-    if version_chunks is None or version_chunks <= KEYWORD_RANK_MAX or len(quoted) == 1:
-        ranked = _ranked(conn, version_id, " | ".join(quoted), limit, None)
+    any_word = " | ".join(quoted)
+    if version_chunks is None or version_chunks <= KEYWORD_RANK_MAX:
+        ranked = _ranked(conn, version_id, any_word, any_word, limit, None)
     else:
-        ranked = _ranked(conn, version_id, " & ".join(quoted), limit, KEYWORD_RANK_MAX)
+        common = _common_terms(conn, lexemes)
+        selective = [q for lexeme, q in zip(lexemes, quoted, strict=True) if lexeme not in common]
+        together = [q for lexeme, q in zip(lexemes, quoted, strict=True) if lexeme in common]
+        first = " | ".join([*selective, *(["(" + " & ".join(together) + ")"] if together else [])])
+        ranked = _ranked(conn, version_id, first, any_word, limit, KEYWORD_RANK_MAX)
         if len(ranked) < limit:
-            common = _common_terms(conn, lexemes)
-            selective = [q for lexeme, q in zip(lexemes, quoted, strict=True) if lexeme not in common]
-            if selective and len(selective) < len(quoted):
-                _add(ranked, _ranked(conn, version_id, " | ".join(selective), limit, KEYWORD_RANK_MAX), limit)
-        if len(ranked) < limit:
-            _add(ranked, _ranked(conn, version_id, " | ".join(quoted), limit, LAST_RESORT_RANKED), limit)
+            _add(ranked, _ranked(conn, version_id, any_word, any_word, limit, LAST_RESORT_RANKED), limit)
     if not ranked:
         return []
     with conn.cursor(row_factory=class_row(ChunkHit)) as cur:
@@ -267,16 +268,17 @@ def keyword_search(
 
 
 def _ranked(
-    conn: psycopg.Connection[Any], version_id: int, tsquery: str, limit: int, cap: int | None
+    conn: psycopg.Connection[Any], version_id: int, matching: str, ranking: str, limit: int, cap: int | None
 ) -> list[tuple[int, float]]:
-    """The best `limit` (chunk id, rank) of a version's chunks matching `tsquery`, among at most `cap` of them
-    (every one when `cap` is None)."""
+    """The best `limit` (chunk id, rank by the tsquery `ranking`) of a version's chunks matching the tsquery
+    `matching`, among at most `cap` of them (every one when `cap` is None)."""
     rows = conn.execute(
         "WITH m AS MATERIALIZED ("
         " SELECT c.id, c.tsv FROM kb_version_sources vs JOIN kb_chunks c ON c.revision_id = vs.revision_id"
-        " WHERE vs.version_id = %(v)s AND c.tsv @@ to_tsquery('simple', %(tsq)s) LIMIT %(cap)s)"
-        " SELECT id, ts_rank_cd(tsv, to_tsquery('simple', %(tsq)s)) AS rank FROM m ORDER BY rank DESC, id LIMIT %(n)s",
-        {"v": version_id, "tsq": tsquery, "cap": cap, "n": limit},
+        " WHERE vs.version_id = %(v)s AND c.tsv @@ to_tsquery('simple', %(match)s) LIMIT %(cap)s)"
+        " SELECT id, ts_rank_cd(tsv, to_tsquery('simple', %(rank)s)) AS rank FROM m ORDER BY rank DESC, id"
+        " LIMIT %(n)s",
+        {"v": version_id, "match": matching, "rank": ranking, "cap": cap, "n": limit},
     ).fetchall()
     return [(int(i), float(r)) for i, r in rows]
 
