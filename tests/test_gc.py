@@ -64,7 +64,7 @@ def test_gc_removes_the_vectors_of_pruned_versions_in_batches(store: KnowledgeBa
     assert store.db.counts()["embeddings"] == 10
     prune(store, "policies", 1)
     assert unreferenced(store.db) == 5
-    assert collect_garbage(store.db, batch=2) == GcResult(removed=5, batches=3, skipped=False)
+    assert collect_garbage(store.db, batch=2) == GcResult(removed=5, batches=3, skipped=False, texts_removed=1)
     assert (store.db.counts()["embeddings"], unreferenced(store.db)) == (5, 0)
     hit = store.query("policies", "how long are invoices kept?").hits[0]
     assert hit.text == "Invoices and accounting records are kept for ten years, then destroyed by law."
@@ -81,7 +81,7 @@ def test_gc_keeps_vectors_another_knowledge_base_uses(store: KnowledgeBaseStore,
     store.delete("second")
     assert (store.db.counts()["embeddings"], unreferenced(store.db)) == (3, 1)
     result = cli.invoke(app, ["gc"])
-    assert (result.exit_code, result.stdout) == (0, "removed 1 unreferenced vector\n")
+    assert (result.exit_code, result.stdout) == (0, "removed 1 unreferenced vector, 2 unused source texts\n")
     assert (store.db.counts()["embeddings"], unreferenced(store.db)) == (2, 0)
     hits = store.query("first", "how long are invoices kept?").hits
     assert hits[0].text == POLICIES[0]
@@ -102,5 +102,6 @@ def test_gc_skips_while_an_apply_holds_the_lock(store: KnowledgeBaseStore, cli: 
         assert (result.exit_code, result.stdout) == (0, "skipped: an apply is in progress\n")
         assert unreferenced(store.db) == 2
     result = cli.invoke(app, ["gc", "-o", "json"])
-    assert (result.exit_code, result.stdout) == (0, '{\n  "removed": 2,\n  "batches": 1,\n  "skipped": false\n}\n')
+    expected = '{\n  "removed": 2,\n  "batches": 1,\n  "skipped": false,\n  "texts_removed": 1\n}\n'
+    assert (result.exit_code, result.stdout) == (0, expected)
     assert unreferenced(store.db) == 0

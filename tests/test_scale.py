@@ -8,6 +8,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 from psycopg import sql
+from psycopg.types.json import Jsonb
 
 from kbctl.client import KnowledgeBaseStore
 from kbctl.config import Settings
@@ -184,3 +185,39 @@ def test_apply_overlaps_embedding_requests(
         chunks = report.results[0].sources[0].chunks
         assert not report.failed and report.embedded == chunks > 128
         assert server.request_count == -(-chunks // 64) and server.max_in_flight >= 2
+
+
+def test_inline_texts_are_stored_once(store: KnowledgeBaseStore) -> None:
+    """Stored manifests name inline texts by sha256; each distinct text is one row, whatever the copies."""
+    text = "Invoices are kept for seven years after the end of the financial year."
+    body = "\n".join(f"    - name: {n}\n      text: {text}" for n in ("a", "b"))
+    kb = f"apiVersion: kbctl.dev/v1alpha1\nkind: KnowledgeBase\nmetadata: {{name: NAME}}\nspec:\n  sources:\n{body}\n"
+    for name in ("one", "two"):
+        store.apply(parse_manifests(kb.replace("NAME", name), "kb.yaml"))
+    conn = store.db.connection
+    assert conn.execute("SELECT count(*) FROM kb_texts").fetchone() == (1,)
+    stored = conn.execute(
+        "SELECT manifest::text FROM kb_versions UNION ALL SELECT manifest::text FROM kb_knowledge_bases"
+    )
+    assert all(text not in m and "textSha256" in m for (m,) in stored.fetchall())
+    row = store.db.get_kb("one")
+    assert row is not None and row.current_version is not None
+    version = store.db.get_version(row.id, row.current_version)
+    assert version is not None and [s["text"] for s in version.manifest["spec"]["sources"]] == [text, text]
+
+
+def test_a_manifest_stored_before_packing_reads_back(store: KnowledgeBaseStore) -> None:
+    """A version whose manifest holds its texts inline (stored by an earlier kbctl) is read as it is."""
+    kb = "apiVersion: kbctl.dev/v1alpha1\nkind: KnowledgeBase\nmetadata: {name: old}\nspec:\n  sources:\n"
+    store.apply(parse_manifests(kb + "    - name: a\n      text: Keys are rotated every month.\n", "kb.yaml"))
+    row = store.db.get_kb("old")
+    assert row is not None and row.current_version is not None
+    version = store.db.get_version(row.id, row.current_version)
+    assert version is not None
+    store.db.connection.execute(
+        "UPDATE kb_versions SET manifest = %s WHERE id = %s", (Jsonb(version.manifest), version.id)
+    )
+    store.db.connection.execute("TRUNCATE kb_texts")
+    again = store.db.get_version(row.id, row.current_version)
+    assert again is not None and again.manifest["spec"]["sources"][0]["text"] == "Keys are rotated every month."
+    assert store.describe("old").name == "old"

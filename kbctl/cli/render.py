@@ -29,7 +29,7 @@ from kbctl.engine.events import (
 )
 from kbctl.engine.explain import DiffReport, SourceDiff
 from kbctl.engine.status import KnowledgeBaseDetail, KnowledgeBaseSummary
-from kbctl.store.history import VersionInfo
+from kbctl.store.history import GcResult, VersionInfo
 
 __all__ = [
     "CliReporter",
@@ -60,6 +60,12 @@ def _source_line(prefix: str, e: SourceReconciled) -> str | None:
     if r.fetched and e.trigger == "refresh":
         return f"{src} unchanged"
     return None
+
+
+def gc_line(result: GcResult) -> str:
+    """What `kbctl gc` removed, in one line."""
+    line = f"removed {_count(result.removed, 'unreferenced vector')}"
+    return line + (f", {_count(result.texts_removed, 'unused source text')}" if result.texts_removed else "")
 
 
 def event_line(event: Event) -> str | None:

@@ -17,7 +17,7 @@ from kbctl.cli._common import (
     open_store,
     say_waiting,
 )
-from kbctl.cli.render import history_table, no_versions_line
+from kbctl.cli.render import gc_line, history_table, no_versions_line
 
 rollout_app = typer.Typer(help="Show the versions of a knowledge base and roll back to one.", no_args_is_help=True)
 app.add_typer(rollout_app, name="rollout")
@@ -70,7 +70,8 @@ def gc(
     batch: Annotated[int, typer.Option("--batch", min=1, help="Vectors deleted per transaction.")] = 1000,
     output: OutputOpt = None,
 ) -> None:
-    """Delete cached vectors that no chunk uses any more (left by pruned versions and by failed applies).
+    """Delete cached vectors that no chunk uses any more (left by pruned versions and by failed applies), and
+    inline source texts that no stored manifest names.
 
     Does nothing while an apply or refresh runs, since it may be about to use such vectors.
     """
@@ -81,4 +82,4 @@ def gc(
     elif result.skipped:
         typer.echo("skipped: an apply is in progress")
     else:
-        typer.echo(f"removed {result.removed} unreferenced vector{'' if result.removed == 1 else 's'}")
+        typer.echo(gc_line(result))

@@ -11,6 +11,7 @@ from typing import Any
 from psycopg import sql
 
 from kbctl.store.database import Database, _store_errors
+from kbctl.store.texts import unpack
 
 __all__ = [
     "CHANNEL",
@@ -105,7 +106,7 @@ def claim_next(db: Database, controller_id: str, lease_seconds: int) -> Claim | 
             " WHERE id = %s",
             (controller_id, lease_seconds, row[0]),
         )
-    return Claim(row[0], row[1], row[2], row[3])
+    return Claim(row[0], row[1], row[2], unpack(conn, row[3]))
 
 
 @_store_errors

@@ -46,6 +46,7 @@ from kbctl.store.search import (
     pgvector_version,
     vector_index,
 )
+from kbctl.store.texts import pack, store_texts, unpack
 from kbctl.userconfig import redact
 
 __all__ = [
@@ -264,13 +265,13 @@ class Database:
     def last_manifest(self, kb_id: int) -> dict[str, Any]:
         """The manifest last applied to a knowledge base (what describes it before any version is published)."""
         row = self._conn.execute("SELECT manifest FROM kb_knowledge_bases WHERE id = %s", (kb_id,)).fetchone()
-        return dict(row[0]) if row else {}
+        return unpack(self._conn, dict(row[0])) if row else {}
 
     @_store_errors
     def desired_manifest(self, kb_id: int) -> dict[str, Any] | None:
         """The desired manifest waiting to be reconciled, or None."""
         row = self._conn.execute("SELECT desired_manifest FROM kb_knowledge_bases WHERE id = %s", (kb_id,)).fetchone()
-        return dict(row[0]) if row and row[0] is not None else None
+        return unpack(self._conn, dict(row[0])) if row and row[0] is not None else None
 
     @_store_errors
     def get_version(
@@ -290,8 +291,8 @@ class Database:
                 (sha, kb_id, number),
             ).fetchone()
         if row is not None and row.manifest is None and known is not None:
-            row = replace(row, manifest=known[1])
-        return row
+            return replace(row, manifest=known[1])
+        return replace(row, manifest=unpack(self._conn, row.manifest)) if row is not None else None
 
     @_store_errors
     def query_target(self, name: str) -> QueryTarget | None:
@@ -426,20 +427,23 @@ class Database:
                 legacy = self._conn.execute(
                     "SELECT desired_manifest FROM kb_knowledge_bases WHERE id = %s", (row[0],)
                 ).fetchone()
-                changed = legacy is None or legacy[0] != manifest
+                changed = legacy is None or unpack(self._conn, legacy[0]) != manifest
             else:
                 changed = row is not None and row[1] != digest
+            if row is None or changed:
+                packed, texts = pack(manifest)
+                store_texts(self._conn, texts)
             if row is None:
                 self._conn.execute(
                     "INSERT INTO kb_knowledge_bases (name, labels, manifest, generation, observed_generation,"
                     " desired_manifest, desired_sha256) VALUES (%s, %s, %s, 1, 0, %s, %s)",
-                    (name, labels, Jsonb(manifest), Jsonb(manifest), digest),
+                    (name, labels, Jsonb(packed), Jsonb(packed), digest),
                 )
             elif changed:
                 self._conn.execute(
                     "UPDATE kb_knowledge_bases SET desired_manifest = %s, desired_sha256 = %s,"
                     " generation = generation + 1, updated_at = now() WHERE id = %s",
-                    (Jsonb(manifest), digest, row[0]),
+                    (Jsonb(packed), digest, row[0]),
                 )
         stored = self.get_kb(name)
         assert stored is not None
@@ -512,12 +516,14 @@ class Database:
         written in the same transaction, so they can never describe content that is not published.
         """
         labels = manifest.get("metadata", {}).get("labels", {})
+        packed, texts = pack(manifest)
         with self._conn.transaction():
+            store_texts(self._conn, texts)
             row = self._conn.execute(
                 "INSERT INTO kb_knowledge_bases (name, labels, manifest) VALUES (%s, %s, %s)"
                 " ON CONFLICT (name) DO UPDATE SET labels = excluded.labels, manifest = excluded.manifest,"
                 " updated_at = now() RETURNING id",
-                (name, Jsonb(labels), Jsonb(manifest)),
+                (name, Jsonb(labels), Jsonb(packed)),
             ).fetchone()
             assert row is not None
             kb_id = int(row[0])
@@ -533,7 +539,7 @@ class Database:
                 (
                     kb_id,
                     number,
-                    Jsonb(manifest),
+                    Jsonb(packed),
                     manifest_sha256,
                     model,
                     chunks,

@@ -11,6 +11,7 @@ from pydantic import BaseModel
 
 from kbctl.errors import NotFoundError, RollbackError
 from kbctl.store.database import GC_LOCK_KEY, Database, _store_errors
+from kbctl.store.texts import delete_unused_texts
 
 __all__ = [
     "GC_LOCK_KEY",
@@ -59,6 +60,7 @@ class GcResult(BaseModel):
     removed: int
     batches: int
     skipped: bool
+    texts_removed: int = 0  # inline source texts no stored manifest names any more
 
 
 @_store_errors
@@ -219,6 +221,8 @@ def collect_garbage(db: Database, batch: int = 1000) -> GcResult:
             batches, removed, after = batches + 1, removed + len(ids), max(int(r[0]) for r in ids)
             if len(ids) < batch:
                 break
+        with conn.transaction():
+            texts = delete_unused_texts(conn)
     finally:
         conn.execute("SELECT pg_advisory_unlock(%s)", (GC_LOCK_KEY,))
-    return GcResult(removed=removed, batches=batches, skipped=False)
+    return GcResult(removed=removed, batches=batches, skipped=False, texts_removed=texts)

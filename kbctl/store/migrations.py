@@ -167,6 +167,16 @@ MIGRATIONS: list[tuple[int, str, str]] = [
         UPDATE kb_versions SET retrieval = coalesce(manifest -> 'spec' -> 'retrieval', '{}');
         """,
     ),
+    (
+        7,
+        "inline source texts stored once, content-addressed; stored manifests name them by sha256",
+        """
+        CREATE TABLE kb_texts (
+            sha256 text PRIMARY KEY,
+            body   text NOT NULL
+        );
+        """,
+    ),
 ]
 
 # Serializes migrations of one database across processes (an arbitrary, fixed 64-bit key).
