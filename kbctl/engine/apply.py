@@ -213,7 +213,7 @@ class _Reconciler:
         for r in results:
             self.reporter.report(SourceReconciled(name, self.trigger, r, embedder.model_id))
         self.reporter.report(ReconcileFinished(name, self.trigger, action, version))
-        if run.vector_ids:  # vectors were added: the model may now have enough for its index
+        if run.vector_ids:  # content was ingested: new vectors may give the model enough for its index
             self._index(name, embedder.model_id)
         if sum(len(o.chunked.chunks) for o in outcomes.values() if isinstance(o, Ingested)) >= ANALYZE_AFTER_CHUNKS:
             db.analyze_chunks()  # keyword search of a large version reads which words are common from these stats
