@@ -17,7 +17,6 @@ import re
 
 import lxml.etree
 import lxml.html
-import trafilatura
 
 from kbctl.errors import SourceError
 
@@ -59,6 +58,8 @@ def extract_html(html: str, url: str) -> tuple[str, str | None]:
     if not html.strip():
         return "", None
     try:
+        import trafilatura  # on first use: importing it costs ~0.3 s, which commands without URL sources skip
+
         text = trafilatura.extract(
             html,
             url=url,
