@@ -80,16 +80,17 @@ def manifest(texts: list[str], provider: str) -> str:
 
 def run_cli(env: dict[str, str], *args: str) -> tuple[float, float, str]:
     """Run the real CLI: (wall seconds, peak RSS MB, output); its peak RSS through wait4. Exits on failure."""
-    start = time.perf_counter()
-    pid = os.posix_spawn(
-        sys.executable,
-        [sys.executable, "-m", "kbctl", *args],
-        env,
-        file_actions=[(os.POSIX_SPAWN_OPEN, 1, "/tmp/kbctl-scale.out", os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)],
-    )
-    _, status, usage = os.wait4(pid, 0)
-    elapsed = time.perf_counter() - start
-    out = Path("/tmp/kbctl-scale.out").read_text()
+    with tempfile.NamedTemporaryFile(prefix="kbctl-scale-", suffix=".out") as log:
+        start = time.perf_counter()
+        pid = os.posix_spawn(
+            sys.executable,
+            [sys.executable, "-m", "kbctl", *args],
+            env,
+            file_actions=[(os.POSIX_SPAWN_OPEN, 1, log.name, os.O_WRONLY | os.O_TRUNC, 0o600)],
+        )
+        _, status, usage = os.wait4(pid, 0)
+        elapsed = time.perf_counter() - start
+        out = Path(log.name).read_text()
     if os.waitstatus_to_exitcode(status) != 0:
         raise SystemExit(f"kbctl {' '.join(args)} failed: {out[-2000:]}")
     return elapsed, usage.ru_maxrss / 1024, out
