@@ -231,16 +231,6 @@ class HttpEmbedder:
             )
         return self._client
 
-    def close(self) -> None:
-        """Close the client's connections and stop the event loop thread (a later `embed` starts them again)."""
-        with self._loop_lock:
-            loop, client, self._loop, self._client = self._loop, self._client, None, None
-        if loop is None:
-            return
-        if client is not None:
-            asyncio.run_coroutine_threadsafe(client.aclose(), loop).result(timeout=30)
-        loop.call_soon_threadsafe(loop.stop)
-
     async def _embed_all(
         self, texts: list[str], batches: list[range], purpose: Purpose, auth: BearerAuth | None
     ) -> list[Vector]:

@@ -171,15 +171,12 @@ def indexed_query(model: str, dimensions: int) -> sql.Composed:
     planner can use it), then the version's chunks among them, re-ranked by full-precision cosine."""
     return sql.SQL(
         "WITH near AS MATERIALIZED ("
-        " SELECT e.id, e.embedding FROM kb_embeddings e WHERE e.model = {model}"
-        " ORDER BY e.embedding::halfvec({dims}) <=> %(q)s::vector::halfvec({dims}) LIMIT %(m)s)"
-        " SELECT c.id AS chunk_id, vs.source_name, r.origin, r.title, c.ordinal, c.char_start,"
-        " c.char_end, c.heading_path, c.content, c.token_count, near.embedding AS vector,"
-        " 1 - (near.embedding <=> %(q)s) AS score"
-        " FROM near JOIN kb_chunks c ON c.embedding_id = near.id"
+        " SELECT id, embedding FROM kb_embeddings WHERE model = {model}"
+        " ORDER BY embedding::halfvec({dims}) <=> %(q)s::vector::halfvec({dims}) LIMIT %(m)s)"
+        " " + _HITS + " FROM near e JOIN kb_chunks c ON c.embedding_id = e.id"
         " JOIN kb_version_sources vs ON vs.revision_id = c.revision_id AND vs.version_id = %(v)s"
         " JOIN kb_source_revisions r ON r.id = vs.revision_id"
-        " ORDER BY near.embedding <=> %(q)s, c.id LIMIT %(n)s"
+        " ORDER BY e.embedding <=> %(q)s, c.id LIMIT %(n)s"
     ).format(model=sql.Literal(model), dims=sql.Literal(dimensions))
 
 
