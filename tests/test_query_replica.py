@@ -11,15 +11,11 @@ from kbctl.client import KnowledgeBaseStore
 from kbctl.config import Settings, effective_config
 from kbctl.errors import StoreError
 from kbctl.manifest import parse_manifests
+from tests.support.manifests import knowledge_base, text_source
 
-MANIFEST = """apiVersion: kbctl.dev/v1alpha1
-kind: KnowledgeBase
-metadata: {name: office}
-spec:
-  sources:
-    - name: invoices
-      text: Invoices are kept for seven years after the end of the financial year.
-"""
+MANIFEST = knowledge_base(
+    "office", text_source("invoices", "Invoices are kept for seven years after the end of the financial year.")
+)
 
 
 def with_options(url: str, options: str) -> str:

@@ -25,6 +25,7 @@ from kbctl.store.search import (
     vector_index,
 )
 from tests.support.embedserver import serve_embeddings
+from tests.support.manifests import knowledge_base, text_source
 
 MODEL = "test/pseudo-32"
 DIMS = 32
@@ -141,12 +142,8 @@ def test_a_version_holding_few_of_the_models_vectors_is_searched_exactly(
 
 def test_manifest_limit_setting(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """A manifest over 8 MiB is refused unless KBCTL_MAX_MANIFEST_MIB allows it; a bad value is one clear error."""
-    body = "x" * 1000
-    sources = "".join(f"    - name: s{i}\n      text: {body}\n" for i in range(8_500))
     path = tmp_path / "big.yaml"
-    path.write_text(
-        f"apiVersion: kbctl.dev/v1alpha1\nkind: KnowledgeBase\nmetadata: {{name: big}}\nspec:\n  sources:\n{sources}"
-    )
+    path.write_text(knowledge_base("big", *(text_source(f"s{i}", "x" * 1000) for i in range(8_500))))
     assert path.stat().st_size > MAX_FILE_BYTES
     with pytest.raises(KbctlError, match="too large"):
         load_manifests([str(path)])
@@ -164,13 +161,12 @@ def test_apply_overlaps_embedding_requests(
 ) -> None:
     """With maxConcurrency 4, an apply keeps several requests of 64 texts in flight at once (one call of 64 texts
     at a time sent one request after another)."""
-    paragraphs = "\n\n".join(
-        f"        Paragraph {i}: rule {i} keeps record {i} for {i % 7 + 1} years." for i in range(200)
-    )
-    text = (
-        "apiVersion: kbctl.dev/v1alpha1\nkind: KnowledgeBase\nmetadata: {name: overlap}\nspec:\n"
-        "  embedding: {model: loop/all-MiniLM-L6-v2}\n  chunking: {maxChars: 100, overlapChars: 0}\n"
-        f"  sources:\n    - name: rules\n      text: |\n{paragraphs}\n"
+    paragraphs = "\n\n".join(f"Paragraph {i}: rule {i} keeps record {i} for {i % 7 + 1} years." for i in range(200))
+    text = knowledge_base(
+        "overlap",
+        text_source("rules", paragraphs),
+        embedding={"model": "loop/all-MiniLM-L6-v2"},
+        chunking={"maxChars": 100, "overlapChars": 0},
     )
     with serve_embeddings(model="none") as server:
         server.latency = 0.05
@@ -190,10 +186,9 @@ def test_apply_overlaps_embedding_requests(
 def test_inline_texts_are_stored_once(store: KnowledgeBaseStore) -> None:
     """Stored manifests name inline texts by sha256; each distinct text is one row, whatever the copies."""
     text = "Invoices are kept for seven years after the end of the financial year."
-    body = "\n".join(f"    - name: {n}\n      text: {text}" for n in ("a", "b"))
-    kb = f"apiVersion: kbctl.dev/v1alpha1\nkind: KnowledgeBase\nmetadata: {{name: NAME}}\nspec:\n  sources:\n{body}\n"
     for name in ("one", "two"):
-        store.apply(parse_manifests(kb.replace("NAME", name), "kb.yaml"))
+        kb = knowledge_base(name, text_source("a", text), text_source("b", text))
+        store.apply(parse_manifests(kb, "kb.yaml"))
     conn = store.db.connection
     assert conn.execute("SELECT count(*) FROM kb_texts").fetchone() == (1,)
     stored = conn.execute(
@@ -208,8 +203,8 @@ def test_inline_texts_are_stored_once(store: KnowledgeBaseStore) -> None:
 
 def test_a_manifest_stored_before_packing_reads_back(store: KnowledgeBaseStore) -> None:
     """A version whose manifest holds its texts inline (stored by an earlier kbctl) is read as it is."""
-    kb = "apiVersion: kbctl.dev/v1alpha1\nkind: KnowledgeBase\nmetadata: {name: old}\nspec:\n  sources:\n"
-    store.apply(parse_manifests(kb + "    - name: a\n      text: Keys are rotated every month.\n", "kb.yaml"))
+    kb = knowledge_base("old", text_source("a", "Keys are rotated every month."))
+    store.apply(parse_manifests(kb, "kb.yaml"))
     row = store.db.get_kb("old")
     assert row is not None and row.current_version is not None
     version = store.db.get_version(row.id, row.current_version)

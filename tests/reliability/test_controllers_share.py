@@ -16,6 +16,7 @@ import pytest
 
 from kbctl.client import KnowledgeBaseStore
 from kbctl.manifest import parse_manifests
+from tests.support.manifests import knowledge_base, text_source
 
 pytestmark = [pytest.mark.reliability, pytest.mark.slow]
 
@@ -24,11 +25,8 @@ _RECONCILED = re.compile(r"^KnowledgeBase/(kb-\d+) (created|configured) \(versio
 
 
 def manifests(fact: str) -> str:
-    return "---\n".join(
-        f"apiVersion: kbctl.dev/v1alpha1\nkind: KnowledgeBase\nmetadata: {{name: kb-{i}}}\n"
-        f'spec:\n  sources:\n    - name: facts\n      text: "Fact {i}: {fact}"\n'
-        for i in range(KBS)
-    )
+    """KBS one-source knowledge bases kb-0 … kb-N stating `fact`."""
+    return "\n---\n".join(knowledge_base(f"kb-{i}", text_source("facts", f"Fact {i}: {fact}")) for i in range(KBS))
 
 
 def wait_until(check: object, timeout: float = 240) -> None:
