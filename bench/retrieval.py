@@ -24,6 +24,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from scale import vector_recall  # bench/scale.py: the index against an exact scan
+
 from kbctl.client import KnowledgeBaseStore
 from kbctl.config import Settings
 from kbctl.errors import KbctlError
@@ -112,14 +114,7 @@ def index_comparison(store: KnowledgeBaseStore, evalset: EvalSet, limits: QueryO
     """The vector mode's quality with every chunk compared, and the share of that exact top K the index finds."""
     with store.db.exact_searches():
         [exact] = evaluate_store(store, NAME, evalset, k=K, modes=["vector"], options=limits).modes
-    options = QueryOptions(mode="vector", top_k=K, threshold=THRESHOLD, max_tokens=MAX_TOKENS)
-    found = total = 0
-    for q in evalset.queries:
-        approx = {(h.source, h.position) for h in store.query(NAME, q.question, options=options).hits}
-        with store.db.exact_searches():
-            truth = {(h.source, h.position) for h in store.query(NAME, q.question, options=options).hits}
-        found, total = found + len(approx & truth), total + len(truth)
-    return exact, found / max(1, total)
+    return exact, vector_recall(store, NAME, [q.question for q in evalset.queries], K)
 
 
 def main() -> None:
