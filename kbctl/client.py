@@ -256,9 +256,7 @@ class KnowledgeBaseStore:
             explain=explain,
             rerank=rerank,
         )
-        return query_knowledge_base(
-            self.query_db, name, question, self.embedder, options, reranker_for=self.reranker
-        )
+        return query_knowledge_base(self.query_db, name, question, self.embedder, options, reranker_for=self.reranker)
 
     def context(
         self,

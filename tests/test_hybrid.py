@@ -52,6 +52,8 @@ def test_identifiers_of_a_question() -> None:
         "ISO-27001",
     ]
     assert identifiers("how long are invoices kept?") == []
+    # Acronyms joined by hyphens, slashes or dots are exact terms too; a capitalized word or a lone capital is not.
+    assert identifiers("Does G-CSF act on TCR/CD cells in the U.S.? Ask Anna, or A-b.") == ["G-CSF", "TCR/CD", "U.S"]
 
 
 def test_exact_identifier_is_found_even_below_the_threshold(runbook: KnowledgeBaseStore) -> None:

@@ -216,7 +216,7 @@ class _Reconciler:
         if run.vector_ids:  # content was ingested: new vectors may give the model enough for its index
             self._index(name, embedder.model_id)
         if sum(len(o.chunked.chunks) for o in outcomes.values() if isinstance(o, Ingested)) >= ANALYZE_AFTER_CHUNKS:
-            db.analyze_chunks()  # keyword search of a large version reads which words are common from these stats
+            db.analyze_chunks()  # the planner's estimates of full-text matches in a much larger table
         return KnowledgeBaseResult(name=name, action=action, version=version, sources=results)
 
     def _index(self, name: str, model: str) -> None:

@@ -162,11 +162,13 @@ _TOKEN = re.compile(r"[A-Za-z0-9][A-Za-z0-9_\-./]*[A-Za-z0-9_]|[A-Za-z0-9]")
 
 
 def identifiers(question: str) -> list[str]:
-    """Exact terms of a question: tokens of 3+ characters with a digit or '_', and acronyms (2+ capitals)."""
+    """Exact terms of a question: tokens of 3+ characters with a digit or '_', and acronyms: 2+ capitals, which
+    may be joined by '-', '/' or '.' (SLA, G-CSF, TCR/CD, U.S)."""
     found = []
     for token in _TOKEN.findall(question):
+        letters = re.sub(r"[-./]", "", token)
         if (len(token) >= 3 and any(ch.isdigit() or ch == "_" for ch in token)) or (
-            len(token) >= 2 and token.isupper() and token.isalpha()
+            len(letters) >= 2 and letters.isupper() and letters.isalpha()
         ):
             found.append(token)
     return list(dict.fromkeys(found))
@@ -232,7 +234,7 @@ def keyword_candidates(db: Database, plan: QueryPlan, question: str, vector: Vec
     (ts_rank_cd in the spec's language), best first (none in vector mode)."""
     if plan.mode == "vector":
         return []
-    return db.keyword_search(plan.version_id, plan.language, question, vector, plan.pool, version_chunks=plan.chunks)
+    return db.keyword_search(plan.version_id, plan.language, question, vector, plan.pool)
 
 
 def fuse(

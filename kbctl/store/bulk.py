@@ -3,7 +3,8 @@
 A version with thousands of new sources costs the same four round trips as one with a single source: the
 revisions (one INSERT ... SELECT FROM unnest ... RETURNING), the chunks copied in binary into a temporary staging
 table, and one INSERT ... SELECT that writes each chunk to `kb_chunks` once, its full-text vector computed on the
-way in (in the knowledge base's text search language), instead of an UPDATE that would rewrite every row.
+way in (in the knowledge base's text search language), instead of an UPDATE that would rewrite every row; then
+the BM25 statistics of the new revisions (kbctl.store.bm25).
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from typing import Any
 
 import psycopg
 
+from kbctl.store.bm25 import TERM_COUNT, revision_statistics
 from kbctl.store.rows import NewRevision
 
 __all__ = ["insert_revisions"]
@@ -75,9 +77,11 @@ def insert_revisions(
     # Full-text vectors beside the embeddings, in each knowledge base's text search language.
     conn.execute(
         "INSERT INTO kb_chunks (revision_id, ordinal, content, char_start, char_end, heading_path, token_count,"
-        " embedding_id, tsv)"
-        " SELECT revision_id, ordinal, content, char_start, char_end, heading_path, token_count, embedding_id,"
-        " to_tsvector(language::regconfig, array_to_string(heading_path, ' ') || ' ' || content)"
-        " FROM kb_chunk_stage"
+        " embedding_id, tsv, term_count)"
+        " SELECT s.revision_id, s.ordinal, s.content, s.char_start, s.char_end, s.heading_path, s.token_count,"
+        " s.embedding_id, t.tsv, " + TERM_COUNT + " FROM kb_chunk_stage s CROSS JOIN LATERAL"
+        " (SELECT to_tsvector(s.language::regconfig, array_to_string(s.heading_path, ' ') || ' ' || s.content)"
+        " AS tsv) t"
     )
+    revision_statistics(conn, list(ids.values()))
     return ids

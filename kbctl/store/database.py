@@ -21,6 +21,7 @@ from psycopg.types.json import Jsonb
 from kbctl.embedding import Vector
 from kbctl.errors import StoreError
 from kbctl.manifest.digest import sha256_json
+from kbctl.store.bm25 import containing_all_words, keyword_search, version_statistics
 from kbctl.store.bulk import insert_revisions
 from kbctl.store.migrations import migrate
 from kbctl.store.rows import (
@@ -39,10 +40,8 @@ from kbctl.store.search import (
     EXACT_SCAN_MAX,
     VectorIndex,
     build_vector_index,
-    containing_all_words,
     exact_search,
     indexed_search,
-    keyword_search,
     pgvector_version,
     vector_index,
 )
@@ -257,9 +256,7 @@ class Database:
     def list_kbs(self) -> list[KnowledgeBaseRow]:
         """Every knowledge base, by name."""
         with self._conn.cursor(row_factory=class_row(KnowledgeBaseRow)) as cur:
-            return cur.execute(
-                "SELECT " + _KB_COLUMNS + " FROM kb_knowledge_bases ORDER BY name"
-            ).fetchall()
+            return cur.execute("SELECT " + _KB_COLUMNS + " FROM kb_knowledge_bases ORDER BY name").fetchall()
 
     @_store_errors
     def last_manifest(self, kb_id: int) -> dict[str, Any]:
@@ -570,6 +567,7 @@ class Database:
                         for pos, s in enumerate(sources)
                     ],
                 )
+            version_statistics(self._conn, kb_id, int(vrow[0]))
             self._write_statuses(kb_id, statuses)
             self._conn.execute("UPDATE kb_knowledge_bases SET current_version = %s WHERE id = %s", (number, kb_id))
         return number
@@ -635,7 +633,7 @@ class Database:
 
     @_store_errors
     def analyze_chunks(self) -> None:
-        """Refresh PostgreSQL's statistics of the chunks (which words are common: see keyword_search)."""
+        """Refresh PostgreSQL's statistics of the chunks (the planner's estimates of full-text matches)."""
         self._conn.execute("ANALYZE kb_chunks")
 
     @_store_errors
@@ -645,19 +643,11 @@ class Database:
 
     @_store_errors
     def keyword_search(
-        self,
-        version_id: int,
-        language: str,
-        question: str,
-        vector: Vector,
-        limit: int,
-        *,
-        version_chunks: int | None = None,
+        self, version_id: int, language: str, question: str, vector: Vector, limit: int
     ) -> list[ChunkHit]:
-        """The `limit` chunks of a version best matching any word of `question` (full text, ts_rank_cd),
-        best first, each with its cosine similarity to `vector`; a version of more than KEYWORD_RANK_MAX chunks
-        ranks a bounded number of them (see kbctl.store.search.keyword_search)."""
-        return keyword_search(self._conn, version_id, language, question, vector, limit, version_chunks)
+        """The `limit` chunks of a version with the best BM25 score for `question` (full text in `language`), best
+        first, each with its cosine similarity to `vector` (see kbctl.store.bm25)."""
+        return keyword_search(self._conn, version_id, language, question, vector, limit)
 
     @_store_errors
     def containing_all_words(self, chunk_ids: Sequence[int], language: str, question: str) -> set[int]:

@@ -177,6 +177,50 @@ MIGRATIONS: list[tuple[int, str, str]] = [
         );
         """,
     ),
+    (
+        8,
+        "BM25 statistics: chunk lengths; per revision and per version, total length and chunks holding each word",
+        """
+        -- A chunk's analyzed length: every occurrence of every lexeme of its tsvector.
+        ALTER TABLE kb_chunks ADD COLUMN term_count integer NOT NULL DEFAULT 0;
+        UPDATE kb_chunks SET term_count =
+            (SELECT coalesce(sum(coalesce(array_length(u.positions, 1), 1)), 0) FROM unnest(tsv) u)
+            WHERE tsv IS NOT NULL;
+        ALTER TABLE kb_source_revisions ADD COLUMN term_count bigint NOT NULL DEFAULT 0;
+        UPDATE kb_source_revisions r SET term_count = s.total
+            FROM (SELECT revision_id, sum(term_count) AS total FROM kb_chunks GROUP BY revision_id) s
+            WHERE r.id = s.revision_id;
+        -- Per revision, how many of its chunks hold each lexeme; a version's document frequency is the sum over
+        -- its revisions (revisions are shared by the versions that serve them, and so are these rows).
+        CREATE TABLE kb_revision_terms (
+            lexeme      text NOT NULL,
+            revision_id bigint NOT NULL REFERENCES kb_source_revisions(id) ON DELETE CASCADE,
+            chunks      integer NOT NULL,
+            PRIMARY KEY (lexeme, revision_id)
+        );
+        CREATE INDEX kb_revision_terms_revision ON kb_revision_terms (revision_id);
+        INSERT INTO kb_revision_terms (lexeme, revision_id, chunks)
+            SELECT u.lexeme, c.revision_id, count(*) FROM kb_chunks c, unnest(c.tsv) u
+            WHERE c.tsv IS NOT NULL GROUP BY u.lexeme, c.revision_id;
+        -- Per version, the sums over its revisions: its chunks' total length and each lexeme's document frequency
+        -- (what a query reads; a new version's rows are its predecessor's plus the revisions it adds, minus those
+        -- it drops).
+        ALTER TABLE kb_versions ADD COLUMN term_count bigint NOT NULL DEFAULT 0;
+        UPDATE kb_versions v SET term_count = s.total
+            FROM (SELECT vs.version_id, sum(r.term_count) AS total FROM kb_version_sources vs
+                  JOIN kb_source_revisions r ON r.id = vs.revision_id GROUP BY vs.version_id) s
+            WHERE v.id = s.version_id;
+        CREATE TABLE kb_version_terms (
+            version_id bigint NOT NULL REFERENCES kb_versions(id) ON DELETE CASCADE,
+            lexeme     text NOT NULL,
+            chunks     integer NOT NULL,
+            PRIMARY KEY (version_id, lexeme)
+        );
+        INSERT INTO kb_version_terms (version_id, lexeme, chunks)
+            SELECT vs.version_id, t.lexeme, sum(t.chunks) FROM kb_version_sources vs
+            JOIN kb_revision_terms t ON t.revision_id = vs.revision_id GROUP BY vs.version_id, t.lexeme;
+        """,
+    ),
 ]
 
 # Serializes migrations of one database across processes (an arbitrary, fixed 64-bit key).

@@ -147,7 +147,7 @@ class SourceStatusRow:
 
 @dataclass(frozen=True)
 class ChunkHit:
-    """A chunk found by a vector search, with its cosine similarity to the question."""
+    """A chunk found by a search, with its cosine similarity to the question (and BM25 score, by keyword)."""
 
     chunk_id: int
     source_name: str
@@ -161,3 +161,4 @@ class ChunkHit:
     token_count: int
     score: float
     vector: Any  # the chunk's embedding (numpy float32), for near-duplicate checks
+    keyword_score: float | None = None  # its BM25 score, when a keyword search found it

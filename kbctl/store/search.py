@@ -1,4 +1,6 @@
-"""Search SQL: nearest chunks of a version (an HNSW index per model, or an exact scan) and full-text ranking.
+"""Vector search SQL: the nearest chunks of a version, through an HNSW index per model or an exact scan.
+
+Keyword search (BM25) is kbctl.store.bm25.
 
 Vectors live once per (model, text) in `kb_embeddings`, shared by every version and knowledge base, in a `vector`
 column of no fixed size (models differ). Each model gets its own partial HNSW index over a typed cast, on half
@@ -22,7 +24,6 @@ from __future__ import annotations
 
 import hashlib
 import math
-from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -38,16 +39,12 @@ __all__ = [
     "EF_SEARCH",
     "EXACT_SCAN_MAX",
     "INDEX_MIN_VECTORS",
-    "KEYWORD_RANK_MAX",
-    "LAST_RESORT_RANKED",
     "VectorIndex",
     "build_vector_index",
-    "containing_all_words",
     "exact_search",
     "index_settings",
     "indexed_query",
     "indexed_search",
-    "keyword_search",
     "pgvector_version",
     "vector_index",
 ]
@@ -55,9 +52,6 @@ __all__ = [
 EXACT_SCAN_MAX = 5_000  # chunks of a version searched exactly (no index): a few ms
 INDEX_MIN_VECTORS = 5_000  # vectors of a model before its HNSW index is built
 EF_SEARCH = 100  # hnsw.ef_search unless spec.retrieval.efSearch says otherwise (pgvector's default is 40)
-KEYWORD_RANK_MAX = 1_000  # matching chunks ranked at most per full-text list (~8 µs each)
-LAST_RESORT_RANKED = 500  # chunks holding any word ranked when the tiers before come back short
-COMMON_TERM_SHARE = 0.05  # a word in more of the chunks than this is common (see keyword_search)
 MAX_OVERFETCH = 4_000  # index candidates read at most before the exact plan is cheaper
 HALFVEC_MAX_DIMENSIONS = 4_000  # pgvector indexes halfvec up to 4,000 dimensions
 HALFVEC_VERSION = (0, 7, 0)  # the first pgvector with halfvec (older ones: no index, exact scans)
@@ -209,110 +203,3 @@ def indexed_search(
     if len(hits) < min(limit, version_chunks):
         return None
     return hits
-
-
-def keyword_search(
-    conn: psycopg.Connection[Any],
-    version_id: int,
-    language: str,
-    question: str,
-    vector: Vector,
-    limit: int,
-    version_chunks: int | None = None,
-) -> list[ChunkHit]:
-    """The `limit` chunks of a version best matching any word of `question` (full text, ts_rank_cd), best first,
-    each with its cosine similarity to `vector`. Ranked on (chunk id, rank) alone, then joined for the few kept.
-
-    Ranking costs time per matching chunk (~8 µs), so a version of more than KEYWORD_RANK_MAX chunks ranks at most
-    that many: the chunks holding any selective word of the question, or all of its common words together. A word
-    is common when PostgreSQL's statistics of kb_chunks.tsv find it in over COMMON_TERM_SHARE of the chunks; alone,
-    its weight in any ranking is small, and it would match most of the version. If that leaves fewer than `limit`,
-    the best of the first LAST_RESORT_RANKED chunks holding any word follow. A smaller version ranks every chunk
-    holding any word. Every chunk is ranked by all the question's words (ts_rank_cd).
-    """
-    row = conn.execute(
-        "SELECT array_agg(l), array_agg(quote_literal(l))"
-        " FROM unnest(tsvector_to_array(to_tsvector(%s::regconfig, %s))) l",
-        (language, question),
-    ).fetchone()
-    if row is None or not row[0]:
-        return []  # only stop words
-    lexemes, quoted = list(row[0]), list(row[1])
-    any_word = " | ".join(quoted)
-    if version_chunks is None or version_chunks <= KEYWORD_RANK_MAX:
-        ranked = _ranked(conn, version_id, any_word, any_word, limit, None)
-    else:
-        common = _common_terms(conn, lexemes)
-        selective = [q for lexeme, q in zip(lexemes, quoted, strict=True) if lexeme not in common]
-        together = [q for lexeme, q in zip(lexemes, quoted, strict=True) if lexeme in common]
-        first = " | ".join([*selective, *(["(" + " & ".join(together) + ")"] if together else [])])
-        ranked = _ranked(conn, version_id, first, any_word, limit, KEYWORD_RANK_MAX)
-        if len(ranked) < limit:
-            _add(ranked, _ranked(conn, version_id, any_word, any_word, limit, LAST_RESORT_RANKED), limit)
-    if not ranked:
-        return []
-    with conn.cursor(row_factory=class_row(ChunkHit)) as cur:
-        return cur.execute(
-            _HITS + " FROM unnest(%(ids)s::bigint[]) WITH ORDINALITY AS best(id, place)"
-            " JOIN kb_chunks c ON c.id = best.id"
-            " JOIN kb_source_revisions r ON r.id = c.revision_id"
-            " JOIN kb_version_sources vs ON vs.revision_id = c.revision_id AND vs.version_id = %(v)s"
-            " JOIN kb_embeddings e ON e.id = c.embedding_id"
-            " ORDER BY best.place",
-            {"q": _array(vector), "v": version_id, "ids": [i for i, _ in ranked]},
-            binary=True,
-        ).fetchall()
-
-
-def _ranked(
-    conn: psycopg.Connection[Any], version_id: int, matching: str, ranking: str, limit: int, cap: int | None
-) -> list[tuple[int, float]]:
-    """The best `limit` (chunk id, rank by the tsquery `ranking`) of a version's chunks matching the tsquery
-    `matching`, among at most `cap` of them (every one when `cap` is None)."""
-    rows = conn.execute(
-        "WITH m AS MATERIALIZED ("
-        " SELECT c.id, c.tsv FROM kb_version_sources vs JOIN kb_chunks c ON c.revision_id = vs.revision_id"
-        " WHERE vs.version_id = %(v)s AND c.tsv @@ to_tsquery('simple', %(match)s) LIMIT %(cap)s)"
-        " SELECT id, ts_rank_cd(tsv, to_tsquery('simple', %(rank)s)) AS rank FROM m ORDER BY rank DESC, id"
-        " LIMIT %(n)s",
-        {"v": version_id, "match": matching, "rank": ranking, "cap": cap, "n": limit},
-    ).fetchall()
-    return [(int(i), float(r)) for i, r in rows]
-
-
-def _add(ranked: list[tuple[int, float]], more: list[tuple[int, float]], limit: int) -> None:
-    """Append to `ranked` the chunks of `more` it lacks, in order, up to `limit` in all."""
-    kept = {i for i, _ in ranked}
-    for i, r in more:
-        if len(ranked) >= limit:
-            return
-        if i not in kept:
-            ranked.append((i, r))
-            kept.add(i)
-
-
-def _common_terms(conn: psycopg.Connection[Any], lexemes: Sequence[str]) -> set[str]:
-    """Those of `lexemes` that PostgreSQL's statistics of kb_chunks.tsv find in over COMMON_TERM_SHARE of chunks."""
-    rows = conn.execute(
-        "SELECT u.elem FROM pg_stats s,"
-        " unnest(s.most_common_elems::text::text[], s.most_common_elem_freqs) AS u(elem, freq)"
-        " WHERE s.schemaname = current_schema() AND s.tablename = 'kb_chunks' AND s.attname = 'tsv'"
-        " AND u.elem = ANY(%s) AND u.freq > %s",
-        (list(lexemes), COMMON_TERM_SHARE),
-    ).fetchall()
-    return {str(r[0]) for r in rows}
-
-
-def containing_all_words(
-    conn: psycopg.Connection[Any], chunk_ids: Sequence[int], language: str, question: str
-) -> set[int]:
-    """Those of `chunk_ids` whose full text holds every word of `question` (as `plainto_tsquery` reads it: stemmed,
-    stop words dropped); none when the question has fewer than two such words."""
-    if not chunk_ids:
-        return set()
-    rows = conn.execute(
-        "SELECT id FROM kb_chunks WHERE id = ANY(%(ids)s) AND tsv @@ plainto_tsquery(%(l)s::regconfig, %(q)s)"
-        " AND coalesce(array_length(tsvector_to_array(to_tsvector(%(l)s::regconfig, %(q)s)), 1), 0) >= 2",
-        {"ids": list(chunk_ids), "l": language, "q": question},
-    ).fetchall()
-    return {r[0] for r in rows}

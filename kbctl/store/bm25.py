@@ -1,0 +1,261 @@
+"""Keyword search: Okapi BM25 over PostgreSQL full text, with the term statistics of each version kept incrementally.
+
+BM25 scores a chunk d for a question q as the sum, over the question's words t (stemmed, stop words dropped, by
+the knowledge base's text search language: `spec.retrieval.language`), of
+
+    qtf(t) · idf(t) · tf(t, d) · (K1 + 1) / (tf(t, d) + K1 · (1 - B + B · |d| / avgdl))
+    idf(t) = ln(1 + (N - df(t) + 0.5) / (df(t) + 0.5))           (Lucene's form: never negative)
+
+where tf is how often t occurs in the chunk (its tsvector positions), |d| the chunk's analyzed length (every
+lexeme occurrence of its tsvector: `kb_chunks.term_count`), and N, df and avgdl are the serving version's: its
+chunks, those holding t, and their mean length.
+
+Statistics stay incremental. A source revision is stored once and shared by every version that serves it, and so
+are its statistics, written when it is published: its chunks' total length (`kb_source_revisions.term_count`) and,
+per lexeme, how many of its chunks hold it (`kb_revision_terms`). A version's statistics are the sums over its
+revisions (`kb_versions.term_count`, `kb_version_terms`), written when it is published from its predecessor's:
+plus the revisions it adds, minus those it drops. So publishing reads the chunks of new revisions alone, and a
+query reads one row per word of the question.
+
+Which chunks are scored: every chunk of the version holding a word of the question, while their postings (the
+sum of the words' df) stay within MATCH_POSTINGS. Beyond that, the most common words stop selecting chunks (they
+still score the chunks selected): words are taken rarest first while the postings fit, so the chunks left out
+hold only words whose idf is the lowest of the question. If that leaves fewer than the chunks asked for, the
+first LAST_RESORT_RANKED chunks holding any word are scored too.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import psycopg
+from psycopg.rows import class_row
+
+from kbctl.embedding import Vector
+from kbctl.store.rows import ChunkHit
+
+__all__ = [
+    "K1",
+    "LAST_RESORT_RANKED",
+    "MATCH_POSTINGS",
+    "TERM_COUNT",
+    "B",
+    "QuestionTerms",
+    "containing_all_words",
+    "keyword_search",
+    "question_terms",
+    "revision_statistics",
+    "selecting_words",
+    "version_statistics",
+]
+
+K1 = 0.9  # term frequency saturation (Anserini's BM25 default)
+B = 0.4  # length normalization (Anserini's BM25 default)
+MATCH_POSTINGS = 20_000  # chunks (postings of the question's words) scored at most, before common words stop selecting
+LAST_RESORT_RANKED = 500  # chunks holding any word scored when the selected ones are fewer than asked for
+
+# Per new revision: its chunks' total analyzed length, and how many of its chunks hold each lexeme.
+_REVISION_LENGTHS = (
+    "UPDATE kb_source_revisions r SET term_count = s.total"
+    " FROM (SELECT revision_id, sum(term_count) AS total FROM kb_chunks WHERE revision_id = ANY(%(ids)s)"
+    " GROUP BY revision_id) s WHERE r.id = s.revision_id"
+)
+_REVISION_TERMS = (
+    "INSERT INTO kb_revision_terms (lexeme, revision_id, chunks)"
+    " SELECT u.lexeme, c.revision_id, count(*) FROM kb_chunks c, unnest(c.tsv) u"
+    " WHERE c.revision_id = ANY(%(ids)s) GROUP BY u.lexeme, c.revision_id"
+)
+
+# The analyzed length of a tsvector `tsv`: every occurrence of every lexeme (a lexeme stored without positions
+# counts once).
+TERM_COUNT = "(SELECT coalesce(sum(coalesce(array_length(u.positions, 1), 1)), 0) FROM unnest(tsv) u)"
+
+
+def revision_statistics(conn: psycopg.Connection[Any], revision_ids: Sequence[int]) -> None:
+    """Write the BM25 statistics of newly inserted revisions (their chunks are stored): lengths and lexemes."""
+    if revision_ids:
+        params = {"ids": list(revision_ids)}
+        conn.execute(_REVISION_LENGTHS, params)
+        conn.execute(_REVISION_TERMS, params)
+
+
+@dataclass(frozen=True)
+class QuestionTerms:
+    """The words of a question as full text reads them, with the version's statistics of each."""
+
+    lexemes: tuple[str, ...]  # stemmed, stop words dropped, each once
+    counts: tuple[int, ...]  # how often each occurs in the question
+    chunks_with: tuple[int, ...]  # df: chunks of the version holding each
+    chunks: int  # N: chunks of the version
+    mean_length: float  # avgdl: their mean analyzed length
+
+    def idf(self) -> list[float]:
+        """Each word's inverse document frequency, Lucene's BM25 form."""
+        n = self.chunks
+        return [float(np.log1p((n - df + 0.5) / (df + 0.5))) for df in self.chunks_with]
+
+
+def question_terms(conn: psycopg.Connection[Any], version_id: int, language: str, question: str) -> QuestionTerms:
+    """The question's words (in `language`) and the version's statistics of them."""
+    row = conn.execute(
+        "WITH q AS (SELECT u.lexeme, coalesce(array_length(u.positions, 1), 1) AS n"
+        " FROM unnest(to_tsvector(%(l)s::regconfig, %(q)s)) u)"
+        " SELECT array_agg(q.lexeme ORDER BY q.lexeme), array_agg(q.n ORDER BY q.lexeme),"
+        " array_agg(coalesce(t.chunks, 0) ORDER BY q.lexeme),"
+        " (SELECT chunk_count FROM kb_versions WHERE id = %(v)s), (SELECT term_count FROM kb_versions WHERE id = %(v)s)"
+        " FROM q LEFT JOIN kb_version_terms t ON t.version_id = %(v)s AND t.lexeme = q.lexeme",
+        {"l": language, "q": question, "v": version_id},
+    ).fetchone()
+    assert row is not None
+    lexemes, counts, dfs, chunks, length = row
+    return QuestionTerms(
+        lexemes=tuple(lexemes or ()),
+        counts=tuple(int(c) for c in counts or ()),
+        chunks_with=tuple(int(d) for d in dfs or ()),
+        chunks=int(chunks or 0),
+        mean_length=float(length or 0) / max(1, int(chunks or 0)),
+    )
+
+
+# A new version's statistics: its total length, and its predecessor's document frequencies (the latest other
+# version of the knowledge base) plus those of the revisions it adds, minus those of the revisions it drops.
+_VERSION_LENGTH = (
+    "UPDATE kb_versions SET term_count = (SELECT coalesce(sum(r.term_count), 0) FROM kb_version_sources vs"
+    " JOIN kb_source_revisions r ON r.id = vs.revision_id WHERE vs.version_id = %(v)s) WHERE id = %(v)s"
+)
+_VERSION_TERMS = (
+    "WITH prev AS (SELECT id FROM kb_versions WHERE kb_id = %(kb)s AND id <> %(v)s ORDER BY number DESC LIMIT 1),"
+    " old AS (SELECT revision_id FROM kb_version_sources"
+    " WHERE version_id = (SELECT id FROM prev) AND revision_id IS NOT NULL),"
+    " new AS (SELECT revision_id FROM kb_version_sources WHERE version_id = %(v)s AND revision_id IS NOT NULL),"
+    " added AS (SELECT revision_id FROM new EXCEPT ALL SELECT revision_id FROM old),"
+    " dropped AS (SELECT revision_id FROM old EXCEPT ALL SELECT revision_id FROM new)"
+    " INSERT INTO kb_version_terms (version_id, lexeme, chunks)"
+    " SELECT %(v)s, d.lexeme, sum(d.chunks) FROM ("
+    " SELECT lexeme, chunks FROM kb_version_terms WHERE version_id = (SELECT id FROM prev)"
+    " UNION ALL SELECT t.lexeme, t.chunks FROM added a JOIN kb_revision_terms t ON t.revision_id = a.revision_id"
+    " UNION ALL SELECT t.lexeme, -t.chunks FROM dropped a JOIN kb_revision_terms t ON t.revision_id = a.revision_id"
+    ") d GROUP BY d.lexeme HAVING sum(d.chunks) > 0"
+)
+
+
+def version_statistics(conn: psycopg.Connection[Any], kb_id: int, version_id: int) -> None:
+    """Write the BM25 statistics of a version whose sources are stored (inside the publishing transaction)."""
+    params = {"kb": kb_id, "v": version_id}
+    conn.execute(_VERSION_LENGTH, params)
+    conn.execute(_VERSION_TERMS, params)
+
+
+def _tsquery(lexemes: Sequence[str]) -> str:
+    """A tsquery text matching any of `lexemes` (each quoted as a literal)."""
+    return " | ".join("'" + lexeme.replace("\\", "\\\\").replace("'", "''") + "'" for lexeme in lexemes)
+
+
+# The BM25 score of the chunks of a version matching %(match)s (at most %(cap)s of them), best first. Each chunk's
+# tsvector is cut to the question's words (setweight marks them, ts_filter keeps the marked) before it is read.
+_SCORED = (
+    "WITH q AS (SELECT * FROM unnest(%(lex)s::text[], %(w)s::float8[]) AS q(lexeme, weight)),"
+    " m AS MATERIALIZED ("
+    " SELECT c.id, c.tsv, c.term_count FROM kb_version_sources vs JOIN kb_chunks c ON c.revision_id = vs.revision_id"
+    " WHERE vs.version_id = %(v)s AND c.tsv @@ %(match)s::tsquery LIMIT %(cap)s)"
+    " SELECT m.id, sum(q.weight * t.tf / (t.tf + %(k1)s * (1 - %(b)s + %(b)s * m.term_count / %(avgdl)s))) AS score"
+    " FROM m CROSS JOIN LATERAL (SELECT u.lexeme, coalesce(array_length(u.positions, 1), 1)::float8 AS tf"
+    " FROM unnest(ts_filter(setweight(m.tsv, 'A', %(lex)s::text[]), '{a}')) u) t JOIN q USING (lexeme)"
+    " GROUP BY m.id ORDER BY score DESC, m.id LIMIT %(n)s"
+)
+
+
+def _scored(
+    conn: psycopg.Connection[Any],
+    version_id: int,
+    terms: QuestionTerms,
+    matching: Sequence[str],
+    limit: int,
+    cap: int | None,
+) -> list[tuple[int, float]]:
+    """The best `limit` (chunk id, BM25 score) of a version's chunks holding any of `matching`, among at most
+    `cap` of them (all when None), scored by every word of the question."""
+    weights = [count * idf * (K1 + 1) for count, idf in zip(terms.counts, terms.idf(), strict=True)]
+    rows = conn.execute(
+        _SCORED,
+        {
+            "lex": list(terms.lexemes),
+            "w": weights,
+            "v": version_id,
+            "match": _tsquery(matching),
+            "cap": cap,
+            "k1": K1,
+            "b": B,
+            "avgdl": max(terms.mean_length, 1.0),
+            "n": limit,
+        },
+    ).fetchall()
+    return [(int(i), float(s)) for i, s in rows]
+
+
+def selecting_words(terms: QuestionTerms, budget: int = MATCH_POSTINGS) -> list[str]:
+    """The words whose chunks are scored: rarest first while their postings fit `budget` (at least one word held
+    by a chunk); the words no chunk of the version holds select nothing."""
+    held = sorted((df, lexeme) for lexeme, df in zip(terms.lexemes, terms.chunks_with, strict=True) if df > 0)
+    chosen: list[str] = []
+    postings = 0
+    for df, lexeme in held:
+        if chosen and postings + df > budget:
+            break
+        chosen.append(lexeme)
+        postings += df
+    return chosen
+
+
+def keyword_search(
+    conn: psycopg.Connection[Any], version_id: int, language: str, question: str, vector: Vector, limit: int
+) -> list[ChunkHit]:
+    """The `limit` chunks of a version with the best BM25 score for `question`, best first, each with its BM25
+    score (`keyword_score`) and its cosine similarity to `vector` (`score`)."""
+    terms = question_terms(conn, version_id, language, question)
+    selecting = selecting_words(terms)
+    if not selecting:
+        return []  # only stop words, or words no chunk holds
+    ranked = _scored(conn, version_id, terms, selecting, limit, None)
+    if len(ranked) < limit and len(selecting) < sum(df > 0 for df in terms.chunks_with):
+        kept = {i for i, _ in ranked}
+        more = _scored(conn, version_id, terms, terms.lexemes, limit, LAST_RESORT_RANKED)
+        ranked += [(i, s) for i, s in more if i not in kept][: limit - len(ranked)]
+        ranked.sort(key=lambda item: (-item[1], item[0]))
+    with conn.cursor(row_factory=class_row(ChunkHit)) as cur:
+        return cur.execute(
+            "SELECT c.id AS chunk_id, vs.source_name, r.origin, r.title, c.ordinal, c.char_start,"
+            " c.char_end, c.heading_path, c.content, c.token_count, e.embedding AS vector,"
+            " 1 - (e.embedding <=> %(q)s) AS score, best.bm25 AS keyword_score"
+            " FROM unnest(%(ids)s::bigint[], %(scores)s::float8[]) WITH ORDINALITY AS best(id, bm25, place)"
+            " JOIN kb_chunks c ON c.id = best.id"
+            " JOIN kb_source_revisions r ON r.id = c.revision_id"
+            " JOIN kb_version_sources vs ON vs.revision_id = c.revision_id AND vs.version_id = %(v)s"
+            " JOIN kb_embeddings e ON e.id = c.embedding_id"
+            " ORDER BY best.place",
+            {
+                "q": np.asarray(vector, dtype=np.float32),
+                "v": version_id,
+                "ids": [i for i, _ in ranked],
+                "scores": [s for _, s in ranked],
+            },
+            binary=True,
+        ).fetchall()
+
+
+def containing_all_words(
+    conn: psycopg.Connection[Any], chunk_ids: Sequence[int], language: str, question: str
+) -> set[int]:
+    """Those of `chunk_ids` whose full text holds every word of `question` (as `plainto_tsquery` reads it: stemmed,
+    stop words dropped); none when the question has fewer than two such words."""
+    if not chunk_ids:
+        return set()
+    rows = conn.execute(
+        "SELECT id FROM kb_chunks WHERE id = ANY(%(ids)s) AND tsv @@ plainto_tsquery(%(l)s::regconfig, %(q)s)"
+        " AND coalesce(array_length(tsvector_to_array(to_tsvector(%(l)s::regconfig, %(q)s)), 1), 0) >= 2",
+        {"ids": list(chunk_ids), "l": language, "q": question},
+    ).fetchall()
+    return {r[0] for r in rows}
