@@ -126,6 +126,17 @@ def test_plan_maps_qrels_to_source_names(dataset: Path) -> None:
     assert [(q.id, q.expected_sources) for q in train.evalset.queries] == [("q-train-only", ["doc-1"])]
 
 
+def test_a_query_that_is_a_document_ignores_itself(tmp_path: Path) -> None:
+    """As BEIR evaluates ArguAna: a query whose id is a corpus document's does not count that document."""
+    folder = write_dataset(tmp_path / "args")
+    (folder / "queries.jsonl").write_text(json.dumps({"_id": "chess", "text": "Is the Sicilian popular?"}) + "\n")
+    (folder / "qrels" / "test.tsv").write_text(QRELS_HEADER + "chess\t4983\t1\n")
+    [query] = plan_beir(read_beir(folder), "args").evalset.queries
+    assert (query.expected_sources, query.ignored_sources) == (["4983"], ["chess"])
+    [plain] = plan_beir(read_beir(write_dataset(tmp_path / "plain")), "plain").evalset.queries[:1]
+    assert plain.ignored_sources == []
+
+
 def test_limits_keep_the_relevant_documents(dataset: Path) -> None:
     """limit_docs keeps every document relevant to a kept query plus the first N others, in corpus order."""
     plan = plan_beir(read_beir(dataset), "tiny", limit_docs=1, limit_queries=2)

@@ -16,7 +16,7 @@ from kbctl.client import KnowledgeBaseStore
 from kbctl.errors import EvalSetError
 from kbctl.eval.evalset import EvalQuery, EvalSet, load_evalset, parse_evalset
 from kbctl.eval.metrics import hit_at_k, ndcg_at_k, recall_at_k, reciprocal_rank
-from kbctl.eval.run import evaluate, evaluate_store
+from kbctl.eval.run import evaluate, evaluate_store, score_query
 
 ROOT = Path(__file__).resolve().parent.parent
 EXAMPLES = ROOT / "examples" / "kb"
@@ -67,6 +67,22 @@ def test_chunks_of_one_source_count_once_in_ndcg() -> None:
     # a at 1, a again at 2 (no gain), b at 3: (1 + 1/2) / (1 + 1/log2(3))
     assert ndcg_at_k(both, hits("a", "a", "b")) == pytest.approx(1.5 / (1 + 1 / math.log2(3)))
     assert ndcg_at_k(both, hits("b", "a")) == pytest.approx(1.0)
+
+
+def test_document_level_ranks_each_source_at_its_best_chunk() -> None:
+    """Document level: a source's further chunks leave the list, so b moves from rank 3 to 2."""
+    both = q(["a", "b"])
+    outcome = score_query(both, hits("a", "a", "b", "c"), 2)
+    assert outcome.recall == pytest.approx(0.5) and outcome.document_recall == pytest.approx(1.0)
+    assert outcome.ndcg == pytest.approx(1.5 / (1 + 1 / math.log2(3)))
+    assert outcome.document_ndcg == pytest.approx(1.0)
+
+
+def test_ignored_sources_are_left_out_before_scoring() -> None:
+    """A query that is itself a document (BEIR's ArguAna) does not lose rank 1 to itself."""
+    query = EvalQuery(id="q", question="?", expected_sources=["a"], ignored_sources=["self"])
+    outcome = score_query(query, hits("self", "a"), 5)
+    assert outcome.reciprocal_rank == pytest.approx(1.0) and outcome.retrieved == ["a"]
 
 
 def test_metrics_stop_at_their_depth() -> None:
@@ -272,11 +288,23 @@ def test_eval_command_on_the_example_knowledge_base(cli: CliRunner, store: Knowl
     result = cli.invoke(app, ["eval", "client-service-policy", "-f", evalset, "-v"])
     assert result.exit_code == 0, result.output
     header, row = result.stdout.splitlines()[:2]
-    assert header.split() == ["MODE", "QUERIES", "RECALL@5", "MRR@10", "NDCG@10", "HIT@5", "NO-ANSWER"]
+    assert header.split() == [
+        "MODE",
+        "QUERIES",
+        "RECALL@5",
+        "MRR@10",
+        "NDCG@10",
+        "HIT@5",
+        "NO-ANSWER",
+        "DOC-RECALL@5",
+        "DOC-NDCG@10",
+    ]
     cells = row.split()
-    assert cells[-6] == "34"
-    recall, mrr, ndcg, hit, no_answer = (float(c) for c in cells[-5:])
-    assert all(0.0 <= x <= 1.0 for x in (recall, mrr, ndcg, hit, no_answer))
+    assert cells[-8] == "34"
+    recall, mrr, ndcg, hit, no_answer, doc_recall, doc_ndcg = (float(c) for c in cells[-7:])
+    assert all(0.0 <= x <= 1.0 for x in (recall, mrr, ndcg, hit, no_answer, doc_recall, doc_ndcg))
+    # A source ranks at its best chunk: its other chunks no longer push other sources down.
+    assert doc_recall >= recall and doc_ndcg >= ndcg - 1e-9
     assert "queries (30 with an answer, 4 without)" in result.stdout
     print(result.stdout)  # the measured figures, for `pytest -s`
 

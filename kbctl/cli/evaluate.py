@@ -33,9 +33,29 @@ def _num(value: float | None) -> str:
 
 def _print(report: EvalReport, verbose: bool) -> None:
     k = report.k
-    headers = ["MODE", "QUERIES", f"RECALL@{k}", f"MRR@{MRR_DEPTH}", f"NDCG@{NDCG_DEPTH}", f"HIT@{k}", "NO-ANSWER"]
+    headers = [
+        "MODE",
+        "QUERIES",
+        f"RECALL@{k}",
+        f"MRR@{MRR_DEPTH}",
+        f"NDCG@{NDCG_DEPTH}",
+        f"HIT@{k}",
+        "NO-ANSWER",
+        f"DOC-RECALL@{k}",
+        f"DOC-NDCG@{NDCG_DEPTH}",
+    ]
     rows = [
-        [m.label, m.queries, _num(m.recall), _num(m.mrr), _num(m.ndcg), _num(m.hit_rate), _num(m.no_answer_accuracy)]
+        [
+            m.label,
+            m.queries,
+            _num(m.recall),
+            _num(m.mrr),
+            _num(m.ndcg),
+            _num(m.hit_rate),
+            _num(m.no_answer_accuracy),
+            _num(m.document_recall),
+            _num(m.document_ndcg),
+        ]
         for m in report.modes
     ]
     typer.echo(table(headers, rows))

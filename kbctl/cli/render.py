@@ -56,7 +56,13 @@ def _source_line(prefix: str, e: SourceReconciled) -> str | None:
         return f"{src} failed: {r.message}"
     if r.ingested:
         new = f", {r.embedded} new" if e.trigger == "refresh" else ""
-        return f"{src} ready: {_count(r.chunks, 'chunk')} ({e.model}){new}"
+        cut = (
+            f"; warning: {_count(r.truncated, 'chunk')} longer than {e.model} reads, their ends are not embedded"
+            " (lower spec.chunking.maxChars)"
+            if r.truncated
+            else ""
+        )
+        return f"{src} ready: {_count(r.chunks, 'chunk')} ({e.model}){new}{cut}"
     if r.fetched and e.trigger == "refresh":
         return f"{src} unchanged"
     return None

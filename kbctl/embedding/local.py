@@ -100,6 +100,7 @@ class LocalEmbedder:
     """
 
     dimensions = DIMENSIONS
+    window_tokens = MAX_TOKENS - 2  # tokens of a text the model reads ([CLS] and [SEP] aside): ingest counts the cut
 
     def __init__(self, name: str, settings: Settings) -> None:
         if name != MODEL_NAME:

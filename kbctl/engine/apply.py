@@ -56,13 +56,13 @@ def source_result(p: SourcePlan, outcome: Ingested | Fail | None = None) -> Sour
     """What happened to one source: its plan, and for new content what ingesting it gave."""
     decision = outcome if isinstance(outcome, Fail) else p.decision
     state: Literal["ready", "stale", "failed"] = "ready"
-    chunks = embedded = 0
+    chunks = embedded = truncated = 0
     message = None
     if isinstance(decision, Fail):
         state = "stale" if decision.keep is not None else "failed"
         chunks, message = (decision.keep.chunk_count if decision.keep else 0), decision.message
     elif isinstance(outcome, Ingested):
-        chunks, embedded = len(outcome.chunked.chunks), outcome.embedded
+        chunks, embedded, truncated = len(outcome.chunked.chunks), outcome.embedded, outcome.truncated
     elif isinstance(decision, Reuse):
         chunks = decision.chunk_count
     return SourceResult(
@@ -74,6 +74,7 @@ def source_result(p: SourcePlan, outcome: Ingested | Fail | None = None) -> Sour
         embedded=embedded,
         reused=chunks - embedded,
         message=message,
+        truncated=truncated,
     )
 
 

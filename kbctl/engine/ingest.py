@@ -35,6 +35,7 @@ class Ingested:
     chunked: Chunked
     tokens: tuple[int, ...]
     embedded: int  # texts embedded for this source in this run (a text shared by two counts for the first)
+    truncated: int = 0  # chunks whose embedded text is longer than the model reads (its window): the rest is cut
 
     @property
     def revision_key(self) -> str:
@@ -153,7 +154,11 @@ def ingest(db: Database, plan: KnowledgeBasePlan, embedder: Embedder, reporter: 
     texts = {h: c.embed_text for pieces in chunked.values() for h, c in zip(pieces.hashes, pieces.chunks, strict=True)}
     ids = db.cached_embeddings(embedder.model_id, list(texts))
     missing = [h for h in texts if h not in ids]
-    tokens_to_embed = sum(embedder.count_tokens([texts[h] for h in missing])) if missing else 0
+    window: int | None = getattr(embedder, "window_tokens", None)
+    # Tokens of each text embedded: what the budget below counts, and what a model with a window would cut.
+    counted = list(texts) if window is not None else missing
+    sizes = dict(zip(counted, embedder.count_tokens([texts[h] for h in counted]), strict=True)) if counted else {}
+    tokens_to_embed = sum(sizes[h] for h in missing)
     if tokens_to_embed > limits.max_tokens_to_embed:
         raise LimitError(
             f"would embed ~{tokens_to_embed} tokens, over spec.limits.maxTokensToEmbed "
@@ -166,6 +171,7 @@ def ingest(db: Database, plan: KnowledgeBasePlan, embedder: Embedder, reporter: 
             continue
         pieces = chunked[p.name]
         tokens = tuple(embedder.count_tokens([c.text for c in pieces.chunks]))
-        outcomes[p.name] = Ingested(p, pieces, tokens, len((set(pieces.hashes) & fresh) - claimed))
+        over = sum(sizes[h] > window for h in pieces.hashes) if window is not None else 0
+        outcomes[p.name] = Ingested(p, pieces, tokens, len((set(pieces.hashes) & fresh) - claimed), over)
         claimed |= set(pieces.hashes)
     return IngestRun(outcomes, ids)

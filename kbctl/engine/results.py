@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, Field
 
 __all__ = ["ApplyReport", "KnowledgeBaseResult", "SourceResult"]
 
@@ -22,6 +22,9 @@ class SourceResult(BaseModel):
     embedded: int
     reused: int
     message: str | None = None
+    truncated: int = Field(
+        default=0, description="Chunks longer than the embedding model reads: their ends reach no vector."
+    )
 
     @property
     def failed(self) -> bool:

@@ -404,10 +404,18 @@ def plan_beir(
     needed = {d for q in kept for d in relevant[q]}
     documents = _kept_documents(dataset.documents, needed, limit_docs)
     sources = [Source(name=names[d.id], text=d.markdown, format="markdown") for d in documents]
+    kept_ids = {d.id for d in documents}
     spec = Spec(description=_description(dataset), sources=sources, retrieval=retrieval)
     kb = KnowledgeBase(api_version=API_VERSION, kind=KIND, metadata=Metadata(name=name), spec=spec)
     queries = [
-        EvalQuery(id=q, question=dataset.queries[q], expected_sources=[names[d] for d in relevant[q]]) for q in kept
+        EvalQuery(
+            id=q,
+            question=dataset.queries[q],
+            expected_sources=[names[d] for d in relevant[q]],
+            # As BEIR's evaluation does: a query that is also a document (ArguAna) does not count as finding itself.
+            ignored_sources=[names[q]] if q in kept_ids and q not in relevant[q] else [],
+        )
+        for q in kept
     ]
     return BeirPlan(
         knowledge_base=kb,

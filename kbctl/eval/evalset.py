@@ -12,6 +12,10 @@ retrieves:
       - id: cafeteria
         question: What is on the cafeteria menu on Fridays?
         noAnswer: true                          # correct when nothing at all is returned
+      - id: arg-17
+        question: ...
+        expectedSources: [arg-12]
+        ignoredSources: [arg-17]                # hits from these are dropped before scoring
 
 `load_evalset` and `parse_evalset` raise `kbctl.errors.EvalSetError` listing every problem with file:line.
 """
@@ -84,6 +88,10 @@ class EvalQuery(_Model):
         default_factory=list, description="Substrings (any case) of a chunk that answers the question."
     )
     no_answer: bool = Field(default=False, description="The knowledge base has no answer: nothing should be returned.")
+    ignored_sources: list[str] = Field(
+        default_factory=list,
+        description="Sources whose hits are left out before scoring (BEIR: a query that is itself a document).",
+    )
 
     @field_validator("id", mode="before")
     @classmethod
@@ -95,7 +103,7 @@ class EvalQuery(_Model):
     def _valid_text(cls, value: str) -> str:
         return _not_blank(value)
 
-    @field_validator("expected_sources", "expected_text")
+    @field_validator("expected_sources", "expected_text", "ignored_sources")
     @classmethod
     def _valid_items(cls, value: list[str]) -> list[str]:
         for item in value:

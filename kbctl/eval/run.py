@@ -1,4 +1,5 @@
-"""Run an eval set against a knowledge base and report recall@k, MRR@10, nDCG@10, hit rate and no-answer accuracy.
+"""Run an eval set against a knowledge base and report recall@k, MRR@10, nDCG@10, hit rate and no-answer accuracy,
+and recall@k and nDCG@10 over distinct sources (published BEIR figures rank documents, not chunks).
 
 `evaluate` runs an eval set (`kbctl.eval.evalset`) through any `store_query(question, mode)` callable and
 scores each query with the metrics of `kbctl.eval.metrics`; `evaluate_store` does it through a store (any
@@ -33,11 +34,15 @@ __all__ = [
     "QueryOutcome",
     "Shortfall",
     "StoreQuery",
+    "distinct_sources",
     "evaluate",
     "evaluate_store",
     "score_query",
     "split_mode",
 ]
+
+DOCUMENT_DEPTH = 3  # hits asked per metric rank: the top 10 chunks of a BEIR query hold ~8 distinct documents
+MAX_TOP_K = 200  # the most hits a query returns (spec.retrieval.topK's maximum)
 
 StoreQuery = Callable[[str, str | None], Sequence[HitLike]]
 """Ranked hits of a question in a mode (None: the knowledge base's default)."""
@@ -57,6 +62,10 @@ class QueryOutcome(BaseModel):
     reciprocal_rank: float | None
     ndcg: float | None
     hit: float | None
+    document_recall: float | None = Field(
+        default=None, description="recall@k over distinct sources: each source ranked by its best hit."
+    )
+    document_ndcg: float | None = Field(default=None, description="nDCG@10 over distinct sources.")
     correct: bool | None
 
     @property
@@ -79,6 +88,10 @@ class ModeReport(BaseModel):
     mrr: float | None = Field(description="Mean reciprocal rank within the top 10.")
     ndcg: float | None = Field(description="Mean nDCG@10.")
     hit_rate: float | None = Field(description="Share of queries with a relevant hit in the top k.")
+    document_recall: float | None = Field(
+        default=None, description="Mean recall@k over distinct sources (a source ranks at its best hit)."
+    )
+    document_ndcg: float | None = Field(default=None, description="Mean nDCG@10 over distinct sources.")
     no_answer_accuracy: float | None = Field(description="Share of noAnswer queries that got no hit at all.")
     results: list[QueryOutcome]
 
@@ -148,8 +161,22 @@ def _mean(values: Sequence[float]) -> float | None:
     return sum(values) / len(values) if values else None
 
 
+def distinct_sources(hits: Sequence[HitLike]) -> list[HitLike]:
+    """The best hit of each source, in rank order: the ranking of documents rather than chunks."""
+    seen: set[str] = set()
+    best = []
+    for hit in hits:
+        if hit.source not in seen:
+            seen.add(hit.source)
+            best.append(hit)
+    return best
+
+
 def score_query(query: EvalQuery, hits: Sequence[HitLike], k: int) -> QueryOutcome:
-    """The outcome of one query from its ranked hits."""
+    """The outcome of one query from its ranked hits (those of its ignored sources left out), at the level of
+    chunks and of distinct sources."""
+    if query.ignored_sources:
+        hits = [h for h in hits if h.source not in query.ignored_sources]
     retrieved = [h.source for h in hits]
     relevant = [rank for rank, h in enumerate(hits, start=1) if query.is_relevant(h)]
     common: dict[str, Any] = {"id": query.id, "question": query.question, "no_answer": query.no_answer}
@@ -175,6 +202,8 @@ def score_query(query: EvalQuery, hits: Sequence[HitLike], k: int) -> QueryOutco
         reciprocal_rank=reciprocal_rank(query, hits),
         ndcg=ndcg_at_k(query, hits),
         hit=hit_at_k(query, hits, k),
+        document_recall=recall_at_k(query, distinct_sources(hits), k),
+        document_ndcg=ndcg_at_k(query, distinct_sources(hits)),
         correct=None,
     )
 
@@ -207,6 +236,8 @@ def evaluate(
                 mrr=_mean([r.reciprocal_rank or 0.0 for r in ranked]),
                 ndcg=_mean([r.ndcg or 0.0 for r in ranked]),
                 hit_rate=_mean([r.hit or 0.0 for r in ranked]),
+                document_recall=_mean([r.document_recall or 0.0 for r in ranked]),
+                document_ndcg=_mean([r.document_ndcg or 0.0 for r in ranked]),
                 no_answer_accuracy=_mean([1.0 if r.correct else 0.0 for r in unanswerable]),
                 results=results,
             )
@@ -274,7 +305,8 @@ def evaluate_store(
     if unknown:
         listed = ", ".join(f"{s} (query {i})" for s, i in unknown.items())
         raise KbctlError(f"KnowledgeBase/{name} has no source {listed}; it has: {', '.join(sorted(known))}")
-    per_query = QueryOptions.build(options, top_k=max(k, MRR_DEPTH, NDCG_DEPTH))
+    # Deeper than the chunk metrics need, so that the distinct sources of the list still fill the top k.
+    per_query = QueryOptions.build(options, top_k=min(MAX_TOP_K, DOCUMENT_DEPTH * max(k, MRR_DEPTH, NDCG_DEPTH)))
     store_query = _StoreQuery(store, name, per_query, {})
     report = evaluate(store_query, evalset, k=k, modes=modes, knowledge_base=name)
     for m in report.modes:

@@ -61,6 +61,7 @@ DEFAULT_MODEL: Final = "local/all-MiniLM-L6-v2"
 JSON_SCHEMA_DIALECT: Final = "https://json-schema.org/draft/2020-12/schema"
 
 _StrictInt = Annotated[int, Strict()]
+Fusion = Literal["convex", "rrf"]  # how hybrid retrieval fuses its vector and keyword lists
 _StrictFloat = Annotated[float, Strict()]  # strict still takes ints; it refuses strings and booleans
 _LabelKey = Annotated[str, AfterValidator(check_label_key)]
 _LabelValue = Annotated[str, AfterValidator(check_label_value)]
@@ -212,7 +213,7 @@ class Retrieval(_Model):
     max_context_tokens: _StrictInt = Field(default=1500, ge=1, description="Token budget for the returned context.")
     mode: Literal["hybrid", "vector", "keyword"] = Field(
         default="hybrid",
-        description="hybrid: full-text and vector candidates fused by reciprocal rank; or one of them alone.",
+        description="hybrid: BM25 keyword and vector candidates fused (see fusion); or one of them alone.",
     )
     language: str = Field(
         default="english",
@@ -229,9 +230,38 @@ class Retrieval(_Model):
         "exactly.",
     )
 
+    candidates: _StrictInt | None = Field(
+        default=None,
+        ge=1,
+        le=1000,
+        description="How many of the best chunks of each list (vector, keyword) a query gathers and hybrid fuses "
+        "(default 100; at least topK).",
+    )
+    fusion: Fusion | None = Field(
+        default=None,
+        description="How hybrid fuses the two lists: convex (default): each list's scores scaled to 0-1 within the "
+        "list, summed with keywordWeight; rrf: reciprocal rank fusion, weight/(60 + rank) summed over the lists.",
+    )
+    keyword_weight: _StrictFloat | None = Field(
+        default=None,
+        ge=0.0,
+        le=10.0,
+        allow_inf_nan=False,
+        description="The keyword list's weight in hybrid fusion, the vector list's being 1 (default 1).",
+    )
+
     @model_serializer(mode="wrap")
     def _omit_unset(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
-        return _without_unset(handler(self), "rerank", "ef_search", "efSearch")
+        return _without_unset(
+            handler(self),
+            "rerank",
+            "ef_search",
+            "efSearch",
+            "candidates",
+            "fusion",
+            "keyword_weight",
+            "keywordWeight",
+        )
 
 
 class Embedding(_Model):

@@ -1,9 +1,11 @@
-"""Query a knowledge base: full-text and vector candidates fused by reciprocal rank, cut by threshold and budget.
+"""Query a knowledge base: BM25 keyword and vector candidates fused, cut by threshold and budget.
 
-Modes: `vector` ranks by cosine similarity; `keyword` by PostgreSQL full-text rank (ts_rank_cd over the
-words of the question, any of them); `hybrid` (the default) takes the best 30 of each and fuses their
-ranks with weighted reciprocal rank fusion, w/(60 + rank) summed over the lists (w = 1 for vectors,
-0.3 for full text).
+Modes: `vector` ranks by cosine similarity; `keyword` by Okapi BM25 over PostgreSQL full text (any word of
+the question, weighted by its rarity in the version: kbctl.store.bm25); `hybrid` (the default) takes the
+best `candidates` (default 100) of each and fuses them (`spec.retrieval.fusion`): by default a convex
+combination of each list's scores scaled to 0-1 within the list, vector + keywordWeight x keyword
+(keywordWeight 1); or weighted reciprocal rank fusion, w/(60 + rank) summed over the lists. The defaults
+were chosen on public BEIR datasets with bench/fusion.py (docs/eval.md).
 
 The similarity threshold applies to every candidate's cosine similarity, with two exceptions that keep
 exact terms findable. A chunk passes even when its similarity is low when it contains
@@ -40,6 +42,7 @@ from kbctl.embedding import Embedder, Vector
 from kbctl.engine.conditions import condition
 from kbctl.errors import NotFoundError, RerankError
 from kbctl.manifest import Rerank, Retrieval
+from kbctl.manifest.models import Fusion
 from kbctl.query.options import Mode, QueryOptions
 from kbctl.query.results import QueryHit, QueryResult, RerankInfo, TraceEntry, TraceStage
 from kbctl.rerank import Reranker
@@ -57,12 +60,10 @@ __all__ = [
     "query_knowledge_base",
 ]
 
-CANDIDATES = 30
+CANDIDATES = 100  # chunks each list gathers unless spec.retrieval.candidates says otherwise (see docs/eval.md)
+FUSION: Fusion = "convex"  # unless spec.retrieval.fusion says otherwise (see docs/eval.md)
+KEYWORD_WEIGHT = 1.0  # the keyword list's weight in hybrid fusion (vector: 1) unless spec.retrieval.keywordWeight
 RRF_K = 60
-# Weight of the full-text list in hybrid fusion (vector: 1). Measured with `kbctl eval` on examples/eval
-# (67 questions, mostly reworded): MRR@10 0.89 / 0.97 at weight 1, 0.93 / 0.98 at 0.5, 0.95 / 0.98 at
-# 0.3, vector alone 0.96 / 1.00. Exact terms do not depend on it: identifiers pass the threshold anyway.
-KEYWORD_WEIGHT = 0.3
 DUPLICATE_COSINE = 0.99
 
 
@@ -79,6 +80,9 @@ class QueryPlan:
     model: str  # the embedding model the version was built with
     chunks: int  # chunks the version serves (small versions are searched exactly, large ones through the index)
     ef_search: int  # HNSW candidates per layer of an indexed vector search
+    candidates: int  # chunks each list gathers (at least top_k: see pool)
+    fusion: Fusion
+    keyword_weight: float  # the keyword list's weight in hybrid fusion (vector: 1)
     mode: Mode
     top_k: int
     threshold: float
@@ -89,8 +93,8 @@ class QueryPlan:
 
     @property
     def pool(self) -> int:
-        """How many candidates each search stage gathers: 30, or top_k when larger."""
-        return max(CANDIDATES, self.top_k)
+        """How many candidates each search stage gathers: `candidates`, or top_k when larger."""
+        return max(self.candidates, self.top_k)
 
 
 def plan_query(db: Database, name: str, options: QueryOptions) -> QueryPlan:
@@ -114,6 +118,9 @@ def plan_query(db: Database, name: str, options: QueryOptions) -> QueryPlan:
         model=target.model,
         chunks=target.chunk_count,
         ef_search=spec.ef_search or EF_SEARCH,
+        candidates=spec.candidates or CANDIDATES,
+        fusion=spec.fusion or FUSION,
+        keyword_weight=KEYWORD_WEIGHT if spec.keyword_weight is None else spec.keyword_weight,
         mode=options.mode if options.mode is not None else spec.mode,
         top_k=options.top_k if options.top_k is not None else spec.top_k,
         threshold=options.threshold if options.threshold is not None else spec.similarity_threshold,
@@ -238,22 +245,44 @@ def keyword_candidates(db: Database, plan: QueryPlan, question: str, vector: Vec
 
 
 def fuse(
-    by_vector: Sequence[ChunkHit], by_keyword: Sequence[ChunkHit], keyword_weight: float
+    by_vector: Sequence[ChunkHit], by_keyword: Sequence[ChunkHit], keyword_weight: float, fusion: Fusion = FUSION
 ) -> list[tuple[ChunkHit, _Ranks]]:
-    """Stage `fuse`: candidates of both lists (either may be empty) by weighted reciprocal rank fusion,
-    w/(60 + rank) summed over the lists (vector w = 1, full text `keyword_weight`), best first."""
+    """Stage `fuse`: candidates of both lists (either may be empty) in one ranking, best first.
+
+    convex: each list's scores (cosine similarity; BM25) scaled to 0-1 within the list (its best 1, its last 0),
+    then vector + keyword_weight x keyword summed, a list that lacks a chunk giving it 0. rrf: reciprocal rank
+    fusion, 1/(60 + rank) in the vector list plus keyword_weight/(60 + rank) in the keyword list. Ties go to the
+    higher cosine similarity.
+    """
     ranks: dict[int, _Ranks] = {}
     hits: dict[int, ChunkHit] = {}
-    for rank, hit in enumerate(by_vector, start=1):
-        hits.setdefault(hit.chunk_id, hit)
-        entry = ranks.setdefault(hit.chunk_id, _Ranks())
-        entry.vector_rank, entry.fused_score = rank, entry.fused_score + 1.0 / (RRF_K + rank)
-    for rank, hit in enumerate(by_keyword, start=1):
-        hits.setdefault(hit.chunk_id, hit)
-        entry = ranks.setdefault(hit.chunk_id, _Ranks())
-        entry.keyword_rank, entry.fused_score = rank, entry.fused_score + keyword_weight / (RRF_K + rank)
+    lists = ((1.0, by_vector, [h.score for h in by_vector]), (keyword_weight, by_keyword, _bm25(by_keyword)))
+    for number, (weight, ranked, scores) in enumerate(lists):
+        gains = _scaled(scores) if fusion == "convex" else [1.0 / (RRF_K + r) for r in range(1, len(ranked) + 1)]
+        for rank, (hit, gain) in enumerate(zip(ranked, gains, strict=True), start=1):
+            hits.setdefault(hit.chunk_id, hit)
+            entry = ranks.setdefault(hit.chunk_id, _Ranks())
+            if number == 0:
+                entry.vector_rank = rank
+            else:
+                entry.keyword_rank = rank
+            entry.fused_score += weight * gain
     order = sorted(ranks, key=lambda cid: (-ranks[cid].fused_score, -hits[cid].score, cid))
     return [(hits[cid], ranks[cid]) for cid in order]
+
+
+def _bm25(hits: Sequence[ChunkHit]) -> list[float]:
+    """The BM25 scores of a keyword list (a list without them counts by rank: 1, 1/2, 1/3...)."""
+    return [h.keyword_score if h.keyword_score is not None else 1.0 / r for r, h in enumerate(hits, start=1)]
+
+
+def _scaled(scores: Sequence[float]) -> list[float]:
+    """Scores scaled to 0-1 within their list: the best 1, the lowest 0 (all 1 when they are equal)."""
+    if not scores:
+        return []
+    high, low = max(scores), min(scores)
+    span = high - low
+    return [(s - low) / span if span > 0 else 1.0 for s in scores]
 
 
 def apply_threshold(
@@ -421,8 +450,8 @@ def _retrieve(
     trace.stage("vector", _entries(by_vector))
     by_keyword = keyword_candidates(db, plan, question, vector)
     trace.stage("keyword", _entries(by_keyword))
-    # Alone, the keyword list orders by its own rank: its weight only matters beside the vector list.
-    fused = fuse(by_vector, by_keyword, KEYWORD_WEIGHT if plan.mode == "hybrid" else 1.0)
+    # Alone, a list keeps its own order: the weight only matters beside the other list.
+    fused = fuse(by_vector, by_keyword, plan.keyword_weight if plan.mode == "hybrid" else 1.0, plan.fusion)
     trace.stage("fuse", [_entry(c, r, x.fused_score) for r, (c, x) in enumerate(fused, start=1)])
     terms = identifiers(question)
     passing, cuts = apply_threshold(db, plan, question, terms, fused)

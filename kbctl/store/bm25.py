@@ -196,9 +196,10 @@ def _scored(
     return [(int(i), float(s)) for i, s in rows]
 
 
-def selecting_words(terms: QuestionTerms, budget: int = MATCH_POSTINGS) -> list[str]:
-    """The words whose chunks are scored: rarest first while their postings fit `budget` (at least one word held
-    by a chunk); the words no chunk of the version holds select nothing."""
+def selecting_words(terms: QuestionTerms, budget: int | None = None) -> list[str]:
+    """The words whose chunks are scored: rarest first while their postings fit `budget` (MATCH_POSTINGS unless
+    given; at least one word held by a chunk); the words no chunk of the version holds select nothing."""
+    budget = MATCH_POSTINGS if budget is None else budget
     held = sorted((df, lexeme) for lexeme, df in zip(terms.lexemes, terms.chunks_with, strict=True) if df > 0)
     chosen: list[str] = []
     postings = 0

@@ -1,0 +1,143 @@
+"""Keyword search is Okapi BM25 with the serving version's statistics, kept right as versions change."""
+
+from __future__ import annotations
+
+import math
+from collections import Counter
+from typing import Any
+
+import pytest
+
+from kbctl.client import KnowledgeBaseStore
+from kbctl.manifest import parse_manifests
+from kbctl.store import bm25
+from tests.support.manifests import knowledge_base, text_source
+
+ZEBRA = "A zebra was seen near the river."
+APPLES = [
+    "Apples grow in the orchard.",
+    "The apple harvest starts in autumn.",
+    "Apple trees need pruning in winter.",
+    "An apple pie needs apples, butter and flour.",
+]
+
+
+def apply(store: KnowledgeBaseStore, *sources: dict[str, Any]) -> None:
+    store.apply(parse_manifests(knowledge_base("fruit", *sources, retrieval={"mode": "keyword"}), "kb.yaml"))
+
+
+def version_id(store: KnowledgeBaseStore) -> int:
+    target = store.db.query_target("fruit")
+    assert target is not None and target.version_id is not None
+    return target.version_id
+
+
+def recount(store: KnowledgeBaseStore, version: int) -> tuple[dict[str, int], int, int]:
+    """The version's statistics counted from its chunks: df per lexeme, chunks, total analyzed length."""
+    conn = store.db.connection
+    rows = conn.execute(
+        "SELECT u.lexeme, count(*) FROM kb_version_sources vs JOIN kb_chunks c ON c.revision_id = vs.revision_id,"
+        " unnest(c.tsv) u WHERE vs.version_id = %s GROUP BY u.lexeme",
+        (version,),
+    ).fetchall()
+    totals = conn.execute(
+        "SELECT count(*), coalesce(sum(length), 0) FROM (SELECT (SELECT sum(array_length(u.positions, 1))"
+        " FROM unnest(c.tsv) u) AS length FROM kb_version_sources vs JOIN kb_chunks c ON c.revision_id ="
+        " vs.revision_id WHERE vs.version_id = %s) t",
+        (version,),
+    ).fetchone()
+    assert totals is not None
+    return {str(lexeme): int(n) for lexeme, n in rows}, int(totals[0]), int(totals[1])
+
+
+def stored(store: KnowledgeBaseStore, version: int) -> tuple[dict[str, int], int, int]:
+    """The version's statistics as stored at publish."""
+    conn = store.db.connection
+    rows = conn.execute("SELECT lexeme, chunks FROM kb_version_terms WHERE version_id = %s", (version,)).fetchall()
+    totals = conn.execute("SELECT chunk_count, term_count FROM kb_versions WHERE id = %s", (version,)).fetchone()
+    assert totals is not None
+    return {str(lexeme): int(n) for lexeme, n in rows}, int(totals[0]), int(totals[1])
+
+
+def reference_scores(store: KnowledgeBaseStore, version: int, question: str) -> dict[int, float]:
+    """BM25 of every chunk of the version, computed here from its tsvectors (the formula of kbctl.store.bm25)."""
+    conn = store.db.connection
+    words = Counter(
+        {
+            str(lexeme): len(positions)
+            for lexeme, positions in conn.execute(
+                "SELECT lexeme, positions FROM unnest(to_tsvector('english', %s))", (question,)
+            ).fetchall()
+        }
+    )
+    chunks: dict[int, Counter[str]] = {}
+    for chunk_id, lexeme, positions in conn.execute(
+        "SELECT c.id, u.lexeme, u.positions FROM kb_version_sources vs JOIN kb_chunks c ON c.revision_id ="
+        " vs.revision_id, unnest(c.tsv) u WHERE vs.version_id = %s",
+        (version,),
+    ).fetchall():
+        chunks.setdefault(int(chunk_id), Counter())[str(lexeme)] = len(positions)
+    n = len(chunks)
+    avgdl = sum(sum(tf.values()) for tf in chunks.values()) / n
+    df = {w: sum(w in tf for tf in chunks.values()) for w in words}
+    scores = {}
+    for chunk_id, tf in chunks.items():
+        length = sum(tf.values())
+        score = 0.0
+        for w, qtf in words.items():
+            if tf[w]:
+                idf = math.log(1 + (n - df[w] + 0.5) / (df[w] + 0.5))
+                score += qtf * idf * tf[w] * (bm25.K1 + 1) / (tf[w] + bm25.K1 * (1 - bm25.B + bm25.B * length / avgdl))
+        if score:
+            scores[chunk_id] = score
+    return scores
+
+
+def test_statistics_follow_every_version(store: KnowledgeBaseStore) -> None:
+    """Each published version's document frequencies and lengths equal a recount of its chunks: after a first
+    apply, a changed source, a removed one and an added one (the statistics are carried from version to version)."""
+    sources = [text_source(f"s{i}", text) for i, text in enumerate([ZEBRA, *APPLES])]
+    apply(store, *sources)
+    first = version_id(store)
+    assert stored(store, first) == recount(store, first)
+    apply(store, text_source("s0", "Zebras and apples, again and again."), *sources[2:], text_source("new", "Pears."))
+    second = version_id(store)
+    assert second != first
+    assert stored(store, second) == recount(store, second)
+    assert stored(store, first) == recount(store, first)  # the older version keeps its own
+    assert stored(store, second)[0]["pear"] == 1 and "river" not in stored(store, second)[0]
+
+
+def test_ranking_is_bm25(store: KnowledgeBaseStore) -> None:
+    """The keyword list is every chunk holding a word of the question, ordered by BM25 with the version's statistics
+    (a rare word outweighs a common one), with the scores a reference computation gives."""
+    apply(store, *(text_source(f"s{i}", text) for i, text in enumerate([ZEBRA, *APPLES])))
+    question = "zebra apple apple"
+    result = store.query("fruit", question, mode="keyword", top_k=10, max_tokens=10_000)
+    expected = reference_scores(store, version_id(store), question)
+    found = store.db.keyword_search(version_id(store), "english", question, [0.0] * 384, 10)
+    assert [h.chunk_id for h in found] == sorted(expected, key=lambda c: (-expected[c], c))
+    assert [h.keyword_score for h in found] == [pytest.approx(expected[h.chunk_id]) for h in found]
+    assert next(h.source for h in result.hits) == "s0"  # the only zebra, though apple is asked twice
+    assert len(result.hits) == 5
+
+
+def test_common_words_stop_selecting_beyond_the_postings_budget(
+    store: KnowledgeBaseStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """With a postings budget smaller than the common words' postings, the rarest word selects the chunks, every
+    word still scores them, and the list is filled from chunks holding any word when it comes back short."""
+    apply(store, *(text_source(f"s{i}", text) for i, text in enumerate([ZEBRA, *APPLES])))
+    terms = bm25.question_terms(store.db.connection, version_id(store), "english", "zebra near apple")
+    assert bm25.selecting_words(terms, budget=2) == ["near", "zebra"]  # rarest first (df 1 each), then by name
+    assert bm25.selecting_words(terms, budget=1) == ["near"]
+    assert sorted(bm25.selecting_words(terms)) == ["appl", "near", "zebra"]
+    monkeypatch.setattr(bm25, "MATCH_POSTINGS", 1)
+    found = store.db.keyword_search(version_id(store), "english", "zebra apple", [0.0] * 384, 3)
+    assert next(h.source_name for h in found) == "s0" and len(found) == 3  # two apples from the last resort
+
+
+def test_only_stop_words_or_unknown_words_find_nothing(store: KnowledgeBaseStore) -> None:
+    apply(store, text_source("s0", ZEBRA))
+    assert store.db.keyword_search(version_id(store), "english", "the of and", [0.0] * 384, 5) == []
+    assert store.db.keyword_search(version_id(store), "english", "quokka", [0.0] * 384, 5) == []

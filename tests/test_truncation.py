@@ -1,0 +1,37 @@
+"""A chunk longer than the local model reads is counted and reported, not cut silently."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from typer.testing import CliRunner
+
+from kbctl.cli import app
+from kbctl.client import KnowledgeBaseStore
+from kbctl.manifest import parse_manifests
+from tests.support.manifests import knowledge_base, text_source
+
+# One paragraph of ~1,100 characters that the tokenizer splits finely (codes, digits): well over 254 tokens.
+DENSE = " ".join(f"K{n}x{n * 7 % 97}q" for n in range(100))
+PLAIN = "Invoices are kept for ten years, then destroyed."
+
+
+def test_apply_counts_chunks_over_the_model_window(store: KnowledgeBaseStore) -> None:
+    kb = knowledge_base("codes", text_source("dense", DENSE), text_source("plain", PLAIN))
+    [result] = store.apply(parse_manifests(kb, "kb.yaml")).results
+    by_name = {s.name: s for s in result.sources}
+    embedder = store.embedder("local/all-MiniLM-L6-v2")
+    [size] = embedder.count_tokens([DENSE])
+    assert size > 254 and len(DENSE) <= 1200
+    assert by_name["dense"].truncated == 1 and by_name["plain"].truncated == 0
+
+
+def test_apply_warns_of_truncated_chunks(cli: CliRunner, tmp_path: Path) -> None:
+    path = tmp_path / "kb.yaml"
+    path.write_text(knowledge_base("codes", text_source("dense", DENSE), text_source("plain", PLAIN)))
+    out = cli.invoke(app, ["apply", "-f", str(path), "--wait"])
+    assert out.exit_code == 0, out.output
+    [dense] = [line for line in out.output.splitlines() if "source dense" in line]
+    assert "warning: 1 chunk longer than local/all-MiniLM-L6-v2 reads" in dense
+    [plain] = [line for line in out.output.splitlines() if "source plain" in line]
+    assert "warning" not in plain
