@@ -159,7 +159,6 @@ BAD_INPUT = [
     ("corpus.jsonl", '{"_id": "a", "title": "", "text": " "}\n', 1, "document 'a' has neither a title nor a text"),
     ("corpus.jsonl", '["_id", "a"]\n', 1, "expected a JSON object"),
     ("queries.jsonl", '{"_id": "q", "text": ["?"]}\n', 1, "text: expected a string, got list"),
-    ("qrels/test.tsv", QRELS_HEADER + "q-bees\tnope\t1\n", 2, "corpus-id 'nope' is not in corpus.jsonl"),
     ("qrels/test.tsv", QRELS_HEADER + "q-bees\t4983\t1\nq-x\t4983\t1\n", 3, "query-id 'q-x' is not in queries.jsonl"),
     ("qrels/test.tsv", "q-bees\t4983\thigh\n", 1, "score must be an integer, got 'high'"),
     ("qrels/test.tsv", "q-bees 4983 1\n", 1, "expected 3 tab-separated columns (query-id, corpus-id, score), got 1"),
@@ -174,6 +173,17 @@ def test_bad_input_is_one_line_naming_file_and_line(
     with pytest.raises(BeirError) as caught:
         read_beir(dataset)
     assert str(caught.value) == f"{path}:{line}: {message}"
+
+
+def test_judgements_of_unknown_documents_are_skipped_and_counted(dataset: Path) -> None:
+    """Official releases judge a few documents their corpus lacks (ArguAna: 5): those rows are skipped, counted."""
+    path = bad(dataset, "qrels/test.tsv", QRELS_HEADER + "q-bees\tnope\t1\nq-bees\t4983\t1\n")
+    read = read_beir(dataset)
+    assert (read.qrels, read.unknown_documents) == ({"q-bees": {"4983": 1}}, 1)
+    bad(dataset, "qrels/test.tsv", QRELS_HEADER + "q-bees\tnope\t1\n")
+    with pytest.raises(BeirError) as caught:
+        read_beir(dataset)
+    assert str(caught.value) == f"{path}: no judgements (every row names a document that is not in corpus.jsonl)"
 
 
 def test_missing_files_and_splits(dataset: Path, tmp_path: Path) -> None:

@@ -29,6 +29,8 @@ def _print(result: BeirImport) -> None:
         f"{'' if version is None else f' version {version}'}, {result.report.embedded} embedded"
     )
     skipped = f"; {result.skipped_queries} without a relevant document skipped" if result.skipped_queries else ""
+    if result.unknown_documents:
+        skipped += f"; {_plural(result.unknown_documents, 'judgement')} of documents not in the corpus skipped"
     typer.echo(
         f"eval set {result.eval_file}: {_plural(result.queries, 'query', 'queries')}, "
         f"{_plural(result.judgements, 'relevant judgement')}{skipped}"

@@ -122,6 +122,7 @@ class BeirDataset:
     documents: list[BeirDocument]
     queries: dict[str, str]  # query id → question
     qrels: dict[str, dict[str, int]]  # query id → corpus id → grade (the highest when judged twice)
+    unknown_documents: int = 0  # qrels rows naming a document the corpus lacks, skipped
 
 
 @dataclass(frozen=True)
@@ -228,8 +229,11 @@ def _read_queries(path: Path) -> dict[str, str]:
     return queries
 
 
-def _read_qrels(path: Path, corpus_ids: set[str], queries: dict[str, str]) -> dict[str, dict[str, int]]:
+def _read_qrels(path: Path, corpus_ids: set[str], queries: dict[str, str]) -> tuple[dict[str, dict[str, int]], int]:
+    """The judgements, and how many rows named a document the corpus lacks (skipped: official releases have a
+    few, e.g. ArguAna's 5)."""
     qrels: dict[str, dict[str, int]] = {}
+    unknown = 0
     first = True
     for where, line in _lines(path):
         columns = [c.strip() for c in line.split("\t")]
@@ -247,12 +251,14 @@ def _read_qrels(path: Path, corpus_ids: set[str], queries: dict[str, str]) -> di
         if query_id not in queries:
             raise where.problem(f"query-id {query_id!r} is not in {QUERIES_FILE}")
         if corpus_id not in corpus_ids:
-            raise where.problem(f"corpus-id {corpus_id!r} is not in {CORPUS_FILE}")
+            unknown += 1
+            continue
         judged = qrels.setdefault(query_id, {})
         judged[corpus_id] = max(score, judged.get(corpus_id, score))
     if not qrels:
-        raise _Line(path).problem("no judgements (the file is empty)")
-    return qrels
+        why = f"every row names a document that is not in {CORPUS_FILE}" if unknown else "the file is empty"
+        raise _Line(path).problem(f"no judgements ({why})")
+    return qrels, unknown
 
 
 def _qrels_path(folder: Path, split: str) -> Path:
@@ -273,7 +279,8 @@ def read_beir(folder: str | Path, *, split: str = DEFAULT_SPLIT) -> BeirDataset:
 
     Raises BeirError on the first problem, with one line naming the file, the line and what is
     wrong (a missing file, a line that is not a JSON object, a missing field, a duplicate id, a qrels
-    row naming a query or document the dataset does not have).
+    row naming a query the dataset does not have). Qrels rows naming a document the corpus lacks are skipped
+    and counted (`unknown_documents`).
     """
     root = Path(folder)
     if not root.is_dir():
@@ -284,8 +291,10 @@ def read_beir(folder: str | Path, *, split: str = DEFAULT_SPLIT) -> BeirDataset:
     qrels_path = _qrels_path(root, split)
     documents = _read_corpus(corpus_path)
     queries = _read_queries(queries_path)
-    qrels = _read_qrels(qrels_path, {d.id for d in documents}, queries)
-    return BeirDataset(folder=root, split=split, documents=documents, queries=queries, qrels=qrels)
+    qrels, unknown = _read_qrels(qrels_path, {d.id for d in documents}, queries)
+    return BeirDataset(
+        folder=root, split=split, documents=documents, queries=queries, qrels=qrels, unknown_documents=unknown
+    )
 
 
 # ---------------------------------------------------------------- source names
@@ -486,6 +495,7 @@ class BeirImport(BaseModel):
     queries: int  # queries in the eval set
     judgements: int  # relevant (query, document) pairs in the eval set
     skipped_queries: int  # judged queries without a relevant document, left out of the eval set
+    unknown_documents: int  # qrels rows naming a document the corpus lacks, skipped
     eval_file: str
     manifest_file: str | None
     report: ApplyReport
@@ -536,6 +546,7 @@ def import_beir(
         queries=len(plan.evalset.queries),
         judgements=plan.judgements,
         skipped_queries=plan.skipped_queries,
+        unknown_documents=dataset.unknown_documents,
         eval_file=str(eval_path),
         manifest_file=None if manifest_out is None else str(manifest_out),
         report=report,
