@@ -1,15 +1,20 @@
 """Retrieval benchmark on a BEIR dataset: ranking quality and query latency per retrieval mode, in one run.
 
     python bench/retrieval.py [BEIR_DIR] [--split test] [--limit-docs N] [--limit-queries N] [--rerank MODEL]
+                              [--keep HOME]
 
 Imports the dataset (default examples/beir/policies) into a fresh embedded store (or KBCTL_DATABASE_URL)
-with the real local model, like `kbctl import beir`, then for each mode (vector, keyword, hybrid, and
-hybrid+rerank with --rerank) measures recall@10, MRR@10, nDCG@10 and hit@10 over the eval set, with the
-similarity threshold and token budget out of the way so only the ranking counts. Latency is a separate
-loop: one warm-up query per mode, then every query timed around `store.query(...)`.
+with the real local model, like `kbctl import beir`, then for each mode (vector, keyword = BM25, hybrid, and
+hybrid+rerank with --rerank) measures, over the eval set, with the similarity threshold and token budget out of
+the way so only the ranking counts: chunk-level recall@10, MRR@10 and nDCG@10; document-level nDCG@10 and
+recall@10 (a document ranks at its best chunk, as published BEIR figures rank documents); and recall@100 over
+the first 100 chunks. Then hybrid at the manifest defaults (threshold, topK, token budget). Latency is a
+separate loop: one warm-up query per mode, then every query timed around `store.query(...)`.
 
 --rerank MODEL sets `spec.retrieval.rerank.model` (a rerank provider of the kbctl configuration, or
-local/NAME); the plain modes are then still measured without the reranker.
+local/NAME); the plain modes are then still measured without the reranker. --keep HOME imports into HOME and
+leaves it there (a second run with the same HOME finds the dataset imported and embeds nothing), for
+bench/fusion.py.
 """
 
 from __future__ import annotations
@@ -21,6 +26,7 @@ import shutil
 import tempfile
 import time
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -30,8 +36,8 @@ from kbctl.client import KnowledgeBaseStore
 from kbctl.config import Settings
 from kbctl.errors import KbctlError
 from kbctl.eval.beir import RANKING_RETRIEVAL, BeirImport, import_beir
-from kbctl.eval.evalset import EvalSet, load_evalset
-from kbctl.eval.run import EvalReport, evaluate_store, split_mode
+from kbctl.eval.evalset import EvalQuery, EvalSet, load_evalset
+from kbctl.eval.run import QueryOutcome, evaluate, evaluate_store, split_mode
 from kbctl.manifest import Retrieval
 from kbctl.query.options import QueryOptions
 from kbctl.store.embedded import stop_server
@@ -45,6 +51,10 @@ MAX_TOKENS = 1_000_000
 MODES = ["vector", "keyword", "hybrid"]
 MODEL = "local/all-MiniLM-L6-v2"
 RERANK_MODE = "hybrid+rerank"
+DEEP = 100  # chunks asked per query: recall@100 over chunks (within the default candidates, so fusion is as served)
+# Published nDCG@10 of BM25 in the BEIR paper (Thakur et al., 2021, table 2), by dataset folder name.
+PUBLISHED_BM25 = {"nfcorpus": 0.325, "arguana": 0.315, "scidocs": 0.158, "fiqa": 0.236, "trec-covid": 0.656}
+DEFAULTS = "hybrid at defaults"
 
 
 def percentile(values: Sequence[float], q: float) -> float:
@@ -60,15 +70,17 @@ def retrieval_settings(rerank: str | None) -> Retrieval:
     return Retrieval.model_validate({**RANKING_RETRIEVAL.model_dump(by_alias=True), "rerank": {"model": rerank}})
 
 
+def at_defaults() -> QueryOptions:
+    """The manifest defaults' topK, threshold and token budget."""
+    spec = Retrieval()
+    return QueryOptions(top_k=spec.top_k, threshold=spec.similarity_threshold, max_tokens=spec.max_context_tokens)
+
+
 def time_queries(store: KnowledgeBaseStore, evalset: EvalSet, mode: str, *, defaults: bool = False) -> list[float]:
     """Seconds per query over the whole eval set in one mode, after one warm-up query; with `defaults`, at
     the manifest defaults (threshold, token budget, topK) instead of the ranking settings."""
     base, rerank = split_mode(mode)  # a plain mode runs without the reranker, as in evaluate_store
-    if defaults:
-        spec = Retrieval()
-        limits = QueryOptions(top_k=spec.top_k, threshold=spec.similarity_threshold, max_tokens=spec.max_context_tokens)
-    else:
-        limits = QueryOptions(top_k=K, threshold=THRESHOLD, max_tokens=MAX_TOKENS)
+    limits = at_defaults() if defaults else QueryOptions(top_k=K, threshold=THRESHOLD, max_tokens=MAX_TOKENS)
     options = QueryOptions.build(limits, mode=base, rerank=rerank)
 
     def ask(question: str) -> None:
@@ -83,8 +95,72 @@ def time_queries(store: KnowledgeBaseStore, evalset: EvalSet, mode: str, *, defa
     return timings
 
 
+@dataclass(frozen=True)
+class Figures:
+    """One mode's ranking quality over the eval set's answerable queries."""
+
+    label: str
+    recall: float  # chunk level, @10
+    mrr: float
+    ndcg: float
+    doc_ndcg: float
+    doc_recall: float  # @10
+    recall_100: float  # over the first 100 chunks
+
+
+def figures(label: str, outcomes: Sequence[QueryOutcome], queries: dict[str, EvalQuery]) -> Figures:
+    """The means of one mode's outcomes (each scored at k = DEEP)."""
+    ranked = [o for o in outcomes if not o.no_answer]
+
+    def mean(values: Sequence[float]) -> float:
+        return sum(values) / max(1, len(values))
+
+    def top(o: QueryOutcome, k: int, *, documents: bool) -> set[str]:
+        retrieved = list(dict.fromkeys(o.retrieved)) if documents else o.retrieved
+        return set(retrieved[:k])
+
+    def recall(o: QueryOutcome, k: int, documents: bool) -> float:
+        expected = queries[o.id].expected_sources
+        found = top(o, k, documents=documents)
+        return sum(s in found for s in expected) / max(1, len(expected))
+
+    return Figures(
+        label=label,
+        recall=mean([recall(o, K, False) for o in ranked]),
+        mrr=mean([o.reciprocal_rank or 0.0 for o in ranked]),
+        ndcg=mean([o.ndcg or 0.0 for o in ranked]),
+        doc_ndcg=mean([o.document_ndcg or 0.0 for o in ranked]),
+        doc_recall=mean([recall(o, K, True) for o in ranked]),
+        recall_100=mean([recall(o, DEEP, False) for o in ranked]),
+    )
+
+
+def measure(store: KnowledgeBaseStore, evalset: EvalSet, modes: Sequence[str]) -> list[Figures]:
+    """Every mode's figures, then hybrid's at the manifest defaults."""
+    queries = {q.id: q for q in evalset.queries}
+    found: list[Figures] = []
+    for mode in [*modes, DEFAULTS]:
+        base, rerank = split_mode("hybrid" if mode == DEFAULTS else mode)
+        limits = (
+            at_defaults() if mode == DEFAULTS else QueryOptions(top_k=DEEP, threshold=THRESHOLD, max_tokens=MAX_TOKENS)
+        )
+        options = QueryOptions.build(limits, mode=base, rerank=rerank)
+
+        def ask(question: str, _: str | None, options: QueryOptions = options) -> Sequence[Any]:
+            return store.query(NAME, question, options).hits
+
+        [report] = evaluate(ask, evalset, k=DEEP, modes=[mode]).modes
+        found.append(figures(mode, report.results, queries))
+    return found
+
+
 def print_results(
-    dataset: Path, result: BeirImport, seconds: float, chunks: int, report: EvalReport, timings: dict[str, list[float]]
+    dataset: Path,
+    result: BeirImport,
+    seconds: float,
+    chunks: int,
+    rows: Sequence[Figures],
+    timings: dict[str, list[float]],
 ) -> None:
     print(
         f"dataset: {dataset.name} ({result.split}): {result.documents} of {result.corpus_documents} documents, "
@@ -92,21 +168,22 @@ def print_results(
         f"model local/all-MiniLM-L6-v2, {os.cpu_count()} cores"
     )
     print(f"import: {seconds:.2f} s, {chunks} chunks, {result.report.embedded} embedded\n")
-    print(f"| mode | recall@{K} | MRR@10 | nDCG@10 | hit@{K} | p50 ms | p99 ms |")
-    print("|---|---:|---:|---:|---:|---:|---:|")
-    for m in report.modes:
-        assert m.mode is not None
-        times = timings[m.mode]
-        metrics = (m.recall, m.mrr, m.ndcg, m.hit_rate)
-        cells = " | ".join(f"{x or 0.0:.3f}" for x in metrics)
-        p50, p99 = percentile(times, 50) * 1000, percentile(times, 99) * 1000
-        print(f"| {m.label} | {cells} | {p50:.1f} | {p99:.1f} |")
-    spec = Retrieval()
-    times = timings["hybrid (defaults)"]
     print(
-        f"\nhybrid at the manifest defaults (threshold {spec.similarity_threshold}, topK {spec.top_k}, "
-        f"{spec.max_context_tokens} tokens): p50 {percentile(times, 50) * 1000:.1f} ms, "
-        f"p99 {percentile(times, 99) * 1000:.1f} ms"
+        f"| mode | recall@{K} | MRR@10 | nDCG@10 | doc nDCG@10 | doc recall@{K} | recall@{DEEP} chunks"
+        " | p50 ms | p99 ms |"
+    )
+    print("|---|---:|---:|---:|---:|---:|---:|---:|---:|")
+    for row in rows:
+        times = timings[row.label]
+        metrics = (row.recall, row.mrr, row.ndcg, row.doc_ndcg, row.doc_recall, row.recall_100)
+        cells = " | ".join(f"{x:.3f}" for x in metrics)
+        p50, p99 = percentile(times, 50) * 1000, percentile(times, 99) * 1000
+        print(f"| {row.label} | {cells} | {p50:.1f} | {p99:.1f} |")
+    spec = Retrieval()
+    published = PUBLISHED_BM25.get(dataset.name.lower())
+    print(
+        f"\n{DEFAULTS}: threshold {spec.similarity_threshold}, topK {spec.top_k}, {spec.max_context_tokens} tokens."
+        + (f" Published BM25 nDCG@10 (documents): {published:.3f}." if published is not None else "")
     )
 
 
@@ -131,10 +208,12 @@ def run() -> None:
     parser.add_argument("--limit-docs", type=int, default=None)
     parser.add_argument("--limit-queries", type=int, default=None)
     parser.add_argument("--rerank", metavar="MODEL", default=None, help="reranker for the hybrid+rerank mode")
+    parser.add_argument("--keep", metavar="HOME", type=Path, default=None, help="import into HOME and keep it")
     args = parser.parse_args()
     modes = [*MODES, RERANK_MODE] if args.rerank else MODES
 
-    home = Path(tempfile.mkdtemp(prefix="kbctl-bench-"))
+    home = args.keep if args.keep is not None else Path(tempfile.mkdtemp(prefix="kbctl-bench-"))
+    home.mkdir(parents=True, exist_ok=True)
     settings = Settings.from_env(home=home)
     try:
         with KnowledgeBaseStore(settings=settings) as store:
@@ -154,16 +233,17 @@ def run() -> None:
                 raise SystemExit(f"import failed: {result.report.model_dump_json()}")
             evalset = load_evalset(result.eval_file)
             limits = QueryOptions(threshold=THRESHOLD, max_tokens=MAX_TOKENS)
-            report = evaluate_store(store, NAME, evalset, k=K, modes=modes, options=limits)
+            rows = measure(store, evalset, modes)
             timings = {mode: time_queries(store, evalset, mode) for mode in modes}
-            timings["hybrid (defaults)"] = time_queries(store, evalset, "hybrid", defaults=True)
+            timings[DEFAULTS] = time_queries(store, evalset, "hybrid", defaults=True)
             chunks = store.describe(NAME).chunks
             indexed = index_comparison(store, evalset, limits) if store.db.vector_index(MODEL) is not None else None
     finally:
         if not settings.database_url:
             stop_server(settings.pgdata)
-        shutil.rmtree(home, ignore_errors=True)
-    print_results(args.dataset, result, seconds, chunks, report, timings)
+        if args.keep is None:
+            shutil.rmtree(home, ignore_errors=True)
+    print_results(args.dataset, result, seconds, chunks, rows, timings)
     if indexed is not None:
         exact, overlap = indexed
         print(
