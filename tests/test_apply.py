@@ -108,7 +108,7 @@ def test_changing_one_paragraph_embeds_only_its_chunk(store: KnowledgeBaseStore)
     assert (by_name["retention"].ingested, by_name["retention"].embedded) == (False, 0)
     detail = store.describe("policies")
     assert (detail.version, detail.chunks, detail.embedded, detail.reused) == (2, 4, 1, 3)
-    hit = store.query("policies", "what share of the deposit is refunded two weeks before?").hits[0]
+    hit = store.query("policies", "what share of the deposit comes back when cancelling 14 to 30 days before?").hits[0]
     assert "40% of the deposit" in hit.text
 
 

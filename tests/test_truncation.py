@@ -32,6 +32,6 @@ def test_apply_warns_of_truncated_chunks(cli: CliRunner, tmp_path: Path) -> None
     out = cli.invoke(app, ["apply", "-f", str(path), "--wait"])
     assert out.exit_code == 0, out.output
     [dense] = [line for line in out.output.splitlines() if "source dense" in line]
-    assert "warning: 1 chunk longer than local/all-MiniLM-L6-v2 reads" in dense
+    assert "warning: 1 chunk longer than the model reads, its end is not embedded" in dense
     [plain] = [line for line in out.output.splitlines() if "source plain" in line]
     assert "warning" not in plain

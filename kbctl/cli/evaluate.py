@@ -120,11 +120,12 @@ def evaluate(
 ) -> None:
     """Measure retrieval quality against an eval set: recall@k, MRR@10, nDCG@10, hit rate@k, no-answer accuracy.
 
-    Each question is asked with top-k max(k, 10) and the spec's threshold and token budget (or
-    --threshold / --max-tokens), once per --mode. A hit is relevant when it comes from one of the
-    query's expectedSources or contains one of its expectedText (any case); a noAnswer query is correct
-    when nothing is returned. Exits 1 when a mode falls below --min-recall or --min-ndcg, so CI can gate
-    on retrieval quality.
+    Each question is asked with top-k 3 x max(k, 10) (at most 200) and the spec's threshold and token
+    budget (or --threshold / --max-tokens), once per --mode. A hit is relevant when it comes from one of
+    the query's expectedSources or contains one of its expectedText (any case); hits from its
+    ignoredSources are left out; a noAnswer query is correct when nothing is returned. DOC-RECALL and
+    DOC-NDCG rank sources instead of chunks (each at its best chunk), like published BEIR figures.
+    Exits 1 when a mode falls below --min-recall or --min-ndcg, so CI can gate on retrieval quality.
 
     Example: kbctl eval client-service-policy -f examples/eval/client-service-policy.yaml -m hybrid -m vector
     """

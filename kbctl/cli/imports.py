@@ -89,11 +89,11 @@ def beir(
     The knowledge base retrieves with similarityThreshold -1.0, maxContextTokens 100000 and topK 10,
     so `kbctl eval` measures ranking, not cut-offs (--threshold and --max-tokens change that).
 
-    Example, with a dataset from the BEIR benchmark's public downloads (SciFact: 5,183 documents):
+    Example, with a dataset from the BEIR benchmark's public downloads (NFCorpus: 3,633 documents):
 
-        kbctl import beir scifact/ --name scifact --limit-docs 1000 --manifest scifact.yaml
+        kbctl import beir nfcorpus/ --name nfcorpus --limit-docs 1000 --manifest nfcorpus.yaml
 
-        kbctl eval scifact -f scifact-test-eval.jsonl -k 10 -m hybrid -m vector -m keyword
+        kbctl eval nfcorpus -f nfcorpus-test-eval.jsonl -k 10 -m hybrid -m vector -m keyword
     """
     retrieval = Retrieval(top_k=RANKING_RETRIEVAL.top_k, similarity_threshold=threshold, max_context_tokens=max_tokens)
     reporter = CliReporter(quiet=output is not None)

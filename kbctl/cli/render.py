@@ -56,8 +56,9 @@ def _source_line(prefix: str, e: SourceReconciled) -> str | None:
         return f"{src} failed: {r.message}"
     if r.ingested:
         new = f", {r.embedded} new" if e.trigger == "refresh" else ""
+        ends = "its end is" if r.truncated == 1 else "their ends are"
         cut = (
-            f"; warning: {_count(r.truncated, 'chunk')} longer than {e.model} reads, their ends are not embedded"
+            f"; warning: {_count(r.truncated, 'chunk')} longer than the model reads, {ends} not embedded"
             " (lower spec.chunking.maxChars)"
             if r.truncated
             else ""

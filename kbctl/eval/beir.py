@@ -14,8 +14,8 @@ Lines, what `kbctl eval -f` reads) and applies the knowledge base. Relevance in 
 every grade above 0 counts as relevant.
 
     with KnowledgeBaseStore() as store:
-        result = import_beir(store, "scifact", "scifact", eval_out="scifact-test-eval.jsonl")
-        report = evaluate_store(store, "scifact", load_evalset(result.eval_file), k=10, modes=["hybrid"])
+        result = import_beir(store, "nfcorpus", "nfcorpus", eval_out="nfcorpus-test-eval.jsonl")
+        report = evaluate_store(store, "nfcorpus", load_evalset(result.eval_file), k=10, modes=["hybrid"])
 """
 
 from __future__ import annotations

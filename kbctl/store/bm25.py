@@ -20,8 +20,10 @@ query reads one row per word of the question.
 Which chunks are scored: every chunk of the version holding a word of the question, while their postings (the
 sum of the words' df) stay within MATCH_POSTINGS. Beyond that, the most common words stop selecting chunks (they
 still score the chunks selected): words are taken rarest first while the postings fit, so the chunks left out
-hold only words whose idf is the lowest of the question. If that leaves fewer than the chunks asked for, the
-first LAST_RESORT_RANKED chunks holding any word are scored too.
+hold only words whose idf is the lowest of the question (measured on NFCorpus: the same ranking with a budget of
+2,000 as of 20,000). When even the rarest word is in more than MATCH_POSTINGS chunks (every word of the question
+is common), MATCH_POSTINGS of its chunks are scored. If that leaves fewer than the chunks asked for, the first
+LAST_RESORT_RANKED chunks holding any word are scored too.
 """
 
 from __future__ import annotations
@@ -54,7 +56,7 @@ __all__ = [
 
 K1 = 0.9  # term frequency saturation (Anserini's BM25 default)
 B = 0.4  # length normalization (Anserini's BM25 default)
-MATCH_POSTINGS = 20_000  # chunks (postings of the question's words) scored at most, before common words stop selecting
+MATCH_POSTINGS = 5_000  # chunks scored at most (~6 µs each): past it, the question's commonest words stop selecting
 LAST_RESORT_RANKED = 500  # chunks holding any word scored when the selected ones are fewer than asked for
 
 # Per new revision: its chunks' total analyzed length, and how many of its chunks hold each lexeme.
@@ -220,7 +222,7 @@ def keyword_search(
     selecting = selecting_words(terms)
     if not selecting:
         return []  # only stop words, or words no chunk holds
-    ranked = _scored(conn, version_id, terms, selecting, limit, None)
+    ranked = _scored(conn, version_id, terms, selecting, limit, MATCH_POSTINGS)
     if len(ranked) < limit and len(selecting) < sum(df > 0 for df in terms.chunks_with):
         kept = {i for i, _ in ranked}
         more = _scored(conn, version_id, terms, terms.lexemes, limit, LAST_RESORT_RANKED)
