@@ -8,7 +8,7 @@ from typer.testing import CliRunner
 from kbctl.cli import app
 from kbctl.client import KnowledgeBaseStore
 from kbctl.manifest import parse_manifests
-from kbctl.query.retrieve import KEYWORD_WEIGHT, fuse, identifiers
+from kbctl.query.retrieve import KEYWORD_WEIGHT, RRF_K, fuse, identifiers
 from kbctl.store.rows import ChunkHit
 
 RUNBOOK = """# Payment errors
@@ -99,7 +99,7 @@ def test_hybrid_fuses_both_rankings(runbook: KnowledgeBaseStore, cli: CliRunner)
     top = result.hits[0]
     assert top.heading_path == ["Payment errors", "Refund delays"]
     assert top.vector_rank == 1 and top.keyword_rank == 1
-    assert top.fused_score == pytest.approx(1 + KEYWORD_WEIGHT)  # the best of each list scales to 1
+    assert top.fused_score == pytest.approx((1 + KEYWORD_WEIGHT) / (RRF_K + 1), abs=1e-6)
     fused = [h.fused_score for h in result.hits]
     assert fused == sorted(fused, reverse=True)
     out = cli.invoke(app, ["query", "runbook", "card declined", "--mode", "keyword"])
@@ -113,7 +113,7 @@ def _hit(chunk_id: int, cosine: float, bm25: float | None = None) -> ChunkHit:
 
 
 def test_fusion_convex_and_rrf() -> None:
-    """Convex fusion sums each list's scores scaled to 0-1 (weighted); RRF sums weighted 1/(60 + rank)."""
+    """Convex fusion sums each list's scores scaled to 0-1 (weighted); RRF sums weighted 1/(k + rank)."""
     by_vector = [_hit(1, 0.9), _hit(2, 0.8), _hit(3, 0.5)]
     by_keyword = [_hit(3, 0.5, 12.0), _hit(4, 0.1, 6.0), _hit(1, 0.9, 2.0)]
     convex = {h.chunk_id: r.fused_score for h, r in fuse(by_vector, by_keyword, 1.0, "convex")}
@@ -121,7 +121,10 @@ def test_fusion_convex_and_rrf() -> None:
     assert [h.chunk_id for h, _ in fuse(by_vector, by_keyword, 1.0, "convex")] == [1, 3, 2, 4]  # tie: cosine
     assert [h.chunk_id for h, _ in fuse(by_vector, by_keyword, 3.0, "convex")] == [3, 4, 1, 2]
     rrf = {h.chunk_id: r.fused_score for h, r in fuse(by_vector, by_keyword, 0.5, "rrf")}
-    assert rrf == pytest.approx({1: 1 / 61 + 0.5 / 63, 2: 1 / 62, 3: 1 / 63 + 0.5 / 61, 4: 0.5 / 62})
+    k = RRF_K
+    assert rrf == pytest.approx(
+        {1: 1 / (k + 1) + 0.5 / (k + 3), 2: 1 / (k + 2), 3: 1 / (k + 3) + 0.5 / (k + 1), 4: 0.5 / (k + 2)}
+    )
 
 
 def test_language_is_checked_and_simple_keeps_codes(store: KnowledgeBaseStore) -> None:

@@ -61,7 +61,7 @@ DEFAULT_MODEL: Final = "local/all-MiniLM-L6-v2"
 JSON_SCHEMA_DIALECT: Final = "https://json-schema.org/draft/2020-12/schema"
 
 _StrictInt = Annotated[int, Strict()]
-Fusion = Literal["convex", "rrf"]  # how hybrid retrieval fuses its vector and keyword lists
+Fusion = Literal["rrf", "convex"]  # how hybrid retrieval fuses its vector and keyword lists
 _StrictFloat = Annotated[float, Strict()]  # strict still takes ints; it refuses strings and booleans
 _LabelKey = Annotated[str, AfterValidator(check_label_key)]
 _LabelValue = Annotated[str, AfterValidator(check_label_value)]
@@ -239,8 +239,8 @@ class Retrieval(_Model):
     )
     fusion: Fusion | None = Field(
         default=None,
-        description="How hybrid fuses the two lists: convex (default): each list's scores scaled to 0-1 within the "
-        "list, summed with keywordWeight; rrf: reciprocal rank fusion, weight/(60 + rank) summed over the lists.",
+        description="How hybrid fuses the two lists: rrf (default): reciprocal rank fusion, weight/(10 + rank) "
+        "summed over the lists; convex: each list's scores scaled to 0-1 within the list, summed with weights.",
     )
     keyword_weight: _StrictFloat | None = Field(
         default=None,

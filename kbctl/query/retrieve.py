@@ -2,10 +2,10 @@
 
 Modes: `vector` ranks by cosine similarity; `keyword` by Okapi BM25 over PostgreSQL full text (any word of
 the question, weighted by its rarity in the version: kbctl.store.bm25); `hybrid` (the default) takes the
-best `candidates` (default 100) of each and fuses them (`spec.retrieval.fusion`): by default a convex
-combination of each list's scores scaled to 0-1 within the list, vector + keywordWeight x keyword
-(keywordWeight 1); or weighted reciprocal rank fusion, w/(60 + rank) summed over the lists. The defaults
-were chosen on public BEIR datasets with bench/fusion.py (docs/eval.md).
+best `candidates` (default 100) of each and fuses them (`spec.retrieval.fusion`): by default weighted
+reciprocal rank fusion, 1/(10 + rank) in the vector list plus keywordWeight/(10 + rank) in the keyword
+list (keywordWeight 1); or a convex combination of each list's scores scaled to 0-1 within the list. The
+defaults were chosen on public BEIR datasets with bench/fusion.py (docs/eval.md).
 
 The similarity threshold applies to every candidate's cosine similarity, with two exceptions that keep
 exact terms findable. A chunk passes even when its similarity is low when it contains
@@ -61,9 +61,9 @@ __all__ = [
 ]
 
 CANDIDATES = 100  # chunks each list gathers unless spec.retrieval.candidates says otherwise (see docs/eval.md)
-FUSION: Fusion = "convex"  # unless spec.retrieval.fusion says otherwise (see docs/eval.md)
+FUSION: Fusion = "rrf"  # unless spec.retrieval.fusion says otherwise (see docs/eval.md)
 KEYWORD_WEIGHT = 1.0  # the keyword list's weight in hybrid fusion (vector: 1) unless spec.retrieval.keywordWeight
-RRF_K = 60
+RRF_K = 10  # reciprocal rank fusion's k: 1/(k + rank); 10 ranked best on the BEIR sets of docs/eval.md (60: -0.005)
 DUPLICATE_COSINE = 0.99
 
 
@@ -249,10 +249,10 @@ def fuse(
 ) -> list[tuple[ChunkHit, _Ranks]]:
     """Stage `fuse`: candidates of both lists (either may be empty) in one ranking, best first.
 
-    convex: each list's scores (cosine similarity; BM25) scaled to 0-1 within the list (its best 1, its last 0),
-    then vector + keyword_weight x keyword summed, a list that lacks a chunk giving it 0. rrf: reciprocal rank
-    fusion, 1/(60 + rank) in the vector list plus keyword_weight/(60 + rank) in the keyword list. Ties go to the
-    higher cosine similarity.
+    rrf: reciprocal rank fusion, 1/(RRF_K + rank) in the vector list plus keyword_weight/(RRF_K + rank) in the
+    keyword list. convex: each list's scores (cosine similarity; BM25) scaled to 0-1 within the list (its best 1,
+    its last 0), then vector + keyword_weight x keyword summed, a list that lacks a chunk giving it 0. Ties go to
+    the higher cosine similarity.
     """
     ranks: dict[int, _Ranks] = {}
     hits: dict[int, ChunkHit] = {}
