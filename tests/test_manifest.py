@@ -96,7 +96,7 @@ def test_defaults_are_filled_in() -> None:
             "retrieval": {
                 "topK": 8,
                 "similarityThreshold": 0.35,
-                "maxContextTokens": 1500,
+                "maxContextTokens": 3000,
                 "mode": "hybrid",
                 "language": "english",
             },
