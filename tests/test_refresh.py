@@ -87,6 +87,33 @@ def test_apply_fetches_extracts_and_tags_url_sources(web_store: KnowledgeBaseSto
     assert "Cookie settings" not in everything and "Contact" not in everything
 
 
+HANDBOOK = """<html><head><title>Northwind Payroll Handbook</title></head><body><main><article>
+<h2>Pay dates</h2>
+<p>Salaries are paid on the twenty-fifth of every month, or on the last working day before it when the
+twenty-fifth falls on a weekend or a public holiday.</p>
+</article></main></body></html>"""
+
+
+def test_a_page_title_heads_the_heading_path(web_store: KnowledgeBaseStore, site: HTTPTestServer) -> None:
+    """A page's title is embedded and keyword-indexed like a heading: first in each chunk's heading path (unless
+    the first heading already says it), so a word found only in the title finds the page."""
+    site.route("/handbook", body=HANDBOOK, content_type="text/html; charset=utf-8")
+    kb = f"""apiVersion: kbctl.dev/v1alpha1
+kind: KnowledgeBase
+metadata: {{name: site}}
+spec:
+  sources:
+    - {{name: handbook, url: "{site.url("/handbook")}"}}
+    - {{name: about, url: "{site.url("/about")}"}}
+"""
+    assert not web_store.apply(parse_manifests(kb, "kb.yaml")).failed
+    [hit] = web_store.query("site", "payroll", mode="keyword").hits
+    assert hit.source == "handbook" and hit.heading_path == ["Northwind Payroll Handbook", "Pay dates"]
+    assert "Payroll" not in hit.text  # found by its title alone
+    about = web_store.query("site", "how many partners does the firm have?").hits[0]
+    assert about.heading_path == ["About us", "Our partners"]  # its title (trafilatura's: the h1) heads it already
+
+
 def test_reapply_does_not_refetch_unchanged_url_sources(web_store: KnowledgeBaseStore, site: HTTPTestServer) -> None:
     """Apply re-fetches only URL sources that are new or whose spec changed."""
     web_store.apply(parse_manifests(manifest(site), "kb.yaml"))

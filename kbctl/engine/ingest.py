@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from kbctl.chunking import Chunk, chunk_document
 from kbctl.embedding import Embedder, Vector
@@ -73,13 +73,26 @@ class IngestRun:
 def chunk_source(plan: SourcePlan, kb: KnowledgeBase) -> Chunked:
     """The chunks of a plan's new document under the knowledge base's chunking settings (ingest and diff)."""
     assert isinstance(plan.decision, Ingest)
+    document = plan.decision.document
     chunks = chunk_document(
-        plan.decision.document.text,
+        document.text,
         max_chars=kb.spec.chunking.max_chars,
         overlap_chars=kb.spec.chunking.overlap_chars,
         markdown=plan.source.url is not None or plan.source.format == "markdown",
     )
+    if document.title:
+        chunks = [titled(c, document.title) for c in chunks]
     return Chunked(tuple(chunks), tuple(text_sha256(c.embed_text) for c in chunks))
+
+
+def titled(chunk: Chunk, title: str) -> Chunk:
+    """The chunk with its document's title (a page's <title>) first in its heading path, so that the title is
+    embedded and keyword-indexed like headings are; not when the path's first heading already says it."""
+    first = chunk.heading_path[0].casefold() if chunk.heading_path else None
+    name = " ".join(title.split())
+    if not name or (first is not None and (first in name.casefold() or name.casefold() in first)):
+        return chunk
+    return replace(chunk, heading_path=(name, *chunk.heading_path))
 
 
 def _check(chunked: Chunked, embedder: Embedder, limits: Limits) -> str | None:

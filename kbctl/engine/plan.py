@@ -167,17 +167,18 @@ def _source_sha256(source: Source) -> str:
 
 def _revision_key(kb: KnowledgeBase, source: Source, doc: Document, model_id: str) -> str:
     c = kb.spec.chunking
-    return sha256_json(
-        {
-            "content": doc.content_sha256,
-            "format": "markdown" if source.url else source.format,
-            "maxChars": c.max_chars,
-            "overlapChars": c.overlap_chars,
-            "model": model_id,
-            "language": kb.spec.retrieval.language,
-            "chunker": CHUNKER_VERSION,
-        }
-    )
+    key: dict[str, object] = {
+        "content": doc.content_sha256,
+        "format": "markdown" if source.url else source.format,
+        "maxChars": c.max_chars,
+        "overlapChars": c.overlap_chars,
+        "model": model_id,
+        "language": kb.spec.retrieval.language,
+        "chunker": CHUNKER_VERSION,
+    }
+    if doc.title:  # the title heads the chunks' heading paths (ingest.titled); untitled keys stay as they were
+        key["title"] = doc.title
+    return sha256_json(key)
 
 
 def _same_spec(prev: VersionSourceRow | None, sha: str) -> bool:
