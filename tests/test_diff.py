@@ -236,7 +236,7 @@ def test_diff_json_is_the_plan_as_data(store: KnowledgeBaseStore, cli: CliRunner
     path = write(tmp_path, manifest(refunds=changed, retention=None) + "---\n" + manifest("copy", refunds=changed))
     result = cli.invoke(app, ["diff", "-f", path, "-o", "json"])
     assert result.exit_code == 1
-    unchanged = {"fetch": False, "chunks_added": 0, "chunks_removed": 0, "tokens_to_embed": 0}
+    unchanged = {"fetch": False, "chunks_added": 0, "chunks_removed": 0, "tokens_to_embed": 0, "truncated": 0}
     assert json.loads(result.stdout) == {
         "results": [
             {
@@ -253,6 +253,7 @@ def test_diff_json_is_the_plan_as_data(store: KnowledgeBaseStore, cli: CliRunner
                         "chunks_added": 1,
                         "chunks_removed": 1,
                         "tokens_to_embed": expected,
+                        "truncated": 0,
                     },
                     {"name": "retention", "kind": "text", "change": "removed", **unchanged, "chunks_removed": 1},
                 ],

@@ -35,3 +35,17 @@ def test_apply_warns_of_truncated_chunks(cli: CliRunner, tmp_path: Path) -> None
     assert "warning: 1 chunk longer than the model reads, its end is not embedded" in dense
     [plain] = [line for line in out.output.splitlines() if "source plain" in line]
     assert "warning" not in plain
+
+
+def test_diff_warns_of_truncated_chunks(cli: CliRunner, store: KnowledgeBaseStore, tmp_path: Path) -> None:
+    """diff counts, before anything is embedded, the new chunks the model would cut."""
+    path = tmp_path / "kb.yaml"
+    path.write_text(knowledge_base("codes", text_source("dense", DENSE), text_source("plain", PLAIN)))
+    out = cli.invoke(app, ["diff", "-f", str(path)])
+    assert out.exit_code == 1, out.output  # differences: a knowledge base to create
+    [dense] = [line for line in out.output.splitlines() if "source dense" in line]
+    assert dense.endswith("warning: 1 chunk longer than the model reads"), dense
+    [plain] = [line for line in out.output.splitlines() if "source plain" in line]
+    assert "warning" not in plain
+    [kb] = store.diff(parse_manifests(path.read_text(), str(path))).results
+    assert {s.name: s.truncated for s in kb.sources} == {"dense": 1, "plain": 0}

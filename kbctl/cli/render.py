@@ -165,6 +165,8 @@ def _diff_source_line(s: SourceDiff) -> str:
         details.append(f"~{_count(s.tokens_to_embed, 'token')} to embed")
     if not details and s.change == "changed":
         details.append("same chunks")  # re-chunked (e.g. a chunking setting changed) into the same texts
+    if s.truncated:
+        details.append(f"warning: {_count(s.truncated, 'chunk')} longer than the model reads")
     return f"{head}: {', '.join(details)}" if details else head
 
 

@@ -57,6 +57,7 @@ class SourceDiff(_Frozen):
     chunks_added: int | None = 0
     chunks_removed: int | None = 0
     tokens_to_embed: int | None = 0
+    truncated: int | None = 0  # chunks of the new content longer than the model reads (their ends reach no vector)
 
     @property
     def differs(self) -> bool:
@@ -118,7 +119,8 @@ class _Explainer:
         added, removed, respec = source_changes(old, plan.manifest)
         chunked = {p.name: chunk_source(p, kb) for p in plan.to_ingest}
         tokens = self._tokens(embedder, chunked)
-        sources = [self._source(p, state, added, respec, chunked, tokens) for p in plan.sources]
+        cut = _truncated(embedder, chunked)
+        sources = [self._source(p, state, added, respec, chunked, tokens, cut) for p in plan.sources]
         sources += [
             SourceDiff(
                 name=n,
@@ -162,6 +164,7 @@ class _Explainer:
         respec: list[str],
         chunked: dict[str, Chunked],
         tokens: dict[str, int],
+        cut: dict[str, int],
     ) -> SourceDiff:
         name, kind = plan.name, plan.source.kind
         prev = state.served.get(name)
@@ -196,10 +199,21 @@ class _Explainer:
             chunks_added=(Counter(new) - Counter(old)).total(),
             chunks_removed=(Counter(old) - Counter(new)).total(),
             tokens_to_embed=tokens.get(name, 0),
+            truncated=cut.get(name, 0),
         )
 
     def _revision_hashes(self, revision_id: int | None) -> list[bytes]:
         return [h for h, _ in self.db.revision_chunks(revision_id)] if revision_id is not None else []
+
+
+def _truncated(embedder: Embedder, chunked: dict[str, Chunked]) -> dict[str, int]:
+    """Per source, the chunks whose embedded text is longer than the model's window (none without a window)."""
+    window: int | None = getattr(embedder, "window_tokens", None)
+    if window is None or not chunked:
+        return {}
+    names = [name for name, pieces in chunked.items() for _ in pieces.chunks]
+    sizes = embedder.count_tokens([c.embed_text for pieces in chunked.values() for c in pieces.chunks])
+    return dict(Counter(name for name, size in zip(names, sizes, strict=True) if size > window))
 
 
 def _over_limits(kb: KnowledgeBase, chunked: dict[str, Chunked], tokens: dict[str, int]) -> list[str]:
