@@ -94,7 +94,7 @@ def diff(
       source NAME would be fetched                  (a URL source that never had content)
     Chunks are compared by the text sent to the model; "~T tokens to embed" counts the tokens of the
     new chunks whose vectors the cache lacks (an estimate of the embedding bill); a warning counts the
-    new chunks longer than the model reads (the local model: 254 tokens), whose ends no vector holds. With --prune -l,
+    added chunks longer than the model reads (the local model: 254 tokens), whose ends no vector holds. With --prune -l,
     stored knowledge bases that match the selector and are not in the manifests show as pruned.
     -o json|yaml prints the same plan as data (for pull-request bots).
 

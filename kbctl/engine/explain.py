@@ -57,7 +57,7 @@ class SourceDiff(_Frozen):
     chunks_added: int | None = 0
     chunks_removed: int | None = 0
     tokens_to_embed: int | None = 0
-    truncated: int | None = 0  # chunks of the new content longer than the model reads (their ends reach no vector)
+    truncated: int | None = 0  # of the chunks added, those longer than the model reads (their ends reach no vector)
 
     @property
     def differs(self) -> bool:
@@ -164,7 +164,7 @@ class _Explainer:
         respec: list[str],
         chunked: dict[str, Chunked],
         tokens: dict[str, int],
-        cut: dict[str, int],
+        cut: set[bytes],
     ) -> SourceDiff:
         name, kind = plan.name, plan.source.kind
         prev = state.served.get(name)
@@ -192,28 +192,29 @@ class _Explainer:
             else self._revision_hashes(serving.revision_id if serving else None)
         )
         old = self._revision_hashes(before)
+        fresh = Counter(new) - Counter(old)
         return SourceDiff(
             name=name,
             kind=kind,
             change=change,
-            chunks_added=(Counter(new) - Counter(old)).total(),
+            chunks_added=fresh.total(),
             chunks_removed=(Counter(old) - Counter(new)).total(),
             tokens_to_embed=tokens.get(name, 0),
-            truncated=cut.get(name, 0),
+            truncated=sum(n for h, n in fresh.items() if h in cut),
         )
 
     def _revision_hashes(self, revision_id: int | None) -> list[bytes]:
         return [h for h, _ in self.db.revision_chunks(revision_id)] if revision_id is not None else []
 
 
-def _truncated(embedder: Embedder, chunked: dict[str, Chunked]) -> dict[str, int]:
-    """Per source, the chunks whose embedded text is longer than the model's window (none without a window)."""
+def _truncated(embedder: Embedder, chunked: dict[str, Chunked]) -> set[bytes]:
+    """The hashes of the chunks whose embedded text is longer than the model's window (none without a window)."""
     window: int | None = getattr(embedder, "window_tokens", None)
     if window is None or not chunked:
-        return {}
-    names = [name for name, pieces in chunked.items() for _ in pieces.chunks]
-    sizes = embedder.count_tokens([c.embed_text for pieces in chunked.values() for c in pieces.chunks])
-    return dict(Counter(name for name, size in zip(names, sizes, strict=True) if size > window))
+        return set()
+    texts = {h: c.embed_text for pieces in chunked.values() for h, c in zip(pieces.hashes, pieces.chunks, strict=True)}
+    sizes = embedder.count_tokens(list(texts.values()))
+    return {h for h, size in zip(texts, sizes, strict=True) if size > window}
 
 
 def _over_limits(kb: KnowledgeBase, chunked: dict[str, Chunked], tokens: dict[str, int]) -> list[str]:
