@@ -14,6 +14,7 @@ from kbctl.manifest import parse_manifests
 from kbctl.sources.url import FetchPolicy
 from tests.support.httpserver import HTTPTestServer, fetch_policy_for, serve
 from tests.support.lines import Lines
+from tests.support.manifests import knowledge_base, url_source
 
 MODEL = "local/all-MiniLM-L6-v2"
 
@@ -98,14 +99,7 @@ def test_a_page_title_heads_the_heading_path(web_store: KnowledgeBaseStore, site
     """A page's title is embedded and keyword-indexed like a heading: first in each chunk's heading path (unless
     the first heading already says it), so a word found only in the title finds the page."""
     site.route("/handbook", body=HANDBOOK, content_type="text/html; charset=utf-8")
-    kb = f"""apiVersion: kbctl.dev/v1alpha1
-kind: KnowledgeBase
-metadata: {{name: site}}
-spec:
-  sources:
-    - {{name: handbook, url: "{site.url("/handbook")}"}}
-    - {{name: about, url: "{site.url("/about")}"}}
-"""
+    kb = knowledge_base("site", url_source("handbook", site.url("/handbook")), url_source("about", site.url("/about")))
     assert not web_store.apply(parse_manifests(kb, "kb.yaml")).failed
     [hit] = web_store.query("site", "payroll", mode="keyword").hits
     assert hit.source == "handbook" and hit.heading_path == ["Northwind Payroll Handbook", "Pay dates"]
