@@ -25,9 +25,9 @@ from kbctl.config import Settings
 from kbctl.eval.evalset import EvalQuery, load_evalset
 from kbctl.eval.metrics import ndcg_at_k
 from kbctl.eval.run import distinct_sources
+from kbctl.manifest.models import Fusion
+from kbctl.query.retrieve import RRF_K, fuse
 from kbctl.store.rows import ChunkHit
-
-Ranked = list[tuple[int, str, float]]  # (chunk id, source, score), best first
 
 
 @dataclass(frozen=True)
@@ -39,8 +39,8 @@ class _Hit:
 @dataclass
 class Lists:
     query: EvalQuery
-    vector: Ranked
-    keyword: Ranked
+    vector: list[ChunkHit]
+    keyword: list[ChunkHit]
 
 
 def gather(home: Path, name: str, depth: int) -> list[Lists]:
@@ -53,64 +53,46 @@ def gather(home: Path, name: str, depth: int) -> list[Lists]:
     out = []
     for q in evalset.queries:
         [vec] = embedder.embed([q.question], purpose="query")
-        by_vector: Sequence[ChunkHit] = store.db.search(
+        by_vector = store.db.search(
             target.version_id, vec, depth, model=target.model, version_chunks=target.chunk_count
         )
         by_keyword = store.db.keyword_search(target.version_id, "english", q.question, vec, depth)
-        out.append(
-            Lists(
-                q,
-                [(h.chunk_id, h.source_name, float(h.score)) for h in by_vector],
-                [(h.chunk_id, h.source_name, float(h.keyword_score or 0.0)) for h in by_keyword],
-            )
-        )
+        out.append(Lists(q, by_vector, by_keyword))
     store.close()
     return out
 
 
+def fused(fusion: Fusion, weight: float, pool: int, k: int = RRF_K) -> Callable[[Lists], list[str]]:
+    """The sources of kbctl's own fusion stage (kbctl.query.retrieve.fuse) of each list's first `pool`."""
+
+    def run(lists: Lists) -> list[str]:
+        ranked = fuse(lists.vector[:pool], lists.keyword[:pool], weight, fusion, rrf_k=k)
+        return [hit.source_name for hit, _ in ranked]
+
+    return run
+
+
 def rrf(weight: float, k: int, pool: int) -> Callable[[Lists], list[str]]:
-    def fuse(lists: Lists) -> list[str]:
-        scores: dict[int, float] = {}
-        source: dict[int, str] = {}
-        for w, ranked in ((1.0, lists.vector[:pool]), (weight, lists.keyword[:pool])):
-            for rank, (cid, src, _) in enumerate(ranked, start=1):
-                scores[cid] = scores.get(cid, 0.0) + w / (k + rank)
-                source[cid] = src
-        return [source[c] for c in sorted(scores, key=lambda c: (-scores[c], c))]
-
-    return fuse
-
-
-def _normalized(ranked: Ranked) -> dict[int, float]:
-    if not ranked:
-        return {}
-    high, low = ranked[0][2], ranked[-1][2]
-    span = high - low
-    return {cid: (s - low) / span if span > 0 else 1.0 for cid, _, s in ranked}
+    return fused("rrf", weight, pool, k)
 
 
 def convex(alpha: float, pool: int) -> Callable[[Lists], list[str]]:
-    def fuse(lists: Lists) -> list[str]:
-        v, kw = _normalized(lists.vector[:pool]), _normalized(lists.keyword[:pool])
-        source = {cid: src for cid, src, _ in lists.vector[:pool] + lists.keyword[:pool]}
-        scores = {c: alpha * v.get(c, 0.0) + (1 - alpha) * kw.get(c, 0.0) for c in source}
-        return [source[c] for c in sorted(scores, key=lambda c: (-scores[c], c))]
-
-    return fuse
+    """Convex fusion with the vector list's share alpha (keywordWeight = (1 - alpha) / alpha)."""
+    return fused("convex", (1 - alpha) / alpha, pool)
 
 
-def ndcg(data: Sequence[Lists], fuse: Callable[[Lists], list[str]]) -> float:
+def ndcg(data: Sequence[Lists], rank: Callable[[Lists], list[str]]) -> float:
     total = 0.0
     for lists in data:
-        hits = [_Hit(s) for s in fuse(lists) if s not in lists.query.ignored_sources]
+        hits = [_Hit(s) for s in rank(lists) if s not in lists.query.ignored_sources]
         total += ndcg_at_k(lists.query, distinct_sources(hits))
     return total / len(data)
 
 
-def recall(data: Sequence[Lists], fuse: Callable[[Lists], list[str]], k: int) -> float:
+def recall(data: Sequence[Lists], rank: Callable[[Lists], list[str]], k: int) -> float:
     total = 0.0
     for lists in data:
-        ranked = [_Hit(s) for s in fuse(lists) if s not in lists.query.ignored_sources]
+        ranked = [_Hit(s) for s in rank(lists) if s not in lists.query.ignored_sources]
         top = {h.source for h in distinct_sources(ranked)[:k]}
         total += sum(s in top for s in lists.query.expected_sources) / len(lists.query.expected_sources)
     return total / len(data)
@@ -131,8 +113,8 @@ def main() -> None:
             f"{recall(data, rrf(0.0, 60, args.depth), 100):.4f}"
         )
         print(
-            f"BM25 alone              {ndcg(data, lambda x: [s for _, s, _ in x.keyword]):.4f} / "
-            f"{recall(data, lambda x: [s for _, s, _ in x.keyword], 100):.4f}"
+            f"BM25 alone              {ndcg(data, lambda x: [h.source_name for h in x.keyword]):.4f} / "
+            f"{recall(data, lambda x: [h.source_name for h in x.keyword], 100):.4f}"
         )
         print("RRF: rows keyword weight w, k; columns pool depth " + " ".join(f"{p:>7}" for p in pools))
         for w in (0.3, 0.5, 0.7, 1.0, 1.5):

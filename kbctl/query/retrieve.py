@@ -245,20 +245,27 @@ def keyword_candidates(db: Database, plan: QueryPlan, question: str, vector: Vec
 
 
 def fuse(
-    by_vector: Sequence[ChunkHit], by_keyword: Sequence[ChunkHit], keyword_weight: float, fusion: Fusion = FUSION
+    by_vector: Sequence[ChunkHit],
+    by_keyword: Sequence[ChunkHit],
+    keyword_weight: float,
+    fusion: Fusion = FUSION,
+    rrf_k: int = RRF_K,
 ) -> list[tuple[ChunkHit, _Ranks]]:
     """Stage `fuse`: candidates of both lists (either may be empty) in one ranking, best first.
 
-    rrf: reciprocal rank fusion, 1/(RRF_K + rank) in the vector list plus keyword_weight/(RRF_K + rank) in the
+    rrf: reciprocal rank fusion, 1/(rrf_k + rank) in the vector list plus keyword_weight/(rrf_k + rank) in the
     keyword list. convex: each list's scores (cosine similarity; BM25) scaled to 0-1 within the list (its best 1,
     its last 0), then vector + keyword_weight x keyword summed, a list that lacks a chunk giving it 0. Ties go to
     the higher cosine similarity.
     """
     ranks: dict[int, _Ranks] = {}
     hits: dict[int, ChunkHit] = {}
-    lists = ((1.0, by_vector, [h.score for h in by_vector]), (keyword_weight, by_keyword, _bm25(by_keyword)))
+    lists = (
+        (1.0, by_vector, [h.score for h in by_vector]),
+        (keyword_weight, by_keyword, [h.keyword_score or 0.0 for h in by_keyword]),
+    )
     for number, (weight, ranked, scores) in enumerate(lists):
-        gains = _scaled(scores) if fusion == "convex" else [1.0 / (RRF_K + r) for r in range(1, len(ranked) + 1)]
+        gains = _scaled(scores) if fusion == "convex" else [1.0 / (rrf_k + r) for r in range(1, len(ranked) + 1)]
         for rank, (hit, gain) in enumerate(zip(ranked, gains, strict=True), start=1):
             hits.setdefault(hit.chunk_id, hit)
             entry = ranks.setdefault(hit.chunk_id, _Ranks())
@@ -269,11 +276,6 @@ def fuse(
             entry.fused_score += weight * gain
     order = sorted(ranks, key=lambda cid: (-ranks[cid].fused_score, -hits[cid].score, cid))
     return [(hits[cid], ranks[cid]) for cid in order]
-
-
-def _bm25(hits: Sequence[ChunkHit]) -> list[float]:
-    """The BM25 scores of a keyword list (a list without them counts by rank: 1, 1/2, 1/3...)."""
-    return [h.keyword_score if h.keyword_score is not None else 1.0 / r for r, h in enumerate(hits, start=1)]
 
 
 def _scaled(scores: Sequence[float]) -> list[float]:
