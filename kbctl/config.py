@@ -159,6 +159,13 @@ def effective_config(settings: Settings) -> dict[str, Any]:
             "providers": rerankers,
             "localModels": {n: str(p) for n, p in settings.config.rerank.local_models.items()},
         },
+        "serve": {
+            "tokens": {  # the token's variable and whether it is set, never its value
+                n: t.model_dump(by_alias=True, mode="json", exclude_none=True)
+                | {"tokenEnv": f"{t.token_env} ({'set' if os.environ.get(t.token_env) else 'not set'})"}
+                for n, t in settings.config.serve.tokens.items()
+            }
+        },
     }
     redacted: dict[str, Any] = _redacted(shown)
     return redacted

@@ -21,6 +21,10 @@ pasted there by mistake is never shown back).
         tei:      {baseURL: http://reranker.internal:8080, api: tei}
       localModels:
         ms-marco-minilm: /opt/models/ms-marco-MiniLM-L-6-v2    # model.onnx + tokenizer.json
+    serve:
+      tokens:                         # bearer tokens of `kbctl serve`, each read-only within its scope
+        support-bot: {tokenEnv: SUPPORT_BOT_TOKEN, knowledgeBases: [client-service-policy]}
+        platform:    {tokenEnv: PLATFORM_TOKEN, selector: team=platform}
 
 `redact` is the one function that hides secrets (passwords, keys, tokens) in whatever kbctl shows or echoes:
 `kbctl config view`, reprs and error messages.
@@ -54,6 +58,8 @@ __all__ = [
     "Profile",
     "Provider",
     "RerankProvider",
+    "ServeConfig",
+    "ServeToken",
     "config_path",
     "env_allows_private",
     "env_networks",
@@ -270,6 +276,33 @@ class RerankConfig(_Model):
     local_models: dict[str, Path] = Field(default_factory=dict)
 
 
+class ServeToken(_Model):
+    """A bearer token of `kbctl serve` and `kbctl mcp` over HTTP: read-only, limited to its scope.
+
+    The token itself lives in the environment variable `tokenEnv` names. The scope is the knowledge bases
+    listed, plus those whose labels match `selector` (checked by `kbctl serve` at start); a token with neither
+    sees nothing.
+    """
+
+    token_env: str
+    knowledge_bases: tuple[str, ...] = ()
+    selector: str | None = None
+
+    @field_validator("token_env")
+    @classmethod
+    def _token_variable(cls, value: str) -> str:
+        checked = _check_key_variable(value)
+        assert checked is not None
+        return checked
+
+
+
+class ServeConfig(_Model):
+    """`kbctl serve`: its bearer tokens by name (the name is what logs and metrics show, never the token)."""
+
+    tokens: dict[str, ServeToken] = Field(default_factory=dict)
+
+
 class ConfigFile(_Model):
     """The whole configuration file."""
 
@@ -277,6 +310,7 @@ class ConfigFile(_Model):
     allow_networks: tuple[str, ...] = ()  # CIDRs, exact addresses and host names URL sources may reach
     embedding: EmbeddingConfig = Field(default_factory=EmbeddingConfig)
     rerank: RerankConfig = Field(default_factory=RerankConfig)
+    serve: ServeConfig = Field(default_factory=ServeConfig)
 
     @field_validator("allow_networks", mode="before")
     @classmethod

@@ -24,6 +24,7 @@ LAYERS: list[tuple[str, ...]] = [
     ("kbctl.query",),
     ("kbctl.eval",),
     ("kbctl.client",),
+    ("kbctl.serve",),
     ("kbctl.cli", "kbctl._clidocs", "kbctl.__main__"),
 ]
 

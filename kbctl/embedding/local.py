@@ -11,6 +11,7 @@ import hashlib
 import importlib.resources
 import json
 import shutil
+import threading
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -109,6 +110,7 @@ class LocalEmbedder:
         self._settings = settings
         self._model: Any = None
         self._tokenizer: Any = None
+        self._loading = threading.RLock()  # threads of one process (a server) load the model once
 
     def _files(self) -> tuple[Path, Path, Path, bool] | None:
         """(model.onnx, tokenizer.json, prepared folder, verify sha256) or None to download."""
@@ -165,8 +167,15 @@ class LocalEmbedder:
 
     def _embedding_model(self) -> Any:
         if self._model is None:
-            self._model = self._load_model()
+            with self._loading:
+                if self._model is None:
+                    self._model = self._load_model()
         return self._model
+
+    @property
+    def loaded(self) -> bool:
+        """Whether the ONNX model is in memory (a server's readiness)."""
+        return self._model is not None
 
     def embed(self, texts: Sequence[str], purpose: Purpose = "document") -> list[Vector]:
         """Embed texts in batches; vectors are L2-normalized float32 (this model embeds queries and documents alike)."""
@@ -184,5 +193,7 @@ class LocalEmbedder:
         if not texts:
             return []
         if self._tokenizer is None:
-            self._tokenizer = self._load_tokenizer()
+            with self._loading:
+                if self._tokenizer is None:
+                    self._tokenizer = self._load_tokenizer()
         return [len(e.ids) for e in self._tokenizer.encode_batch(list(texts), add_special_tokens=False)]

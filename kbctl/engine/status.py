@@ -6,6 +6,7 @@ from datetime import datetime
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict
+from pydantic.alias_generators import to_camel
 
 from kbctl.engine.conditions import Condition, is_true
 from kbctl.errors import NotFoundError
@@ -28,7 +29,7 @@ class SourceStatus(BaseModel):
     message) or `failed` (nothing serves).
     """
 
-    model_config = ConfigDict(frozen=True)
+    model_config = ConfigDict(frozen=True, alias_generator=to_camel, populate_by_name=True)
 
     name: str
     kind: str
@@ -46,9 +47,12 @@ class SourceStatus(BaseModel):
 
 
 class KnowledgeBaseSummary(BaseModel):
-    """A row of `kbctl get knowledgebases`."""
+    """A row of `kbctl get knowledgebases` (camelCase with `model_dump(by_alias=True)`, as the HTTP API shows it)."""
+
+    model_config = ConfigDict(alias_generator=to_camel, populate_by_name=True)
 
     name: str
+    description: str  # what an agent reads to choose a knowledge base
     labels: dict[str, str]
     ready: bool
     generation: int
@@ -65,7 +69,6 @@ class KnowledgeBaseSummary(BaseModel):
 class KnowledgeBaseDetail(KnowledgeBaseSummary):
     """`kbctl describe knowledgebase NAME`: the spec in force and the state of every source."""
 
-    description: str
     model: str
     chunking: dict[str, Any]
     retrieval: dict[str, Any]

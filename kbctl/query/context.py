@@ -11,7 +11,7 @@ from xml.sax.saxutils import escape, quoteattr
 
 from pydantic import BaseModel
 
-from kbctl.query.results import QueryHit, QueryResult, RerankInfo
+from kbctl.query.results import API_MODEL, QueryHit, QueryResult, RerankInfo
 
 __all__ = ["GroundedContext", "Passage", "build_context"]
 
@@ -29,6 +29,8 @@ NOTHING = (
 class Passage(BaseModel):
     """One or more neighbouring chunks of one source, merged."""
 
+    model_config = API_MODEL
+
     id: int
     source: str
     title: str | None
@@ -44,6 +46,8 @@ class Passage(BaseModel):
 
 class GroundedContext(BaseModel):
     """The passages and the block to put in a model's prompt."""
+
+    model_config = API_MODEL
 
     knowledge_base: str
     version: int

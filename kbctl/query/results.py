@@ -2,13 +2,19 @@
 
 from __future__ import annotations
 
-from pydantic import BaseModel
+from pydantic import BaseModel, ConfigDict, PrivateAttr
+from pydantic.alias_generators import to_camel
 
-__all__ = ["QueryHit", "QueryResult", "RerankInfo", "TraceEntry", "TraceStage"]
+__all__ = ["API_MODEL", "QueryHit", "QueryResult", "RerankInfo", "StageTiming", "TraceEntry", "TraceStage"]
+
+# Field names are snake_case in Python and camelCase in the HTTP API (`model_dump(by_alias=True)`), like manifests.
+API_MODEL = ConfigDict(alias_generator=to_camel, populate_by_name=True)
 
 
 class QueryHit(BaseModel):
     """One chunk of context, in rank order."""
+
+    model_config = API_MODEL
 
     rank: int
     source: str
@@ -32,6 +38,8 @@ class QueryHit(BaseModel):
 class TraceEntry(BaseModel):
     """One candidate as a stage saw it."""
 
+    model_config = API_MODEL
+
     chunk_id: int
     source: str
     position: int
@@ -43,13 +51,26 @@ class TraceEntry(BaseModel):
 class TraceStage(BaseModel):
     """What one stage of a query did and how long it took."""
 
+    model_config = API_MODEL
+
     stage: str
     ms: float
     entries: list[TraceEntry] = []
 
 
+class StageTiming(BaseModel):
+    """When one stage of a query ran (always recorded, never serialized): what a tracing span is made of."""
+
+    stage: str
+    start_ns: int  # time.time_ns() at its start
+    end_ns: int
+    count: int  # candidates (or hits) it produced
+
+
 class RerankInfo(BaseModel):
     """What the reranker did for one query."""
+
+    model_config = API_MODEL
 
     model: str
     candidates: int  # how many candidates were sent to it
@@ -62,6 +83,8 @@ class RerankInfo(BaseModel):
 
 class QueryResult(BaseModel):
     """The answer to a query: the chunks kept, and why the others were not."""
+
+    model_config = API_MODEL
 
     knowledge_base: str
     version: int
@@ -81,6 +104,12 @@ class QueryResult(BaseModel):
     duplicates: int = 0
     rerank: RerankInfo | None = None
     trace: list[TraceStage] | None = None
+    _timings: list[StageTiming] = PrivateAttr(default_factory=list)
+
+    @property
+    def timings(self) -> list[StageTiming]:
+        """When each stage ran, explain or not (for tracing spans; not part of the JSON)."""
+        return self._timings
 
     @property
     def message(self) -> str:

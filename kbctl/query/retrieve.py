@@ -44,7 +44,7 @@ from kbctl.errors import NotFoundError, RerankError
 from kbctl.manifest import Rerank, Retrieval
 from kbctl.manifest.models import Fusion
 from kbctl.query.options import Mode, QueryOptions
-from kbctl.query.results import QueryHit, QueryResult, RerankInfo, TraceEntry, TraceStage
+from kbctl.query.results import QueryHit, QueryResult, RerankInfo, StageTiming, TraceEntry, TraceStage
 from kbctl.rerank import Reranker
 from kbctl.sources import storable
 from kbctl.store.database import ChunkHit, Database
@@ -140,13 +140,16 @@ class _Trace:
     def __init__(self, explain: bool) -> None:
         self.explain = explain
         self.stages: list[TraceStage] = []
+        self.timings: list[StageTiming] = []
         self._last = time.perf_counter()
+        self._last_ns = time.time_ns()
 
-    def stage(self, name: str, entries: list[TraceEntry] | None = None) -> None:
-        now = time.perf_counter()
+    def stage(self, name: str, entries: list[TraceEntry] | None = None, *, count: int = 0) -> None:
+        now, now_ns = time.perf_counter(), time.time_ns()
         if self.explain:
             self.stages.append(TraceStage(stage=name, ms=round((now - self._last) * 1000, 2), entries=entries or []))
-        self._last = now
+        self.timings.append(StageTiming(stage=name, start_ns=self._last_ns, end_ns=now_ns, count=count))
+        self._last, self._last_ns = now, now_ns
 
 
 def _array(vector: Any) -> Any:
@@ -447,25 +450,25 @@ def _retrieve(
         reranker = reranker_for(plan.rerank.model)
     trace = _Trace(plan.explain)
     vector = embed_question(embedder_for(plan.model), question)
-    trace.stage("embed question")
+    trace.stage("embed question", count=1)
     by_vector = vector_candidates(db, plan, vector)
-    trace.stage("vector", _entries(by_vector))
+    trace.stage("vector", _entries(by_vector), count=len(by_vector))
     by_keyword = keyword_candidates(db, plan, question, vector)
-    trace.stage("keyword", _entries(by_keyword))
+    trace.stage("keyword", _entries(by_keyword), count=len(by_keyword))
     # Alone, a list keeps its own order: the weight only matters beside the other list.
     fused = fuse(by_vector, by_keyword, plan.keyword_weight if plan.mode == "hybrid" else 1.0, plan.fusion)
-    trace.stage("fuse", [_entry(c, r, x.fused_score) for r, (c, x) in enumerate(fused, start=1)])
+    trace.stage("fuse", [_entry(c, r, x.fused_score) for r, (c, x) in enumerate(fused, start=1)], count=len(fused))
     terms = identifiers(question)
     passing, cuts = apply_threshold(db, plan, question, terms, fused)
-    trace.stage("threshold", cuts)
+    trace.stage("threshold", cuts, count=len(passing))
     info = None
     if reranker is not None and plan.rerank is not None:
         passing, info, entries = rerank_candidates(passing, question, reranker, plan.rerank)
-        trace.stage("rerank", entries)
+        trace.stage("rerank", entries, count=len(passing))
     selection = select_hits(passing, plan.top_k, plan.max_tokens)
-    trace.stage("select", selection.verdicts)
+    trace.stage("select", selection.verdicts, count=len(selection.hits))
     best = max((c.score for c, _ in fused), default=None)
-    return QueryResult(
+    result = QueryResult(
         knowledge_base=name,
         version=plan.version,
         model=plan.model,
@@ -485,3 +488,5 @@ def _retrieve(
         rerank=info,
         trace=trace.stages if plan.explain else None,
     )
+    result._timings = trace.timings
+    return result

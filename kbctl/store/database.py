@@ -117,7 +117,30 @@ class Database:
         self._exact = False
         self._pgvector: tuple[int, ...] | None = None  # the server's pgvector version, read on first need
         self._migrate = migrate
+        self._borrowed = False
         self._conn = self._connect(url, migrate)
+
+    @classmethod
+    def borrowed(cls, conn: psycopg.Connection[Any]) -> Database:
+        """A store over a connection someone else owns (a pool's: autocommit, with `prepare_connection` run on it).
+
+        Nothing is migrated and `close` leaves the connection open: the owner closes it.
+        """
+        db = cls.__new__(cls)
+        db._url = ""
+        db._resolve = None
+        db._exact = False
+        db._pgvector = None
+        db._migrate = False
+        db._conn = conn
+        db._borrowed = True
+        return db
+
+    @staticmethod
+    def prepare_connection(conn: psycopg.Connection[Any]) -> None:
+        """Make a connection kbctl did not open ready for `borrowed`: the vector type registered (the schema
+        must already be migrated)."""
+        register_vector(conn)
 
     @staticmethod
     def _connect(url: str, migrate_schema: bool = True) -> psycopg.Connection[Any]:
@@ -162,6 +185,8 @@ class Database:
 
     def reconnect(self) -> None:
         """Replace a broken connection with a new one (StoreError while the server is still unreachable)."""
+        if self._borrowed:
+            raise StoreError("a borrowed connection is replaced by its pool, not reconnected")
         with suppress(psycopg.Error):  # already gone
             self._conn.close()
         if self._resolve is not None:
@@ -175,8 +200,9 @@ class Database:
         return self._conn
 
     def close(self) -> None:
-        """Close the connection."""
-        self._conn.close()
+        """Close the connection (a borrowed one stays open for its owner)."""
+        if not self._borrowed:
+            self._conn.close()
 
     def __enter__(self) -> Database:
         return self

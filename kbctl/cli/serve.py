@@ -1,0 +1,65 @@
+"""`kbctl serve` (the HTTP API, with MCP at /mcp) and `kbctl mcp` (MCP over stdio)."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+import typer
+
+from kbctl.cli._common import app, handles_errors, state
+from kbctl.config import Settings
+
+
+@app.command()
+@handles_errors
+def serve(
+    host: Annotated[
+        str, typer.Option("--host", help="Address to listen on (loopback unless tokens are configured).")
+    ] = "127.0.0.1",
+    port: Annotated[int, typer.Option("--port", "-p", min=1, max=65535, help="Port to listen on.")] = 8080,
+    insecure: Annotated[
+        bool, typer.Option("--insecure", help="Allow a non-loopback address without any token (anyone can read).")
+    ] = False,
+    pool_size: Annotated[int, typer.Option("--pool-size", min=1, max=100, help="Database connections.")] = 10,
+    timeout: Annotated[
+        float, typer.Option("--timeout", min=0.1, max=600.0, help="Seconds a request may take (then 504).")
+    ] = 30.0,
+    threads: Annotated[
+        int, typer.Option("--threads", min=1, max=256, help="Worker threads running requests' blocking work.")
+    ] = 40,
+) -> None:
+    """Serve retrieval over HTTP for agents: a JSON API (OpenAPI at /openapi.json, docs at /docs) and MCP at /mcp.
+
+    Routes: GET /v1/knowledgebases, GET /v1/knowledgebases/NAME, POST /v1/knowledgebases/NAME/query and
+    .../context (the options of kbctl query, in camelCase: question, topK, threshold, maxTokens, mode,
+    explain, rerank), POST /v1/query (several knowledge bases, one fused ranking), /healthz, /readyz, /metrics.
+
+    Callers authenticate with bearer tokens from serve.tokens in kbctl's configuration, each naming the
+    environment variable that holds it and a scope (knowledgeBases and/or a label selector); a knowledge base
+    out of scope answers 404. Without tokens the server binds loopback only (a non-loopback --host needs
+    --insecure). Logs are JSON lines on stderr, one per request.
+
+    Example: SUPPORT_BOT_TOKEN=... kbctl serve --host 0.0.0.0 --port 8080
+    """
+    from kbctl.serve.run import serve as run
+
+    settings = Settings.from_env(database_url=state["database_url"])
+    run(
+        settings, host=host, port=port, insecure=insecure, pool_size=pool_size, request_timeout=timeout, threads=threads
+    )
+
+
+@app.command()
+@handles_errors
+def mcp() -> None:
+    """Serve the Model Context Protocol over stdio, for desktop and IDE agents.
+
+    Tools: list_knowledge_bases (with descriptions), search (knowledge base, question, optional top_k and
+    threshold) and get_context (the grounded block of kbctl context); each knowledge base is also an MCP
+    resource (kbctl://knowledgebases/NAME). The local user sees every knowledge base, as with the CLI.
+
+    Client configuration: {"mcpServers": {"kbctl": {"command": "kbctl", "args": ["mcp"]}}}
+    """
+    from kbctl.serve.run import serve_mcp_stdio
+
+    serve_mcp_stdio(Settings.from_env(database_url=state["database_url"]))

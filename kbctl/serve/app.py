@@ -1,0 +1,262 @@
+"""The HTTP API of `kbctl serve`: routes, and the middleware that authenticates, bounds, logs and counts.
+
+Every route but the health checks and the API's own description needs a valid bearer token when tokens are
+configured; a knowledge base outside the token's scope answers 404, as one that does not exist.
+"""
+
+from __future__ import annotations
+
+import secrets
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
+from typing import Annotated, Any, TypeVar
+
+import anyio
+from fastapi import FastAPI, Path, Request, Response
+from fastapi.responses import JSONResponse
+from mcp.server.transport_security import TransportSecuritySettings
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from kbctl._version import __version__
+from kbctl.engine.status import KnowledgeBaseDetail, KnowledgeBaseSummary
+from kbctl.manifest.selectors import parse_selector
+from kbctl.query.context import GroundedContext
+from kbctl.query.results import QueryResult
+from kbctl.serve.auth import Principal, Tokens
+from kbctl.serve.logs import log_request
+from kbctl.serve.mcp import build_mcp
+from kbctl.serve.metrics import CONTENT_TYPE_LATEST, Metrics
+from kbctl.serve.problems import BadRequest, install_handlers, problem
+from kbctl.serve.requests import MAX_BODY_BYTES, MultiQueryRequest, QueryRequest
+from kbctl.serve.service import FederatedResult, Readiness, RetrievalService
+from kbctl.serve.tracing import trace_query
+
+__all__ = ["PUBLIC_PATHS", "create_app"]
+
+PUBLIC_PATHS = frozenset({"/healthz", "/readyz", "/docs", "/openapi.json"})
+LOOPBACK_HOSTS = frozenset({"127.0.0.1", "localhost", "::1"})
+T = TypeVar("T")
+Name = Annotated[str, Path(min_length=1, max_length=253, description="The knowledge base's name.")]
+
+
+class BodyLimit:
+    """Refuse a request body over `limit` bytes with 413, whether it announces its length or not."""
+
+    def __init__(self, app: ASGIApp, limit: int = MAX_BODY_BYTES) -> None:
+        self.app, self.limit = app, limit
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http" or scope["method"] in ("GET", "HEAD", "DELETE", "OPTIONS"):
+            await self.app(scope, receive, send)
+            return
+        length = dict(scope["headers"]).get(b"content-length")
+        too_large = problem(413, "body-too-large", f"the request body is over {self.limit} bytes")
+        if length is not None and (not length.isdigit() or int(length) > self.limit):
+            await too_large(scope, receive, send)
+            return
+        body, more = b"", True
+        while more:
+            message = await receive()
+            if message["type"] != "http.request":
+                break
+            body += message.get("body", b"")
+            more = message.get("more_body", False)
+            if len(body) > self.limit:
+                await too_large(scope, receive, send)
+                return
+        replayed = False
+
+        async def replay() -> Message:
+            nonlocal replayed
+            if not replayed:
+                replayed = True
+                return {"type": "http.request", "body": body, "more_body": False}
+            return await receive()
+
+        await self.app(scope, replay, send)
+
+
+def create_app(
+    service: RetrievalService,
+    tokens: Tokens,
+    *,
+    host: str = "127.0.0.1",
+    request_timeout: float = 30.0,
+    threads: int | None = None,
+    mcp: bool = True,
+) -> FastAPI:
+    """The ASGI app over `service`; `host` is the address served (the MCP endpoint checks Host headers against it
+    on loopback); `request_timeout` bounds every request's work (504 after it); `threads` caps the worker threads
+    that run requests' blocking work (anyio's default, 40, when None)."""
+    metrics = Metrics()
+    mcp_server = build_mcp(service) if mcp else None
+    mcp_app = None
+    if mcp_server is not None:
+        security = None if host in LOOPBACK_HOSTS else TransportSecuritySettings(enable_dns_rebinding_protection=False)
+        mcp_app = mcp_server.streamable_http_app(
+            streamable_http_path="/mcp",
+            stateless_http=True,
+            json_response=True,
+            max_request_body_size=MAX_BODY_BYTES,
+            transport_security=security,
+            host=host,
+        )
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        if threads is not None:
+            anyio.to_thread.current_default_thread_limiter().total_tokens = threads
+        if mcp_server is None:
+            yield
+            return
+        async with mcp_server.session_manager.run():
+            yield
+
+    app = FastAPI(
+        title="kbctl",
+        version=__version__,
+        summary="Retrieval from kbctl knowledge bases: grounded context for agents.",
+        lifespan=lifespan,
+        redoc_url=None,
+    )
+    install_handlers(app)
+
+    async def run(request: Request, fn: Callable[[], T]) -> T:
+        """`fn` on a worker thread, bounded by the request timeout; a ValueError of the options is a 400."""
+        try:
+            with anyio.fail_after(request_timeout):
+                return await anyio.to_thread.run_sync(fn, abandon_on_cancel=True)
+        except TimeoutError:
+            raise TimeoutError(f"the request took longer than {request_timeout:g} s") from None
+        except ValueError as exc:
+            raise BadRequest(str(exc)) from exc
+
+    def caller(request: Request) -> Principal:
+        principal: Principal = request.state.principal
+        return principal
+
+    def record(request: Request, result: QueryResult) -> None:
+        request.state.outcome = {
+            "knowledgeBase": result.knowledge_base,
+            "version": result.version,
+            "hits": len(result.hits),
+            "bestScore": result.best_score,
+        }
+        trace_query(result, route=request.url.path, principal=caller(request).name)
+
+    @app.get("/healthz", tags=["health"], summary="The process is up.")
+    async def healthz() -> dict[str, str]:
+        return {"status": "ok"}
+
+    @app.get("/readyz", tags=["health"], summary="The database answers, its schema is current, the model is loaded.")
+    async def readyz(request: Request) -> JSONResponse:
+        ready: Readiness = await run(request, service.readiness)
+        return JSONResponse(ready.model_dump(by_alias=True), status_code=200 if ready.ready else 503)
+
+    @app.get("/metrics", tags=["health"], summary="Prometheus metrics.")
+    async def prometheus() -> Response:
+        return Response(metrics.render(), media_type=CONTENT_TYPE_LATEST)
+
+    @app.get("/v1/knowledgebases", tags=["knowledge bases"], summary="The knowledge bases in the caller's scope.")
+    async def list_kbs(request: Request) -> dict[str, list[KnowledgeBaseSummary]]:
+        principal = caller(request)
+        return {"items": await run(request, lambda: service.knowledge_bases(principal))}
+
+    @app.get("/v1/knowledgebases/{name}", tags=["knowledge bases"], summary="One knowledge base in detail.")
+    async def get_kb(name: Name, request: Request) -> KnowledgeBaseDetail:
+        principal = caller(request)
+        detail = await run(request, lambda: service.describe(principal, name))
+        request.state.outcome = {"knowledgeBase": detail.name, "version": detail.version}
+        return detail
+
+    @app.post(
+        "/v1/knowledgebases/{name}/query",
+        tags=["retrieval"],
+        summary="The chunks most relevant to a question, ranked, within threshold and token budget.",
+    )
+    async def query(name: Name, body: QueryRequest, request: Request) -> QueryResult:
+        principal = caller(request)
+        result = await run(request, lambda: service.query(principal, name, body.question, body.options()))
+        record(request, result)
+        return result
+
+    @app.post(
+        "/v1/knowledgebases/{name}/context",
+        tags=["retrieval"],
+        summary="The grounded context block for a question (or an explicit 'nothing relevant' block).",
+    )
+    async def context(name: Name, body: QueryRequest, request: Request) -> GroundedContext:
+        principal = caller(request)
+        grounded = await run(request, lambda: service.context(principal, name, body.question, body.options()))
+        request.state.outcome = {
+            "knowledgeBase": grounded.knowledge_base,
+            "version": grounded.version,
+            "hits": len(grounded.passages),
+            "bestScore": max((p.score for p in grounded.passages), default=None),
+        }
+        return grounded
+
+    @app.post("/v1/query", tags=["retrieval"], summary="One question to several knowledge bases, one fused ranking.")
+    async def query_many(body: MultiQueryRequest, request: Request) -> FederatedResult:
+        principal = caller(request)
+        if body.knowledge_bases and body.selector:
+            raise BadRequest("give knowledgeBases or selector, not both")
+        selector = parse_selector(body.selector) if body.selector else None
+        result = await run(
+            request,
+            lambda: service.query_many(
+                principal, body.question, body.options(), names=body.knowledge_bases, selector=selector
+            ),
+        )
+        request.state.outcome = {
+            "knowledgeBase": ",".join(result.knowledge_bases),
+            "hits": len(result.hits),
+            "bestScore": max((h.score for h in result.hits), default=None),
+        }
+        return result
+
+    if mcp_app is not None:
+        app.router.routes.extend(mcp_app.routes)  # /mcp itself, without a mount's redirect to /mcp/
+
+    @app.middleware("http")
+    async def observe(request: Request, call_next: Callable[[Request], Awaitable[Response]]) -> Response:
+        start = time.perf_counter()
+        request_id = request.headers.get("x-request-id", "")[:64] or secrets.token_hex(8)
+        principal = tokens.authenticate(request.headers.get("authorization"))
+        if principal is None and request.url.path not in PUBLIC_PATHS:
+            response: Response = problem(
+                401, "unauthorized", "a valid bearer token is required", {"WWW-Authenticate": "Bearer"}
+            )
+        else:
+            request.state.principal = principal
+            response = await call_next(request)
+        route = request.scope.get("route")
+        path = getattr(route, "path", None) or "unmatched"
+        outcome: dict[str, Any] = getattr(request.state, "outcome", {})
+        seconds = time.perf_counter() - start
+        error = response.headers.get("x-kbctl-error")
+        metrics.observe(
+            route=path,
+            status=response.status_code,
+            seconds=seconds,
+            knowledge_base=str(outcome.get("knowledgeBase", "")),
+            hits=outcome.get("hits") if path.endswith(("/query", "/context")) else None,
+            error=error,
+        )
+        response.headers["x-request-id"] = request_id
+        if path not in ("/healthz", "/metrics"):
+            log_request(
+                requestId=request_id,
+                method=request.method,
+                route=path,
+                status=response.status_code,
+                ms=round(seconds * 1000, 2),
+                token=principal.name if principal is not None else None,
+                error=error,
+                **outcome,
+            )
+        return response
+
+    app.add_middleware(BodyLimit)
+    return app

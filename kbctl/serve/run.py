@@ -1,0 +1,94 @@
+"""Start `kbctl serve` (uvicorn) and `kbctl mcp` (stdio), refusing an open bind without tokens."""
+
+from __future__ import annotations
+
+import ipaddress
+import logging
+import os
+
+from kbctl.config import Settings
+from kbctl.errors import KbctlError
+from kbctl.serve.app import LOOPBACK_HOSTS
+from kbctl.serve.auth import Tokens
+from kbctl.serve.logs import configure_logging
+
+__all__ = ["check_bind", "is_loopback", "serve", "serve_mcp_stdio"]
+
+log = logging.getLogger("kbctl.serve")
+
+
+def is_loopback(host: str) -> bool:
+    """Whether `host` is a loopback address (or localhost)."""
+    if host in LOOPBACK_HOSTS:
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def check_bind(host: str, tokens: Tokens, *, insecure: bool) -> str:
+    """What the server says at start about who can reach it; KbctlError for a non-loopback bind without tokens
+    (unless `insecure`)."""
+    if tokens.configured:
+        return f"bearer tokens required ({tokens.count} configured)"
+    if is_loopback(host):
+        return "no tokens configured: serving loopback only, every knowledge base readable by local callers"
+    if not insecure:
+        raise KbctlError(
+            f"refusing to serve {host} without tokens: anyone who reaches it could read every knowledge base. "
+            "Configure serve.tokens in kbctl's configuration, bind 127.0.0.1, or pass --insecure"
+        )
+    return f"WARNING: --insecure: serving {host} without tokens, every knowledge base readable by anyone who reaches it"
+
+
+def serve(
+    settings: Settings,
+    *,
+    host: str,
+    port: int,
+    insecure: bool = False,
+    pool_size: int = 10,
+    request_timeout: float = 30.0,
+    threads: int = 40,
+) -> None:
+    """Run the HTTP API (and MCP at /mcp) until interrupted."""
+    import uvicorn
+
+    from kbctl.serve.app import create_app
+    from kbctl.serve.service import RetrievalService
+
+    configure_logging()
+    tokens = Tokens(settings.config.serve, os.environ, config_file=str(settings.config_file))
+    access = check_bind(host, tokens, insecure=insecure)
+    service = RetrievalService(settings, pool_size=pool_size)
+    try:
+        service.warm_up()
+        app = create_app(service, tokens, host=host, request_timeout=request_timeout, threads=threads)
+        log.info(f"kbctl serve listening on http://{host}:{port} ({access}); API docs at /docs, MCP at /mcp")
+        uvicorn.run(
+            app,
+            host=host,
+            port=port,
+            access_log=False,
+            log_config=None,
+            timeout_keep_alive=5,
+            timeout_graceful_shutdown=10,
+            h11_max_incomplete_event_size=16 * 1024,
+        )
+    finally:
+        service.close()
+
+
+def serve_mcp_stdio(settings: Settings) -> None:
+    """Run the MCP server over stdin/stdout until the client closes it (logs go to stderr)."""
+    from kbctl.serve.mcp import build_mcp
+    from kbctl.serve.service import RetrievalService
+
+    configure_logging(logging.WARNING)
+    service = RetrievalService(settings, pool_size=4)
+    try:
+        service.warm_up()
+        build_mcp(service).run("stdio")
+    finally:
+        service.close()
