@@ -296,7 +296,6 @@ class ServeToken(_Model):
         return checked
 
 
-
 class ServeConfig(_Model):
     """`kbctl serve`: its bearer tokens by name (the name is what logs and metrics show, never the token)."""
 

@@ -18,13 +18,13 @@ def url_source(name: str, url: str) -> dict[str, Any]:
     return {"name": name, "url": url}
 
 
-def knowledge_base(name: str, *sources: dict[str, Any], **spec: Any) -> str:
+def knowledge_base(name: str, *sources: dict[str, Any], labels: dict[str, str] | None = None, **spec: Any) -> str:
     """A KnowledgeBase manifest (JSON, which is YAML) with these sources and other spec fields in camelCase."""
     return json.dumps(
         {
             "apiVersion": "kbctl.dev/v1alpha1",
             "kind": "KnowledgeBase",
-            "metadata": {"name": name},
+            "metadata": {"name": name, **({"labels": labels} if labels else {})},
             "spec": {"sources": list(sources), **spec},
         },
         indent=2,

@@ -1,0 +1,88 @@
+"""In one process: a query's OpenTelemetry spans (one per query, a child per stage), and an internal error's
+500 carrying an id that the log also has."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterator
+
+import pytest
+from fastapi.testclient import TestClient
+from opentelemetry import trace
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+from kbctl.client import KnowledgeBaseStore
+from kbctl.manifest import parse_manifests
+from kbctl.serve import RetrievalService, Tokens, create_app
+from kbctl.userconfig import ServeConfig
+from tests.support.manifests import knowledge_base, text_source
+
+MANIFEST = knowledge_base(
+    "office", text_source("invoices", "# Invoices\n\nInvoices are kept for seven years after the financial year.")
+)
+
+EXPORTER = InMemorySpanExporter()
+
+
+@pytest.fixture(scope="module", autouse=True)
+def tracer_provider() -> None:
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(EXPORTER))
+    trace.set_tracer_provider(provider)
+
+
+@pytest.fixture
+def client(store: KnowledgeBaseStore) -> Iterator[tuple[TestClient, RetrievalService]]:
+    store.apply(parse_manifests(MANIFEST, "kb.yaml"))
+    service = RetrievalService(store.settings, pool_size=2)
+    app = create_app(service, Tokens(ServeConfig(), {}))
+    try:
+        with TestClient(app, raise_server_exceptions=False) as c:
+            yield c, service
+    finally:
+        service.close()
+
+
+def test_a_query_is_one_span_with_a_child_per_stage(client: tuple[TestClient, RetrievalService]) -> None:
+    EXPORTER.clear()
+    c, _ = client
+    response = c.post("/v1/knowledgebases/office/query", json={"question": "how long are invoices kept?"})
+    assert response.status_code == 200
+    spans = EXPORTER.get_finished_spans()
+    root = [s for s in spans if s.name == "kbctl.query"]
+    assert len(root) == 1
+    attributes = root[0].attributes or {}
+    assert attributes["kbctl.knowledge_base"] == "office" and attributes["kbctl.version"] == 1
+    assert attributes["kbctl.hits"] == len(response.json()["hits"]) >= 1
+    children = [s for s in spans if s.parent is not None and s.parent.span_id == root[0].context.span_id]
+    names = [s.name for s in children]
+    assert names == [
+        "kbctl.embed_question",
+        "kbctl.vector",
+        "kbctl.keyword",
+        "kbctl.fuse",
+        "kbctl.threshold",
+        "kbctl.select",
+    ]
+    assert all(root[0].start_time <= s.start_time <= s.end_time <= root[0].end_time for s in children)
+
+
+def test_an_internal_error_is_a_500_with_an_id_in_the_log(
+    client: tuple[TestClient, RetrievalService], monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    c, service = client
+
+    def broken(*args: object) -> None:  # a fault injected below the route: a bug, not bad input
+        raise RuntimeError("secret internals: postgresql://kb:hunter2@db/kb")
+
+    monkeypatch.setattr(service, "query", broken)
+    with caplog.at_level(logging.ERROR, logger="kbctl.serve"):
+        response = c.post("/v1/knowledgebases/office/query", json={"question": "x"})
+    assert response.status_code == 500
+    body = response.json()
+    assert body["type"] == "/problems/internal" and "hunter2" not in response.text and "internals" not in response.text
+    error_id = body["detail"].split("id ")[1].split(",")[0]
+    logged = [r for r in caplog.records if error_id in r.getMessage()]
+    assert logged and "hunter2" not in logged[0].getMessage()
