@@ -2,13 +2,13 @@
 
     python bench/serve.py [--requests 400] [--chunks 10000] [--cli-calls 5]
 
-A fresh store (a temporary KBCTL_HOME) gets the two example knowledge bases (the real local model) and one of
-about `--chunks` generated chunks (bench/scale.py's corpus, embedded through the loopback stand-in of
-bench/embed_http.py, so its queries embed through that stand-in too: ~1 ms, pseudo-vectors). Then a real
-`kbctl serve` child process on 127.0.0.1 answers POST /v1/knowledgebases/NAME/query from asyncio httpx clients
-with keep-alive, `--requests` per step, at each concurrency; for each: queries/s, p50 and p99 latency, and the
-server's CPU (cores busy = its CPU seconds / wall seconds; the clients run on the same 2 cores). Side by side:
-the in-process Python API (`KnowledgeBaseStore.query`, model loaded) and the CLI per call
+A fresh store (a temporary KBCTL_HOME) gets the two example knowledge bases and one of about `--chunks`
+generated chunks of ~350 characters (bench/scale.py's vocabulary and questions), all embedded with the real
+local model, which also embeds every question. Then a real `kbctl serve` child process on 127.0.0.1 answers
+POST /v1/knowledgebases/NAME/query from asyncio httpx clients with keep-alive, `--requests` per step, at each
+concurrency; for each: queries/s, p50 and p99 latency, and the server's CPU (cores busy = its CPU seconds /
+wall seconds; the clients run on the same cores). Side by side: the in-process Python API
+(`KnowledgeBaseStore.query`, model loaded) and the CLI per call
 (`kbctl query NAME Q -o json`, a new process each time).
 """
 
@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import json
 import os
 import random
 import statistics
@@ -30,8 +31,7 @@ import httpx
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from embed_http import KEY, KEY_VAR, server_process  # the stand-in embedder, shared with bench/scale.py
-from scale import SECTIONS_PER_SOURCE, manifest, questions, source_text
+from scale import SECTIONS_PER_SOURCE, questions, sentence
 
 from kbctl.client import KnowledgeBaseStore
 from kbctl.config import Settings
@@ -49,6 +49,25 @@ EXAMPLE_QUESTIONS = [
 ]
 
 
+def short_source(rng: random.Random, idx: int) -> str:
+    """One source of SECTIONS_PER_SOURCE sections of ~350 characters each: one chunk per section."""
+    parts = [f"# Handbook part {idx}"]
+    for section in range(SECTIONS_PER_SOURCE):
+        paragraph = [f"Reference code REF-{idx}-{section}."]
+        while sum(map(len, paragraph)) < 320:
+            paragraph.append(sentence(rng))
+        parts += [f"## Topic {idx}.{section}", " ".join(paragraph)]
+    return "\n\n".join(parts) + "\n"
+
+
+def manifest(texts: list[str]) -> str:
+    sources = [{"name": f"part-{i:06d}", "format": "markdown", "text": t} for i, t in enumerate(texts)]
+    spec = {"sources": sources, "limits": {"maxTokensToEmbed": 1_000_000_000}}
+    return json.dumps(
+        {"apiVersion": "kbctl.dev/v1alpha1", "kind": "KnowledgeBase", "metadata": {"name": "scale"}, "spec": spec}
+    )
+
+
 def pct(values: list[float], q: float) -> float:
     ordered = sorted(values)
     return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))]
@@ -60,8 +79,11 @@ def cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
-async def load(url: str, name: str, qs: list[str], concurrency: int, total: int) -> tuple[float, list[float]]:
-    """(wall seconds, latencies in ms) of `total` queries sent by `concurrency` clients at once."""
+async def load(
+    url: str, pid: int, name: str, qs: list[str], concurrency: int, total: int
+) -> tuple[float, list[float], float]:
+    """(wall seconds, latencies in ms, server CPU seconds) of `total` queries sent by `concurrency` clients at once,
+    after a warm-up of the connections."""
     latencies: list[float] = []
     counter = iter(range(total))
     limits = httpx.Limits(max_connections=concurrency, max_keepalive_connections=concurrency)
@@ -77,9 +99,9 @@ async def load(url: str, name: str, qs: list[str], concurrency: int, total: int)
         await asyncio.gather(*(worker() for _ in range(min(concurrency, 4))))  # warm the connections
         latencies.clear()
         counter = iter(range(total))
-        started = time.perf_counter()
+        cpu, started = cpu_seconds(pid), time.perf_counter()
         await asyncio.gather(*(worker() for _ in range(concurrency)))
-        return time.perf_counter() - started, latencies
+        return time.perf_counter() - started, latencies, cpu_seconds(pid) - cpu
 
 
 def in_process(settings: Settings, name: str, qs: list[str], total: int) -> list[float]:
@@ -107,6 +129,36 @@ def cli_calls(env: dict[str, str], name: str, qs: list[str], calls: int) -> list
     return times
 
 
+def apply_corpus(env: dict[str, str], work: Path, sources: int) -> None:
+    """Apply the examples and the generated knowledge base through the real CLI."""
+    big = work / "scale.yaml"
+    big.write_text(manifest([short_source(random.Random(42 + i), i) for i in range(sources)]))
+    for path in (REPO / "examples" / "kb", big):
+        started = time.perf_counter()
+        done = subprocess.run(
+            [sys.executable, "-m", "kbctl", "apply", "-f", str(path), "--wait"], env=env, capture_output=True, text=True
+        )
+        if done.returncode != 0:
+            raise SystemExit(f"kbctl apply -f {path} failed: {done.stderr[-2000:]}")
+        print(f"applied {path.name} in {time.perf_counter() - started:.0f} s")
+
+
+def measure_http(
+    env: dict[str, str], work: Path, targets: list[tuple[str, list[str]]], chunks: dict[str, int], requests: int
+) -> None:
+    with serving(env, work / "serve.log") as served:
+        for name, qs in targets:
+            base = None
+            for concurrency in (1, 8, 32):
+                wall, lat, cpu = asyncio.run(load(served.url, served.process.pid, name, qs, concurrency, requests))
+                qps = len(lat) / wall
+                base = base or qps
+                print(
+                    f"{name:<24}{chunks[name]:>7}  {f'HTTP, {concurrency} clients':<22}{qps:>8.1f}"
+                    f"{statistics.median(lat):>9.1f}{pct(lat, 0.99):>9.1f}{cpu / wall:>14.2f}{qps / base:>9.2f}x"
+                )
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--requests", type=int, default=400)
@@ -116,67 +168,35 @@ def main() -> None:
 
     home = Path(tempfile.mkdtemp(prefix="kbctl-bench-serve-"))
     work = Path(tempfile.mkdtemp(prefix="kbctl-bench-serve-work-"))
-    sources = max(1, round(args.chunks / (SECTIONS_PER_SOURCE + 1)))
-    with server_process("none", 0.0) as standin:
-        config = work / "config.yaml"
-        config.write_text(
-            f"embedding:\n  providers:\n    standin:\n      baseURL: {standin}\n      apiKeyEnv: {KEY_VAR}\n"
-            "      batchSize: 64\n      maxConcurrency: 4\n      timeout: 300\n"
+    sources = max(1, round(args.chunks / SECTIONS_PER_SOURCE))
+    env = {k: v for k, v in os.environ.items() if not k.startswith("KBCTL_")}
+    env.update({"KBCTL_HOME": str(home), "KBCTL_MAX_MANIFEST_MIB": "256"})
+    settings = Settings(home=home)
+    try:
+        apply_corpus(env, work, sources)
+        with KnowledgeBaseStore(settings=settings) as store:
+            chunks = {kb.name: kb.chunks for kb in store.list()}
+        targets = [("client-service-policy", EXAMPLE_QUESTIONS), ("scale", questions(random.Random(11), 200, sources))]
+        print(
+            f"kbctl serve on 127.0.0.1, {os.cpu_count()} cores shared with the clients; "
+            f"{args.requests} requests per step; default retrieval (hybrid), model local/all-MiniLM-L6-v2"
         )
-        env = {k: v for k, v in os.environ.items() if not k.startswith("KBCTL_")}
-        env.update({"KBCTL_HOME": str(home), "KBCTL_CONFIG": str(config), KEY_VAR: KEY})
-        os.environ.update({"KBCTL_HOME": str(home), "KBCTL_CONFIG": str(config), KEY_VAR: KEY})
-        os.environ.pop("KBCTL_DATABASE_URL", None)
-        settings = Settings.from_env()
-        try:
-            rng = random.Random(42)
-            big = work / "scale.yaml"
-            big.write_text(manifest([source_text(rng, i) for i in range(sources)], "standin"))
-            for path in (REPO / "examples" / "kb", big):
-                subprocess.run(
-                    [sys.executable, "-m", "kbctl", "apply", "-f", str(path), "--wait"],
-                    env=env,
-                    check=True,
-                    capture_output=True,
-                )
-            with KnowledgeBaseStore(settings=settings) as store:
-                chunks = {kb.name: kb.chunks for kb in store.list()}
-            targets = [
-                ("client-service-policy", EXAMPLE_QUESTIONS),
-                ("scale", questions(random.Random(11), 200, sources)),
-            ]
+        header = f"{'knowledge base':<24}{'chunks':>7}  {'how':<22}{'q/s':>8}{'p50 ms':>9}{'p99 ms':>9}"
+        print(header + f"{'server cores':>14}{'q/s vs 1':>10}")
+        measure_http(env, work, targets, chunks, args.requests)
+        for name, qs in targets:
+            lat = in_process(settings, name, qs, min(args.requests, 200))
             print(
-                f"kbctl serve on 127.0.0.1, {os.cpu_count()} cores shared with the clients; "
-                f"{args.requests} requests per step; default retrieval (hybrid)"
+                f"{name:<24}{chunks[name]:>7}  {'Python API, 1 thread':<22}{1000 / statistics.mean(lat):>8.1f}"
+                f"{statistics.median(lat):>9.1f}{pct(lat, 0.99):>9.1f}"
             )
-            header = f"{'knowledge base':<24}{'chunks':>7}  {'how':<22}{'q/s':>8}{'p50 ms':>9}{'p99 ms':>9}"
-            print(header + f"{'server cores':>14}{'q/s vs 1':>10}")
-            with serving(env, work / "serve.log") as served:
-                for name, qs in targets:
-                    base = None
-                    for concurrency in (1, 8, 32):
-                        cpu0 = cpu_seconds(served.process.pid)
-                        wall, lat = asyncio.run(load(served.url, name, qs, concurrency, args.requests))
-                        busy = (cpu_seconds(served.process.pid) - cpu0) / wall
-                        qps = len(lat) / wall
-                        base = base or qps
-                        print(
-                            f"{name:<24}{chunks[name]:>7}  {f'HTTP, {concurrency} clients':<22}{qps:>8.1f}"
-                            f"{statistics.median(lat):>9.1f}{pct(lat, 0.99):>9.1f}{busy:>14.2f}{qps / base:>9.2f}x"
-                        )
-            for name, qs in targets:
-                lat = in_process(settings, name, qs, min(args.requests, 200))
-                print(
-                    f"{name:<24}{chunks[name]:>7}  {'Python API, 1 thread':<22}{1000 / statistics.mean(lat):>8.1f}"
-                    f"{statistics.median(lat):>9.1f}{pct(lat, 0.99):>9.1f}"
-                )
-                lat = cli_calls(env, name, qs, args.cli_calls)
-                print(
-                    f"{name:<24}{chunks[name]:>7}  {'CLI, a process a call':<22}{1000 / statistics.mean(lat):>8.1f}"
-                    f"{statistics.median(lat):>9.1f}{max(lat):>9.1f}"
-                )
-        finally:
-            stop_server(settings.pgdata)
+            lat = cli_calls(env, name, qs, args.cli_calls)
+            print(
+                f"{name:<24}{chunks[name]:>7}  {'CLI, a process a call':<22}{1000 / statistics.mean(lat):>8.1f}"
+                f"{statistics.median(lat):>9.1f}{max(lat):>9.1f}"
+            )
+    finally:
+        stop_server(settings.pgdata)
 
 
 if __name__ == "__main__":

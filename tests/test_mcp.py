@@ -17,11 +17,8 @@ from mcp.client.stdio import StdioServerParameters
 from mcp.client.streamable_http import streamable_http_client
 
 from kbctl.client import KnowledgeBaseStore
-from kbctl.config import Settings
-from kbctl.manifest import parse_manifests
-from tests.conftest import TABLES
 from tests.support.manifests import knowledge_base, text_source
-from tests.support.serveproc import Served, kbctl_env, serving
+from tests.support.serveproc import Served, kbctl_env, seeded, serving_with_config
 
 TOKEN = "mcp-test-token-0123456789abcdef"
 CONFIG = "serve:\n  tokens:\n    agent: {tokenEnv: TEST_MCP_TOKEN, knowledgeBases: [handbook]}\n"
@@ -43,13 +40,8 @@ PAYROLL = knowledge_base(
 
 @pytest.fixture(scope="module")
 def data(database_url: str, kbctl_home: Path) -> Iterator[KnowledgeBaseStore]:
-    store = KnowledgeBaseStore(settings=Settings(home=kbctl_home, database_url=database_url))
-    store.db.connection.execute(f"TRUNCATE {TABLES} RESTART IDENTITY CASCADE")
-    store.apply(parse_manifests(HANDBOOK + "\n---\n" + PAYROLL, "kb.yaml"))
-    try:
+    with seeded(database_url, kbctl_home, HANDBOOK, PAYROLL) as store:
         yield store
-    finally:
-        store.close()
 
 
 def text_of(result: Any) -> str:
@@ -110,10 +102,8 @@ def test_mcp_over_stdio(data: KnowledgeBaseStore, kbctl_home: Path, database_url
 def token_server(
     data: KnowledgeBaseStore, kbctl_home: Path, database_url: str, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[Served]:
-    config = tmp_path_factory.mktemp("cfg") / "config.yaml"
-    config.write_text(CONFIG)
-    env = kbctl_env(kbctl_home, database_url, KBCTL_CONFIG=str(config), TEST_MCP_TOKEN=TOKEN)
-    with serving(env, tmp_path_factory.mktemp("log") / "mcp.log") as served:
+    folder = tmp_path_factory.mktemp("mcp")
+    with serving_with_config(kbctl_home, database_url, folder, CONFIG, TEST_MCP_TOKEN=TOKEN) as served:
         yield served
 
 

@@ -13,11 +13,9 @@ import httpx
 import pytest
 
 from kbctl.client import KnowledgeBaseStore
-from kbctl.config import Settings
 from kbctl.manifest import parse_manifests
-from tests.conftest import TABLES
 from tests.support.manifests import knowledge_base, text_source
-from tests.support.serveproc import Served, kbctl_env, serving
+from tests.support.serveproc import Served, kbctl_env, seeded, serving, serving_with_config
 
 SUPPORT_TOKEN = "support-token-0123456789abcdef"
 FINANCE_TOKEN = "finance-token-0123456789abcdef"
@@ -59,23 +57,16 @@ JSON = {"content-type": "application/json"}
 @pytest.fixture(scope="module")
 def data(database_url: str, kbctl_home: Path) -> Iterator[KnowledgeBaseStore]:
     """Three knowledge bases of three teams in the session's store."""
-    store = KnowledgeBaseStore(settings=Settings(home=kbctl_home, database_url=database_url))
-    store.db.connection.execute(f"TRUNCATE {TABLES} RESTART IDENTITY CASCADE")
-    store.apply(parse_manifests(HANDBOOK + "\n---\n" + PAYROLL + "\n---\n" + PLANS, "kb.yaml"))
-    try:
+    with seeded(database_url, kbctl_home, HANDBOOK, PAYROLL, PLANS) as store:
         yield store
-    finally:
-        store.close()
 
 
 @pytest.fixture(scope="module")
 def open_server(
     data: KnowledgeBaseStore, database_url: str, kbctl_home: Path, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[Served]:
-    """A server without tokens (loopback, everything visible)."""
-    env = kbctl_env(kbctl_home, database_url, KBCTL_CONFIG=str(tmp_path_factory.mktemp("cfg") / "none.yaml"))
-    env.pop("KBCTL_CONFIG")  # no configuration file at all: the default path, absent in a fresh home
-    env["HOME"] = str(tmp_path_factory.mktemp("home"))
+    """A server without tokens (loopback, everything visible): no configuration file at all."""
+    env = kbctl_env(kbctl_home, database_url, HOME=str(tmp_path_factory.mktemp("home")))
     with serving(env, tmp_path_factory.mktemp("log") / "open.log") as served:
         yield served
 
@@ -85,16 +76,9 @@ def token_server(
     data: KnowledgeBaseStore, database_url: str, kbctl_home: Path, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[Served]:
     """A server with two scoped tokens."""
-    config = tmp_path_factory.mktemp("cfg") / "config.yaml"
-    config.write_text(CONFIG)
-    env = kbctl_env(
-        kbctl_home,
-        database_url,
-        KBCTL_CONFIG=str(config),
-        TEST_SUPPORT_TOKEN=SUPPORT_TOKEN,
-        TEST_FINANCE_TOKEN=FINANCE_TOKEN,
-    )
-    with serving(env, tmp_path_factory.mktemp("log") / "tokens.log") as served:
+    folder = tmp_path_factory.mktemp("tokens")
+    variables = {"TEST_SUPPORT_TOKEN": SUPPORT_TOKEN, "TEST_FINANCE_TOKEN": FINANCE_TOKEN}
+    with serving_with_config(kbctl_home, database_url, folder, CONFIG, **variables) as served:
         yield served
 
 

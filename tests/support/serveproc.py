@@ -15,7 +15,12 @@ from pathlib import Path
 
 import httpx
 
-__all__ = ["Served", "free_port", "kbctl_env", "serving"]
+from kbctl.client import KnowledgeBaseStore
+from kbctl.config import Settings
+from kbctl.manifest import parse_manifests
+from tests.conftest import TABLES
+
+__all__ = ["Served", "free_port", "kbctl_env", "seeded", "serving", "serving_with_config"]
 
 
 def free_port() -> int:
@@ -85,3 +90,25 @@ def serving(env: Mapping[str, str], log_path: Path, *args: str, startup: float =
             except subprocess.TimeoutExpired:
                 process.kill()
                 process.wait()
+
+
+@contextmanager
+def seeded(database_url: str, home: Path, *manifests: str) -> Iterator[KnowledgeBaseStore]:
+    """The session's store emptied, then these manifests applied (for a module of server tests)."""
+    store = KnowledgeBaseStore(settings=Settings(home=home, database_url=database_url))
+    store.db.connection.execute(f"TRUNCATE {TABLES} RESTART IDENTITY CASCADE")
+    store.apply(parse_manifests("\n---\n".join(manifests), "kb.yaml"))
+    try:
+        yield store
+    finally:
+        store.close()
+
+
+@contextmanager
+def serving_with_config(home: Path, database_url: str, folder: Path, config: str, **variables: str) -> Iterator[Served]:
+    """`kbctl serve` reading the configuration file `config` (written in `folder`), with `variables` set."""
+    path = folder / "config.yaml"
+    path.write_text(config)
+    env = kbctl_env(home, database_url, KBCTL_CONFIG=str(path), **variables)
+    with serving(env, folder / "serve.log") as served:
+        yield served
