@@ -144,17 +144,23 @@ def apply_corpus(env: dict[str, str], work: Path, sources: int) -> None:
 
 
 def measure_http(
-    env: dict[str, str], work: Path, targets: list[tuple[str, list[str]]], chunks: dict[str, int], requests: int
+    env: dict[str, str],
+    work: Path,
+    targets: list[tuple[str, list[str]]],
+    chunks: dict[str, int],
+    requests: int,
+    model_threads: int,
 ) -> None:
-    with serving(env, work / "serve.log") as served:
+    with serving(env, work / f"serve-{model_threads}.log", "--model-threads", str(model_threads)) as served:
         for name, qs in targets:
             base = None
             for concurrency in (1, 8, 32):
                 wall, lat, cpu = asyncio.run(load(served.url, served.process.pid, name, qs, concurrency, requests))
                 qps = len(lat) / wall
                 base = base or qps
+                how = f"HTTP, {concurrency} clients, mt {model_threads}"
                 print(
-                    f"{name:<24}{chunks[name]:>7}  {f'HTTP, {concurrency} clients':<22}{qps:>8.1f}"
+                    f"{name:<24}{chunks[name]:>7}  {how:<28}{qps:>8.1f}"
                     f"{statistics.median(lat):>9.1f}{pct(lat, 0.99):>9.1f}{cpu / wall:>14.2f}{qps / base:>9.2f}x"
                 )
 
@@ -164,16 +170,18 @@ def main() -> None:
     parser.add_argument("--requests", type=int, default=400)
     parser.add_argument("--chunks", type=int, default=10_000)
     parser.add_argument("--cli-calls", type=int, default=5)
+    parser.add_argument("--home", type=Path, default=None, help="a store kept from an earlier run (no apply)")
     args = parser.parse_args()
 
-    home = Path(tempfile.mkdtemp(prefix="kbctl-bench-serve-"))
+    home = args.home or Path(tempfile.mkdtemp(prefix="kbctl-bench-serve-"))
     work = Path(tempfile.mkdtemp(prefix="kbctl-bench-serve-work-"))
     sources = max(1, round(args.chunks / SECTIONS_PER_SOURCE))
     env = {k: v for k, v in os.environ.items() if not k.startswith("KBCTL_")}
     env.update({"KBCTL_HOME": str(home), "KBCTL_MAX_MANIFEST_MIB": "256"})
     settings = Settings(home=home)
     try:
-        apply_corpus(env, work, sources)
+        if args.home is None:
+            apply_corpus(env, work, sources)
         with KnowledgeBaseStore(settings=settings) as store:
             chunks = {kb.name: kb.chunks for kb in store.list()}
         targets = [("client-service-policy", EXAMPLE_QUESTIONS), ("scale", questions(random.Random(11), 200, sources))]
@@ -181,18 +189,19 @@ def main() -> None:
             f"kbctl serve on 127.0.0.1, {os.cpu_count()} cores shared with the clients; "
             f"{args.requests} requests per step; default retrieval (hybrid), model local/all-MiniLM-L6-v2"
         )
-        header = f"{'knowledge base':<24}{'chunks':>7}  {'how':<22}{'q/s':>8}{'p50 ms':>9}{'p99 ms':>9}"
-        print(header + f"{'server cores':>14}{'q/s vs 1':>10}")
-        measure_http(env, work, targets, chunks, args.requests)
+        header = f"{'knowledge base':<24}{'chunks':>7}  {'how (mt: --model-threads)':<28}"
+        print(header + f"{'q/s':>8}{'p50 ms':>9}{'p99 ms':>9}{'server cores':>14}{'q/s vs 1':>10}")
+        for model_threads in (1, os.cpu_count() or 2):
+            measure_http(env, work, targets, chunks, args.requests, model_threads)
         for name, qs in targets:
             lat = in_process(settings, name, qs, min(args.requests, 200))
             print(
-                f"{name:<24}{chunks[name]:>7}  {'Python API, 1 thread':<22}{1000 / statistics.mean(lat):>8.1f}"
+                f"{name:<24}{chunks[name]:>7}  {'Python API, 1 thread':<28}{1000 / statistics.mean(lat):>8.1f}"
                 f"{statistics.median(lat):>9.1f}{pct(lat, 0.99):>9.1f}"
             )
             lat = cli_calls(env, name, qs, args.cli_calls)
             print(
-                f"{name:<24}{chunks[name]:>7}  {'CLI, a process a call':<22}{1000 / statistics.mean(lat):>8.1f}"
+                f"{name:<24}{chunks[name]:>7}  {'CLI, a process a call':<28}{1000 / statistics.mean(lat):>8.1f}"
                 f"{statistics.median(lat):>9.1f}{max(lat):>9.1f}"
             )
     finally:

@@ -37,7 +37,8 @@ class Settings:
     (`home/models`); `database_url`, when set, points at an external PostgreSQL with pgvector and the
     embedded server is not used. `query_database_url`, when set, is where queries read (a read replica of
     that database); everything else uses `database_url`. `model_dir` names a folder that holds the default
-    model's files.
+    model's files. `model_threads` caps the threads the local models use per call (None: every core; a
+    server answering many callers at once does better with 1 per call, see docs/serve.md).
     """
 
     home: Path
@@ -46,6 +47,7 @@ class Settings:
     model_dir: Path | None = None
     config: ConfigFile = field(default_factory=ConfigFile)
     config_file: Path | None = None
+    model_threads: int | None = None
 
     @classmethod
     def from_env(
@@ -58,6 +60,9 @@ class Settings:
         query_url = query_database_url or os.environ.get("KBCTL_QUERY_DATABASE_URL") or None
         model_dir = os.environ.get("KBCTL_MODEL_DIR") or None
         path = config_path()
+        threads = os.environ.get("KBCTL_MODEL_THREADS", "").strip()
+        if threads and not (threads.isdigit() and 1 <= int(threads) <= 256):
+            raise KbctlError(f"KBCTL_MODEL_THREADS must be a number of threads from 1 to 256, got {threads!r}")
         return cls(
             home=Path(raw_home).expanduser().resolve(),
             database_url=url,
@@ -65,6 +70,7 @@ class Settings:
             model_dir=Path(model_dir).expanduser().resolve() if model_dir else None,
             config=with_env_overrides(load_config(path), os.environ),
             config_file=path,
+            model_threads=int(threads) if threads else None,
         )
 
     def __repr__(self) -> str:

@@ -384,3 +384,23 @@ def test_a_malformed_database_url_is_one_clear_line_without_its_password(monkeyp
     assert result.exit_code == 1
     assert result.stderr.startswith("Error: invalid database URL (host=db password=*** dbname): ")
     assert "s3cret-pw" not in result.output
+
+
+@pytest.mark.parametrize("value", ["0", "two", "-1", "999"])
+def test_model_threads_must_be_a_small_number(value: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("KBCTL_MODEL_THREADS", value)
+    with pytest.raises(KbctlError, match="KBCTL_MODEL_THREADS must be a number of threads from 1 to 256"):
+        Settings.from_env()
+
+
+def test_model_threads_reach_the_local_model(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """One thread per call: the ONNX Runtime session of the local model is built with it."""
+    from kbctl.embedding.local import LocalEmbedder
+
+    monkeypatch.setenv("KBCTL_MODEL_THREADS", "1")
+    settings = Settings.from_env(home=tmp_path)
+    assert settings.model_threads == 1
+    embedder = LocalEmbedder("all-MiniLM-L6-v2", settings)
+    assert len(embedder.embed(["one thread"])[0]) == 384
+    session = embedder._model.model.model  # fastembed's ONNX Runtime session
+    assert session.get_session_options().intra_op_num_threads == 1

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Annotated
 
 import typer
@@ -27,6 +28,16 @@ def serve(
     threads: Annotated[
         int, typer.Option("--threads", min=1, max=256, help="Worker threads running requests' blocking work.")
     ] = 40,
+    model_threads: Annotated[
+        int | None,
+        typer.Option(
+            "--model-threads",
+            min=1,
+            max=256,
+            help="Threads the local model uses per question (default 1: concurrent requests share the cores; "
+            "KBCTL_MODEL_THREADS also sets it).",
+        ),
+    ] = None,
 ) -> None:
     """Serve retrieval over HTTP for agents: a JSON API (OpenAPI at /openapi.json, docs at /docs) and MCP at /mcp.
 
@@ -44,6 +55,7 @@ def serve(
     from kbctl.serve.run import serve as run
 
     settings = Settings.from_env(database_url=state["database_url"])
+    settings = replace(settings, model_threads=model_threads or settings.model_threads or 1)
     run(
         settings, host=host, port=port, insecure=insecure, pool_size=pool_size, request_timeout=timeout, threads=threads
     )

@@ -132,7 +132,9 @@ class LocalEmbedder:
         files = self._files()
         if files is None:
             try:
-                return TextEmbedding(HUB_NAME, cache_dir=str(self._settings.models_dir / "hub"))
+                return TextEmbedding(
+                    HUB_NAME, cache_dir=str(self._settings.models_dir / "hub"), threads=self._settings.model_threads
+                )
             except Exception as exc:
                 raise EmbeddingError(
                     "the local model all-MiniLM-L6-v2 is not installed and could not be downloaded; "
@@ -150,7 +152,7 @@ class LocalEmbedder:
                 model_file="model.onnx",
             )
         try:
-            return TextEmbedding(CUSTOM_NAME, specific_model_path=str(folder))
+            return TextEmbedding(CUSTOM_NAME, specific_model_path=str(folder), threads=self._settings.model_threads)
         except Exception as exc:
             raise EmbeddingError(f"cannot load the local model from {folder}: {exc}") from exc
 
