@@ -1,15 +1,17 @@
 """Serving benchmark: `kbctl serve` at 1, 8 and 32 concurrent clients, next to the Python API and the CLI.
 
-    python bench/serve.py [--requests 400] [--chunks 10000] [--cli-calls 5]
+    python bench/serve.py [--requests 400] [--chunks 10000] [--cli-calls 5] [--home DIR]
 
 A fresh store (a temporary KBCTL_HOME) gets the two example knowledge bases and one of about `--chunks`
 generated chunks of ~350 characters (bench/scale.py's vocabulary and questions), all embedded with the real
 local model, which also embeds every question. Then a real `kbctl serve` child process on 127.0.0.1 answers
 POST /v1/knowledgebases/NAME/query from asyncio httpx clients with keep-alive, `--requests` per step, at each
 concurrency; for each: queries/s, p50 and p99 latency, and the server's CPU (cores busy = its CPU seconds /
-wall seconds; the clients run on the same cores). Side by side: the in-process Python API
-(`KnowledgeBaseStore.query`, model loaded) and the CLI per call
-(`kbctl query NAME Q -o json`, a new process each time).
+wall seconds; the clients run on the same cores). Before them, at 1 client, each HTTP request is followed by
+the same query through the in-process Python API (`KnowledgeBaseStore.query`, model loaded), in turn, so the
+two latencies see the machine in the same state. The server runs twice: with `--model-threads 1` (its
+default) and with every core per question. Last, the CLI per call (`kbctl query NAME Q -o json`, a new
+process each time). `--home DIR` reuses a store kept from an earlier run (nothing applied).
 """
 
 from __future__ import annotations
@@ -96,6 +98,7 @@ async def load(
                 latencies.append((time.perf_counter() - start) * 1000)
                 response.raise_for_status()
 
+        counter = iter(range(min(concurrency, 4) * 2))
         await asyncio.gather(*(worker() for _ in range(min(concurrency, 4))))  # warm the connections
         latencies.clear()
         counter = iter(range(total))
@@ -104,15 +107,24 @@ async def load(
         return time.perf_counter() - started, latencies, cpu_seconds(pid) - cpu
 
 
-def in_process(settings: Settings, name: str, qs: list[str], total: int) -> list[float]:
-    with KnowledgeBaseStore(settings=settings) as store:
+def side_by_side(
+    url: str, store: KnowledgeBaseStore, name: str, qs: list[str], total: int
+) -> tuple[list[float], list[float]]:
+    """Latencies in ms of one HTTP request, then the same query through the in-process Python API, in turn
+    (so both see the machine in the same state): (HTTP, Python API)."""
+    http_ms, api_ms = [], []
+    with httpx.Client(base_url=url, timeout=60) as client:
+        client.post(f"/v1/knowledgebases/{name}/query", json={"question": qs[0]}).raise_for_status()
         store.query(name, qs[0])
-        times = []
         for i in range(total):
+            question = qs[i % len(qs)]
             start = time.perf_counter()
-            store.query(name, qs[i % len(qs)])
-            times.append((time.perf_counter() - start) * 1000)
-    return times
+            client.post(f"/v1/knowledgebases/{name}/query", json={"question": question}).raise_for_status()
+            middle = time.perf_counter()
+            store.query(name, question)
+            http_ms.append((middle - start) * 1000)
+            api_ms.append((time.perf_counter() - middle) * 1000)
+    return http_ms, api_ms
 
 
 def cli_calls(env: dict[str, str], name: str, qs: list[str], calls: int) -> list[float]:
@@ -151,10 +163,20 @@ def measure_http(
     requests: int,
     model_threads: int,
 ) -> None:
-    with serving(env, work / f"serve-{model_threads}.log", "--model-threads", str(model_threads)) as served:
+    settings = Settings(home=Path(env["KBCTL_HOME"]))
+    with (
+        serving(env, work / f"serve-{model_threads}.log", "--model-threads", str(model_threads)) as served,
+        KnowledgeBaseStore(settings=settings) as store,
+    ):
         for name, qs in targets:
+            http_ms, api_ms = side_by_side(served.url, store, name, qs, min(requests, 200))
+            for how, lat in ((f"HTTP, 1 client, mt {model_threads}", http_ms), ("Python API, in turn", api_ms)):
+                print(
+                    f"{name:<24}{chunks[name]:>7}  {how:<28}{1000 / statistics.mean(lat):>8.1f}"
+                    f"{statistics.median(lat):>9.1f}{pct(lat, 0.99):>9.1f}"
+                )
             base = None
-            for concurrency in (1, 8, 32):
+            for concurrency in (1, 8, 32):  # queries/s: clients sending back to back, each waiting for its answer
                 wall, lat, cpu = asyncio.run(load(served.url, served.process.pid, name, qs, concurrency, requests))
                 qps = len(lat) / wall
                 base = base or qps
@@ -194,11 +216,6 @@ def main() -> None:
         for model_threads in (1, os.cpu_count() or 2):
             measure_http(env, work, targets, chunks, args.requests, model_threads)
         for name, qs in targets:
-            lat = in_process(settings, name, qs, min(args.requests, 200))
-            print(
-                f"{name:<24}{chunks[name]:>7}  {'Python API, 1 thread':<28}{1000 / statistics.mean(lat):>8.1f}"
-                f"{statistics.median(lat):>9.1f}{pct(lat, 0.99):>9.1f}"
-            )
             lat = cli_calls(env, name, qs, args.cli_calls)
             print(
                 f"{name:<24}{chunks[name]:>7}  {'CLI, a process a call':<28}{1000 / statistics.mean(lat):>8.1f}"
