@@ -6,12 +6,13 @@ A fresh store (a temporary KBCTL_HOME) gets the two example knowledge bases and 
 generated chunks of ~350 characters (bench/scale.py's vocabulary and questions), all embedded with the real
 local model, which also embeds every question. Then a real `kbctl serve` child process on 127.0.0.1 answers
 POST /v1/knowledgebases/NAME/query from asyncio httpx clients with keep-alive, `--requests` per step, at each
-concurrency; for each: queries/s, p50 and p99 latency, and the server's CPU (cores busy = its CPU seconds /
-wall seconds; the clients run on the same cores). Before them, at 1 client, each HTTP request is followed by
-the same query through the in-process Python API (`KnowledgeBaseStore.query`, model loaded), in turn, so the
-two latencies see the machine in the same state. The server runs twice: with `--model-threads 1` (its
-default) and with every core per question. Last, the CLI per call (`kbctl query NAME Q -o json`, a new
-process each time). `--home DIR` reuses a store kept from an earlier run (nothing applied).
+concurrency; for each: queries/s, p50 and p99 latency, and the cores kept busy (CPU seconds / wall seconds) by
+the server, by PostgreSQL and by the clients, which all share the machine's cores. Before them, at 1 client,
+each HTTP request is followed by the same query through the in-process Python API (`KnowledgeBaseStore.query`,
+model loaded), in turn, so the two latencies see the machine in the same state. The server runs twice: with
+`--model-threads 1` (its default) and with every core per question. Last, the CLI per call
+(`kbctl query NAME Q -o json`, a new process each time). `--home DIR` reuses a store kept from an earlier
+run (nothing applied).
 """
 
 from __future__ import annotations
@@ -81,11 +82,25 @@ def cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
+def postgres_cpu_seconds() -> float:
+    """User + system CPU seconds so far of every PostgreSQL process on the machine (the store's server)."""
+    total = 0.0
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            text = stat.read_text()
+        except OSError:  # gone meanwhile
+            continue
+        if text[text.index("(") + 1 : text.rindex(")")] == "postgres":
+            fields = text.rsplit(")", 1)[1].split()
+            total += (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    return total
+
+
 async def load(
     url: str, pid: int, name: str, qs: list[str], concurrency: int, total: int
-) -> tuple[float, list[float], float]:
-    """(wall seconds, latencies in ms, server CPU seconds) of `total` queries sent by `concurrency` clients at once,
-    after a warm-up of the connections."""
+) -> tuple[float, list[float], tuple[float, float, float]]:
+    """(wall seconds, latencies in ms, CPU seconds of the server, PostgreSQL and the clients) of `total` queries
+    sent by `concurrency` clients at once, after a warm-up of the connections."""
     latencies: list[float] = []
     counter = iter(range(total))
     limits = httpx.Limits(max_connections=concurrency, max_keepalive_connections=concurrency)
@@ -102,9 +117,12 @@ async def load(
         await asyncio.gather(*(worker() for _ in range(min(concurrency, 4))))  # warm the connections
         latencies.clear()
         counter = iter(range(total))
-        cpu, started = cpu_seconds(pid), time.perf_counter()
+        cpu = (cpu_seconds(pid), postgres_cpu_seconds(), time.process_time())
+        started = time.perf_counter()
         await asyncio.gather(*(worker() for _ in range(concurrency)))
-        return time.perf_counter() - started, latencies, cpu_seconds(pid) - cpu
+        wall = time.perf_counter() - started
+        after = (cpu_seconds(pid), postgres_cpu_seconds(), time.process_time())
+        return wall, latencies, (after[0] - cpu[0], after[1] - cpu[1], after[2] - cpu[2])
 
 
 def side_by_side(
@@ -181,9 +199,10 @@ def measure_http(
                 qps = len(lat) / wall
                 base = base or qps
                 how = f"HTTP, {concurrency} clients, mt {model_threads}"
+                cores = "  ".join(f"{c / wall:.2f}" for c in cpu)
                 print(
                     f"{name:<24}{chunks[name]:>7}  {how:<28}{qps:>8.1f}"
-                    f"{statistics.median(lat):>9.1f}{pct(lat, 0.99):>9.1f}{cpu / wall:>14.2f}{qps / base:>9.2f}x"
+                    f"{statistics.median(lat):>9.1f}{pct(lat, 0.99):>9.1f}{qps / base:>9.2f}x  {cores:>16}"
                 )
 
 
@@ -212,7 +231,7 @@ def main() -> None:
             f"{args.requests} requests per step; default retrieval (hybrid), model local/all-MiniLM-L6-v2"
         )
         header = f"{'knowledge base':<24}{'chunks':>7}  {'how (mt: --model-threads)':<28}"
-        print(header + f"{'q/s':>8}{'p50 ms':>9}{'p99 ms':>9}{'server cores':>14}{'q/s vs 1':>10}")
+        print(header + f"{'q/s':>8}{'p50 ms':>9}{'p99 ms':>9}{'q/s vs 1':>10}  cores busy: server, postgres, clients")
         for model_threads in (1, os.cpu_count() or 2):
             measure_http(env, work, targets, chunks, args.requests, model_threads)
         for name, qs in targets:

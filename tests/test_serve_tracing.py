@@ -81,6 +81,7 @@ def test_an_internal_error_is_a_500_with_an_id_in_the_log(
     with caplog.at_level(logging.ERROR, logger="kbctl.serve"):
         response = c.post("/v1/knowledgebases/office/query", json={"question": "x"})
     assert response.status_code == 500
+    assert response.headers["x-kbctl-error"] == "internal" and response.headers["x-request-id"]  # logged and counted
     body = response.json()
     assert body["type"] == "/problems/internal" and "hunter2" not in response.text and "internals" not in response.text
     error_id = body["detail"].split("id ")[1].split(",")[0]

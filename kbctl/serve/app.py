@@ -14,8 +14,8 @@ from typing import Annotated, Any, TypeVar
 
 import anyio
 from fastapi import FastAPI, Path, Request, Response
-from fastapi.responses import JSONResponse
 from mcp.server.transport_security import TransportSecuritySettings
+from pydantic import BaseModel
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from kbctl._version import __version__
@@ -27,7 +27,7 @@ from kbctl.serve.auth import Principal, Tokens
 from kbctl.serve.logs import log_request
 from kbctl.serve.mcp import build_mcp
 from kbctl.serve.metrics import CONTENT_TYPE_LATEST, Metrics
-from kbctl.serve.problems import BadRequest, install_handlers, problem
+from kbctl.serve.problems import BadRequest, install_handlers, internal_error, problem
 from kbctl.serve.requests import MAX_BODY_BYTES, MultiQueryRequest, QueryRequest
 from kbctl.serve.service import FederatedResult, Readiness, RetrievalService
 from kbctl.serve.tracing import trace_query
@@ -75,6 +75,15 @@ class BodyLimit:
             return await receive()
 
         await self.app(scope, replay, send)
+
+
+class _Json(Response):
+    """A pydantic result serialized once, camelCase, by pydantic-core (no second validation by the framework)."""
+
+    media_type = "application/json"
+
+    def __init__(self, model: BaseModel, status_code: int = 200) -> None:
+        super().__init__(model.model_dump_json(by_alias=True), status_code=status_code)
 
 
 def create_app(
@@ -149,10 +158,15 @@ def create_app(
     async def healthz() -> dict[str, str]:
         return {"status": "ok"}
 
-    @app.get("/readyz", tags=["health"], summary="The database answers, its schema is current, the model is loaded.")
-    async def readyz(request: Request) -> JSONResponse:
+    @app.get(
+        "/readyz",
+        tags=["health"],
+        summary="The database answers, its schema is current, the model is loaded.",
+        response_model=Readiness,
+    )
+    async def readyz(request: Request) -> Response:
         ready: Readiness = await run(request, service.readiness)
-        return JSONResponse(ready.model_dump(by_alias=True), status_code=200 if ready.ready else 503)
+        return _Json(ready, status_code=200 if ready.ready else 503)
 
     @app.get("/metrics", tags=["health"], summary="Prometheus metrics.")
     async def prometheus() -> Response:
@@ -163,30 +177,37 @@ def create_app(
         principal = caller(request)
         return {"items": await run(request, lambda: service.knowledge_bases(principal))}
 
-    @app.get("/v1/knowledgebases/{name}", tags=["knowledge bases"], summary="One knowledge base in detail.")
-    async def get_kb(name: Name, request: Request) -> KnowledgeBaseDetail:
+    @app.get(
+        "/v1/knowledgebases/{name}",
+        tags=["knowledge bases"],
+        summary="One knowledge base in detail.",
+        response_model=KnowledgeBaseDetail,
+    )
+    async def get_kb(name: Name, request: Request) -> Response:
         principal = caller(request)
         detail = await run(request, lambda: service.describe(principal, name))
         request.state.outcome = {"knowledgeBase": detail.name, "version": detail.version}
-        return detail
+        return _Json(detail)
 
     @app.post(
         "/v1/knowledgebases/{name}/query",
         tags=["retrieval"],
         summary="The chunks most relevant to a question, ranked, within threshold and token budget.",
+        response_model=QueryResult,
     )
-    async def query(name: Name, body: QueryRequest, request: Request) -> QueryResult:
+    async def query(name: Name, body: QueryRequest, request: Request) -> Response:
         principal = caller(request)
         result = await run(request, lambda: service.query(principal, name, body.question, body.options()))
         record(request, result)
-        return result
+        return _Json(result)
 
     @app.post(
         "/v1/knowledgebases/{name}/context",
         tags=["retrieval"],
         summary="The grounded context block for a question (or an explicit 'nothing relevant' block).",
+        response_model=GroundedContext,
     )
-    async def context(name: Name, body: QueryRequest, request: Request) -> GroundedContext:
+    async def context(name: Name, body: QueryRequest, request: Request) -> Response:
         principal = caller(request)
         grounded = await run(request, lambda: service.context(principal, name, body.question, body.options()))
         request.state.outcome = {
@@ -195,10 +216,15 @@ def create_app(
             "hits": len(grounded.passages),
             "bestScore": max((p.score for p in grounded.passages), default=None),
         }
-        return grounded
+        return _Json(grounded)
 
-    @app.post("/v1/query", tags=["retrieval"], summary="One question to several knowledge bases, one fused ranking.")
-    async def query_many(body: MultiQueryRequest, request: Request) -> FederatedResult:
+    @app.post(
+        "/v1/query",
+        tags=["retrieval"],
+        summary="One question to several knowledge bases, one fused ranking.",
+        response_model=FederatedResult,
+    )
+    async def query_many(body: MultiQueryRequest, request: Request) -> Response:
         principal = caller(request)
         if body.knowledge_bases and body.selector:
             raise BadRequest("give knowledgeBases or selector, not both")
@@ -214,7 +240,7 @@ def create_app(
             "hits": len(result.hits),
             "bestScore": max((h.score for h in result.hits), default=None),
         }
-        return result
+        return _Json(result)
 
     if mcp_app is not None:
         app.router.routes.extend(mcp_app.routes)  # /mcp itself, without a mount's redirect to /mcp/
@@ -230,7 +256,10 @@ def create_app(
             )
         else:
             request.state.principal = principal
-            response = await call_next(request)
+            try:
+                response = await call_next(request)
+            except Exception as exc:  # what no handler took: still a problem body, a log line and a count
+                response = internal_error(exc)
         route = request.scope.get("route")
         path = getattr(route, "path", None) or "unmatched"
         outcome: dict[str, Any] = getattr(request.state, "outcome", {})

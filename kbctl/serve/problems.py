@@ -14,7 +14,7 @@ from starlette.exceptions import HTTPException
 from kbctl.errors import EmbeddingError, KbctlError, NotFoundError, RerankError, StoreError
 from kbctl.userconfig import redact
 
-__all__ = ["BadRequest", "install_handlers", "problem"]
+__all__ = ["BadRequest", "install_handlers", "internal_error", "problem"]
 
 log = logging.getLogger("kbctl.serve")
 
@@ -93,14 +93,15 @@ def install_handlers(app: FastAPI) -> None:
             return problem(503, "store-unavailable", "the knowledge base store is unavailable; try again")
         if isinstance(exc, EmbeddingError | RerankError):
             return problem(502, "model-unavailable", redact(str(exc)))
-        return _internal(exc)
+        return internal_error(exc)
 
     @app.exception_handler(Exception)
     async def _unexpected(request: Request, exc: Exception) -> JSONResponse:
-        return _internal(exc)
+        return internal_error(exc)
 
 
-def _internal(exc: BaseException) -> JSONResponse:
+def internal_error(exc: BaseException) -> JSONResponse:
+    """A 500 whose detail carries an id that the log line of the error also has; never the internals."""
     error_id = secrets.token_hex(6)
     log.error("internal error %s: %s", error_id, redact(f"{type(exc).__name__}: {exc}"), exc_info=exc)
     return problem(500, "internal", f"internal error (id {error_id}, in the server's log)")
