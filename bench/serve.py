@@ -10,7 +10,7 @@ concurrency; for each: queries/s, p50 and p99 latency, and the cores kept busy (
 the server, by PostgreSQL and by the clients, which all share the machine's cores. Before them, at 1 client,
 each HTTP request is followed by the same query through the in-process Python API (`KnowledgeBaseStore.query`,
 model loaded), in turn, so the two latencies see the machine in the same state. The server runs twice: with
-`--model-threads 1` (its default) and with every core per question. Last, the CLI per call
+`--model-threads 1` and with every core per question (its default). Last, the CLI per call
 (`kbctl query NAME Q -o json`, a new process each time). `--home DIR` reuses a store kept from an earlier
 run (nothing applied).
 """

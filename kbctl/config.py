@@ -37,8 +37,8 @@ class Settings:
     (`home/models`); `database_url`, when set, points at an external PostgreSQL with pgvector and the
     embedded server is not used. `query_database_url`, when set, is where queries read (a read replica of
     that database); everything else uses `database_url`. `model_dir` names a folder that holds the default
-    model's files. `model_threads` caps the threads the local embedding model uses per call (None: every core; a
-    server answering many callers at once does better with 1 per call, see docs/serve.md).
+    model's files. `model_threads` caps the threads the local embedding model uses per call (None: every core,
+    the lowest latency; 1 serves more queries/s to many concurrent callers, see docs/serve.md).
     """
 
     home: Path

@@ -34,8 +34,8 @@ def serve(
             "--model-threads",
             min=1,
             max=256,
-            help="Threads the local model uses per question (default 1: concurrent requests share the cores; "
-            "KBCTL_MODEL_THREADS also sets it).",
+            help="Threads the local model uses per question (default: every core, the lowest latency; 1 gives "
+            "more queries/s to many concurrent clients; KBCTL_MODEL_THREADS also sets it).",
         ),
     ] = None,
 ) -> None:
@@ -55,7 +55,8 @@ def serve(
     from kbctl.serve.run import serve as run
 
     settings = Settings.from_env(database_url=state["database_url"])
-    settings = replace(settings, model_threads=model_threads or settings.model_threads or 1)
+    if model_threads is not None:
+        settings = replace(settings, model_threads=model_threads)
     run(
         settings, host=host, port=port, insecure=insecure, pool_size=pool_size, request_timeout=timeout, threads=threads
     )
