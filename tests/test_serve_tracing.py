@@ -87,3 +87,12 @@ def test_an_internal_error_is_a_500_with_an_id_in_the_log(
     error_id = body["detail"].split("id ")[1].split(",")[0]
     logged = [r for r in caplog.records if error_id in r.getMessage()]
     assert logged and "hunter2" not in logged[0].getMessage()
+
+
+def test_a_context_request_is_traced_too(client: tuple[TestClient, RetrievalService]) -> None:
+    EXPORTER.clear()
+    c, _ = client
+    response = c.post("/v1/knowledgebases/office/context", json={"question": "how long are invoices kept?"})
+    assert response.status_code == 200 and response.json()["found"] is True
+    roots = [s for s in EXPORTER.get_finished_spans() if s.name == "kbctl.query"]
+    assert len(roots) == 1 and (roots[0].attributes or {})["kbctl.route"] == "/v1/knowledgebases/office/context"

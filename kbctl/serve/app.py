@@ -21,7 +21,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from kbctl._version import __version__
 from kbctl.engine.status import KnowledgeBaseDetail, KnowledgeBaseSummary
 from kbctl.manifest.selectors import parse_selector
-from kbctl.query.context import GroundedContext
+from kbctl.query.context import GroundedContext, build_context
 from kbctl.query.results import QueryResult
 from kbctl.serve.auth import Principal, Tokens
 from kbctl.serve.logs import log_request
@@ -209,14 +209,9 @@ def create_app(
     )
     async def context(name: Name, body: QueryRequest, request: Request) -> Response:
         principal = caller(request)
-        grounded = await run(request, lambda: service.context(principal, name, body.question, body.options()))
-        request.state.outcome = {
-            "knowledgeBase": grounded.knowledge_base,
-            "version": grounded.version,
-            "hits": len(grounded.passages),
-            "bestScore": max((p.score for p in grounded.passages), default=None),
-        }
-        return _Json(grounded)
+        result = await run(request, lambda: service.query(principal, name, body.question, body.options()))
+        record(request, result)
+        return _Json(build_context(result))
 
     @app.post(
         "/v1/query",

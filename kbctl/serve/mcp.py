@@ -18,10 +18,12 @@ from mcp_types import Resource as MCPResource
 
 from kbctl._version import __version__
 from kbctl.errors import KbctlError
+from kbctl.query.context import build_context
 from kbctl.query.options import QueryOptions
 from kbctl.serve.auth import ANONYMOUS, Principal
 from kbctl.serve.requests import MAX_QUESTION_CHARS, MAX_TOP_K
 from kbctl.serve.service import RetrievalService
+from kbctl.serve.tracing import trace_query
 
 __all__ = ["INSTRUCTIONS", "build_mcp"]
 
@@ -136,9 +138,9 @@ def build_mcp(service: RetrievalService) -> MCPServer[Any]:
         top_k: int | None = None,
         threshold: float | None = None,
     ) -> dict[str, Any]:
-        result = await _call(
-            service.query, _principal(ctx), knowledge_base, _question(question), _options(top_k, threshold)
-        )
+        principal = _principal(ctx)
+        result = await _call(service.query, principal, knowledge_base, _question(question), _options(top_k, threshold))
+        trace_query(result, route="mcp:search", principal=principal.name)
         return {
             "knowledgeBase": result.knowledge_base,
             "version": result.version,
@@ -169,10 +171,10 @@ def build_mcp(service: RetrievalService) -> MCPServer[Any]:
         top_k: int | None = None,
         threshold: float | None = None,
     ) -> str:
-        grounded = await _call(
-            service.context, _principal(ctx), knowledge_base, _question(question), _options(top_k, threshold)
-        )
-        return str(grounded.block)
+        principal = _principal(ctx)
+        result = await _call(service.query, principal, knowledge_base, _question(question), _options(top_k, threshold))
+        trace_query(result, route="mcp:get_context", principal=principal.name)
+        return build_context(result).block
 
     @server.resource(
         RESOURCE_PREFIX + "{name}",
