@@ -25,6 +25,7 @@ pasted there by mistake is never shown back).
       tokens:                         # bearer tokens of `kbctl serve`, each read-only within its scope
         support-bot: {tokenEnv: SUPPORT_BOT_TOKEN, knowledgeBases: [client-service-policy]}
         platform:    {tokenEnv: PLATFORM_TOKEN, selector: team=platform}
+        prometheus:  {tokenEnv: SCRAPE_TOKEN, metrics: true}
 
 `redact` is the one function that hides secrets (passwords, keys, tokens) in whatever kbctl shows or echoes:
 `kbctl config view`, reprs and error messages.
@@ -281,12 +282,13 @@ class ServeToken(_Model):
 
     The token itself lives in the environment variable `tokenEnv` names. The scope is the knowledge bases
     listed, plus those whose labels match `selector` (checked by `kbctl serve` at start); a token with neither
-    sees nothing.
+    sees nothing. Only a token with `metrics: true` reads `/metrics`.
     """
 
     token_env: str
     knowledge_bases: tuple[str, ...] = ()
     selector: str | None = None
+    metrics: bool = False  # may read /metrics, whose labels name every knowledge base (a scraper's token)
 
     @field_validator("token_env")
     @classmethod

@@ -19,11 +19,13 @@ from tests.support.serveproc import Served, kbctl_env, seeded, serving, serving_
 
 SUPPORT_TOKEN = "support-token-0123456789abcdef"
 FINANCE_TOKEN = "finance-token-0123456789abcdef"
+SCRAPE_TOKEN = "scrape-token-0123456789abcdef"
 CONFIG = """
 serve:
   tokens:
     support: {tokenEnv: TEST_SUPPORT_TOKEN, knowledgeBases: [handbook]}
     finance: {tokenEnv: TEST_FINANCE_TOKEN, selector: team=finance}
+    scraper: {tokenEnv: TEST_SCRAPE_TOKEN, metrics: true}
 """
 HANDBOOK = knowledge_base(
     "handbook",
@@ -77,7 +79,11 @@ def token_server(
 ) -> Iterator[Served]:
     """A server with two scoped tokens."""
     folder = tmp_path_factory.mktemp("tokens")
-    variables = {"TEST_SUPPORT_TOKEN": SUPPORT_TOKEN, "TEST_FINANCE_TOKEN": FINANCE_TOKEN}
+    variables = {
+        "TEST_SUPPORT_TOKEN": SUPPORT_TOKEN,
+        "TEST_FINANCE_TOKEN": FINANCE_TOKEN,
+        "TEST_SCRAPE_TOKEN": SCRAPE_TOKEN,
+    }
     with serving_with_config(kbctl_home, database_url, folder, CONFIG, **variables) as served:
         yield served
 
@@ -237,7 +243,7 @@ def test_token_values_never_reach_logs_metrics_or_config_view(
     with token_server.client(SUPPORT_TOKEN) as c:
         c.post("/v1/knowledgebases/handbook/query", json={"question": "refund"})
         c.get("/v1/knowledgebases", headers={"Authorization": f"Bearer {FINANCE_TOKEN}x"})
-        metrics = c.get("/metrics").text
+        metrics = c.get("/metrics", headers={"Authorization": f"Bearer {SCRAPE_TOKEN}"}).text
     config = tmp_path / "config.yaml"
     config.write_text(CONFIG)
     env = kbctl_env(kbctl_home, database_url, KBCTL_CONFIG=str(config), TEST_SUPPORT_TOKEN=SUPPORT_TOKEN)
@@ -245,15 +251,22 @@ def test_token_values_never_reach_logs_metrics_or_config_view(
         [sys.executable, "-m", "kbctl", "config", "view"], env=env, capture_output=True, text=True, check=True
     ).stdout
     assert "TEST_SUPPORT_TOKEN (set)" in view and "TEST_FINANCE_TOKEN (not set)" in view
+    assert 'kbctl_requests_total{route="/v1/knowledgebases/{name}/query",status="200"}' in metrics
     for text in (token_server.log(), metrics, view):
-        assert SUPPORT_TOKEN not in text and FINANCE_TOKEN not in text
+        assert SUPPORT_TOKEN not in text and FINANCE_TOKEN not in text and SCRAPE_TOKEN not in text
     assert '"token": "support"' in token_server.log()
 
 
-def test_metrics_need_a_token_when_tokens_are_configured(token_server: Served) -> None:
+def test_metrics_need_a_metrics_token_when_tokens_are_configured(token_server: Served) -> None:
+    """/metrics names knowledge bases of every scope in its labels: only a token with metrics: true reads it."""
     with token_server.client() as c:
         is_problem(c.get("/metrics"), 401)
+        is_problem(c.get("/metrics", headers={"Authorization": f"Bearer {SUPPORT_TOKEN}"}), 403)
+        scraped = c.get("/metrics", headers={"Authorization": f"Bearer {SCRAPE_TOKEN}"})
+        scoped = c.get("/v1/knowledgebases", headers={"Authorization": f"Bearer {SCRAPE_TOKEN}"})
         assert c.get("/readyz").status_code == 200
+    assert scraped.status_code == 200 and "kbctl_requests_total" in scraped.text
+    assert scoped.json()["items"] == []  # a scraper's token sees no knowledge base
 
 
 # ---------------------------------------------------------------- logs and metrics

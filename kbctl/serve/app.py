@@ -168,8 +168,10 @@ def create_app(
         ready: Readiness = await run(request, service.readiness)
         return _Json(ready, status_code=200 if ready.ready else 503)
 
-    @app.get("/metrics", tags=["health"], summary="Prometheus metrics.")
-    async def prometheus() -> Response:
+    @app.get("/metrics", tags=["health"], summary="Prometheus metrics (a token with metrics: true).")
+    async def prometheus(request: Request) -> Response:
+        if not caller(request).metrics:  # its labels name knowledge bases outside the caller's scope
+            return problem(403, "forbidden", "this token may not read /metrics (give it metrics: true)")
         return Response(metrics.render(), media_type=CONTENT_TYPE_LATEST)
 
     @app.get("/v1/knowledgebases", tags=["knowledge bases"], summary="The knowledge bases in the caller's scope.")

@@ -29,6 +29,7 @@ class Principal:
     names: frozenset[str] = frozenset()
     selector: Selector | None = None
     everything: bool = False
+    metrics: bool = False  # may read /metrics (its labels name knowledge bases of every scope)
 
     def may_see(self, name: str, labels: Mapping[str, str]) -> bool:
         """Whether the knowledge base `name` with these labels is in scope."""
@@ -37,7 +38,7 @@ class Principal:
         return self.selector is not None and self.selector.matches(labels)
 
 
-ANONYMOUS = Principal(name="anonymous", everything=True)
+ANONYMOUS = Principal(name="anonymous", everything=True, metrics=True)
 """The caller when no token is configured (loopback only), and the local user of `kbctl mcp` over stdio."""
 
 
@@ -64,7 +65,9 @@ class Tokens:
                 selector = parse_selector(token.selector) if token.selector is not None else None
             except ValueError as exc:
                 raise KbctlError(f"{where}.selector: {exc}") from None
-            principal = Principal(name=name, names=frozenset(token.knowledge_bases), selector=selector)
+            principal = Principal(
+                name=name, names=frozenset(token.knowledge_bases), selector=selector, metrics=token.metrics
+            )
             self._by_digest.append((_digest(value), principal))
 
     @property

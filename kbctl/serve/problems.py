@@ -21,6 +21,7 @@ log = logging.getLogger("kbctl.serve")
 _TITLES = {
     400: "Bad Request",
     401: "Unauthorized",
+    403: "Forbidden",
     404: "Not Found",
     405: "Method Not Allowed",
     413: "Content Too Large",
