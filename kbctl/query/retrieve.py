@@ -32,7 +32,7 @@ from __future__ import annotations
 
 import re
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -97,11 +97,15 @@ class QueryPlan:
         return max(self.candidates, self.top_k)
 
 
-def plan_query(db: Database, name: str, options: QueryOptions) -> QueryPlan:
+Visible = Callable[[str, Mapping[str, str]], bool]  # may the caller see the knowledge base (name, labels)?
+
+
+def plan_query(db: Database, name: str, options: QueryOptions, visible: Visible | None = None) -> QueryPlan:
     """The plan of a query of `name`: its serving version, with the options that are unset taken from the
-    version's `spec.retrieval` (validated by `kbctl.manifest.Retrieval`, which holds the defaults)."""
+    version's `spec.retrieval` (validated by `kbctl.manifest.Retrieval`, which holds the defaults). A knowledge
+    base that `visible` refuses is not found, exactly as one that does not exist."""
     target = db.query_target(name)
-    if target is None:
+    if target is None or (visible is not None and not visible(name, target.labels)):
         raise NotFoundError(f'knowledgebase "{name}" not found')
     if target.version_id is None or target.number is None or target.model is None or target.chunk_count is None:
         # The Ready condition says why (a failed reconcile, no content, a generation waiting for a controller).
@@ -412,6 +416,7 @@ def query_knowledge_base(
     options: QueryOptions | None = None,
     *,
     reranker_for: Callable[[str], Reranker] | None = None,
+    visible: Visible | None = None,
 ) -> QueryResult:
     """Retrieve the chunks of the current version of `name` most relevant to `question`.
 
@@ -422,7 +427,8 @@ def query_knowledge_base(
     chunk whose vector is a near-duplicate (cosine >= 0.99) of one already kept is dropped, so one fact is
     not sent twice. With `options.explain`, `trace` records every stage's candidates, ranks, scores,
     verdicts and time. Unset options come from the version's `spec.retrieval`; the question is embedded
-    with the model of the version, whatever the manifest says now.
+    with the model of the version, whatever the manifest says now. `visible`, when given, is asked whether
+    the caller may see the knowledge base (a server's token scope); refused, it is not found.
     """
     question = storable(question)  # a NUL or a lone surrogate cannot reach PostgreSQL's full-text search
     if not question.strip():
@@ -430,7 +436,7 @@ def query_knowledge_base(
     # One read-only snapshot for the whole query: a version published, rolled back or pruned meanwhile
     # cannot change what it reads (the rows of the version it started with stay visible to it).
     with db.read_only():
-        return _retrieve(db, name, question, embedder_for, options or QueryOptions(), reranker_for)
+        return _retrieve(db, name, question, embedder_for, options or QueryOptions(), reranker_for, visible)
 
 
 def _retrieve(
@@ -440,9 +446,10 @@ def _retrieve(
     embedder_for: Callable[[str], Embedder],
     options: QueryOptions,
     reranker_for: Callable[[str], Reranker] | None,
+    visible: Visible | None,
 ) -> QueryResult:
     """The stages of one query, in order, inside the caller's snapshot."""
-    plan = plan_query(db, name, options)
+    plan = plan_query(db, name, options, visible)
     reranker = None
     if plan.rerank is not None:
         if reranker_for is None:

@@ -145,14 +145,18 @@ def create_app(
         principal: Principal = request.state.principal
         return principal
 
-    def record(request: Request, result: QueryResult) -> None:
+    async def answer(name: str, body: QueryRequest, request: Request) -> QueryResult:
+        """The query of `name` the body asks for, logged, counted and traced (for /query and /context)."""
+        principal = caller(request)
+        result = await run(request, lambda: service.query(principal, name, body.question, body.options()))
         request.state.outcome = {
             "knowledgeBase": result.knowledge_base,
             "version": result.version,
             "hits": len(result.hits),
             "bestScore": result.best_score,
         }
-        trace_query(result, route=request.url.path, principal=caller(request).name)
+        trace_query(result, route=request.url.path, principal=principal.name)
+        return result
 
     @app.get("/healthz", tags=["health"], summary="The process is up.")
     async def healthz() -> dict[str, str]:
@@ -198,10 +202,7 @@ def create_app(
         response_model=QueryResult,
     )
     async def query(name: Name, body: QueryRequest, request: Request) -> Response:
-        principal = caller(request)
-        result = await run(request, lambda: service.query(principal, name, body.question, body.options()))
-        record(request, result)
-        return _Json(result)
+        return _Json(await answer(name, body, request))
 
     @app.post(
         "/v1/knowledgebases/{name}/context",
@@ -210,10 +211,7 @@ def create_app(
         response_model=GroundedContext,
     )
     async def context(name: Name, body: QueryRequest, request: Request) -> Response:
-        principal = caller(request)
-        result = await run(request, lambda: service.query(principal, name, body.question, body.options()))
-        record(request, result)
-        return _Json(build_context(result))
+        return _Json(build_context(await answer(name, body, request)))
 
     @app.post(
         "/v1/query",

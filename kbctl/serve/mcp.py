@@ -20,6 +20,7 @@ from kbctl._version import __version__
 from kbctl.errors import KbctlError
 from kbctl.query.context import build_context
 from kbctl.query.options import QueryOptions
+from kbctl.query.results import QueryResult
 from kbctl.serve.auth import ANONYMOUS, Principal
 from kbctl.serve.requests import MAX_QUESTION_CHARS, MAX_TOP_K
 from kbctl.serve.service import RetrievalService
@@ -41,13 +42,19 @@ _GROUNDING = (
 RESOURCE_PREFIX = "kbctl://knowledgebases/"
 
 
-def _principal(ctx: Context[Any, Any] | None) -> Principal:
-    """The caller: the token the HTTP middleware authenticated, or the local user over stdio."""
-    request = ctx.request_context.request if ctx is not None else None
+def _caller(request: Any) -> Principal | None:
+    """The caller of a request: the local user over stdio (no request), else the token kbctl serve's middleware
+    authenticated, None when there is none (never behind that middleware: callers fail closed)."""
     if request is None:
         return ANONYMOUS
     principal = getattr(getattr(request, "state", None), "principal", None)
-    if not isinstance(principal, Principal):  # never reached behind kbctl serve's middleware: fail closed
+    return principal if isinstance(principal, Principal) else None
+
+
+def _principal(ctx: Context[Any, Any]) -> Principal:
+    """The caller of a tool call or resource read."""
+    principal = _caller(ctx.request_context.request)
+    if principal is None:
         raise ToolError("not authenticated")
     return principal
 
@@ -68,6 +75,23 @@ def _options(top_k: int | None, threshold: float | None) -> QueryOptions:
     return QueryOptions(top_k=top_k, threshold=threshold)
 
 
+async def _query(
+    service: RetrievalService,
+    ctx: Context[Any, Any],
+    tool: str,
+    knowledge_base: str,
+    question: str,
+    top_k: int | None,
+    threshold: float | None,
+) -> QueryResult:
+    """The query of a tool call, within the caller's scope, traced like the HTTP routes' queries."""
+    principal = _principal(ctx)
+    options = _options(top_k, threshold)
+    result: QueryResult = await _call(service.query, principal, knowledge_base, _question(question), options)
+    trace_query(result, route=f"mcp:{tool}", principal=principal.name)
+    return result
+
+
 async def _call(fn: Any, *args: Any) -> Any:
     """Run a blocking service call on a worker thread; kbctl's errors become the tool's error text."""
     try:
@@ -82,9 +106,8 @@ class _KbctlMCP(MCPServer[Any]):
     service: RetrievalService
 
     async def _handle_list_resources(self, ctx: Any, params: PaginatedRequestParams | None) -> ListResourcesResult:
-        request = getattr(ctx, "request", None)
-        principal = getattr(getattr(request, "state", None), "principal", None) if request is not None else ANONYMOUS
-        if not isinstance(principal, Principal):
+        principal = _caller(getattr(ctx, "request", None))
+        if principal is None:
             return ListResourcesResult(resources=[])
         kbs = await _call(self.service.knowledge_bases, principal)
         return ListResourcesResult(
@@ -138,9 +161,7 @@ def build_mcp(service: RetrievalService) -> MCPServer[Any]:
         top_k: int | None = None,
         threshold: float | None = None,
     ) -> dict[str, Any]:
-        principal = _principal(ctx)
-        result = await _call(service.query, principal, knowledge_base, _question(question), _options(top_k, threshold))
-        trace_query(result, route="mcp:search", principal=principal.name)
+        result = await _query(service, ctx, "search", knowledge_base, question, top_k, threshold)
         return {
             "knowledgeBase": result.knowledge_base,
             "version": result.version,
@@ -171,9 +192,7 @@ def build_mcp(service: RetrievalService) -> MCPServer[Any]:
         top_k: int | None = None,
         threshold: float | None = None,
     ) -> str:
-        principal = _principal(ctx)
-        result = await _call(service.query, principal, knowledge_base, _question(question), _options(top_k, threshold))
-        trace_query(result, route="mcp:get_context", principal=principal.name)
+        result = await _query(service, ctx, "get_context", knowledge_base, question, top_k, threshold)
         return build_context(result).block
 
     @server.resource(

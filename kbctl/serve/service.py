@@ -1,4 +1,4 @@
-"""What the HTTP API and the MCP tools do, once: list, describe, query and build context within a caller's scope.
+"""What the HTTP API and the MCP tools do, once: list, describe and query within a caller's scope.
 
 One process holds one connection pool and one copy of each model. Each call borrows a pooled connection and
 reads in one snapshot (`kbctl.query.retrieve`), so a version published while the server runs is served by the
@@ -22,7 +22,6 @@ from kbctl.engine.status import KnowledgeBaseDetail, KnowledgeBaseSummary, descr
 from kbctl.errors import NotFoundError, StoreError
 from kbctl.manifest.models import DEFAULT_MODEL
 from kbctl.manifest.selectors import Selector
-from kbctl.query.context import GroundedContext, build_context
 from kbctl.query.options import QueryOptions
 from kbctl.query.results import API_MODEL, QueryHit, QueryResult
 from kbctl.query.retrieve import query_knowledge_base
@@ -167,12 +166,9 @@ class RetrievalService:
     def query(self, principal: Principal, name: str, question: str, options: QueryOptions) -> QueryResult:
         """The ranked chunks of `name` for `question` (NotFoundError outside the caller's scope)."""
         with self._db() as db:
-            self._visible(db, principal, name)
-            return query_knowledge_base(db, name, question, self.embedder, options, reranker_for=self.reranker)
-
-    def context(self, principal: Principal, name: str, question: str, options: QueryOptions) -> GroundedContext:
-        """The grounded context block of `name` for `question`."""
-        return build_context(self.query(principal, name, question, options))
+            return query_knowledge_base(
+                db, name, question, self.embedder, options, reranker_for=self.reranker, visible=principal.may_see
+            )
 
     def query_many(
         self,

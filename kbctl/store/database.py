@@ -322,7 +322,7 @@ class Database:
         """The knowledge base `name` as a query needs it, in one statement that never ships the whole manifest."""
         with self._conn.cursor(row_factory=class_row(QueryTarget)) as cur:
             return cur.execute(
-                "SELECT k.id AS kb_id, k.conditions, v.id AS version_id, v.number, v.model, v.chunk_count,"
+                "SELECT k.id AS kb_id, k.labels, k.conditions, v.id AS version_id, v.number, v.model, v.chunk_count,"
                 " v.retrieval"
                 " FROM kb_knowledge_bases k"
                 " LEFT JOIN kb_versions v ON v.kb_id = k.id AND v.number = k.current_version"

@@ -60,6 +60,7 @@ class QueryTarget:
     """What a query reads of a knowledge base: its conditions, and its serving version with the retrieval spec."""
 
     kb_id: int
+    labels: dict[str, str]
     conditions: list[dict[str, Any]]
     version_id: int | None
     number: int | None
