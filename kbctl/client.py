@@ -7,6 +7,8 @@ from pathlib import Path
 
 from pydantic import BaseModel
 
+from kbctl.answer import AskResult, ask_knowledge_base
+from kbctl.chat import ChatModel, get_chat_model
 from kbctl.config import Settings
 from kbctl.embedding import Embedder, get_embedder
 from kbctl.engine.apply import apply_knowledge_bases, refresh_knowledge_bases
@@ -113,6 +115,10 @@ class KnowledgeBaseStore:
     def reranker(self, model_id: str) -> Reranker:
         """The reranker of a `provider/name` model id, loaded once per process."""
         return get_reranker(model_id, self.settings)
+
+    def chat_model(self, model_id: str) -> ChatModel:
+        """The chat model of a `provider/name` model id or `profile:NAME`, built once per process."""
+        return get_chat_model(model_id, self.settings)
 
     def apply(
         self, knowledge_bases: Sequence[KnowledgeBase | LoadedManifest], *, reporter: Reporter | None = None
@@ -276,6 +282,42 @@ class KnowledgeBaseStore:
             options, top_k=top_k, threshold=threshold, max_tokens=max_tokens, mode=mode, rerank=rerank
         )
         return build_context(self.query(name, question, options))
+
+    def ask(
+        self,
+        name: str,
+        question: str,
+        options: QueryOptions | None = None,
+        *,
+        model: str | None = None,
+        on_text: Callable[[str], None] | None = None,
+        top_k: int | None = None,
+        threshold: float | None = None,
+        max_tokens: int | None = None,
+        mode: str | None = None,
+        rerank: bool | None = None,
+    ) -> AskResult:
+        """Answer `question` from the knowledge base's passages through a chat model, citing them as [1], [2].
+
+        When nothing passes the similarity threshold no model is called: the result has `answer` None and
+        `reason` "noContext". The model is `model` (`provider/name` or `profile:NAME`), else the version's
+        `spec.answer`. With `on_text` the answer is streamed to it as it arrives. The retrieval keywords given
+        (not None) override `options`, as for `query`.
+        """
+        options = QueryOptions.build(
+            options, top_k=top_k, threshold=threshold, max_tokens=max_tokens, mode=mode, rerank=rerank
+        )
+        return ask_knowledge_base(
+            self.query_db,
+            name,
+            question,
+            self.embedder,
+            self.chat_model,
+            options,
+            model=model,
+            reranker_for=self.reranker,
+            on_text=on_text,
+        )
 
     def delete(
         self, name: str, *, timeout: float | None = 60.0, on_wait: Callable[[], None] | None = None

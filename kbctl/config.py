@@ -11,9 +11,11 @@ from typing import Any
 
 from kbctl.errors import KbctlError
 from kbctl.userconfig import (
+    BUILTIN_CHAT_PROVIDERS,
     BUILTIN_PROVIDERS,
     BUILTIN_RERANKERS,
     REDACTED,
+    ChatProvider,
     ConfigFile,
     Provider,
     RerankProvider,
@@ -146,6 +148,7 @@ def effective_config(settings: Settings) -> dict[str, Any]:
     """
     providers = _shown({**BUILTIN_PROVIDERS, **settings.config.embedding.providers})
     rerankers = _shown({**BUILTIN_RERANKERS, **settings.config.rerank.providers})
+    chats = _shown({**BUILTIN_CHAT_PROVIDERS, **settings.config.chat.providers})
     found = settings.config_file is not None and settings.config_file.is_file()
     shown = {
         "configFile": f"{settings.config_file} ({'found' if found else 'absent'})",
@@ -164,6 +167,13 @@ def effective_config(settings: Settings) -> dict[str, Any]:
         "rerank": {
             "providers": rerankers,
             "localModels": {n: str(p) for n, p in settings.config.rerank.local_models.items()},
+        },
+        "chat": {
+            "providers": chats,
+            "profiles": {
+                n: p.model_dump(by_alias=True, mode="json", exclude_none=True)
+                for n, p in settings.config.chat.profiles.items()
+            },
         },
         "serve": {
             "tokens": {  # the token's variable and whether it is set, never its value
@@ -188,7 +198,7 @@ def _redacted(value: Any) -> Any:
     return value
 
 
-def _shown(providers: Mapping[str, Provider | RerankProvider]) -> dict[str, Any]:
+def _shown(providers: Mapping[str, Provider | RerankProvider | ChatProvider]) -> dict[str, Any]:
     """Providers as `config view` shows them: each key variable named, with whether it is set; extra request
     fields named like secrets (`api_key`, `token`...) as ***."""
     shown: dict[str, Any] = {}
@@ -196,7 +206,7 @@ def _shown(providers: Mapping[str, Provider | RerankProvider]) -> dict[str, Any]
         data = provider.model_dump(by_alias=True, mode="json")
         env = provider.api_key_env
         data["apiKeyEnv"] = None if env is None else f"{env} ({'set' if os.environ.get(env) else 'not set'})"
-        for fields in ("documentFields", "queryFields"):
+        for fields in ("documentFields", "queryFields", "requestFields"):
             if fields in data:
                 data[fields] = {k: REDACTED if is_secret_name(k) else v for k, v in data[fields].items()}
         shown[name] = data

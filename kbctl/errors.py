@@ -8,6 +8,7 @@
      ├── SourceError           a source could not be read, fetched or extracted
      ├── EmbeddingError        the embedding model could not be loaded or failed
      ├── RerankError           the reranker could not be loaded or failed
+ ├── ChatError             the chat model (`kbctl ask`, answer evaluation) is not configured or failed
      ├── StoreError            PostgreSQL could not be reached, migrated, read or written
      ├── NotFoundError         a named knowledge base (or version) does not exist
      ├── LimitError            an apply would exceed one of the knowledge base's spec.limits
@@ -23,6 +24,7 @@ from dataclasses import dataclass
 
 __all__ = [
     "BeirError",
+    "ChatError",
     "EmbeddingError",
     "EvalSetError",
     "InputError",
@@ -88,6 +90,10 @@ class EmbeddingError(KbctlError):
 
 class RerankError(KbctlError):
     """The reranker could not be loaded, or reranking failed."""
+
+
+class ChatError(KbctlError):
+    """The chat model is not configured, or a chat completion failed."""
 
 
 class StoreError(KbctlError):

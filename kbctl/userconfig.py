@@ -52,9 +52,12 @@ from kbctl.errors import KbctlError
 __all__ = [
     "ALLOW_NETWORKS_ENV",
     "ALLOW_PRIVATE_ENV",
+    "BUILTIN_CHAT_PROVIDERS",
     "BUILTIN_PROVIDERS",
     "BUILTIN_RERANKERS",
     "REDACTED",
+    "ChatProfile",
+    "ChatProvider",
     "ConfigFile",
     "Profile",
     "Provider",
@@ -215,7 +218,7 @@ class _Model(BaseModel):
         for name, value in super().__repr_args__():
             if isinstance(value, str):
                 value = redact(value)
-            elif isinstance(value, dict) and name in ("document_fields", "query_fields"):
+            elif isinstance(value, dict) and name in ("document_fields", "query_fields", "request_fields"):
                 value = {k: REDACTED if is_secret_name(str(k)) else v for k, v in value.items()}
             yield name, value
 
@@ -277,6 +280,40 @@ class RerankConfig(_Model):
     local_models: dict[str, Path] = Field(default_factory=dict)
 
 
+class ChatProvider(_Model):
+    """An OpenAI-compatible `/v1/chat/completions` endpoint (OpenAI, a LiteLLM proxy, Ollama, vLLM, llama.cpp
+    server) and how to talk to it."""
+
+    base_url: str = Field(alias="baseURL")
+    api_key_env: str | None = None
+    timeout: float = Field(60.0, gt=0, le=600)  # seconds per read (a streamed answer: between two pieces)
+    retries: int = Field(2, ge=0, le=20)
+    # Extra fields merged into every request body (e.g. LiteLLM `metadata`, Ollama `options`); they never
+    # replace the fields kbctl sets (model, messages, stream).
+    request_fields: dict[str, Any] = Field(default_factory=dict)
+
+    @field_validator("api_key_env")
+    @classmethod
+    def _key_variable(cls, value: str | None) -> str | None:
+        return _check_key_variable(value)
+
+
+class ChatProfile(_Model):
+    """A named chat setup a manifest can refer to (`spec.answer.profile`)."""
+
+    provider: str
+    model: str
+    temperature: float | None = Field(None, ge=0, le=2)
+    max_tokens: int | None = Field(None, ge=1, le=32_768)
+
+
+class ChatConfig(_Model):
+    """Chat providers and profiles (`kbctl ask`, answer evaluation)."""
+
+    providers: dict[str, ChatProvider] = Field(default_factory=dict)
+    profiles: dict[str, ChatProfile] = Field(default_factory=dict)
+
+
 class ServeToken(_Model):
     """A bearer token of `kbctl serve` and `kbctl mcp` over HTTP: read-only, limited to its scope.
 
@@ -311,6 +348,7 @@ class ConfigFile(_Model):
     allow_networks: tuple[str, ...] = ()  # CIDRs, exact addresses and host names URL sources may reach
     embedding: EmbeddingConfig = Field(default_factory=EmbeddingConfig)
     rerank: RerankConfig = Field(default_factory=RerankConfig)
+    chat: ChatConfig = Field(default_factory=ChatConfig)
     serve: ServeConfig = Field(default_factory=ServeConfig)
 
     @field_validator("allow_networks", mode="before")
@@ -334,9 +372,16 @@ class ConfigFile(_Model):
         """A rerank provider from the file, else a built-in one (cohere, jina), else None."""
         return self.rerank.providers.get(name) or BUILTIN_RERANKERS.get(name)
 
+    def chat_provider(self, name: str) -> ChatProvider | None:
+        """A chat provider from the file, else a built-in one (openai), else None."""
+        return self.chat.providers.get(name) or BUILTIN_CHAT_PROVIDERS.get(name)
+
 
 BUILTIN_PROVIDERS: dict[str, Provider] = {
     "openai": Provider.model_validate({"baseURL": "https://api.openai.com/v1", "apiKeyEnv": "OPENAI_API_KEY"}),
+}
+BUILTIN_CHAT_PROVIDERS: dict[str, ChatProvider] = {
+    "openai": ChatProvider.model_validate({"baseURL": "https://api.openai.com/v1", "apiKeyEnv": "OPENAI_API_KEY"}),
 }
 BUILTIN_RERANKERS: dict[str, RerankProvider] = {
     "cohere": RerankProvider.model_validate({"baseURL": "https://api.cohere.com/v2", "apiKeyEnv": "COHERE_API_KEY"}),
@@ -350,9 +395,9 @@ def config_path(environ: dict[str, str] | None = None) -> Path:
     return Path(env.get("KBCTL_CONFIG") or DEFAULT_CONFIG).expanduser()
 
 
-_ENV_PROVIDER = re.compile(r"^KBCTL_(PROVIDER|RERANKER)_([A-Z0-9_]+)_(BASE_URL|API_KEY_ENV)$")
+_ENV_PROVIDER = re.compile(r"^KBCTL_(PROVIDER|RERANKER|CHAT_PROVIDER)_([A-Z0-9_]+)_(BASE_URL|API_KEY_ENV)$")
 
-_P = TypeVar("_P", Provider, RerankProvider)
+_P = TypeVar("_P", Provider, RerankProvider, ChatProvider)
 
 
 def _override(
@@ -374,9 +419,9 @@ def _override(
 def with_env_overrides(config: ConfigFile, environ: Mapping[str, str]) -> ConfigFile:
     """Apply `KBCTL_PROVIDER_<NAME>_BASE_URL` / `KBCTL_PROVIDER_<NAME>_API_KEY_ENV` (they define or override
     embedding provider `<name>`, lower-cased with '_' as '-'), the same `KBCTL_RERANKER_<NAME>_*` for rerank
-    providers, `KBCTL_ALLOW_PRIVATE_NETWORKS` (or-ed with the file's) and `KBCTL_ALLOW_NETWORKS` (added to the
-    file's `allowNetworks`)."""
-    changes: dict[str, dict[str, dict[str, str]]] = {"PROVIDER": {}, "RERANKER": {}}
+    providers and `KBCTL_CHAT_PROVIDER_<NAME>_*` for chat providers, `KBCTL_ALLOW_PRIVATE_NETWORKS` (or-ed
+    with the file's) and `KBCTL_ALLOW_NETWORKS` (added to the file's `allowNetworks`)."""
+    changes: dict[str, dict[str, dict[str, str]]] = {"PROVIDER": {}, "RERANKER": {}, "CHAT_PROVIDER": {}}
     for key, value in environ.items():
         match = _ENV_PROVIDER.match(key)
         if match and value:
@@ -385,12 +430,22 @@ def with_env_overrides(config: ConfigFile, environ: Mapping[str, str]) -> Config
             changes[match.group(1)].setdefault(name, {})[field] = value
     providers = _override("PROVIDER", config.embedding.providers, BUILTIN_PROVIDERS, changes["PROVIDER"], Provider)
     rerankers = _override("RERANKER", config.rerank.providers, BUILTIN_RERANKERS, changes["RERANKER"], RerankProvider)
+    chats = _override(
+        "CHAT_PROVIDER", config.chat.providers, BUILTIN_CHAT_PROVIDERS, changes["CHAT_PROVIDER"], ChatProvider
+    )
     allow = config.allow_private_networks or env_allows_private(environ)
     networks = tuple(dict.fromkeys((*config.allow_networks, *env_networks(environ))))
     embedding = config.embedding.model_copy(update={"providers": providers})
     rerank = config.rerank.model_copy(update={"providers": rerankers})
+    chat = config.chat.model_copy(update={"providers": chats})
     return config.model_copy(
-        update={"embedding": embedding, "rerank": rerank, "allow_private_networks": allow, "allow_networks": networks}
+        update={
+            "embedding": embedding,
+            "rerank": rerank,
+            "chat": chat,
+            "allow_private_networks": allow,
+            "allow_networks": networks,
+        }
     )
 
 

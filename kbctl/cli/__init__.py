@@ -3,7 +3,7 @@
 Each module registers its commands on the one typer app of `_common`; importing them here wires the CLI.
 """
 
-from kbctl.cli import apply, commands, controller, diff, evaluate, imports, rollout, serve  # noqa: F401  (registers the commands)
+from kbctl.cli import apply, ask, commands, controller, diff, evaluate, imports, rollout, serve  # noqa: F401  (registers the commands)
 from kbctl.cli._common import app
 
 __all__ = ["app", "main"]

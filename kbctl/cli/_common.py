@@ -29,6 +29,9 @@ app.add_typer(server_app, name="server")
 config_app = typer.Typer(help="Show kbctl's configuration (embedding providers and profiles, networks).")
 app.add_typer(config_app, name="config")
 
+# `kbctl ask`: the knowledge base does not cover the question (not an error: 1 is for errors, 2 for usage).
+NOT_COVERED_EXIT = 3
+
 RESOURCES = {"knowledgebase", "knowledgebases", "kb", "kbs"}
 state: dict[str, Any] = {"debug": False, "database_url": None}
 

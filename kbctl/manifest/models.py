@@ -39,6 +39,8 @@ __all__ = [
     "API_VERSION",
     "DEFAULT_MODEL",
     "KIND",
+    "MAX_INSTRUCTIONS_CHARS",
+    "Answer",
     "Chunking",
     "Embedding",
     "KnowledgeBase",
@@ -57,6 +59,8 @@ Kind = Literal["KnowledgeBase"]
 API_VERSION: Final[ApiVersion] = "kbctl.dev/v1alpha1"  # mypy checks these two stay in step with the types
 KIND: Final[Kind] = "KnowledgeBase"
 DEFAULT_MODEL: Final = "local/all-MiniLM-L6-v2"
+
+MAX_INSTRUCTIONS_CHARS: Final = 8000  # spec.answer.instructions: a system prompt, not a document
 
 JSON_SCHEMA_DIALECT: Final = "https://json-schema.org/draft/2020-12/schema"
 
@@ -297,6 +301,60 @@ class Embedding(_Model):
         return _provider_slash_name(value)
 
 
+def _chat_model(value: str) -> str:
+    if value.startswith("profile:"):
+        raise ValueError("use profile: NAME for a chat profile, not model: profile:NAME")
+    return _provider_slash_name(value)
+
+
+class Answer(_Model):
+    """How `kbctl ask` answers from this knowledge base: which chat model, and the rules it is given."""
+
+    model: Annotated[str, AfterValidator(_chat_model)] | None = Field(
+        default=None,
+        description="'provider/name': a chat provider of the kbctl configuration (openai/gpt-4o-mini, "
+        "litellm/NAME...). `kbctl ask --model` overrides it.",
+    )
+    profile: str | None = Field(
+        default=None,
+        min_length=1,
+        description="A named chat profile of the kbctl configuration (instead of model).",
+    )
+    instructions: str | None = Field(
+        default=None,
+        min_length=1,
+        max_length=MAX_INSTRUCTIONS_CHARS,
+        description="The system prompt, in place of kbctl's default (answer only from the passages, cite them "
+        "as [1], say when the knowledge base does not cover the question). The passages still arrive marked as "
+        "data, never as instructions.",
+    )
+    temperature: _StrictFloat | None = Field(
+        default=None, ge=0.0, le=2.0, allow_inf_nan=False, description="Sampling temperature (default: the model's)."
+    )
+    max_tokens: _StrictInt | None = Field(
+        default=None, ge=1, le=32_768, description="Most tokens the answer may have (default: the model's)."
+    )
+
+    @model_validator(mode="after")
+    def _model_or_profile(self) -> Answer:
+        if self.model is not None and self.profile is not None:
+            raise ValueError("set either model or profile, not both")
+        if self.instructions is not None and not self.instructions.strip():
+            raise ValueError("instructions must not be blank")
+        return self
+
+    @property
+    def ref(self) -> str | None:
+        """What names the chat model: `profile:NAME`, the model id, or None when neither is set."""
+        return f"profile:{self.profile}" if self.profile else self.model
+
+    @model_serializer(mode="wrap")
+    def _omit_unset(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        return _without_unset(
+            handler(self), "model", "profile", "instructions", "temperature", "max_tokens", "maxTokens"
+        )
+
+
 class Limits(_Model):
     """Bounds on the work one apply or refresh may do for a knowledge base (a runaway page, a runaway bill)."""
 
@@ -330,6 +388,7 @@ class Spec(_Model):
         description="How many versions to keep for rollback (the current one always stays).",
     )
     limits: Limits | None = Field(default=None, description="Bounds on the work of one apply (defaults apply).")
+    answer: Answer | None = Field(default=None, description="How `kbctl ask` answers questions from it.")
 
     @property
     def effective_limits(self) -> Limits:
@@ -338,7 +397,7 @@ class Spec(_Model):
 
     @model_serializer(mode="wrap")
     def _omit_unset_limits(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
-        return _without_unset(handler(self), "limits")
+        return _without_unset(handler(self), "limits", "answer")
 
     @field_validator("sources", mode="wrap")
     @classmethod

@@ -56,8 +56,10 @@ __all__ = [
     "RerankInfo",
     "TraceEntry",
     "TraceStage",
+    "clean_question",
     "identifiers",
     "query_knowledge_base",
+    "run_query",
 ]
 
 CANDIDATES = 100  # chunks each list gathers unless spec.retrieval.candidates says otherwise (see docs/eval.md)
@@ -430,26 +432,32 @@ def query_knowledge_base(
     with the model of the version, whatever the manifest says now. `visible`, when given, is asked whether
     the caller may see the knowledge base (a server's token scope); refused, it is not found.
     """
-    question = storable(question)  # a NUL or a lone surrogate cannot reach PostgreSQL's full-text search
-    if not question.strip():
-        raise ValueError("question must not be empty")
+    question = clean_question(question)
     # One read-only snapshot for the whole query: a version published, rolled back or pruned meanwhile
     # cannot change what it reads (the rows of the version it started with stay visible to it).
     with db.read_only():
-        return _retrieve(db, name, question, embedder_for, options or QueryOptions(), reranker_for, visible)
+        plan = plan_query(db, name, options or QueryOptions(), visible)
+        return run_query(db, plan, question, embedder_for, reranker_for)
 
 
-def _retrieve(
+def clean_question(question: str) -> str:
+    """The question as a query can take it; ValueError when it is empty."""
+    question = storable(question)  # a NUL or a lone surrogate cannot reach PostgreSQL's full-text search
+    if not question.strip():
+        raise ValueError("question must not be empty")
+    return question
+
+
+def run_query(
     db: Database,
-    name: str,
+    plan: QueryPlan,
     question: str,
     embedder_for: Callable[[str], Embedder],
-    options: QueryOptions,
-    reranker_for: Callable[[str], Reranker] | None,
-    visible: Visible | None,
+    reranker_for: Callable[[str], Reranker] | None = None,
 ) -> QueryResult:
-    """The stages of one query, in order, inside the caller's snapshot."""
-    plan = plan_query(db, name, options, visible)
+    """The stages of one planned query, in order, inside the caller's snapshot (`db.read_only()`); the
+    question as `clean_question` returns it."""
+    name = plan.name
     reranker = None
     if plan.rerank is not None:
         if reranker_for is None:

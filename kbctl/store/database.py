@@ -331,6 +331,12 @@ class Database:
             ).fetchone()
 
     @_store_errors
+    def answer_spec(self, version_id: int) -> dict[str, Any]:
+        """The spec.answer a version was published with ({} when it had none)."""
+        row = self._conn.execute("SELECT answer FROM kb_versions WHERE id = %s", (version_id,)).fetchone()
+        return dict(row[0]) if row is not None and row[0] else {}
+
+    @_store_errors
     def version_sources(self, version_id: int) -> list[VersionSourceRow]:
         """The sources of a version in manifest order, with the revision each one serves."""
         with self._conn.cursor(row_factory=class_row(VersionSourceRow)) as cur:
@@ -556,8 +562,8 @@ class Database:
             embedded = sum(s.embedded for s in sources)
             vrow = self._conn.execute(
                 "INSERT INTO kb_versions (kb_id, number, manifest, manifest_sha256, model, chunk_count,"
-                " embedded_count, reused_count, change_cause, retrieval)"
-                " VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s)"
+                " embedded_count, reused_count, change_cause, retrieval, answer)"
+                " VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s)"
                 " RETURNING id",
                 (
                     kb_id,
@@ -570,6 +576,7 @@ class Database:
                     chunks - embedded,
                     change_cause,
                     Jsonb(manifest.get("spec", {}).get("retrieval", {})),
+                    Jsonb(manifest.get("spec", {}).get("answer", {})),
                 ),
             ).fetchone()
             assert vrow is not None

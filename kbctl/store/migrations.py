@@ -221,6 +221,14 @@ MIGRATIONS: list[tuple[int, str, str]] = [
             JOIN kb_revision_terms t ON t.revision_id = vs.revision_id GROUP BY vs.version_id, t.lexeme;
         """,
     ),
+    (
+        9,
+        "each version's spec.answer (chat model, instructions) in a column of its own, as spec.retrieval",
+        """
+        ALTER TABLE kb_versions ADD COLUMN answer jsonb NOT NULL DEFAULT '{}';
+        UPDATE kb_versions SET answer = coalesce(manifest -> 'spec' -> 'answer', '{}');
+        """,
+    ),
 ]
 
 # Serializes migrations of one database across processes (an arbitrary, fixed 64-bit key).

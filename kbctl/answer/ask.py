@@ -1,0 +1,164 @@
+"""Ask a knowledge base: retrieve, and only when something passes the threshold, let a chat model answer.
+
+The stages: plan the query and read the serving version's `spec.answer` (one snapshot), retrieve, build the
+grounded context, and then either answer `NOT_COVERED` without calling any model (nothing passed the
+threshold: no cost, no chance to make something up) or call the chat model with the rules and the passages,
+and check the citations of what it says against the passages it was given.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+
+from kbctl.answer.citations import check_citations
+from kbctl.answer.prompt import NOT_COVERED, instructions_for, messages_for
+from kbctl.answer.results import AnswerUsage, AskResult, AskTimings, Citation, Reason
+from kbctl.chat import ChatModel, ChatOptions
+from kbctl.embedding import Embedder
+from kbctl.errors import ChatError
+from kbctl.manifest import Answer
+from kbctl.query.context import GroundedContext, build_context
+from kbctl.query.options import QueryOptions
+from kbctl.query.results import QueryResult
+from kbctl.query.retrieve import Visible, clean_question, plan_query, run_query
+from kbctl.rerank import Reranker
+from kbctl.store.database import Database
+
+__all__ = ["ask_knowledge_base", "chat_model_ref"]
+
+
+def chat_model_ref(name: str, spec: Answer, model: str | None) -> str:
+    """The chat model to ask: `model` (the caller's), else the spec's model or profile; ChatError when none."""
+    ref = model or spec.ref
+    if ref is None:
+        raise ChatError(
+            f"KnowledgeBase/{name} names no chat model: give --model provider/name (e.g. openai/gpt-4o-mini), "
+            "or set spec.answer.model or spec.answer.profile"
+        )
+    return ref
+
+
+def _citations(grounded: GroundedContext, ids: tuple[int, ...]) -> list[Citation]:
+    by_id = {p.id: p for p in grounded.passages}
+    return [
+        Citation(
+            number=i,
+            source=by_id[i].source,
+            title=by_id[i].title,
+            origin=by_id[i].origin,
+            heading_path=by_id[i].heading_path,
+            char_start=by_id[i].char_start,
+            char_end=by_id[i].char_end,
+        )
+        for i in ids
+    ]
+
+
+def _ms(start: float, end: float) -> float:
+    return round((end - start) * 1000, 1)
+
+
+def ask_knowledge_base(
+    db: Database,
+    name: str,
+    question: str,
+    embedder_for: Callable[[str], Embedder],
+    chat_for: Callable[[str], ChatModel],
+    options: QueryOptions | None = None,
+    *,
+    model: str | None = None,
+    reranker_for: Callable[[str], Reranker] | None = None,
+    visible: Visible | None = None,
+    on_text: Callable[[str], None] | None = None,
+) -> AskResult:
+    """Answer `question` from the serving version of `name`, citing its passages, or say it is not covered.
+
+    The chat model is `model` (a `provider/name` or `profile:NAME`), else the version's `spec.answer`; a
+    knowledge base without one and no `model` is a ChatError, even when nothing would be retrieved. With
+    `on_text`, the answer is streamed to it piece by piece. Retrieval takes `options` like `query`.
+    """
+    question = clean_question(question)
+    start = time.perf_counter()
+    with db.read_only():
+        plan = plan_query(db, name, options or QueryOptions(), visible)
+        spec = Answer.model_validate(db.answer_spec(plan.version_id))
+        ref = chat_model_ref(name, spec, model)
+        chat = chat_for(ref)  # an unknown provider or profile fails here, before any retrieval
+        retrieval = run_query(db, plan, question, embedder_for, reranker_for)
+    retrieved = time.perf_counter()
+    grounded = build_context(retrieval)
+    if not grounded.found:
+        return _result(
+            retrieval,
+            grounded,
+            "noContext",
+            None,
+            None,
+            AskTimings(retrieve_ms=_ms(start, retrieved), generate_ms=0.0, total_ms=_ms(start, retrieved)),
+        )
+    first: list[float] = []
+
+    def piece(text: str) -> None:
+        if not first:
+            first.append(time.perf_counter())
+        if on_text is not None:
+            on_text(text)
+
+    completion = chat.complete(
+        messages_for(grounded, instructions_for(name, spec.instructions)),
+        ChatOptions(temperature=spec.temperature, max_tokens=spec.max_tokens),
+        on_text=piece if on_text is not None else None,
+    )
+    done = time.perf_counter()
+    check = check_citations(completion.text, {p.id for p in grounded.passages})
+    timings = AskTimings(
+        retrieve_ms=_ms(start, retrieved),
+        generate_ms=_ms(retrieved, done),
+        first_text_ms=_ms(retrieved, first[0]) if first else None,
+        total_ms=_ms(start, done),
+    )
+    result = _result(retrieval, grounded, "notCovered" if check.refusal else "answered", ref, completion.text, timings)
+    return result.model_copy(
+        update={
+            "served_by": completion.model,
+            "citations": _citations(grounded, check.cited),
+            "invalid_citations": list(check.invalid),
+            "uncited": check.uncited,
+            "truncated": completion.finish_reason == "length",
+            "attempts": completion.attempts,
+            "usage": AnswerUsage(
+                prompt_tokens=completion.prompt_tokens, completion_tokens=completion.completion_tokens
+            ),
+        }
+    )
+
+
+def _result(
+    retrieval: QueryResult,
+    grounded: GroundedContext,
+    reason: Reason,
+    model: str | None,
+    answer: str | None,
+    timings: AskTimings,
+) -> AskResult:
+    kb = f"KnowledgeBase/{retrieval.knowledge_base} (version {retrieval.version})"
+    messages = {
+        "noContext": f"{NOT_COVERED} Nothing in {kb} passed the similarity threshold ({retrieval.message}); "
+        "no model was asked.",
+        "notCovered": f"{model} found no answer in the {len(grounded.passages)} passages of {kb} it was given.",
+        "answered": f"answered by {model} from {len(grounded.passages)} passages of {kb}",
+    }
+    result = AskResult(
+        knowledge_base=retrieval.knowledge_base,
+        version=retrieval.version,
+        question=retrieval.question,
+        answer=answer,
+        reason=reason,
+        message=messages[reason],
+        model=model,
+        timings=timings,
+        retrieval=retrieval,
+    )
+    result._context = grounded
+    return result

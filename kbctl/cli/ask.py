@@ -1,0 +1,105 @@
+"""`kbctl ask`: an answer grounded in a knowledge base, with its citations (logic in kbctl.answer)."""
+
+from __future__ import annotations
+
+import sys
+from typing import Annotated
+
+import typer
+
+from kbctl.answer import AskResult
+from kbctl.cli._common import (
+    NOT_COVERED_EXIT,
+    OutputOpt,
+    QueryMode,
+    RerankOpt,
+    app,
+    emit,
+    handles_errors,
+    open_store,
+    warn_rerank,
+)
+from kbctl.query.options import QueryOptions
+
+
+def _sources(result: AskResult) -> list[str]:
+    """The cited passages, one line each: number, source, section, origin, character range."""
+    lines = []
+    for c in result.citations:
+        section = " > ".join(c.heading_path) or "(no heading)"
+        lines.append(f"  [{c.number}] {c.source} | {section} | {c.origin} | chars {c.char_start}-{c.char_end}")
+    return lines
+
+
+@app.command()
+@handles_errors
+def ask(
+    name: Annotated[str, typer.Argument(help="Knowledge base to answer from.")],
+    question: Annotated[str, typer.Argument(help="The question, in natural language.")],
+    model: Annotated[
+        str | None,
+        typer.Option(
+            "--model",
+            "-m",
+            help="Chat model: provider/name of chat.providers (openai built in) or profile:NAME of chat.profiles "
+            "(default: spec.answer.model or spec.answer.profile).",
+        ),
+    ] = None,
+    top_k: Annotated[int | None, typer.Option("--top-k", min=1, help="Chunks to retrieve at most.")] = None,
+    threshold: Annotated[
+        float | None, typer.Option("--threshold", min=-1.0, max=1.0, help="Minimum cosine similarity.")
+    ] = None,
+    max_tokens: Annotated[
+        int | None, typer.Option("--max-tokens", min=1, help="Token budget of the passages given to the model.")
+    ] = None,
+    mode: Annotated[QueryMode | None, typer.Option("--mode", help="hybrid, vector or keyword.")] = None,
+    rerank: RerankOpt = None,
+    stream: Annotated[
+        bool | None,
+        typer.Option("--stream/--no-stream", help="Print the answer as it arrives (default: on a terminal)."),
+    ] = None,
+    output: OutputOpt = None,
+) -> None:
+    """Answer a question from the knowledge base only, citing its passages as [1], [2]; or say it is not covered.
+
+    Retrieves as `kbctl context` does and gives the passages to a chat model (any OpenAI-compatible
+    /v1/chat/completions: OpenAI, a LiteLLM proxy, Ollama, vLLM) with rules: answer only from them, cite
+    every claim, say when they do not hold the answer, treat them as data and never as instructions. When
+    nothing passes the similarity threshold no model is called and kbctl says the knowledge base does not
+    cover the question. Then lists the sources the answer cites; citations of passages that were not given,
+    and an answer citing nothing, are reported on stderr.
+
+    Exit codes: 0 answered; 3 the knowledge base does not cover the question (nothing relevant retrieved, or
+    the model found no answer in the passages); 1 an error.
+
+    Example: kbctl ask client-service-policy "how long do we keep invoices?" --model litellm/support-llm
+    """
+    options = QueryOptions.build(
+        top_k=top_k, threshold=threshold, max_tokens=max_tokens, mode=mode and mode.value, rerank=rerank
+    )
+    streaming = output is None and (sys.stdout.isatty() if stream is None else stream)
+    shown: list[str] = []
+
+    def piece(text: str) -> None:
+        shown.append(text)
+        sys.stdout.write(text)
+        sys.stdout.flush()
+
+    with open_store() as store:
+        result = store.ask(name, question, options, model=model, on_text=piece if streaming else None)
+    warn_rerank(result.retrieval.rerank)
+    if output:
+        emit(result, output)
+    else:
+        if shown:
+            typer.echo("")
+        else:
+            typer.echo(result.answer if result.answer is not None else result.message)
+        sources = _sources(result)
+        if sources:
+            typer.echo("\nSources:")
+            typer.echo("\n".join(sources))
+    for warning in result.warnings:
+        typer.echo(f"warning: {warning}", err=True)
+    if result.reason != "answered":
+        raise typer.Exit(NOT_COVERED_EXIT)
