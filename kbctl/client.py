@@ -301,8 +301,8 @@ class KnowledgeBaseStore:
 
         When nothing passes the similarity threshold no model is called: the result has `answer` None and
         `reason` "noContext". The model is `model` (`provider/name` or `profile:NAME`), else the version's
-        `spec.answer`. With `on_text` the answer is streamed to it as it arrives. The retrieval keywords given
-        (not None) override `options`, as for `query`.
+        `spec.answer`, else the configuration's `chat.defaultModel`. With `on_text` the answer is streamed to
+        it as it arrives. The retrieval keywords given (not None) override `options`, as for `query`.
         """
         options = QueryOptions.build(
             options, top_k=top_k, threshold=threshold, max_tokens=max_tokens, mode=mode, rerank=rerank
@@ -315,6 +315,7 @@ class KnowledgeBaseStore:
             self.chat_model,
             options,
             model=model,
+            default_model=self.settings.config.chat.default_model,
             reranker_for=self.reranker,
             on_text=on_text,
         )

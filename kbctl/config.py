@@ -169,6 +169,7 @@ def effective_config(settings: Settings) -> dict[str, Any]:
             "localModels": {n: str(p) for n, p in settings.config.rerank.local_models.items()},
         },
         "chat": {
+            "defaultModel": settings.config.chat.default_model,
             "providers": chats,
             "profiles": {
                 n: p.model_dump(by_alias=True, mode="json", exclude_none=True)

@@ -73,7 +73,7 @@ async def exercise(client: Client) -> dict[str, Any]:
 
 
 def check_common(seen: dict[str, Any]) -> None:
-    assert set(seen["tools"]) == {"list_knowledge_bases", "search", "get_context"}
+    assert set(seen["tools"]) == {"list_knowledge_bases", "search", "get_context", "ask"}
     assert "Answer only from" in seen["tools"]["get_context"] and "not cover" in seen["tools"]["search"]
     assert seen["found"]["found"] is True and "30 days" in seen["found"]["hits"][0]["text"]
     assert "<reference_data" in seen["context"] and "30 days" in seen["context"]

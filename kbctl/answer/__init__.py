@@ -7,7 +7,7 @@ checks each citation against the passages it was given.
 
 from __future__ import annotations
 
-from kbctl.answer.ask import ask_knowledge_base, chat_model_ref
+from kbctl.answer.ask import AskPlan, answer_ask, ask_knowledge_base, chat_model_ref, prepare_ask
 from kbctl.answer.citations import CitationCheck, check_citations, cited_ids, is_refusal
 from kbctl.answer.prompt import DEFAULT_INSTRUCTIONS, NOT_COVERED, instructions_for, messages_for
 from kbctl.answer.results import AnswerUsage, AskResult, AskTimings, Citation, Reason
@@ -16,11 +16,13 @@ __all__ = [
     "DEFAULT_INSTRUCTIONS",
     "NOT_COVERED",
     "AnswerUsage",
+    "AskPlan",
     "AskResult",
     "AskTimings",
     "Citation",
     "CitationCheck",
     "Reason",
+    "answer_ask",
     "ask_knowledge_base",
     "chat_model_ref",
     "check_citations",
@@ -28,4 +30,5 @@ __all__ = [
     "instructions_for",
     "is_refusal",
     "messages_for",
+    "prepare_ask",
 ]

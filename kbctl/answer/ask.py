@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 
 from kbctl.answer.citations import check_citations
 from kbctl.answer.prompt import NOT_COVERED, instructions_for, messages_for
@@ -25,18 +26,34 @@ from kbctl.query.retrieve import Visible, clean_question, plan_query, run_query
 from kbctl.rerank import Reranker
 from kbctl.store.database import Database
 
-__all__ = ["ask_knowledge_base", "chat_model_ref"]
+__all__ = ["AskPlan", "answer_ask", "ask_knowledge_base", "chat_model_ref", "prepare_ask"]
 
 
-def chat_model_ref(name: str, spec: Answer, model: str | None) -> str:
-    """The chat model to ask: `model` (the caller's), else the spec's model or profile; ChatError when none."""
-    ref = model or spec.ref
+def chat_model_ref(name: str, spec: Answer, model: str | None, default: str | None = None) -> str:
+    """The chat model to ask: `model` (the caller's), else the spec's model or profile, else `default` (the
+    configuration's chat.defaultModel); ChatError when there is none."""
+    ref = model or spec.ref or default
     if ref is None:
         raise ChatError(
             f"KnowledgeBase/{name} names no chat model: give --model provider/name (e.g. openai/gpt-4o-mini), "
-            "or set spec.answer.model or spec.answer.profile"
+            "set spec.answer.model or spec.answer.profile, or chat.defaultModel in kbctl's configuration"
         )
     return ref
+
+
+@dataclass(frozen=True)
+class AskPlan:
+    """A question ready for the chat model: what was retrieved, which model, with which rules."""
+
+    name: str
+    question: str
+    model: str  # the chat model's id (provider/name or profile:NAME)
+    chat: ChatModel
+    spec: Answer  # the serving version's spec.answer
+    retrieval: QueryResult
+    grounded: GroundedContext
+    started: float  # time.perf_counter() when the ask began
+    retrieve_ms: float
 
 
 def _citations(grounded: GroundedContext, ids: tuple[int, ...]) -> list[Citation]:
@@ -59,7 +76,7 @@ def _ms(start: float, end: float) -> float:
     return round((end - start) * 1000, 1)
 
 
-def ask_knowledge_base(
+def prepare_ask(
     db: Database,
     name: str,
     question: str,
@@ -68,35 +85,41 @@ def ask_knowledge_base(
     options: QueryOptions | None = None,
     *,
     model: str | None = None,
+    default_model: str | None = None,
     reranker_for: Callable[[str], Reranker] | None = None,
     visible: Visible | None = None,
-    on_text: Callable[[str], None] | None = None,
-) -> AskResult:
-    """Answer `question` from the serving version of `name`, citing its passages, or say it is not covered.
-
-    The chat model is `model` (a `provider/name` or `profile:NAME`), else the version's `spec.answer`; a
-    knowledge base without one and no `model` is a ChatError, even when nothing would be retrieved. With
-    `on_text`, the answer is streamed to it piece by piece. Retrieval takes `options` like `query`.
-    """
+) -> AskPlan:
+    """Retrieve for `question` and choose the chat model, in one snapshot of `db` (which is not needed after:
+    a server gives its connection back before the model is called)."""
     question = clean_question(question)
-    start = time.perf_counter()
+    started = time.perf_counter()
     with db.read_only():
         plan = plan_query(db, name, options or QueryOptions(), visible)
         spec = Answer.model_validate(db.answer_spec(plan.version_id))
-        ref = chat_model_ref(name, spec, model)
+        ref = chat_model_ref(name, spec, model, default_model)
         chat = chat_for(ref)  # an unknown provider or profile fails here, before any retrieval
         retrieval = run_query(db, plan, question, embedder_for, reranker_for)
-    retrieved = time.perf_counter()
-    grounded = build_context(retrieval)
+    return AskPlan(
+        name=name,
+        question=question,
+        model=ref,
+        chat=chat,
+        spec=spec,
+        retrieval=retrieval,
+        grounded=build_context(retrieval),
+        started=started,
+        retrieve_ms=_ms(started, time.perf_counter()),
+    )
+
+
+def answer_ask(plan: AskPlan, on_text: Callable[[str], None] | None = None) -> AskResult:
+    """The answer of a prepared question: `NOT_COVERED` without any model call when nothing was retrieved,
+    else the chat model's, streamed to `on_text` when it is given, with its citations checked."""
+    grounded = plan.grounded
     if not grounded.found:
-        return _result(
-            retrieval,
-            grounded,
-            "noContext",
-            None,
-            None,
-            AskTimings(retrieve_ms=_ms(start, retrieved), generate_ms=0.0, total_ms=_ms(start, retrieved)),
-        )
+        timings = AskTimings(retrieve_ms=plan.retrieve_ms, generate_ms=0.0, total_ms=plan.retrieve_ms)
+        return _result(plan.retrieval, grounded, "noContext", None, None, timings)
+    asked = time.perf_counter()
     first: list[float] = []
 
     def piece(text: str) -> None:
@@ -105,20 +128,21 @@ def ask_knowledge_base(
         if on_text is not None:
             on_text(text)
 
-    completion = chat.complete(
-        messages_for(grounded, instructions_for(name, spec.instructions)),
-        ChatOptions(temperature=spec.temperature, max_tokens=spec.max_tokens),
+    completion = plan.chat.complete(
+        messages_for(grounded, instructions_for(plan.name, plan.spec.instructions)),
+        ChatOptions(temperature=plan.spec.temperature, max_tokens=plan.spec.max_tokens),
         on_text=piece if on_text is not None else None,
     )
     done = time.perf_counter()
     check = check_citations(completion.text, {p.id for p in grounded.passages})
     timings = AskTimings(
-        retrieve_ms=_ms(start, retrieved),
-        generate_ms=_ms(retrieved, done),
-        first_text_ms=_ms(retrieved, first[0]) if first else None,
-        total_ms=_ms(start, done),
+        retrieve_ms=plan.retrieve_ms,
+        generate_ms=_ms(asked, done),
+        first_text_ms=_ms(asked, first[0]) if first else None,
+        total_ms=_ms(plan.started, done),
     )
-    result = _result(retrieval, grounded, "notCovered" if check.refusal else "answered", ref, completion.text, timings)
+    reason: Reason = "notCovered" if check.refusal else "answered"
+    result = _result(plan.retrieval, grounded, reason, plan.model, completion.text, timings)
     return result.model_copy(
         update={
             "served_by": completion.model,
@@ -132,6 +156,42 @@ def ask_knowledge_base(
             ),
         }
     )
+
+
+def ask_knowledge_base(
+    db: Database,
+    name: str,
+    question: str,
+    embedder_for: Callable[[str], Embedder],
+    chat_for: Callable[[str], ChatModel],
+    options: QueryOptions | None = None,
+    *,
+    model: str | None = None,
+    default_model: str | None = None,
+    reranker_for: Callable[[str], Reranker] | None = None,
+    visible: Visible | None = None,
+    on_text: Callable[[str], None] | None = None,
+) -> AskResult:
+    """Answer `question` from the serving version of `name`, citing its passages, or say it is not covered.
+
+    The chat model is `model` (a `provider/name` or `profile:NAME`), else the version's `spec.answer`, else
+    `default_model`; none of them is a ChatError, even when nothing would be retrieved. With `on_text`, the
+    answer is streamed to it piece by piece. Retrieval takes `options` like `query`; `visible` is the
+    caller's scope, as for `query_knowledge_base`.
+    """
+    plan = prepare_ask(
+        db,
+        name,
+        question,
+        embedder_for,
+        chat_for,
+        options,
+        model=model,
+        default_model=default_model,
+        reranker_for=reranker_for,
+        visible=visible,
+    )
+    return answer_ask(plan, on_text)
 
 
 def _result(

@@ -25,6 +25,12 @@ def serve(
     timeout: Annotated[
         float, typer.Option("--timeout", min=0.1, max=600.0, help="Seconds a request may take (then 504).")
     ] = 30.0,
+    ask_timeout: Annotated[
+        float,
+        typer.Option(
+            "--ask-timeout", min=0.1, max=600.0, help="Seconds an /ask (its chat model call included) may take."
+        ),
+    ] = 120.0,
     threads: Annotated[
         int, typer.Option("--threads", min=1, max=256, help="Worker threads running requests' blocking work.")
     ] = 40,
@@ -43,7 +49,9 @@ def serve(
 
     Routes: GET /v1/knowledgebases, GET /v1/knowledgebases/NAME, POST /v1/knowledgebases/NAME/query and
     .../context (the options of kbctl query, in camelCase: question, topK, threshold, maxTokens, mode,
-    explain, rerank), POST /v1/query (several knowledge bases, one fused ranking), /healthz, /readyz, /metrics.
+    explain, rerank), POST /v1/knowledgebases/NAME/ask (an answer citing the passages, through the knowledge
+    base's chat model: spec.answer, else chat.defaultModel), POST /v1/query (several knowledge bases, one fused
+    ranking), /healthz, /readyz, /metrics.
 
     Callers authenticate with bearer tokens from serve.tokens in kbctl's configuration, each naming the
     environment variable that holds it and a scope (knowledgeBases and/or a label selector); a knowledge base
@@ -58,7 +66,14 @@ def serve(
     if model_threads is not None:
         settings = replace(settings, model_threads=model_threads)
     run(
-        settings, host=host, port=port, insecure=insecure, pool_size=pool_size, request_timeout=timeout, threads=threads
+        settings,
+        host=host,
+        port=port,
+        insecure=insecure,
+        pool_size=pool_size,
+        request_timeout=timeout,
+        ask_timeout=ask_timeout,
+        threads=threads,
     )
 
 
@@ -68,7 +83,8 @@ def mcp() -> None:
     """Serve the Model Context Protocol over stdio, for desktop and IDE agents.
 
     Tools: list_knowledge_bases (with descriptions), search (knowledge base, question, optional top_k and
-    threshold) and get_context (the grounded block of kbctl context); each knowledge base is also an MCP
+    threshold), get_context (the grounded block of kbctl context) and ask (an answer citing the passages, as
+    kbctl ask, through the knowledge base's chat model); each knowledge base is also an MCP
     resource (kbctl://knowledgebases/NAME). The local user sees every knowledge base, as with the CLI.
 
     Client configuration: {"mcpServers": {"kbctl": {"command": "kbctl", "args": ["mcp"]}}}

@@ -19,6 +19,7 @@ from pydantic import BaseModel
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from kbctl._version import __version__
+from kbctl.answer import AskResult
 from kbctl.engine.status import KnowledgeBaseDetail, KnowledgeBaseSummary
 from kbctl.manifest.selectors import parse_selector
 from kbctl.query.context import GroundedContext, build_context
@@ -28,7 +29,7 @@ from kbctl.serve.logs import log_request
 from kbctl.serve.mcp import build_mcp
 from kbctl.serve.metrics import CONTENT_TYPE_LATEST, Metrics
 from kbctl.serve.problems import BadRequest, install_handlers, internal_error, problem
-from kbctl.serve.requests import MAX_BODY_BYTES, MultiQueryRequest, QueryRequest
+from kbctl.serve.requests import MAX_BODY_BYTES, AskRequest, MultiQueryRequest, QueryRequest
 from kbctl.serve.service import FederatedResult, Readiness, RetrievalService
 from kbctl.serve.tracing import trace_query
 
@@ -92,14 +93,16 @@ def create_app(
     *,
     host: str = "127.0.0.1",
     request_timeout: float = 30.0,
+    ask_timeout: float = 120.0,
     threads: int | None = None,
     mcp: bool = True,
 ) -> FastAPI:
     """The ASGI app over `service`; `host` is the address served (the MCP endpoint checks Host headers against it
-    on loopback); `request_timeout` bounds every request's work (504 after it); `threads` caps the worker threads
-    that run requests' blocking work (anyio's default, 40, when None)."""
+    on loopback); `request_timeout` bounds every request's work (504 after it), `ask_timeout` that of an answer
+    (its chat model call included); `threads` caps the worker threads that run requests' blocking work (anyio's
+    default, 40, when None)."""
     metrics = Metrics()
-    mcp_server = build_mcp(service) if mcp else None
+    mcp_server = build_mcp(service, ask_timeout=ask_timeout) if mcp else None
     mcp_app = None
     if mcp_server is not None:
         security = None if host in LOOPBACK_HOSTS else TransportSecuritySettings(enable_dns_rebinding_protection=False)
@@ -131,13 +134,13 @@ def create_app(
     )
     install_handlers(app)
 
-    async def run(request: Request, fn: Callable[[], T]) -> T:
+    async def run(request: Request, fn: Callable[[], T], timeout: float = request_timeout) -> T:
         """`fn` on a worker thread, bounded by the request timeout; a ValueError of the options is a 400."""
         try:
-            with anyio.fail_after(request_timeout):
+            with anyio.fail_after(timeout):
                 return await anyio.to_thread.run_sync(fn, abandon_on_cancel=True)
         except TimeoutError:
-            raise TimeoutError(f"the request took longer than {request_timeout:g} s") from None
+            raise TimeoutError(f"the request took longer than {timeout:g} s") from None
         except ValueError as exc:
             raise BadRequest(str(exc)) from exc
 
@@ -214,6 +217,28 @@ def create_app(
         return _Json(build_context(await answer(name, body, request)))
 
     @app.post(
+        "/v1/knowledgebases/{name}/ask",
+        tags=["answers"],
+        summary="An answer from the knowledge base only, citing its passages; no model call when nothing is relevant.",
+        response_model=AskResult,
+    )
+    async def ask(name: Name, body: AskRequest, request: Request) -> Response:
+        principal = caller(request)
+        result = await run(
+            request, lambda: service.ask(principal, name, body.question, body.options()), timeout=ask_timeout
+        )
+        request.state.outcome = {
+            "knowledgeBase": result.knowledge_base,
+            "version": result.version,
+            "hits": len(result.retrieval.hits),
+            "bestScore": result.retrieval.best_score,
+            "reason": result.reason,
+            "chatModel": result.model,
+        }
+        trace_query(result.retrieval, route=request.url.path, principal=principal.name)
+        return _Json(result)
+
+    @app.post(
         "/v1/query",
         tags=["retrieval"],
         summary="One question to several knowledge bases, one fused ranking.",
@@ -265,7 +290,7 @@ def create_app(
             status=response.status_code,
             seconds=seconds,
             knowledge_base=str(outcome.get("knowledgeBase", "")),
-            hits=outcome.get("hits") if path.endswith(("/query", "/context")) else None,
+            hits=outcome.get("hits") if path.endswith(("/query", "/context", "/ask")) else None,
             error=error,
         )
         response.headers["x-request-id"] = request_id

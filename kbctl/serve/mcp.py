@@ -17,6 +17,7 @@ from mcp_types import ListResourcesResult, PaginatedRequestParams
 from mcp_types import Resource as MCPResource
 
 from kbctl._version import __version__
+from kbctl.answer import AskResult
 from kbctl.errors import KbctlError
 from kbctl.query.context import build_context
 from kbctl.query.options import QueryOptions
@@ -123,9 +124,10 @@ class _KbctlMCP(MCPServer[Any]):
         )
 
 
-def build_mcp(service: RetrievalService) -> MCPServer[Any]:
-    """The MCP server over `service`: tools list_knowledge_bases, search and get_context, and one resource per
-    knowledge base (`kbctl://knowledgebases/NAME`, its description and state as JSON)."""
+def build_mcp(service: RetrievalService, *, ask_timeout: float = 120.0) -> MCPServer[Any]:
+    """The MCP server over `service`: tools list_knowledge_bases, search, get_context and ask, and one resource
+    per knowledge base (`kbctl://knowledgebases/NAME`, its description and state as JSON). `ask_timeout` bounds
+    an answer (its chat model call included)."""
     server = _KbctlMCP(name="kbctl", version=__version__, instructions=INSTRUCTIONS)
     server.service = service
 
@@ -194,6 +196,46 @@ def build_mcp(service: RetrievalService) -> MCPServer[Any]:
     ) -> str:
         result = await _query(service, ctx, "get_context", knowledge_base, question, top_k, threshold)
         return build_context(result).block
+
+    @server.tool(
+        description="Ask a knowledge base a question and get an answer written only from its passages by the "
+        "knowledge base's chat model, with the passages it cites (number, source, section). When nothing "
+        "relevant is found no model is asked and the answer is null with reason noContext; reason notCovered "
+        "means the model found no answer in the passages. Pass the answer on with its citations; do not fill "
+        "the gaps from general knowledge."
+    )
+    async def ask(
+        knowledge_base: str,
+        question: str,
+        ctx: Context[Any, Any],
+        top_k: int | None = None,
+        threshold: float | None = None,
+    ) -> dict[str, Any]:
+        principal = _principal(ctx)
+        options = _options(top_k, threshold)
+        with anyio.fail_after(ask_timeout):
+            result: AskResult = await _call(service.ask, principal, knowledge_base, _question(question), options)
+        trace_query(result.retrieval, route="mcp:ask", principal=principal.name)
+        return {
+            "knowledgeBase": result.knowledge_base,
+            "version": result.version,
+            "answer": result.answer,
+            "reason": result.reason,
+            "message": result.message,
+            "model": result.model,
+            "citations": [
+                {
+                    "number": c.number,
+                    "source": c.source,
+                    "title": c.title,
+                    "section": " > ".join(c.heading_path),
+                    "origin": c.origin,
+                    "chars": f"{c.char_start}-{c.char_end}",
+                }
+                for c in result.citations
+            ],
+            "warnings": result.warnings,
+        }
 
     @server.resource(
         RESOURCE_PREFIX + "{name}",

@@ -11,7 +11,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException
 
-from kbctl.errors import EmbeddingError, KbctlError, NotFoundError, RerankError, StoreError
+from kbctl.errors import ChatError, EmbeddingError, KbctlError, NotFoundError, RerankError, StoreError
 from kbctl.userconfig import redact
 
 __all__ = ["BadRequest", "install_handlers", "internal_error", "problem"]
@@ -94,6 +94,8 @@ def install_handlers(app: FastAPI) -> None:
             return problem(503, "store-unavailable", "the knowledge base store is unavailable; try again")
         if isinstance(exc, EmbeddingError | RerankError):
             return problem(502, "model-unavailable", redact(str(exc)))
+        if isinstance(exc, ChatError):  # the chat model failed, or none is configured for the knowledge base
+            return problem(502, "chat-unavailable", redact(str(exc)))
         return internal_error(exc)
 
     @app.exception_handler(Exception)

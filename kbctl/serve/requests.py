@@ -14,6 +14,7 @@ __all__ = [
     "MAX_KNOWLEDGE_BASES",
     "MAX_QUESTION_CHARS",
     "MAX_TOP_K",
+    "AskRequest",
     "MultiQueryRequest",
     "QueryRequest",
 ]
@@ -60,6 +61,13 @@ class QueryRequest(BaseModel):
             explain=self.explain,
             rerank=self.rerank,
         )
+
+
+class AskRequest(QueryRequest):
+    """`POST /v1/knowledgebases/{name}/ask`: a question and the retrieval options; the chat model is the
+    knowledge base's (spec.answer) or the server's configuration's, never the caller's choice."""
+
+    explain: bool = Field(False, description="Add each retrieval stage's candidates, ranks, scores and timings.")
 
 
 class MultiQueryRequest(QueryRequest):

@@ -50,6 +50,7 @@ def serve(
     insecure: bool = False,
     pool_size: int = 10,
     request_timeout: float = 30.0,
+    ask_timeout: float = 120.0,
     threads: int = 40,
 ) -> None:
     """Run the HTTP API (and MCP at /mcp) until interrupted."""
@@ -64,7 +65,9 @@ def serve(
     service = RetrievalService(settings, pool_size=pool_size)
     try:
         service.warm_up()
-        app = create_app(service, tokens, host=host, request_timeout=request_timeout, threads=threads)
+        app = create_app(
+            service, tokens, host=host, request_timeout=request_timeout, ask_timeout=ask_timeout, threads=threads
+        )
         log.info(f"kbctl serve listening on http://{host}:{port} ({access}); API docs at /docs, MCP at /mcp")
         uvicorn.run(
             app,

@@ -16,6 +16,8 @@ import psycopg
 from psycopg_pool import ConnectionPool, PoolTimeout
 from pydantic import BaseModel
 
+from kbctl.answer import AskResult, answer_ask, prepare_ask
+from kbctl.chat import ChatModel, get_chat_model
 from kbctl.config import Settings
 from kbctl.embedding import Embedder, get_embedder
 from kbctl.engine.status import KnowledgeBaseDetail, KnowledgeBaseSummary, describe_knowledge_base, list_knowledge_bases
@@ -134,6 +136,9 @@ class RetrievalService:
     def reranker(self, model_id: str) -> Reranker:
         return get_reranker(model_id, self.settings)
 
+    def chat_model(self, model_id: str) -> ChatModel:
+        return get_chat_model(model_id, self.settings)
+
     def warm_up(self) -> None:
         """Load the default model now, so the first request does not pay for it."""
         self.embedder(DEFAULT_MODEL).embed(["warm up"], "query")
@@ -169,6 +174,24 @@ class RetrievalService:
             return query_knowledge_base(
                 db, name, question, self.embedder, options, reranker_for=self.reranker, visible=principal.may_see
             )
+
+    def ask(self, principal: Principal, name: str, question: str, options: QueryOptions) -> AskResult:
+        """The grounded answer of `name` to `question` through the knowledge base's chat model (spec.answer, else
+        the configuration's chat.defaultModel); the database connection goes back to the pool before the model
+        is called."""
+        with self._db() as db:
+            plan = prepare_ask(
+                db,
+                name,
+                question,
+                self.embedder,
+                self.chat_model,
+                options,
+                default_model=self.settings.config.chat.default_model,
+                reranker_for=self.reranker,
+                visible=principal.may_see,
+            )
+        return answer_ask(plan)
 
     def query_many(
         self,
