@@ -170,6 +170,7 @@ def effective_config(settings: Settings) -> dict[str, Any]:
         },
         "chat": {
             "defaultModel": settings.config.chat.default_model,
+            "judgeModel": settings.config.chat.judge_model,
             "providers": chats,
             "profiles": {
                 n: p.model_dump(by_alias=True, mode="json", exclude_none=True)

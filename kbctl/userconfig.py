@@ -308,12 +308,13 @@ class ChatProfile(_Model):
 
 
 class ChatConfig(_Model):
-    """Chat providers and profiles (`kbctl ask`, answer evaluation), and the model of knowledge bases that name
-    none (`defaultModel`: provider/name or profile:NAME)."""
+    """Chat providers and profiles (`kbctl ask`, answer evaluation); the model of knowledge bases that name none
+    (`defaultModel`) and the judge of `kbctl eval --answers` (`judgeModel`), each provider/name or profile:NAME."""
 
     providers: dict[str, ChatProvider] = Field(default_factory=dict)
     profiles: dict[str, ChatProfile] = Field(default_factory=dict)
     default_model: str | None = Field(default=None, min_length=3)
+    judge_model: str | None = Field(default=None, min_length=3)
 
 
 class ServeToken(_Model):

@@ -10,6 +10,7 @@ import typer
 
 from kbctl.cli._common import OutputOpt, app, emit, handles_errors, open_store
 from kbctl.cli.render import table
+from kbctl.eval.answers import AnswerReport, answer_shortfalls, evaluate_answers
 from kbctl.eval.evalset import load_evalset
 from kbctl.eval.metrics import MRR_DEPTH, NDCG_DEPTH
 from kbctl.eval.run import EvalReport, evaluate_store
@@ -80,6 +81,67 @@ def _print(report: EvalReport, verbose: bool) -> None:
             typer.echo(f"    {r.question}")
 
 
+def _print_answers(reports: list[AnswerReport], verbose: bool) -> None:
+    headers = [
+        "CHAT MODEL",
+        "ANSWERED",
+        "REFUSED",
+        "CITATIONS-VALID",
+        "UNCITED",
+        "MUST-CONTAIN",
+        "FAITHFUL",
+        "UNSUPPORTED",
+        "CONTRADICTED",
+        "ERRORS",
+    ]
+    rows = [
+        [
+            r.label,
+            _num(r.answered),
+            _num(r.refused),
+            _num(r.citation_validity),
+            r.uncited_answers,
+            _num(r.must_contain),
+            _num(r.faithfulness),
+            r.unsupported_claims if r.judge else "-",
+            r.contradicted_claims if r.judge else "-",
+            r.errors,
+        ]
+        for r in reports
+    ]
+    typer.echo("")
+    typer.echo(table(headers, rows))
+    judge = reports[0].judge
+    typer.echo(
+        f"answers judged by {judge}" if judge else "faithfulness not measured: no --judge-model (chat.judgeModel)"
+    )
+    if not verbose:
+        return
+    for r in reports:
+        misses = r.misses
+        typer.echo(f"\nanswer misses with {r.label}: {len(misses) or 'none'}")
+        for o in misses:
+            if o.error is not None:
+                why = f"error: {o.error}"
+            elif o.no_answer:
+                why = "expected 'not covered', got an answer"
+            elif o.refused:
+                why = f"answered 'not covered' ({o.reason})"
+            else:
+                parts = []
+                if o.invalid_citations:
+                    parts.append("cites " + ", ".join(f"[{i}]" for i in o.invalid_citations) + " (not given)")
+                if o.uncited:
+                    parts.append("cites nothing")
+                if o.must_contain_missing:
+                    parts.append("lacks " + ", ".join(repr(m) for m in o.must_contain_missing))
+                bad = [c for c in o.claims or [] if c.verdict != "supported"]
+                parts.extend(f"{c.verdict}: {c.claim}" for c in bad)
+                why = "; ".join(parts)
+            typer.echo(f"  {o.id}: {why}")
+            typer.echo(f"    {o.question}")
+
+
 @app.command("eval")
 @handles_errors
 def evaluate(
@@ -115,6 +177,30 @@ def evaluate(
     min_ndcg: Annotated[
         float | None, typer.Option("--min-ndcg", min=0.0, help="Exit 1 when mean nDCG@10 is below this.")
     ] = None,
+    answers: Annotated[
+        bool, typer.Option("--answers", help="Also ask every question (kbctl ask) and measure the answers.")
+    ] = False,
+    chat_model: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--chat-model",
+            help="Chat model to measure with --answers (repeatable; default: spec.answer or chat.defaultModel).",
+        ),
+    ] = None,
+    judge_model: Annotated[
+        str | None,
+        typer.Option("--judge-model", help="Chat model judging faithfulness (default: chat.judgeModel; none: skip)."),
+    ] = None,
+    min_faithfulness: Annotated[
+        float | None,
+        typer.Option("--min-faithfulness", min=0.0, max=1.0, help="Exit 1 when mean faithfulness is below this."),
+    ] = None,
+    min_refusal: Annotated[
+        float | None,
+        typer.Option(
+            "--min-refusal", min=0.0, max=1.0, help="Exit 1 when the share of noAnswer questions refused is below this."
+        ),
+    ] = None,
     verbose: Annotated[bool, typer.Option("--verbose", "-v", help="List the queries that missed.")] = False,
     output: OutputOpt = None,
 ) -> None:
@@ -127,8 +213,19 @@ def evaluate(
     DOC-NDCG rank sources instead of chunks (each at its best chunk), like published BEIR figures.
     Exits 1 when a mode falls below --min-recall or --min-ndcg, so CI can gate on retrieval quality.
 
+    With --answers, every question is also asked as `kbctl ask` does, once per --chat-model, and the answers
+    are measured apart from retrieval: ANSWERED (answerable questions that got an answer), REFUSED (noAnswer
+    questions answered "not covered"), CITATIONS-VALID (citations naming a passage that was given), UNCITED
+    answers, MUST-CONTAIN (the queries' mustContain strings found in the answers) and, with a judge model,
+    FAITHFUL (the mean share of each answer's claims the judge finds supported by the passages) with the
+    unsupported and contradicted claims counted. --min-faithfulness and --min-refusal gate on them.
+
     Example: kbctl eval client-service-policy -f examples/eval/client-service-policy.yaml -m hybrid -m vector
     """
+    if not answers and (chat_model or judge_model or min_faithfulness is not None or min_refusal is not None):
+        raise typer.BadParameter(
+            "--chat-model, --judge-model, --min-faithfulness and --min-refusal need --answers", param_hint="--answers"
+        )
     evalset = load_evalset(filename, stdin=sys.stdin)
     target = name or evalset.knowledge_base
     if target is None:
@@ -142,12 +239,26 @@ def evaluate(
             modes=[m.value for m in mode] if mode else [None],
             options=QueryOptions(threshold=threshold, max_tokens=max_tokens),
         )
+        if answers:
+            report.answers = evaluate_answers(
+                store,
+                target,
+                evalset,
+                models=chat_model or [None],
+                judge=judge_model or store.settings.config.chat.judge_model,
+                options=QueryOptions(threshold=threshold, max_tokens=max_tokens),
+            )
     if output:
         emit(report, output)
     else:
         _print(report, verbose)
-    shortfalls = report.shortfalls(min_recall=min_recall, min_ndcg=min_ndcg)
-    for s in shortfalls:
-        typer.echo(s.message, err=True)
-    if shortfalls:
+        if report.answers:
+            _print_answers(report.answers, verbose)
+    messages = [s.message for s in report.shortfalls(min_recall=min_recall, min_ndcg=min_ndcg)]
+    if report.answers:
+        gates = answer_shortfalls(report.answers, min_faithfulness=min_faithfulness, min_refusal=min_refusal)
+        messages += [s.message for s in gates]
+    for message in messages:
+        typer.echo(message, err=True)
+    if messages:
         raise typer.Exit(1)

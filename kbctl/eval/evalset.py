@@ -16,6 +16,11 @@ retrieves:
         question: ...
         expectedSources: [arg-12]
         ignoredSources: [arg-17]                # hits from these are dropped before scoring
+      - id: invoices-kept
+        question: How long do we keep invoices?
+        expectedSources: [retention]
+        mustContain: ["ten years"]              # `kbctl eval --answers`: the answer must say this (any case)
+        expectedAnswer: Invoices are kept for ten years.  # for people (and the judge's report), not matched
 
 `load_evalset` and `parse_evalset` raise `kbctl.errors.EvalSetError` listing every problem with file:line.
 """
@@ -92,6 +97,12 @@ class EvalQuery(_Model):
         default_factory=list,
         description="Sources whose hits are left out before scoring (BEIR: a query that is itself a document).",
     )
+    expected_answer: str | None = Field(
+        default=None, max_length=4000, description="A good answer, for people reading the answer report."
+    )
+    must_contain: list[str] = Field(
+        default_factory=list, description="Substrings (any case) a good answer contains (`kbctl eval --answers`)."
+    )
 
     @field_validator("id", mode="before")
     @classmethod
@@ -103,7 +114,7 @@ class EvalQuery(_Model):
     def _valid_text(cls, value: str) -> str:
         return _not_blank(value)
 
-    @field_validator("expected_sources", "expected_text", "ignored_sources")
+    @field_validator("expected_sources", "expected_text", "ignored_sources", "must_contain")
     @classmethod
     def _valid_items(cls, value: list[str]) -> list[str]:
         for item in value:
@@ -115,6 +126,8 @@ class EvalQuery(_Model):
         expects = bool(self.expected_sources or self.expected_text)
         if self.no_answer and expects:
             raise ValueError("noAnswer: true cannot be combined with expectedSources or expectedText")
+        if self.no_answer and (self.must_contain or self.expected_answer):
+            raise ValueError("noAnswer: true cannot be combined with mustContain or expectedAnswer")
         if not self.no_answer and not expects:
             raise ValueError("set expectedSources, expectedText or noAnswer: true")
         return self

@@ -15,6 +15,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, Field
 
 from kbctl.errors import KbctlError
+from kbctl.eval.answers import AnswerReport
 from kbctl.eval.evalset import EvalQuery, EvalSet, HitLike
 from kbctl.eval.metrics import (
     MRR_DEPTH,
@@ -142,6 +143,7 @@ class EvalReport(BaseModel):
     knowledge_base: str | None
     k: int
     modes: list[ModeReport]
+    answers: list[AnswerReport] | None = None  # `--answers`: the generation half, one report per chat model
 
     def shortfalls(self, *, min_recall: float | None = None, min_ndcg: float | None = None) -> list[Shortfall]:
         """Every mode's recall@k below min_recall and nDCG@10 below min_ndcg (unmeasurable counts as below)."""
