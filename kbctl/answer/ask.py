@@ -13,7 +13,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from kbctl.answer.citations import check_citations
-from kbctl.answer.prompt import NOT_COVERED, instructions_for, messages_for
+from kbctl.answer.prompt import instructions_for, messages_for
 from kbctl.answer.results import AnswerUsage, AskResult, AskTimings, Citation, Reason
 from kbctl.chat import ChatModel, ChatOptions
 from kbctl.embedding import Embedder
@@ -204,8 +204,7 @@ def _result(
 ) -> AskResult:
     kb = f"KnowledgeBase/{retrieval.knowledge_base} (version {retrieval.version})"
     messages = {
-        "noContext": f"{NOT_COVERED} Nothing in {kb} passed the similarity threshold ({retrieval.message}); "
-        "no model was asked.",
+        "noContext": f"{retrieval.message}; no model was asked",
         "notCovered": f"{model} found no answer in the {len(grounded.passages)} passages of {kb} it was given.",
         "answered": f"answered by {model} from {len(grounded.passages)} passages of {kb}",
     }

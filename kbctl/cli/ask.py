@@ -7,7 +7,7 @@ from typing import Annotated
 
 import typer
 
-from kbctl.answer import AskResult
+from kbctl.answer import NOT_COVERED, AskResult
 from kbctl.cli._common import (
     NOT_COVERED_EXIT,
     OutputOpt,
@@ -93,8 +93,11 @@ def ask(
     else:
         if shown:
             typer.echo("")
-        else:
-            typer.echo(result.answer if result.answer is not None else result.message)
+        elif result.answer is not None:
+            typer.echo(result.answer)
+        else:  # nothing relevant: kbctl's own sentence, and why on stderr
+            typer.echo(NOT_COVERED)
+            typer.echo(result.message, err=True)
         sources = _sources(result)
         if sources:
             typer.echo("\nSources:")

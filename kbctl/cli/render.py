@@ -225,6 +225,16 @@ def _settings(values: dict[str, Any], prefix: str = "") -> str:
     return " ".join(p for p in pairs if p)
 
 
+def _answer_settings(answer: dict[str, Any] | None) -> str:
+    """spec.answer in one line, the instructions by their length (they are a whole system prompt)."""
+    if not answer:
+        return "<none> (kbctl ask uses --model or chat.defaultModel, with kbctl's default instructions)"
+    shown = {k: v for k, v in answer.items() if k != "instructions"}
+    instructions = answer.get("instructions")
+    shown["instructions"] = f"<custom, {len(instructions)} chars>" if instructions else "<default>"
+    return _settings(shown)
+
+
 def describe_text(d: KnowledgeBaseDetail) -> str:
     """`kbctl describe kb NAME`: the spec in force, the serving version, conditions and every source."""
     if d.version is None:
@@ -241,6 +251,7 @@ def describe_text(d: KnowledgeBaseDetail) -> str:
         ("Model", d.model),
         ("Chunking", _settings(d.chunking)),
         ("Retrieval", _settings(d.retrieval)),
+        ("Answer", _answer_settings(d.answer)),
         ("Chunks", chunks),
         ("Generation", f"{d.generation} (observed {d.observed_generation})"),
     ]

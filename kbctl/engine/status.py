@@ -72,6 +72,7 @@ class KnowledgeBaseDetail(KnowledgeBaseSummary):
     model: str
     chunking: dict[str, Any]
     retrieval: dict[str, Any]
+    answer: dict[str, Any] | None = None  # spec.answer (`kbctl ask`), None when the spec has none
     embedded: int
     reused: int
     version_created_at: datetime | None
@@ -130,6 +131,7 @@ def _detail(db: Database, row: KnowledgeBaseRow) -> KnowledgeBaseDetail:
         model=version.model if version else spec.embedding.model,
         chunking=spec.chunking.model_dump(by_alias=True, mode="json"),
         retrieval=spec.retrieval.model_dump(by_alias=True, mode="json"),
+        answer=spec.answer.model_dump(by_alias=True, mode="json") if spec.answer else None,
         embedded=version.embedded_count if version else 0,
         reused=version.reused_count if version else 0,
         version_created_at=version.created_at if version else None,
