@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 import os
+import threading
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -98,6 +99,27 @@ class HttpChatModel:
         self.url = config.url
         self._environ: Mapping[str, str] = os.environ if environ is None else environ
         self._wait = retry_wait(config.backoff_base, config.max_retry_after)
+        self._client: httpx.Client | None = None
+        self._lock = threading.Lock()
+
+    def _http(self) -> httpx.Client:
+        """One client for the model's lifetime (thread-safe): its connections are kept alive between answers."""
+        with self._lock:
+            if self._client is None:
+                self._client = httpx.Client(
+                    headers={"User-Agent": user_agent()},
+                    timeout=httpx.Timeout(self.config.timeout),
+                    follow_redirects=False,
+                    verify=tls_context(),
+                )
+            return self._client
+
+    def close(self) -> None:
+        """Close the kept-alive connections (a later call opens new ones)."""
+        with self._lock:
+            if self._client is not None:
+                self._client.close()
+                self._client = None
 
     def __repr__(self) -> str:
         return f"HttpChatModel(model_id={self.model_id!r}, url={redact(self.url)!r})"
@@ -128,7 +150,7 @@ class HttpChatModel:
             raise ValueError("a chat needs at least one message")
         auth = bearer_auth(self.config.api_key_env, self._environ, self.model_id, ChatError)
         body = self._body(messages, options or ChatOptions(), on_text is not None)
-        headers = {"User-Agent": user_agent(), "Accept": "text/event-stream" if on_text else "application/json"}
+        headers = {"Accept": "text/event-stream" if on_text else "application/json"}
         retrying = Retrying(
             stop=stop_after_attempt(self.config.retries + 1),
             wait=self._wait,
@@ -136,24 +158,18 @@ class HttpChatModel:
             reraise=True,
         )
         attempts = 0
-        with httpx.Client(
-            auth=auth,
-            headers=headers,
-            timeout=httpx.Timeout(self.config.timeout),
-            follow_redirects=False,
-            verify=tls_context(),
-        ) as client:
-            try:
-                for attempt in retrying:
-                    with attempt:
-                        attempts = attempt.retry_state.attempt_number
-                        reading = self._attempt(client, body, auth, on_text)
-            except Retryable as failure:
-                raise ChatError(
-                    f"chat request to {redact(self.url)} failed: {failure.reason} (after {plural(attempts, 'attempt')})"
-                ) from failure.__cause__
-            except _Broken as broken:
-                raise ChatError(f"chat request to {redact(self.url)} failed mid-answer: {broken}") from None
+        client = self._http()
+        try:
+            for attempt in retrying:
+                with attempt:
+                    attempts = attempt.retry_state.attempt_number
+                    reading = self._attempt(client, body, headers, auth, on_text)
+        except Retryable as failure:
+            raise ChatError(
+                f"chat request to {redact(self.url)} failed: {failure.reason} (after {plural(attempts, 'attempt')})"
+            ) from failure.__cause__
+        except _Broken as broken:
+            raise ChatError(f"chat request to {redact(self.url)} failed mid-answer: {broken}") from None
         return Completion(
             text=reading.text,
             model=reading.model or self.config.model,
@@ -170,13 +186,14 @@ class HttpChatModel:
         self,
         client: httpx.Client,
         body: dict[str, Any],
+        headers: dict[str, str],
         auth: BearerAuth | None,
         on_text: Callable[[str], None] | None,
     ) -> _Reading:
         reading = _Reading()
         deadline = time.monotonic() + MAX_SECONDS
         try:
-            with client.stream("POST", self.url, json=body) as response:
+            with client.stream("POST", self.url, json=body, headers=headers, auth=auth) as response:
                 if not 200 <= response.status_code < 300:
                     content = _bounded(response.iter_bytes(), _ERROR_BODY_BYTES, deadline, cut=True)
                     kept = {
@@ -221,8 +238,10 @@ class HttpChatModel:
     def _read_events(
         self, response: httpx.Response, reading: _Reading, deadline: float, on_text: Callable[[str], None] | None
     ) -> None:
-        for data in _events(response.iter_bytes(), deadline):
+        chunks = response.iter_bytes()
+        for data in _events(chunks, deadline):
             if data.strip() == "[DONE]":
+                _bounded(chunks, _ERROR_BODY_BYTES, deadline, cut=True)  # the end of the body: the connection stays
                 return
             try:
                 payload = json.loads(data)
