@@ -340,7 +340,17 @@ def test_cli_ask_json_and_exit_codes(
 def test_env_overrides_define_a_chat_provider(
     asker: KnowledgeBaseStore, chat: ChatServer, database_url: str, tmp_path: Path
 ) -> None:
-    env = _cli_env(asker, database_url, {}, tmp_path)
+    config = {
+        "chat": {
+            "providers": {
+                "other": {
+                    "baseURL": "https://user:pw@gw.example/v1?key=k1",
+                    "requestFields": {"api_key": "k2", "metadata": {"app": "kb"}},
+                }
+            }
+        }
+    }
+    env = _cli_env(asker, database_url, config, tmp_path)
     env["KBCTL_CHAT_PROVIDER_STAND_IN_BASE_URL"] = chat.url
     run = CliRunner(env=env).invoke(app, ["ask", "policies", QUESTION, "-o", "json"])
     assert run.exit_code == 0, run.output
@@ -349,3 +359,6 @@ def test_env_overrides_define_a_chat_provider(
     assert providers["stand-in"]["baseURL"] == chat.url and providers["openai"]["apiKeyEnv"].startswith(
         "OPENAI_API_KEY ("
     )
+    assert providers["other"]["baseURL"] == "https://user:***@gw.example/v1?key=***"
+    assert providers["other"]["requestFields"] == {"api_key": "***", "metadata": {"app": "kb"}}
+    assert "pw@" not in view.stdout and "k1" not in view.stdout and "k2" not in view.stdout
