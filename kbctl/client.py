@@ -7,7 +7,7 @@ from pathlib import Path
 
 from pydantic import BaseModel
 
-from kbctl.answer import AskResult, ask_knowledge_base
+from kbctl.answer import AskResult, answer_ask, prepare_ask
 from kbctl.chat import ChatModel, get_chat_model
 from kbctl.config import Settings
 from kbctl.embedding import Embedder, get_embedder
@@ -307,7 +307,7 @@ class KnowledgeBaseStore:
         options = QueryOptions.build(
             options, top_k=top_k, threshold=threshold, max_tokens=max_tokens, mode=mode, rerank=rerank
         )
-        return ask_knowledge_base(
+        plan = prepare_ask(
             self.query_db,
             name,
             question,
@@ -317,8 +317,8 @@ class KnowledgeBaseStore:
             model=model,
             default_model=self.settings.config.chat.default_model,
             reranker_for=self.reranker,
-            on_text=on_text,
         )
+        return answer_ask(plan, on_text)
 
     def delete(
         self, name: str, *, timeout: float | None = 60.0, on_wait: Callable[[], None] | None = None

@@ -99,7 +99,7 @@ def test_the_answer_metrics_match_the_figures_computed_by_hand(judged: Knowledge
     assert by_id["refunds"].invalid_citations == [7] and by_id["invoices"].must_contain_missing == ["shredded"]
     assert {m.id for m in report.misses} == {"invoices", "refunds", "late-cancellation"}
     assert [s.message for s in answer_shortfalls([report], min_faithfulness=0.8, min_refusal=1.0)] == [
-        "faithfulness 0.75 is below --min-faithfulness 0.8"
+        "faithfulness 0.75 is below --min-faithfulness 0.80"
     ]
     judge_calls = [r for r in chat.completions if "<answer>" in user_content_of(r.body)]
     assert len(judge_calls) == 2  # only answered questions are judged
@@ -150,7 +150,7 @@ def test_cli_eval_answers_reports_both_halves_and_gates(
     gated = CliRunner(env=env).invoke(
         app, ["eval", "-f", str(path), "--answers", "--min-faithfulness", "0.9", "-o", "json"]
     )
-    assert gated.exit_code == 1 and "faithfulness 0.75 is below --min-faithfulness 0.9" in gated.stderr
+    assert gated.exit_code == 1 and "faithfulness 0.75 is below --min-faithfulness 0.90" in gated.stderr
     data = json.loads(gated.stdout)
     assert data["modes"][0]["recall"] is not None and data["answers"][0]["faithfulness"] == pytest.approx(0.75)
     usage = CliRunner(env=env).invoke(app, ["eval", "-f", str(path), "--judge-model", "x/y"])

@@ -26,7 +26,7 @@ from kbctl.query.retrieve import Visible, clean_question, plan_query, run_query
 from kbctl.rerank import Reranker
 from kbctl.store.database import Database
 
-__all__ = ["AskPlan", "answer_ask", "ask_knowledge_base", "chat_model_ref", "prepare_ask"]
+__all__ = ["AskPlan", "answer_ask", "chat_model_ref", "prepare_ask"]
 
 
 def chat_model_ref(name: str, spec: Answer, model: str | None, default: str | None = None) -> str:
@@ -89,8 +89,13 @@ def prepare_ask(
     reranker_for: Callable[[str], Reranker] | None = None,
     visible: Visible | None = None,
 ) -> AskPlan:
-    """Retrieve for `question` and choose the chat model, in one snapshot of `db` (which is not needed after:
-    a server gives its connection back before the model is called)."""
+    """Retrieve for `question` from the serving version of `name` and choose the chat model, in one snapshot of
+    `db` (not needed after: a server gives its connection back before `answer_ask` calls the model).
+
+    The chat model is `model` (a `provider/name` or `profile:NAME`), else the version's `spec.answer`, else
+    `default_model`; none of them is a ChatError, even when nothing would be retrieved. Retrieval takes
+    `options` like `query`; `visible` is the caller's scope, as for `query_knowledge_base`.
+    """
     question = clean_question(question)
     started = time.perf_counter()
     with db.read_only():
@@ -156,42 +161,6 @@ def answer_ask(plan: AskPlan, on_text: Callable[[str], None] | None = None) -> A
             ),
         }
     )
-
-
-def ask_knowledge_base(
-    db: Database,
-    name: str,
-    question: str,
-    embedder_for: Callable[[str], Embedder],
-    chat_for: Callable[[str], ChatModel],
-    options: QueryOptions | None = None,
-    *,
-    model: str | None = None,
-    default_model: str | None = None,
-    reranker_for: Callable[[str], Reranker] | None = None,
-    visible: Visible | None = None,
-    on_text: Callable[[str], None] | None = None,
-) -> AskResult:
-    """Answer `question` from the serving version of `name`, citing its passages, or say it is not covered.
-
-    The chat model is `model` (a `provider/name` or `profile:NAME`), else the version's `spec.answer`, else
-    `default_model`; none of them is a ChatError, even when nothing would be retrieved. With `on_text`, the
-    answer is streamed to it piece by piece. Retrieval takes `options` like `query`; `visible` is the
-    caller's scope, as for `query_knowledge_base`.
-    """
-    plan = prepare_ask(
-        db,
-        name,
-        question,
-        embedder_for,
-        chat_for,
-        options,
-        model=model,
-        default_model=default_model,
-        reranker_for=reranker_for,
-        visible=visible,
-    )
-    return answer_ask(plan, on_text)
 
 
 def _result(

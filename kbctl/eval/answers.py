@@ -15,7 +15,7 @@ A chat failure on one question is recorded on that question (and counted), never
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Literal, Protocol
+from typing import Protocol
 
 from pydantic import BaseModel, Field
 
@@ -23,10 +23,11 @@ from kbctl.answer import AskResult
 from kbctl.chat import ChatModel
 from kbctl.errors import KbctlError
 from kbctl.eval.evalset import EvalQuery, EvalSet
+from kbctl.eval.gates import Shortfall, shortfall
 from kbctl.eval.judge import Claim, judge_answer
 from kbctl.query.options import QueryOptions
 
-__all__ = ["AnswerOutcome", "AnswerReport", "AnswerShortfall", "AskStore", "evaluate_answers"]
+__all__ = ["AnswerOutcome", "AnswerReport", "AskStore", "answer_shortfalls", "evaluate_answers"]
 
 
 class AskStore(Protocol):
@@ -35,7 +36,7 @@ class AskStore(Protocol):
     def ask(
         self, name: str, question: str, options: QueryOptions | None = None, *, model: str | None = None
     ) -> AskResult:
-        """The grounded answer to `question` (see `kbctl.answer.ask_knowledge_base`)."""
+        """The grounded answer to `question` (see `kbctl.client.KnowledgeBaseStore.ask`)."""
         ...
 
     def chat_model(self, model_id: str) -> ChatModel:
@@ -111,38 +112,27 @@ class AnswerReport(BaseModel):
         return [r for r in self.results if r.missed]
 
 
-class AnswerShortfall(BaseModel):
-    """An answer metric below the minimum asked for (`--min-faithfulness`, `--min-refusal`)."""
-
-    metric: str
-    option: Literal["--min-faithfulness", "--min-refusal"]
-    model: str | None
-    value: float | None
-    minimum: float
-
-    @property
-    def message(self) -> str:
-        suffix = f" with model {self.model}" if self.model else ""
-        if self.value is None:
-            why = "without a judge model" if self.metric == "faithfulness" else "without noAnswer questions"
-            return f"{self.metric} cannot be measured {why}, {self.option} {self.minimum}{suffix}"
-        return f"{self.metric} {self.value:.2f} is below {self.option} {self.minimum}{suffix}"
-
-
 def answer_shortfalls(
     reports: Sequence[AnswerReport], *, min_faithfulness: float | None = None, min_refusal: float | None = None
-) -> list[AnswerShortfall]:
+) -> list[Shortfall]:
     """Every model's faithfulness below `min_faithfulness` and refusal rate below `min_refusal`."""
-    found: list[AnswerShortfall] = []
+    found = []
     for r in reports:
-        gates: list[tuple[str, Literal["--min-faithfulness", "--min-refusal"], float | None, float | None]] = [
-            ("faithfulness", "--min-faithfulness", r.faithfulness, min_faithfulness),
-            ("refusal rate", "--min-refusal", r.refused, min_refusal),
+        scope = f"with model {r.model}" if r.model else ""
+        found += [
+            shortfall(
+                "faithfulness",
+                "--min-faithfulness",
+                r.faithfulness,
+                min_faithfulness,
+                scope=scope,
+                lacking="a judge model",
+            ),
+            shortfall(
+                "refusal rate", "--min-refusal", r.refused, min_refusal, scope=scope, lacking="noAnswer questions"
+            ),
         ]
-        for metric, option, value, minimum in gates:
-            if minimum is not None and (value is None or value < minimum):
-                found.append(AnswerShortfall(metric=metric, option=option, model=r.model, value=value, minimum=minimum))
-    return found
+    return [s for s in found if s is not None]
 
 
 def _share(part: int, whole: int) -> float | None:

@@ -10,13 +10,14 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any
 
 from pydantic import BaseModel, Field
 
 from kbctl.errors import KbctlError
 from kbctl.eval.answers import AnswerReport
 from kbctl.eval.evalset import EvalQuery, EvalSet, HitLike
+from kbctl.eval.gates import Shortfall, shortfall
 from kbctl.eval.metrics import (
     MRR_DEPTH,
     NDCG_DEPTH,
@@ -109,34 +110,6 @@ class ModeReport(BaseModel):
         return [r for r in self.results if r.missed]
 
 
-class Shortfall(BaseModel):
-    """A metric below the minimum asked for (`--min-recall`, `--min-ndcg`)."""
-
-    metric: str
-    option: Literal["--min-recall", "--min-ndcg"]
-    mode: str | None
-    value: float | None
-    minimum: float
-
-    @property
-    def message(self) -> str:
-        """One line, e.g. `recall@5 0.62 is below --min-recall 0.80` (with ` in mode vector` when one was asked)."""
-        suffix = f" in mode {self.mode}" if self.mode is not None else ""
-        if self.value is None:
-            return f"{self.metric} cannot be measured without answerable queries, {self.option} {self.minimum}{suffix}"
-        value, minimum = _distinct(self.value, self.minimum)
-        return f"{self.metric} {value} is below {self.option} {minimum}{suffix}"
-
-
-def _distinct(value: float, minimum: float) -> tuple[str, str]:
-    """Both numbers with two decimals, or as many more as it takes to tell them apart."""
-    for digits in range(2, 7):
-        a, b = f"{value:.{digits}f}", f"{minimum:.{digits}f}"
-        if a != b:
-            return a, b
-    return repr(value), repr(minimum)
-
-
 class EvalReport(BaseModel):
     """The result of an eval set against one knowledge base, one entry per mode."""
 
@@ -147,16 +120,14 @@ class EvalReport(BaseModel):
 
     def shortfalls(self, *, min_recall: float | None = None, min_ndcg: float | None = None) -> list[Shortfall]:
         """Every mode's recall@k below min_recall and nDCG@10 below min_ndcg (unmeasurable counts as below)."""
-        found: list[Shortfall] = []
+        found = []
         for m in self.modes:
-            gates: list[tuple[str, Literal["--min-recall", "--min-ndcg"], float | None, float | None]] = [
-                (f"recall@{self.k}", "--min-recall", m.recall, min_recall),
-                (f"nDCG@{NDCG_DEPTH}", "--min-ndcg", m.ndcg, min_ndcg),
+            scope = f"in mode {m.mode}" if m.mode is not None else ""
+            found += [
+                shortfall(f"recall@{self.k}", "--min-recall", m.recall, min_recall, scope=scope),
+                shortfall(f"nDCG@{NDCG_DEPTH}", "--min-ndcg", m.ndcg, min_ndcg, scope=scope),
             ]
-            for metric, option, value, minimum in gates:
-                if minimum is not None and (value is None or value < minimum):
-                    found.append(Shortfall(metric=metric, option=option, mode=m.mode, value=value, minimum=minimum))
-        return found
+        return [s for s in found if s is not None]
 
 
 def _mean(values: Sequence[float]) -> float | None:
