@@ -20,7 +20,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 import httpx
-from tenacity import RetryCallState, wait_exponential, wait_random
+from tenacity import RetryCallState, retry_if_exception_type, stop_after_attempt, wait_exponential, wait_random
 
 from kbctl._version import __version__
 from kbctl.errors import KbctlError
@@ -38,6 +38,7 @@ __all__ = [
     "error_message",
     "plural",
     "retry_after",
+    "retry_policy",
     "retry_wait",
     "retryable_response",
     "status_line",
@@ -137,6 +138,17 @@ def retry_wait(backoff_base: float, max_retry_after: float) -> Callable[[RetryCa
         return float(backoff(state))
 
     return wait
+
+
+def retry_policy(retries: int, wait: Callable[[RetryCallState], float]) -> dict[str, Any]:
+    """The arguments of a tenacity `Retrying` / `AsyncRetrying` of a model client: `retries` attempts after the
+    first, on Retryable only, waiting as `wait` says, the last failure raised as it is."""
+    return {
+        "stop": stop_after_attempt(retries + 1),
+        "wait": wait,
+        "retry": retry_if_exception_type(Retryable),
+        "reraise": True,
+    }
 
 
 def status_line(status: int, reason_phrase: str = "") -> str:

@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import httpx
-from tenacity import Retrying, retry_if_exception_type, stop_after_attempt
+from tenacity import Retrying
 
 from kbctl._http import (
     BearerAuth,
@@ -31,6 +31,7 @@ from kbctl._http import (
     bearer_auth,
     check_response,
     plural,
+    retry_policy,
     retry_wait,
     tls_context,
     transport_failure,
@@ -151,12 +152,7 @@ class HttpChatModel:
         auth = bearer_auth(self.config.api_key_env, self._environ, self.model_id, ChatError)
         body = self._body(messages, options or ChatOptions(), on_text is not None)
         headers = {"Accept": "text/event-stream" if on_text else "application/json"}
-        retrying = Retrying(
-            stop=stop_after_attempt(self.config.retries + 1),
-            wait=self._wait,
-            retry=retry_if_exception_type(Retryable),
-            reraise=True,
-        )
+        retrying = Retrying(**retry_policy(self.config.retries, self._wait))
         attempts = 0
         client = self._http()
         try:

@@ -14,8 +14,6 @@ import httpx
 import numpy as np
 from tenacity import (
     AsyncRetrying,
-    retry_if_exception_type,
-    stop_after_attempt,
 )
 
 from kbctl._http import (
@@ -24,6 +22,7 @@ from kbctl._http import (
     bearer_auth,
     check_response,
     plural,
+    retry_policy,
     retry_wait,
     tls_context,
     transport_failure,
@@ -266,12 +265,7 @@ class HttpEmbedder:
     ) -> list[Vector]:
         """One batch: the POST with its retries, then the validated vectors."""
         attempts = 0
-        retrying = AsyncRetrying(
-            stop=stop_after_attempt(self.config.retries + 1),
-            wait=self._wait,
-            retry=retry_if_exception_type(Retryable),
-            reraise=True,
-        )
+        retrying = AsyncRetrying(**retry_policy(self.config.retries, self._wait))
         try:
             async for attempt in retrying:
                 with attempt:

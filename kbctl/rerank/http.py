@@ -18,8 +18,6 @@ from typing import Any, Literal
 import httpx
 from tenacity import (
     Retrying,
-    retry_if_exception_type,
-    stop_after_attempt,
 )
 
 from kbctl._http import (
@@ -28,6 +26,7 @@ from kbctl._http import (
     bearer_auth,
     check_response,
     plural,
+    retry_policy,
     retry_wait,
     tls_context,
     transport_failure,
@@ -88,12 +87,7 @@ class HttpReranker:
             body = {"model": self.config.model, "query": query, "documents": items, "top_n": len(items)}
         headers = {"User-Agent": user_agent(), "Accept": "application/json"}
         attempts = 0
-        retrying = Retrying(
-            stop=stop_after_attempt(self.config.retries + 1),
-            wait=self._wait,
-            retry=retry_if_exception_type(Retryable),
-            reraise=True,
-        )
+        retrying = Retrying(**retry_policy(self.config.retries, self._wait))
         with httpx.Client(
             auth=auth,
             headers=headers,
