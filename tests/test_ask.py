@@ -253,6 +253,10 @@ def test_the_key_is_sent_and_never_echoed(
     monkeypatch.setenv("STAND_IN_CHAT_KEY", KEY)
     assert store.ask("policies", QUESTION).reason == "answered"
     assert chat.completions[-1].headers["authorization"] == f"Bearer {KEY}"
+    chat.mangle_next(lambda chunk: {"error": {"message": f"quota exceeded for key {KEY}"}})
+    with pytest.raises(ChatError, match=r"reported an error: quota exceeded for key \$STAND_IN_CHAT_KEY") as echoed:
+        store.ask("policies", QUESTION, on_text=lambda piece: None)
+    assert KEY not in str(echoed.value)
     monkeypatch.setenv("STAND_IN_CHAT_KEY", KEY + "-wrong")
     with pytest.raises(ChatError) as error:
         store.ask("policies", QUESTION)
@@ -276,6 +280,12 @@ def test_profiles_and_request_fields_shape_the_request(
     assert body["metadata"] == {"team": "support"}
     assert body["model"] == "chat-test-v1" and body["stream"] is False  # request fields never replace kbctl's own
     chat.reset()
+
+
+def test_an_overlong_question_is_refused_before_anything_is_sent(asker: KnowledgeBaseStore, chat: ChatServer) -> None:
+    with pytest.raises(ValueError, match="question is longer than 16,000 characters"):
+        asker.ask("policies", "invoices " * 2000)
+    assert chat.request_count == 0
 
 
 def test_a_model_must_be_named(store: KnowledgeBaseStore, chat: ChatServer, tmp_path: Path) -> None:

@@ -26,7 +26,9 @@ from kbctl.query.retrieve import Visible, clean_question, plan_query, run_query
 from kbctl.rerank import Reranker
 from kbctl.store.database import Database
 
-__all__ = ["AskPlan", "answer_ask", "chat_model_ref", "prepare_ask"]
+__all__ = ["MAX_QUESTION_CHARS", "AskPlan", "answer_ask", "chat_model_ref", "prepare_ask"]
+
+MAX_QUESTION_CHARS = 16_000  # a question sent to a chat model (with at most maxContextTokens of passages)
 
 
 def chat_model_ref(name: str, spec: Answer, model: str | None, default: str | None = None) -> str:
@@ -97,6 +99,8 @@ def prepare_ask(
     `options` like `query`; `visible` is the caller's scope, as for `query_knowledge_base`.
     """
     question = clean_question(question)
+    if len(question) > MAX_QUESTION_CHARS:
+        raise ValueError(f"question is longer than {MAX_QUESTION_CHARS:,} characters")
     started = time.perf_counter()
     with db.read_only():
         plan = plan_query(db, name, options or QueryOptions(), visible)

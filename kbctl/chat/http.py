@@ -199,7 +199,7 @@ class HttpChatModel:
                     check_response(read, self.url, auth, ChatError, what="chat", model=self.config.model)
                 media = response.headers.get("content-type", "").split(";")[0].strip().lower()
                 if media == "text/event-stream":
-                    self._read_events(response, reading, deadline, on_text)
+                    self._read_events(response, reading, deadline, on_text, auth)
                 else:
                     self._read_json(_bounded(response.iter_bytes(), MAX_RESPONSE_BYTES, deadline), reading)
                     if on_text is not None and reading.text:
@@ -232,7 +232,12 @@ class HttpChatModel:
         self._read_meta(payload, choice, reading)
 
     def _read_events(
-        self, response: httpx.Response, reading: _Reading, deadline: float, on_text: Callable[[str], None] | None
+        self,
+        response: httpx.Response,
+        reading: _Reading,
+        deadline: float,
+        on_text: Callable[[str], None] | None,
+        auth: BearerAuth | None,
     ) -> None:
         chunks = response.iter_bytes()
         for data in _events(chunks, deadline):
@@ -246,7 +251,9 @@ class HttpChatModel:
             if isinstance(payload, dict) and payload.get("error"):
                 error = payload["error"]
                 message = error.get("message") if isinstance(error, dict) else error
-                raise ChatError(f"the chat stream from {redact(self.url)} reported an error: {str(message)[:200]}")
+                text = " ".join(str(message).split())[:200]
+                text = auth.redact(text) if auth is not None else text  # a server may echo the key it was sent
+                raise ChatError(f"the chat stream from {redact(self.url)} reported an error: {text}")
             choice = _first_choice(payload)
             delta = choice.get("delta") if choice is not None else None
             piece = delta.get("content") if isinstance(delta, dict) else None
