@@ -158,8 +158,10 @@ class KnowledgeBaseStore:
         timeout: float = 600.0,
     ) -> ApplyReport:
         """`apply --wait`: hand the work to a running controller and wait for it, or, when no controller
-        runs, reconcile in-process (the same result either way)."""
-        if not self.controller_alive():
+        runs or a knowledge base reads files (`path:` sources, which only this process has), reconcile
+        in-process (the same result either way)."""
+        if not self.controller_alive() or any(kb.reads_files for kb in _knowledge_bases(knowledge_bases)):
+            # No controller, or files to read that only this process has: reconcile here.
             return self.apply(knowledge_bases, reporter=reporter)
         kbs = {kb.name: kb for kb in _knowledge_bases(knowledge_bases)}
 

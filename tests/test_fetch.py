@@ -17,6 +17,7 @@ import kbctl
 from kbctl.errors import SourceError
 from kbctl.sources.extract import extract_html
 from kbctl.sources.url import ACCEPT, FetchPolicy, FetchRequest, FetchResult, Validators, fetch_urls
+from tests.support.documents import make_docx, make_pdf
 from tests.support.httpserver import HTTPTestServer, Reply, loopback_only, serve
 
 KiB = 1024
@@ -186,24 +187,49 @@ def test_pages_without_text_fail(srv: HTTPTestServer, content_type: str, body: s
 @pytest.mark.parametrize(
     ("content_type", "message"),
     [
-        ("application/pdf", "unsupported content type 'application/pdf' (PDF and office files are not supported yet)"),
+        ("application/pdf", "not a readable PDF ("),
         (
             "application/vnd.openxmlformats-officedocument.wordprocessingml.document",
-            "unsupported content type 'application/vnd.openxmlformats-officedocument.wordprocessingml.document'"
-            " (PDF and office files are not supported yet)",
+            "not a readable DOCX file (",
+        ),
+        (
+            "application/msword",
+            "unsupported content type 'application/msword' (of office files, only PDF and DOCX are read)",
         ),
         (
             "application/octet-stream",
-            "unsupported content type 'application/octet-stream' (only HTML, markdown and plain text are fetched)",
+            "unsupported content type 'application/octet-stream'"
+            " (HTML, markdown, plain text, PDF and DOCX are fetched)",
         ),
-        ("image/png; foo=bar", "unsupported content type 'image/png' (only HTML, markdown and plain text are fetched)"),
+        (
+            "image/png; foo=bar",
+            "unsupported content type 'image/png' (HTML, markdown, plain text, PDF and DOCX are fetched)",
+        ),
     ],
 )
-def test_binary_content_types_are_unsupported(srv: HTTPTestServer, content_type: str, message: str) -> None:
-    """PDF, office and other binary types fail with a clear message, without retries."""
+def test_binary_content_types_are_unsupported_or_read(srv: HTTPTestServer, content_type: str, message: str) -> None:
+    """Other binary types fail with a clear message, without retries; a damaged PDF or DOCX fails as such."""
     srv.route("/f", body=b"%PDF-1.7\x00\x01\x02" * 100, content_type=content_type)
-    assert failure(fetch_one(srv.url("/f"), policy_for(srv))) == message
+    assert failure(fetch_one(srv.url("/f"), policy_for(srv))).startswith(message)
     assert srv.hits["/f"] == 1
+
+
+def test_pdf_and_docx_pages_are_read(srv: HTTPTestServer) -> None:
+    """A PDF answer is read page by page, a DOCX answer with its headings and tables, as path: files are."""
+    srv.route(
+        "/p.pdf",
+        body=make_pdf(["Refunds", "Paid within 15 business days."], title="Refunds"),
+        content_type="application/pdf",
+    )
+    docx_type = "application/vnd.openxmlformats-officedocument.wordprocessingml.document"
+    srv.route("/d.docx", body=make_docx([("h1", "Onboarding"), ("p", "Laptops on day one.")]), content_type=docx_type)
+    pdf = fetch_one(srv.url("/p.pdf"), policy_for(srv))
+    doc = fetch_one(srv.url("/d.docx"), policy_for(srv))
+    assert not isinstance(pdf, SourceError) and pdf.document is not None
+    assert pdf.document.text == "## Page 1\n\nRefunds\n\n## Page 2\n\nPaid within 15 business days."
+    assert pdf.document.title == "Refunds" and pdf.document.markdown is True
+    assert not isinstance(doc, SourceError) and doc.document is not None
+    assert doc.document.text == "# Onboarding\n\nLaptops on day one."
 
 
 def test_missing_content_type_is_sniffed(srv: HTTPTestServer) -> None:

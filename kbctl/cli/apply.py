@@ -46,7 +46,8 @@ def apply(
     Every manifest is validated first; if any is invalid nothing is written. With --wait the work is
     done before the command returns (by a running `kbctl controller`, or in-process when none runs);
     without it the desired state is recorded for a controller ("configured (version 3 pending)").
-    Exit code 1 when a source or a knowledge base failed (the previous version keeps serving).
+    Exit code 1 when a source or a knowledge base failed (the previous version keeps serving). Knowledge
+    bases with path: sources are always applied by this process, which has the files.
 
     --prune -l SELECTOR then deletes the knowledge bases whose labels match and that are not in the
     manifests ("KnowledgeBase/NAME pruned"). --dry-run writes nothing: it prints what would happen,
@@ -59,9 +60,12 @@ def apply(
         _dry_run(filename, recursive, chosen, output, exit_code)
         return
     manifests = load_manifests(filename, recursive=recursive, stdin=sys.stdin)
-    if not wait:
+    local = [m.kb.name for m in manifests if m.kb.reads_files]
+    if not wait and not local:
         _submit(manifests, chosen, output, exit_code)
         return
+    if not wait:  # a controller has no copy of the files: this process reads them
+        typer.echo(f"applying here, as with --wait: {', '.join(local)} read files (path: sources)", err=True)
     reporter = CliReporter(quiet=output is not None)
     with open_store() as store:
         try:

@@ -33,6 +33,7 @@ from kbctl.errors import KbctlError, NotFoundError, StoreError
 from kbctl.manifest import KnowledgeBase
 from kbctl.manifest.changes import field_changes, source_changes
 from kbctl.manifest.digest import sha256_json
+from kbctl.sources.files import read_paths
 from kbctl.sources.url import FetchPolicy, fetch_urls
 from kbctl.store.database import Database, SourceEntry, SourceStatusRow
 from kbctl.store.history import applying, prune_history
@@ -192,6 +193,7 @@ class _Reconciler:
             now=now,
             requested={r.key for r in requests},
             fetched=fetched,
+            read=read_paths(kb),
             known=known,
         )
         action = plan.action

@@ -15,6 +15,7 @@ from kbctl.engine.plan import Ingest, SourcePlan, build_plan, fetch_requests
 from kbctl.manifest import KnowledgeBase
 from kbctl.manifest.changes import field_changes, source_changes
 from kbctl.manifest.selectors import Selector
+from kbctl.sources.files import read_paths
 from kbctl.store.database import Database
 from kbctl.store.state import StoredState, read_state
 
@@ -51,7 +52,7 @@ class SourceDiff(_Frozen):
     """
 
     name: str
-    kind: Literal["text", "url"]
+    kind: Literal["text", "url", "path"]
     change: Literal["added", "changed", "removed", "unchanged"]
     fetch: bool = False
     chunks_added: int | None = 0
@@ -99,6 +100,12 @@ class DiffReport(_Frozen):
         return sum(s.tokens_to_embed or 0 for r in self.results for s in r.sources)
 
 
+def _old_kind(source: dict[str, Any]) -> Literal["text", "url", "path"]:
+    if source.get("path") is not None:
+        return "path"
+    return "url" if source.get("url") else "text"
+
+
 class _Explainer:
     """Explains knowledge bases one by one; remembers the texts already counted, so each is billed once."""
 
@@ -113,7 +120,13 @@ class _Explainer:
         # The plan apply would build, except that no URL is fetched (each keeps what the store serves).
         requested = {r.key for r in fetch_requests(kb, state, "explain")}
         plan = build_plan(
-            kb, state, model_id=embedder.model_id, trigger="explain", now=datetime.now(UTC), requested=requested
+            kb,
+            state,
+            model_id=embedder.model_id,
+            trigger="explain",
+            now=datetime.now(UTC),
+            requested=requested,
+            read=read_paths(kb),  # files are local: diff reads them (it fetches no URL)
         )
         old = plan.previous_manifest
         added, removed, respec = source_changes(old, plan.manifest)
@@ -124,11 +137,17 @@ class _Explainer:
         sources += [
             SourceDiff(
                 name=n,
-                kind="url" if old and _old_source(old, n).get("url") else "text",
+                kind=_old_kind(_old_source(old, n) if old else {}),
                 change="removed",
-                chunks_removed=state.served[n].chunk_count if n in state.served else 0,
+                # A path source serves its documents as units named SOURCE/ID.
+                chunks_removed=sum(r.chunk_count for u, r in state.served.items() if u == n or u.startswith(n + "/")),
             )
             for n in removed
+        ]
+        sources += [  # documents gone from a path source that stays (a file deleted)
+            SourceDiff(name=n, kind="path", change="removed", chunks_removed=state.served[n].chunk_count)
+            for n in plan.removed
+            if "/" in n and n.split("/")[0] not in removed
         ]
         over = _over_limits(kb, chunked, tokens)
         if plan.current_version is None:
@@ -171,8 +190,9 @@ class _Explainer:
         before = prev.revision_id if prev else None
         serving = plan.serving
         moved = isinstance(plan.decision, Ingest) or (serving.revision_id if serving else None) != before
+        new_unit = plan.unit is not None and prev is None  # a document new to its path source
         change: Literal["added", "changed", "unchanged"] = (
-            "added" if name in added else "changed" if name in respec or moved else "unchanged"
+            "added" if name in added or new_unit else "changed" if name in respec or moved else "unchanged"
         )
         if plan.fetch:
             return SourceDiff(

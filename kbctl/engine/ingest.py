@@ -78,7 +78,9 @@ def chunk_source(plan: SourcePlan, kb: KnowledgeBase) -> Chunked:
         document.text,
         max_chars=kb.spec.chunking.max_chars,
         overlap_chars=kb.spec.chunking.overlap_chars,
-        markdown=plan.source.url is not None or plan.source.format == "markdown",
+        markdown=document.markdown
+        if document.markdown is not None
+        else plan.source.url is not None or plan.source.format == "markdown",
     )
     if document.title:
         chunks = [titled(c, document.title) for c in chunks]

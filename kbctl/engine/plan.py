@@ -9,6 +9,12 @@ The plan is frozen data built without any database or network call, so `apply`, 
   is unchanged, None when it serves nothing ("failed");
 - `NotFetched`: a URL source whose content is unknown because it was not fetched (diff fetches nothing; a
   refresh of other sources leaves it alone) and that has nothing stored to serve.
+
+A `path:` source is many documents: each file read becomes a unit of its own, named `SOURCE/ID` (ID: the
+file's path relative to the folder the source names), with its own decision, so an unchanged file reuses its
+revision, a changed one is re-chunked alone, and a file no longer there is gone from the next version. When
+the files are not at hand (a refresh, a controller: the knowledge base was read back from the store) every
+unit keeps what it serves.
 """
 
 from __future__ import annotations
@@ -23,6 +29,7 @@ from kbctl.errors import SourceError
 from kbctl.manifest import KnowledgeBase, Source
 from kbctl.manifest.digest import sha256_json
 from kbctl.sources import Document, read_inline
+from kbctl.sources.files import FileEntry
 from kbctl.sources.url import FetchRequest, FetchResult, Validators
 from kbctl.store.database import SourceStatusRow, VersionSourceRow
 from kbctl.store.state import StoredState
@@ -48,6 +55,7 @@ CHUNKER_VERSION = 1
 
 Trigger = Literal["apply", "refresh", "explain"]
 Fetched = Mapping[str, FetchResult | SourceError]
+ReadFiles = Mapping[str, "list[tuple[FileEntry, Document | SourceError]] | SourceError"]  # by path source name
 
 
 def text_sha256(text: str) -> bytes:
@@ -99,11 +107,12 @@ class SourcePlan:
     decision: Decision
     fetch: bool
     status: SourceStatusRow | None
+    unit: str | None = None  # one document of a path source: `SOURCE/ID`
 
     @property
     def name(self) -> str:
-        """The source's name."""
-        return self.source.name
+        """The source's name, or for one document of a path source `SOURCE/ID`."""
+        return self.unit or self.source.name
 
     @property
     def serving(self) -> Reuse | None:
@@ -167,9 +176,10 @@ def _source_sha256(source: Source) -> str:
 
 def _revision_key(kb: KnowledgeBase, source: Source, doc: Document, model_id: str) -> str:
     c = kb.spec.chunking
+    fmt = source.format if doc.markdown is None else "markdown" if doc.markdown else "text"
     key: dict[str, object] = {
         "content": doc.content_sha256,
-        "format": "markdown" if source.url else source.format,
+        "format": "markdown" if source.url else fmt,
         "maxChars": c.max_chars,
         "overlapChars": c.overlap_chars,
         "model": model_id,
@@ -235,10 +245,44 @@ class _Planner:
         v = validators or Validators()
         return SourceStatusRow(name, state, message, origin, v.etag, v.last_modified, fetched_at, self.now)
 
-    def document(self, source: Source, doc: Document) -> Reuse | Ingest:
+    def document(self, source: Source, doc: Document, name: str | None = None) -> Reuse | Ingest:
         key = _revision_key(self.kb, source, doc, self.model_id)
-        stored = self.state.revisions.get((source.name, key))
+        stored = self.state.revisions.get((name or source.name, key))
         return Reuse(stored.id, stored.chunk_count) if stored is not None else Ingest(doc, key)
+
+    def files(
+        self, source: Source, sha: str, read: list[tuple[FileEntry, Document | SourceError]] | SourceError | None
+    ) -> list[SourcePlan]:
+        """The units of a path source: one per file read; when it was not read (None) or could not be listed,
+        each unit it serves keeps serving (stale when listing failed)."""
+        prefix = f"{source.name}/"
+        served = {n: r for n, r in self.state.served.items() if n.startswith(prefix)}
+        if read is None or isinstance(read, SourceError):
+            plans = []
+            for name, row in served.items():
+                kept = Reuse(row.revision_id, row.chunk_count) if row.revision_id is not None else None
+                if read is None:
+                    plans.append(SourcePlan(source, row.source_sha256, kept or NotFetched(), False, None, name))
+                else:
+                    status = self.status(name, "stale" if kept else "failed", message=str(read))
+                    plans.append(SourcePlan(source, row.source_sha256, Fail(str(read), kept), False, status, name))
+            if not plans:
+                decision: Decision = NotFetched() if read is None else Fail(str(read))
+                failed = None if read is None else self.status(source.name, "failed", message=str(read))
+                plans.append(SourcePlan(source, sha, decision, False, failed))
+            return plans
+        plans = []
+        for entry, outcome in read:
+            name = prefix + entry.doc_id
+            unit_sha = sha256_json({"source": sha, "document": entry.doc_id})
+            if isinstance(outcome, SourceError):
+                kept = _kept(served.get(name), unit_sha)
+                status = self.status(name, "stale" if kept else "failed", message=str(outcome), origin=entry.origin)
+                plans.append(SourcePlan(source, unit_sha, Fail(str(outcome), kept), False, status, name))
+            else:
+                status = self.status(name, "ready", origin=outcome.origin)
+                plans.append(SourcePlan(source, unit_sha, self.document(source, outcome, name), False, status, name))
+        return plans
 
     def inline(self, source: Source, sha: str) -> SourcePlan:
         doc = read_inline(source)
@@ -286,17 +330,22 @@ def build_plan(
     now: datetime,
     requested: Collection[str] = (),
     fetched: Fetched | None = None,
+    read: ReadFiles | None = None,
     known: tuple[str, dict[str, Any]] | None = None,
 ) -> KnowledgeBasePlan:
     """The plan of `kb` against `state`; `requested` names the URL sources fetched (or, for diff, that would
-    be), `fetched` holds their outcomes (absent for diff). `model_id` is part of every revision key. `known` is
-    (sha256_json(manifest), manifest) of `kb.to_manifest()` when the caller computed them already."""
+    be), `fetched` holds their outcomes (absent for diff). `read` holds the files of each path source read (or
+    why it could not be listed); a path source not in it keeps what it serves. `model_id` is part of every
+    revision key. `known` is (sha256_json(manifest), manifest) of `kb.to_manifest()` when the caller computed
+    them already."""
     planner = _Planner(kb, state, model_id, now)
     outcomes = fetched or {}
     plans: list[SourcePlan] = []
     for source in kb.spec.sources:
         sha = _source_sha256(source)
-        if source.url is None:
+        if source.path is not None:
+            plans.extend(planner.files(source, sha, (read or {}).get(source.name)))
+        elif source.url is None:
             plans.append(planner.inline(source, sha))
         elif source.name in outcomes:
             plans.append(planner.fetched(source, sha, outcomes[source.name]))

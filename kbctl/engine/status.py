@@ -110,10 +110,14 @@ def _detail(db: Database, row: KnowledgeBaseRow) -> KnowledgeBaseDetail:
     kinds = {s.name: s.kind for s in spec.sources}
     if version is not None:
         sources = [
-            _source_status(s.source_name, kinds.get(s.source_name, "text"), s, live.get(s.source_name)) for s in served
+            # A document of a path source is named SOURCE/ID: its kind is its source's.
+            _source_status(s.source_name, kinds.get(s.source_name.split("/")[0], "text"), s, live.get(s.source_name))
+            for s in served
         ]
     else:
-        sources = [_source_status(s.name, s.kind, None, live[s.name]) for s in spec.sources if s.name in live]
+        order = {s.name: i for i, s in enumerate(spec.sources)}
+        names = sorted((n for n in live if n.split("/")[0] in order), key=lambda n: (order[n.split("/")[0]], n))
+        sources = [_source_status(n, kinds[n.split("/")[0]], None, live[n]) for n in names]
     return KnowledgeBaseDetail(
         name=row.name,
         labels=row.labels,

@@ -95,3 +95,15 @@ def check_url(url: str) -> str:
     if not parts.hostname:
         raise ValueError("URL must have a host")
     return url
+
+
+def check_relative_path(value: str) -> str:
+    """Validate a `path:` source: a relative path or glob (POSIX separators); whether it stays inside the
+    manifest's repository is checked where the files are read."""
+    if not value.strip():
+        raise ValueError("must not be empty")
+    if len(value) > 1024:
+        raise ValueError("must be at most 1024 characters")
+    if value.startswith(("/", "~")) or (len(value) > 1 and value[1] == ":") or "\\" in value:
+        raise ValueError("must be a path relative to the manifest's folder, with / as separator")
+    return value

@@ -112,7 +112,8 @@ class _Collector:
                 self._first[name] = (file, item.line)
             self.problems.extend(problems)
             if kb is not None and not problems:
-                self.manifests.append(LoadedManifest(kb=kb, path=file, line=item.line))
+                base = os.getcwd() if file == STDIN_PATH else os.path.dirname(os.path.abspath(file))
+                self.manifests.append(LoadedManifest(kb=kb.located(base), path=file, line=item.line))
         return count
 
     def add_file(self, file: str) -> int:

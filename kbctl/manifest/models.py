@@ -12,6 +12,7 @@ from pydantic import (
     BaseModel,
     ConfigDict,
     Field,
+    PrivateAttr,
     SerializerFunctionWrapHandler,
     Strict,
     ValidationError,
@@ -31,6 +32,7 @@ from kbctl.manifest._field_checks import (
     check_label_key,
     check_label_value,
     check_name,
+    check_relative_path,
     check_text,
     check_url,
 )
@@ -107,8 +109,12 @@ class Metadata(_Model):
         return check_name(value, DNS_LABEL, "lowercase letters, digits and '-'")
 
 
+Format = Literal["markdown", "text", "html", "pdf", "docx", "json", "jsonl", "csv", "auto"]
+FILE_FORMATS: Final = ("html", "pdf", "docx", "json", "jsonl", "csv", "auto")  # path: sources only
+
+
 class Source(_Model):
-    """One document to index: fetched from a URL or given inline as text (exactly one of them)."""
+    """Documents to index: fetched from a URL, given inline as text, or read from files (exactly one of them)."""
 
     name: str = Field(
         description="Unique within the knowledge base: lowercase letters, digits, '-', '_' and '.'.",
@@ -118,7 +124,35 @@ class Source(_Model):
         default=None, description="An http(s) URL without credentials.", json_schema_extra={"format": "uri"}
     )
     text: str | None = Field(default=None, description="The document inline.")
-    format: Literal["markdown", "text"] = Field(default="markdown", description="How to split the text.")
+    path: str | None = Field(
+        default=None,
+        description="A file, a folder (every file of a known format below it) or a glob (docs/**/*.md), relative "
+        "to the manifest's folder; each file is one document.",
+    )
+    include: list[str] | None = Field(
+        default=None, description="With path: only files matching one of these globs (relative to the path)."
+    )
+    exclude: list[str] | None = Field(
+        default=None, description="With path: leave out files matching one of these globs (relative to the path)."
+    )
+    format: Format = Field(
+        default="markdown",
+        description="How to read the text: markdown or text (inline and URL sources); for path sources also html, "
+        "pdf, docx, json, jsonl, csv, or auto (the default there: by each file's extension).",
+    )
+    title_field: str | None = Field(
+        default=None, description="json / jsonl: the field whose value titles each entry (default: none)."
+    )
+    text_fields: list[str] | None = Field(
+        default=None, description="json / jsonl: the fields an entry's text is made of, in order (default: all)."
+    )
+
+    @model_validator(mode="before")
+    @classmethod
+    def _auto_format(cls, data: Any) -> Any:
+        if isinstance(data, dict) and data.get("path") is not None and "format" not in data:
+            return {**data, "format": "auto"}
+        return data
 
     @field_validator("name")
     @classmethod
@@ -130,6 +164,18 @@ class Source(_Model):
     def _valid_url(cls, value: str | None) -> str | None:
         return None if value is None else check_url(value)
 
+    @field_validator("path")
+    @classmethod
+    def _valid_path(cls, value: str | None) -> str | None:
+        return None if value is None else check_relative_path(value)
+
+    @field_validator("include", "exclude")
+    @classmethod
+    def _valid_globs(cls, value: list[str] | None) -> list[str] | None:
+        for glob in value or []:
+            check_relative_path(glob)
+        return value
+
     @field_validator("text")
     @classmethod
     def _valid_text(cls, value: str | None) -> str | None:
@@ -138,15 +184,34 @@ class Source(_Model):
         return value
 
     @model_validator(mode="after")
-    def _url_xor_text(self) -> Source:
-        if (self.url is None) == (self.text is None):
-            raise ValueError("set exactly one of url or text")
+    def _one_kind(self) -> Source:
+        if sum(v is not None for v in (self.url, self.text, self.path)) != 1:
+            raise ValueError("set exactly one of url, text or path")
+        if self.path is None:
+            if self.include is not None or self.exclude is not None:
+                raise ValueError("include and exclude go with path")
+            if self.format in FILE_FORMATS:
+                raise ValueError(f"format {self.format} goes with path (inline and URL sources: markdown or text)")
+        if (self.title_field is not None or self.text_fields is not None) and self.format not in (
+            "json",
+            "jsonl",
+            "auto",
+        ):
+            raise ValueError("titleField and textFields go with format json, jsonl or auto")
         return self
 
     @property
-    def kind(self) -> Literal["text", "url"]:
-        """Whether this source is inline text or a URL to fetch."""
+    def kind(self) -> Literal["text", "url", "path"]:
+        """Whether this source is inline text, a URL to fetch, or files to read."""
+        if self.path is not None:
+            return "path"
         return "text" if self.text is not None else "url"
+
+    @model_serializer(mode="wrap")
+    def _omit_unset(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        return _without_unset(
+            handler(self), "path", "include", "exclude", "title_field", "titleField", "text_fields", "textFields"
+        )
 
 
 def _without_unset(data: dict[str, Any], *keys: str) -> dict[str, Any]:
@@ -449,11 +514,29 @@ class KnowledgeBase(_Model):
     kind: Kind
     metadata: Metadata
     spec: Spec
+    _base_dir: Path | None = PrivateAttr(default=None)
 
     @property
     def name(self) -> str:
         """The knowledge base's name (metadata.name)."""
         return self.metadata.name
+
+    @property
+    def base_dir(self) -> Path | None:
+        """The folder `path:` sources are relative to (the manifest file's; the working directory for stdin), or
+        None for a knowledge base read back from the store, whose files are not here."""
+        return self._base_dir
+
+    def located(self, base_dir: str | Path) -> KnowledgeBase:
+        """This knowledge base with its `path:` sources relative to `base_dir` (not part of the manifest)."""
+        copy = self.model_copy()
+        copy._base_dir = Path(base_dir).resolve()
+        return copy
+
+    @property
+    def reads_files(self) -> bool:
+        """Whether a source reads files (`path:`), which only a process that has them can do."""
+        return any(s.path is not None for s in self.spec.sources)
 
     def to_manifest(self) -> dict[str, Any]:
         """The full manifest as plain JSON-able data, camelCase keys, defaults filled in."""

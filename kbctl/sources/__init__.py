@@ -27,6 +27,7 @@ class Document:
     text: str
     origin: str
     title: str | None = None
+    markdown: bool | None = None  # split as markdown (headings) or plain text; None: as the source's format says
 
     def __post_init__(self) -> None:
         # The boundary: a page with a NUL byte or a broken surrogate must not fail the whole publish.

@@ -45,6 +45,7 @@ from kbctl.errors import SourceError
 from kbctl.sources import Document
 from kbctl.sources._guard import Guard, guarded_transport
 from kbctl.sources.extract import extract_html
+from kbctl.sources.formats import FileFormat, as_markdown
 from kbctl.userconfig import ConfigFile, env_allows_private, env_networks, network_entry
 
 __all__ = ["FetchPolicy", "FetchRequest", "FetchResult", "Validators", "fetch_urls"]
@@ -55,6 +56,12 @@ _REDIRECT_STATUSES = frozenset({301, 302, 303, 307, 308})
 _HTML_TYPES = frozenset({"text/html", "application/xhtml+xml"})
 _TEXT_TYPES = frozenset({"text/plain", "text/markdown", "text/x-markdown"})
 _MARKDOWN_TYPES = frozenset({"text/markdown", "text/x-markdown"})
+# Binary documents read as path: sources read the same files (kbctl.sources.formats).
+_DOCUMENT_TYPES: dict[str, FileFormat] = {
+    "application/pdf": "pdf",
+    "application/x-pdf": "pdf",
+    "application/vnd.openxmlformats-officedocument.wordprocessingml.document": "docx",
+}
 _OFFICE_TYPE = re.compile(
     r"^application/(pdf|x-pdf|msword|rtf|vnd\.ms-|vnd\.openxmlformats-officedocument\.|vnd\.oasis\.opendocument\.)"
 )
@@ -351,6 +358,9 @@ def _to_document(data: bytes, media: str | None, charset: str | None, final_url:
         if not _HTML_START.match(data[:2048]):
             raise SourceError("no content type, and the body does not look like HTML")
         media = "text/html"
+    if media in _DOCUMENT_TYPES:
+        text, title = as_markdown(data, _DOCUMENT_TYPES[media], origin=final_url)
+        return Document(text=text, origin=final_url, title=title, markdown=True)
     if media in _HTML_TYPES:
         if len(data) > max_html:
             raise SourceError(
@@ -367,8 +377,8 @@ def _to_document(data: bytes, media: str | None, charset: str | None, final_url:
 
 def _unsupported(media: str) -> str:
     if _OFFICE_TYPE.match(media):
-        return f"unsupported content type '{media}' (PDF and office files are not supported yet)"
-    return f"unsupported content type '{media}' (only HTML, markdown and plain text are fetched)"
+        return f"unsupported content type '{media}' (of office files, only PDF and DOCX are read)"
+    return f"unsupported content type '{media}' (HTML, markdown, plain text, PDF and DOCX are fetched)"
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -526,7 +536,7 @@ class _Fetcher:
             raise _Failure(status_line(status, response.reason_phrase))
         content_type = headers.get("content-type")
         media, charset = _parse_content_type(content_type)
-        if media is not None and media not in _HTML_TYPES | _TEXT_TYPES:
+        if media is not None and media not in _HTML_TYPES | _TEXT_TYPES and media not in _DOCUMENT_TYPES:
             raise _Failure(_unsupported(media))
         encoding = headers.get("content-encoding", "identity").strip().lower() or "identity"
         encoding = {"x-gzip": "gzip"}.get(encoding, encoding)

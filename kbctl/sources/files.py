@@ -1,0 +1,173 @@
+"""`path:` sources: the files a source names, each read into one Document.
+
+A path is a file, a folder (every file of a known format below it, hidden files and folders skipped) or a
+glob (`docs/**/*.md`), relative to the manifest's folder. `include` / `exclude` globs match each file's id:
+its path relative to the folder the source names (for a glob, the folder before its first wildcard), with
+`*` matching across folders. Nothing outside the manifest's repository (the nearest folder above it with
+`.git`, else the manifest's folder) is read, through `..` or a symlink; symlinked folders are not walked.
+A source lists at most MAX_FILES files (more fails the source), and a file over MAX_FILE_BYTES fails alone.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import glob as globbing
+import os
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Final
+
+from kbctl.errors import SourceError
+from kbctl.manifest import KnowledgeBase, Source
+from kbctl.sources import Document
+from kbctl.sources.formats import FileFormat, as_markdown, format_of
+
+__all__ = [
+    "MAX_FILES",
+    "MAX_FILE_BYTES",
+    "FileEntry",
+    "list_files",
+    "read_file",
+    "read_path",
+    "read_paths",
+    "repository_root",
+]
+
+MAX_FILES: Final = 10_000  # files one path source may list
+MAX_FILE_BYTES: Final = 32 * 1024 * 1024  # one file read
+_WILDCARDS = frozenset("*?[")
+
+
+@dataclass(frozen=True)
+class FileEntry:
+    """One file of a path source: its id (relative to the source's folder), where it is, and its format."""
+
+    doc_id: str
+    path: Path
+    format: FileFormat
+    origin: str  # the path relative to the manifest's folder, as provenance
+
+
+def repository_root(base_dir: Path) -> Path:
+    """The nearest folder at or above `base_dir` holding `.git`, else `base_dir` itself."""
+    for folder in (base_dir, *base_dir.parents):
+        if (folder / ".git").exists():
+            return folder
+    return base_dir
+
+
+def _inside(path: Path, root: Path) -> bool:
+    try:
+        path.resolve().relative_to(root)
+    except ValueError:
+        return False
+    return True
+
+
+def _hidden(relative: str) -> bool:
+    return any(part.startswith(".") for part in relative.split("/"))
+
+
+def _walk(folder: Path) -> Iterator[Path]:
+    for current, dirs, files in os.walk(folder, followlinks=False):
+        dirs[:] = sorted(d for d in dirs if not d.startswith("."))
+        for name in sorted(files):
+            if not name.startswith("."):
+                yield Path(current) / name
+
+
+def _candidates(source: Source, base_dir: Path) -> tuple[Path, list[Path]]:
+    """(the folder ids are relative to, the files named) of a path source; SourceError when nothing is there."""
+    assert source.path is not None
+    pattern = source.path
+    if _WILDCARDS & set(pattern):
+        parts = pattern.split("/")
+        fixed = [p for p in parts[: next(i for i, p in enumerate(parts) if _WILDCARDS & set(p))]]
+        anchor = (base_dir / "/".join(fixed)) if fixed else base_dir
+        found = sorted(Path(p) for p in globbing.glob(str(base_dir / pattern), recursive=True) if Path(p).is_file())
+        return anchor, found
+    target = base_dir / pattern
+    if target.is_dir():
+        return target, list(_walk(target))
+    if target.is_file():
+        return target.parent, [target]
+    raise SourceError(f"path {pattern!r}: no such file or folder (relative to {base_dir})")
+
+
+def list_files(source: Source, base_dir: Path) -> list[FileEntry]:
+    """The files of a path source, in id order; SourceError when the path is missing, leaves the repository,
+    or names more than MAX_FILES files."""
+    assert source.path is not None
+    root = repository_root(base_dir)
+    if not _inside(base_dir / source.path.split("*")[0], root):
+        raise SourceError(f"path {source.path!r} leaves the repository the manifest is in ({root})")
+    anchor, found = _candidates(source, base_dir)
+    entries: list[FileEntry] = []
+    for file in found:
+        doc_id = file.relative_to(anchor).as_posix() if file != anchor else file.name
+        if _hidden(doc_id) or not _inside(file, root):
+            continue  # a hidden file, or a symlink out of the repository
+        if source.include is not None and not any(fnmatch.fnmatchcase(doc_id, g) for g in source.include):
+            continue
+        if source.exclude is not None and any(fnmatch.fnmatchcase(doc_id, g) for g in source.exclude):
+            continue
+        fmt = format_of(file.name) if source.format == "auto" else source.format
+        if fmt is None:
+            continue  # a file of no format kbctl reads (images, archives...) in a folder
+        entries.append(FileEntry(doc_id, file, fmt, os.path.relpath(file, base_dir).replace(os.sep, "/")))
+        if len(entries) > MAX_FILES:
+            raise SourceError(f"path {source.path!r} names more than {MAX_FILES} files: narrow it or use include")
+    entries.sort(key=lambda e: e.doc_id)
+    if not entries:
+        raise SourceError(
+            f"path {source.path!r}: no file of a format kbctl reads (markdown, text, html, pdf, docx, json, jsonl, csv)"
+        )
+    return entries
+
+
+def read_file(entry: FileEntry, source: Source) -> Document:
+    """The Document of one file; SourceError (for this file alone) when it cannot be read."""
+    try:
+        size = entry.path.stat().st_size
+        if size > MAX_FILE_BYTES:
+            raise SourceError(
+                f"{size / 1024 / 1024:.1f} MiB, over the {MAX_FILE_BYTES // 1024 // 1024} MiB limit of one file"
+            )
+        with entry.path.open("rb") as handle:
+            data = handle.read(MAX_FILE_BYTES + 1)
+    except OSError as exc:
+        raise SourceError(f"cannot read: {exc.strerror or exc}") from None
+    if len(data) > MAX_FILE_BYTES:
+        raise SourceError(f"over the {MAX_FILE_BYTES // 1024 // 1024} MiB limit of one file")
+    text, title = as_markdown(
+        data, entry.format, origin=entry.origin, title_field=source.title_field, text_fields=source.text_fields
+    )
+    return Document(text=text, origin=entry.origin, title=title, markdown=entry.format != "text")
+
+
+def read_path(source: Source, base_dir: Path) -> list[tuple[FileEntry, Document | SourceError]]:
+    """Every file of a path source with its Document, or the reason that file could not be read; SourceError
+    when the source itself cannot be listed."""
+    results: list[tuple[FileEntry, Document | SourceError]] = []
+    for entry in list_files(source, base_dir):
+        try:
+            results.append((entry, read_file(entry, source)))
+        except SourceError as exc:
+            results.append((entry, exc))
+    return results
+
+
+def read_paths(kb: KnowledgeBase) -> dict[str, list[tuple[FileEntry, Document | SourceError]] | SourceError]:
+    """The files of every path source of `kb`, by source name ({} when `kb` has no folder: read back from the
+    store, its files are not here)."""
+    if kb.base_dir is None:
+        return {}
+    read: dict[str, list[tuple[FileEntry, Document | SourceError]] | SourceError] = {}
+    for source in kb.spec.sources:
+        if source.path is not None:
+            try:
+                read[source.name] = read_path(source, kb.base_dir)
+            except SourceError as exc:
+                read[source.name] = exc
+    return read
