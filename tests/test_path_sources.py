@@ -181,7 +181,8 @@ def test_cli_apply_diff_and_refresh(store: KnowledgeBaseStore, cli: CliRunner, t
     manifest = _manifest(repo)
     first = cli.invoke(app, ["apply", "-f", manifest])  # no --wait: files are read here, not by a controller
     assert first.exit_code == 0, first.output
-    assert "read files (path: sources)" in first.stderr and "applied 1 resource" in first.stdout
+    assert "path: sources are read here (as with --wait)" in first.stderr
+    assert "KnowledgeBase/handbook created (version 1)" in first.stdout
     (repo / "docs" / "new.md").write_text("# New\n\nA new page about parking permits.\n")
     (repo / "docs" / "faq.json").unlink()
     diff = cli.invoke(app, ["diff", "-f", manifest])

@@ -60,12 +60,9 @@ def apply(
         _dry_run(filename, recursive, chosen, output, exit_code)
         return
     manifests = load_manifests(filename, recursive=recursive, stdin=sys.stdin)
-    local = [m.kb.name for m in manifests if m.kb.reads_files]
-    if not wait and not local:
+    if not wait:
         _submit(manifests, chosen, output, exit_code)
         return
-    if not wait:  # a controller has no copy of the files: this process reads them
-        typer.echo(f"applying here, as with --wait: {', '.join(local)} read files (path: sources)", err=True)
     reporter = CliReporter(quiet=output is not None)
     with open_store() as store:
         try:
@@ -81,22 +78,41 @@ def apply(
 
 
 def _submit(manifests: list[LoadedManifest], chosen: Selector | None, output: OutputOpt, exit_code: bool) -> None:
-    """apply without --wait: record the desired state for a controller and return."""
+    """apply without --wait: record the desired state for a controller and return; knowledge bases that read
+    files (path: sources) are applied here, since a controller has no copy of the files."""
+    remote = [m for m in manifests if not m.kb.reads_files]
+    local = [m for m in manifests if m.kb.reads_files]
     with open_store() as store:
-        pending = store.submit(manifests)
-        pruned = store.prune([m.kb.name for m in manifests], chosen) if chosen else []
+        pending = store.submit(remote)
         alive = store.controller_alive()
+        if not output:
+            for p in pending:
+                state = f"version {p.version} pending" if p.pending else f"version {p.version}"
+                typer.echo(f"KnowledgeBase/{p.name} {p.action if p.pending else 'unchanged'} ({state})")
+        applied = None
+        if local:
+            names = ", ".join(m.kb.name for m in local)
+            typer.echo(f"{names}: path: sources are read here (as with --wait), not by a controller", err=True)
+            reporter = CliReporter(quiet=output is not None)
+            try:
+                applied = store.apply(local, reporter=reporter)
+            finally:
+                reporter.close()
+        pruned = store.prune([m.kb.name for m in manifests], chosen) if chosen else []
     if output:
-        emit({"results": [p.__dict__ for p in pending], "pruned": pruned}, output)
+        results: dict[str, object] = {"results": [p.__dict__ for p in pending], "pruned": pruned}
+        if applied is not None:
+            results["applied"] = applied.model_dump(mode="json")
+        emit(results, output)
     else:
-        for p in pending:
-            state = f"version {p.version} pending" if p.pending else f"version {p.version}"
-            typer.echo(f"KnowledgeBase/{p.name} {p.action if p.pending else 'unchanged'} ({state})")
         for name in pruned:
             typer.echo(f"KnowledgeBase/{name} pruned")
         if any(p.pending for p in pending) and not alive:
             typer.echo("no controller is running: start `kbctl controller`, or apply with --wait", err=True)
-    if exit_code and (pruned or any(p.pending for p in pending)):
+    if applied is not None and applied.failed:
+        raise typer.Exit(1)
+    changed = applied is not None and any(r.action != "unchanged" for r in applied.results)
+    if exit_code and (pruned or changed or any(p.pending for p in pending)):
         raise typer.Exit(2)
 
 

@@ -187,17 +187,19 @@ class Source(_Model):
     def _one_kind(self) -> Source:
         if sum(v is not None for v in (self.url, self.text, self.path)) != 1:
             raise ValueError("set exactly one of url, text or path")
+        errors = []
         if self.path is None:
-            if self.include is not None or self.exclude is not None:
-                raise ValueError("include and exclude go with path")
+            for field in ("include", "exclude"):
+                if getattr(self, field) is not None:
+                    errors.append(_field_error(field, "goes with path"))
             if self.format in FILE_FORMATS:
-                raise ValueError(f"format {self.format} goes with path (inline and URL sources: markdown or text)")
-        if (self.title_field is not None or self.text_fields is not None) and self.format not in (
-            "json",
-            "jsonl",
-            "auto",
-        ):
-            raise ValueError("titleField and textFields go with format json, jsonl or auto")
+                errors.append(_field_error("format", "must be one of: markdown, text (the others go with path)"))
+        if self.format not in ("json", "jsonl", "auto"):
+            for field, alias in (("title_field", "titleField"), ("text_fields", "textFields")):
+                if getattr(self, field) is not None:
+                    errors.append(_field_error(alias, "goes with format json, jsonl or auto"))
+        if errors:
+            raise ValidationError.from_exception_data(type(self).__name__, errors)
         return self
 
     @property
@@ -212,6 +214,11 @@ class Source(_Model):
         return _without_unset(
             handler(self), "path", "include", "exclude", "title_field", "titleField", "text_fields", "textFields"
         )
+
+
+def _field_error(field: str, message: str) -> InitErrorDetails:
+    """An error located at `field` of the model being validated (raised together from a model validator)."""
+    return InitErrorDetails(type="value_error", loc=(field,), input=None, ctx={"error": ValueError(message)})
 
 
 def _without_unset(data: dict[str, Any], *keys: str) -> dict[str, Any]:

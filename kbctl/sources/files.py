@@ -3,8 +3,9 @@
 A path is a file, a folder (every file of a known format below it, hidden files and folders skipped) or a
 glob (`docs/**/*.md`), relative to the manifest's folder. `include` / `exclude` globs match each file's id:
 its path relative to the folder the source names (for a glob, the folder before its first wildcard), with
-`*` matching across folders. Nothing outside the manifest's repository (the nearest folder above it with
-`.git`, else the manifest's folder) is read, through `..` or a symlink; symlinked folders are not walked.
+`*` matching across folders. Nothing outside the manifest's repository is read, through `..` or a symlink
+(the nearest folder at or above the manifest's holding `.git`; without one, the working directory when the
+manifest is below it, else the manifest's folder); symlinked folders are not walked.
 A source lists at most MAX_FILES files (more fails the source), and a file over MAX_FILE_BYTES fails alone.
 """
 
@@ -50,11 +51,13 @@ class FileEntry:
 
 
 def repository_root(base_dir: Path) -> Path:
-    """The nearest folder at or above `base_dir` holding `.git`, else `base_dir` itself."""
+    """The nearest folder at or above `base_dir` holding `.git`; else the working directory when `base_dir` is
+    below it; else `base_dir` itself."""
     for folder in (base_dir, *base_dir.parents):
         if (folder / ".git").exists():
             return folder
-    return base_dir
+    cwd = Path.cwd().resolve()
+    return cwd if base_dir == cwd or cwd in base_dir.parents else base_dir
 
 
 def _inside(path: Path, root: Path) -> bool:

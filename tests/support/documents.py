@@ -59,9 +59,7 @@ def make_pdf(pages: Sequence[str], *, title: str | None = None, password: str | 
     return encrypted.getvalue()
 
 
-def make_docx(
-    blocks: Sequence[tuple[str, str] | list[list[str]]], *, title: str | None = None
-) -> bytes:
+def make_docx(blocks: Sequence[tuple[str, str] | list[list[str]]], *, title: str | None = None) -> bytes:
     """A DOCX of `blocks`: ("h1".."h3", text) headings, ("p", text) paragraphs, and tables as lists of rows."""
     import docx
 
@@ -81,3 +79,43 @@ def make_docx(
     out = io.BytesIO()
     document.save(out)
     return out.getvalue()
+
+
+TRAVEL_PAGES = [
+    "Travel policy\n"
+    "Book all client travel through the travel desk at least 7 days ahead.\n"
+    "Rail is standard class. Flights under 6 hours are economy class;\n"
+    "longer flights may be premium economy with the Engagement Partner's approval.",
+    "Hotels and meals\n"
+    "Hotels are booked up to GBP 180 a night in London and GBP 140 elsewhere.\n"
+    "Meals are reimbursed up to GBP 45 a day with receipts.\n"
+    "Travel time counts as working time up to 8 hours a day.",
+]
+SECURITY_BLOCKS: list[tuple[str, str] | list[list[str]]] = [
+    ("h1", "IT security basics"),
+    ("p", "Every laptop is encrypted and locks after 5 minutes without use."),
+    ("h2", "Passwords"),
+    ("p", "Passwords have at least 14 characters; the password manager generates and keeps them."),
+    ("h2", "Who to call"),
+    [
+        ["Problem", "Contact", "Hours"],
+        ["Lost or stolen laptop", "Security hotline +44 20 7946 0199", "24/7"],
+        ["Password reset", "Service desk", "08:00-18:00"],
+        ["Phishing email", "Forward to phishing@northwind-advisory.example", "any time"],
+    ],
+]
+
+
+def write_example_documents(folder: str) -> None:
+    """The binary documents of examples/docs (the Markdown and JSON ones are written by hand)."""
+    from pathlib import Path
+
+    target = Path(folder)
+    (target / "travel-policy.pdf").write_bytes(make_pdf(TRAVEL_PAGES, title="Travel policy"))
+    (target / "it-security.docx").write_bytes(make_docx(SECURITY_BLOCKS, title="IT security basics"))
+
+
+if __name__ == "__main__":
+    import sys
+
+    write_example_documents(sys.argv[1] if len(sys.argv) > 1 else "examples/docs")
