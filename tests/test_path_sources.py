@@ -191,3 +191,20 @@ def test_cli_apply_diff_and_refresh(store: KnowledgeBaseStore, cli: CliRunner, t
     refresh = cli.invoke(app, ["refresh", "kb", "handbook"])  # the files are not read back from the store
     assert refresh.exit_code == 0 and "unchanged" in refresh.stdout
     assert "docs/faq.json" in _served(store)
+
+
+def test_a_docx_that_expands_past_the_limit_is_refused_unread() -> None:
+    """A zip bomb named .docx: its declared sizes are checked before any part is parsed."""
+    import io
+    import zipfile
+
+    from kbctl.sources.formats import MAX_UNZIPPED_BYTES, as_markdown
+
+    buffer = io.BytesIO()
+    with zipfile.ZipFile(buffer, "w", zipfile.ZIP_DEFLATED) as archive, archive.open("word/document.xml", "w") as part:
+        zeros = b"\0" * (1 << 20)
+        for _ in range((MAX_UNZIPPED_BYTES >> 20) + 1):
+            part.write(zeros)
+    assert len(buffer.getvalue()) < 2 << 20
+    with pytest.raises(SourceError, match="DOCX expands to 257 MiB, over the 256 MiB limit of its parts"):
+        as_markdown(buffer.getvalue(), "docx", origin="bomb.docx")

@@ -45,6 +45,7 @@ EXTENSIONS: Final[dict[str, FileFormat]] = {
 }
 MAX_PAGES: Final = 5_000  # of one PDF
 MAX_ENTRIES: Final = 100_000  # objects of one JSON / JSONL file, rows of one CSV
+MAX_UNZIPPED_BYTES: Final = 256 * 1024 * 1024  # a DOCX is a zip: what its parts may expand to (zip bombs)
 _MAX_FIELD_CHARS: Final = 20_000  # one value of a JSON or CSV entry
 
 
@@ -138,6 +139,12 @@ def _docx(data: bytes) -> tuple[str, str | None]:
     from docx.text.paragraph import Paragraph
 
     try:
+        with zipfile.ZipFile(io.BytesIO(data)) as archive:
+            unzipped = sum(info.file_size for info in archive.infolist())
+        if unzipped > MAX_UNZIPPED_BYTES:
+            raise SourceError(
+                f"DOCX expands to {unzipped >> 20} MiB, over the {MAX_UNZIPPED_BYTES >> 20} MiB limit of its parts"
+            )
         document = docx.Document(io.BytesIO(data))
     except (PackageNotFoundError, zipfile.BadZipFile, KeyError, ValueError) as exc:
         raise SourceError(f"not a readable DOCX file ({type(exc).__name__})") from None
