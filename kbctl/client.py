@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Collection, Sequence
+from dataclasses import replace
 from pathlib import Path
 
 from pydantic import BaseModel
@@ -79,7 +80,11 @@ class KnowledgeBaseStore:
         self.settings = settings or Settings.from_env(home=home, database_url=database_url)
         self.db = Database(self._database_url(), resolve=self._database_url)
         self._query_db: Database | None = None
-        self.fetch_policy = fetch_policy or FetchPolicy.from_config(self.settings.config)
+        self.fetch_policy = self._with_cache(fetch_policy or FetchPolicy.from_config(self.settings.config))
+
+    def _with_cache(self, policy: FetchPolicy) -> FetchPolicy:
+        """`policy` with kbctl's repository cache (git sources) unless it names one."""
+        return policy if policy.cache_dir is not None else replace(policy, cache_dir=self.settings.home / "git")
 
     def _database_url(self) -> str:
         """The configured database, or the embedded server's URL (started if it is not running)."""
@@ -147,7 +152,12 @@ class KnowledgeBaseStore:
         re-embedded; a page that fails keeps serving its last good content and is reported stale.
         """
         return refresh_knowledge_bases(
-            self.db, names, self.embedder, reporter, sources=sources, policy=policy or self.fetch_policy
+            self.db,
+            names,
+            self.embedder,
+            reporter,
+            sources=sources,
+            policy=self._with_cache(policy) if policy is not None else self.fetch_policy,
         )
 
     def apply_and_wait(

@@ -190,13 +190,13 @@ def test_both_url_and_text_is_reported_at_the_source() -> None:
               text: also inline
         """,
     )
-    assert load_problems(path) == ["site.yaml:9: spec.sources[1]: set exactly one of url, text or path"]
+    assert load_problems(path) == ["site.yaml:9: spec.sources[1]: set exactly one of url, text, path or git"]
 
 
 def test_neither_url_nor_text_is_reported_at_the_source() -> None:
     """A source with neither url nor text is also "set exactly one"."""
     assert spec_problems("sources:\n  - name: a\n") == [
-        "kb.yaml:7: spec.sources[0]: set exactly one of url, text or path"
+        "kb.yaml:7: spec.sources[0]: set exactly one of url, text, path or git"
     ]
 
 
@@ -244,7 +244,7 @@ def test_duplicate_source_names_are_reported_alongside_other_source_problems() -
     body = "sources:\n  - {name: faq, text: a}\n  - {name: faq, text: b, format: html}\n"
     assert spec_problems(body) == [
         "kb.yaml:8: spec.sources[1].name: duplicate source name 'faq' (also spec.sources[0])",
-        "kb.yaml:8: spec.sources[1].format: must be one of: markdown, text (the others go with path)",
+        "kb.yaml:8: spec.sources[1].format: must be one of: markdown, text (the others go with path or git)",
     ]
 
 
@@ -382,7 +382,7 @@ def test_integer_similarity_threshold_is_a_number() -> None:
 def test_wrong_format_lists_the_choices() -> None:
     """A Literal field's error lists the allowed values."""
     assert spec_problems("sources:\n  - {name: a, text: x, format: html}\n") == [
-        "kb.yaml:7: spec.sources[0].format: must be one of: markdown, text (the others go with path)"
+        "kb.yaml:7: spec.sources[0].format: must be one of: markdown, text (the others go with path or git)"
     ]
 
 

@@ -27,13 +27,23 @@ from kbctl.engine.events import (
     VectorIndexBuilt,
 )
 from kbctl.engine.ingest import Ingested, IngestRun, ingest
-from kbctl.engine.plan import Fail, KnowledgeBasePlan, Reuse, SourcePlan, build_plan, fetch_requests
+from kbctl.engine.plan import (
+    Fail,
+    KnowledgeBasePlan,
+    ReadOutcome,
+    Reuse,
+    SourcePlan,
+    build_plan,
+    fetch_requests,
+    serves_spec,
+)
 from kbctl.engine.results import ApplyReport, KnowledgeBaseResult, SourceResult
-from kbctl.errors import KbctlError, NotFoundError, StoreError
+from kbctl.errors import KbctlError, NotFoundError, SourceError, StoreError
 from kbctl.manifest import KnowledgeBase
 from kbctl.manifest.changes import field_changes, source_changes
 from kbctl.manifest.digest import sha256_json
 from kbctl.sources.files import read_paths
+from kbctl.sources.git import read_repository
 from kbctl.sources.url import FetchPolicy, fetch_urls
 from kbctl.store.database import Database, SourceEntry, SourceStatusRow
 from kbctl.store.history import applying, prune_history
@@ -193,7 +203,7 @@ class _Reconciler:
             now=now,
             requested={r.key for r in requests},
             fetched=fetched,
-            read=read_paths(kb),
+            read={**read_paths(kb), **self._repositories(kb, state)},
             known=known,
         )
         action = plan.action
@@ -221,6 +231,29 @@ class _Reconciler:
         if sum(len(o.chunked.chunks) for o in outcomes.values() if isinstance(o, Ingested)) >= ANALYZE_AFTER_CHUNKS:
             db.analyze_chunks()  # the planner's estimates of full-text matches in a much larger table
         return KnowledgeBaseResult(name=name, action=action, version=version, sources=results)
+
+    def _repositories(self, kb: KnowledgeBase, state: StoredState) -> dict[str, ReadOutcome]:
+        """The files of the git sources to fetch now: every one (or those in `only`) on refresh; on apply, those
+        new or whose spec changed (the others keep what they serve, as URL sources do)."""
+        policy = self.policy or FetchPolicy.from_env()
+        read: dict[str, ReadOutcome] = {}
+        for source in kb.spec.sources:
+            if source.git is None:
+                continue
+            if self.trigger == "refresh":
+                wanted = not self.only or source.name in self.only
+            else:
+                wanted = not serves_spec(state, source)
+            if not wanted:
+                continue
+            if policy.cache_dir is None:
+                read[source.name] = SourceError("git sources need a cache folder (FetchPolicy.cache_dir)")
+                continue
+            try:
+                _, read[source.name] = read_repository(source, policy.cache_dir, policy.guard())
+            except SourceError as exc:
+                read[source.name] = exc
+        return read
 
     def _index(self, name: str, model: str) -> None:
         """Build the model's vector index once it has enough vectors; the published version serves meanwhile."""

@@ -52,7 +52,7 @@ class SourceDiff(_Frozen):
     """
 
     name: str
-    kind: Literal["text", "url", "path"]
+    kind: Literal["text", "url", "path", "git"]
     change: Literal["added", "changed", "removed", "unchanged"]
     fetch: bool = False
     chunks_added: int | None = 0
@@ -100,7 +100,9 @@ class DiffReport(_Frozen):
         return sum(s.tokens_to_embed or 0 for r in self.results for s in r.sources)
 
 
-def _old_kind(source: dict[str, Any]) -> Literal["text", "url", "path"]:
+def _old_kind(source: dict[str, Any]) -> Literal["text", "url", "path", "git"]:
+    if source.get("git") is not None:
+        return "git"
     if source.get("path") is not None:
         return "path"
     return "url" if source.get("url") else "text"
@@ -144,8 +146,14 @@ class _Explainer:
             )
             for n in removed
         ]
-        sources += [  # documents gone from a path source that stays (a file deleted)
-            SourceDiff(name=n, kind="path", change="removed", chunks_removed=state.served[n].chunk_count)
+        kinds = {s.name: s.kind for s in kb.spec.sources}
+        sources += [  # documents gone from a path or git source that stays (a file deleted)
+            SourceDiff(
+                name=n,
+                kind=kinds.get(n.split("/")[0], "path"),
+                change="removed",
+                chunks_removed=state.served[n].chunk_count,
+            )
             for n in plan.removed
             if "/" in n and n.split("/")[0] not in removed
         ]

@@ -41,11 +41,14 @@ __all__ = [
     "Ingest",
     "KnowledgeBasePlan",
     "NotFetched",
+    "ReadFiles",
+    "ReadOutcome",
     "Reuse",
     "SourcePlan",
     "Trigger",
     "build_plan",
     "fetch_requests",
+    "serves_spec",
     "sha256_json",
     "text_sha256",
 ]
@@ -55,7 +58,8 @@ CHUNKER_VERSION = 1
 
 Trigger = Literal["apply", "refresh", "explain"]
 Fetched = Mapping[str, FetchResult | SourceError]
-ReadFiles = Mapping[str, "list[tuple[FileEntry, Document | SourceError]] | SourceError"]  # by path source name
+ReadOutcome = list[tuple[FileEntry, Document | SourceError]] | SourceError  # a path or git source's files
+ReadFiles = Mapping[str, ReadOutcome]  # by source name
 
 
 def text_sha256(text: str) -> bytes:
@@ -191,6 +195,20 @@ def _revision_key(kb: KnowledgeBase, source: Source, doc: Document, model_id: st
     return sha256_json(key)
 
 
+def _unit_sha256(source_sha256: str, doc_id: str) -> str:
+    """The spec hash of one document of a path or git source: its source's, and its id."""
+    return sha256_json({"source": source_sha256, "document": doc_id})
+
+
+def serves_spec(state: StoredState, source: Source) -> bool:
+    """Whether the current version serves documents of this path or git source under its spec as it is now."""
+    sha, prefix = _source_sha256(source), f"{source.name}/"
+    return any(
+        name.startswith(prefix) and row.source_sha256 == _unit_sha256(sha, name[len(prefix) :])
+        for name, row in state.served.items()
+    )
+
+
 def _same_spec(prev: VersionSourceRow | None, sha: str) -> bool:
     """The current version serves content for this source under the same spec."""
     return prev is not None and prev.source_sha256 == sha and prev.revision_id is not None
@@ -274,7 +292,7 @@ class _Planner:
         plans = []
         for entry, outcome in read:
             name = prefix + entry.doc_id
-            unit_sha = sha256_json({"source": sha, "document": entry.doc_id})
+            unit_sha = _unit_sha256(sha, entry.doc_id)
             if isinstance(outcome, SourceError):
                 kept = _kept(served.get(name), unit_sha)
                 status = self.status(name, "stale" if kept else "failed", message=str(outcome), origin=entry.origin)
@@ -343,7 +361,7 @@ def build_plan(
     plans: list[SourcePlan] = []
     for source in kb.spec.sources:
         sha = _source_sha256(source)
-        if source.path is not None:
+        if source.path is not None or source.git is not None:
             plans.extend(planner.files(source, sha, (read or {}).get(source.name)))
         elif source.url is None:
             plans.append(planner.inline(source, sha))

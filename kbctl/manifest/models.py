@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 from pathlib import Path
 from typing import Annotated, Any, Final, Literal
 
@@ -45,6 +46,7 @@ __all__ = [
     "Answer",
     "Chunking",
     "Embedding",
+    "GitRepository",
     "KnowledgeBase",
     "Limits",
     "Metadata",
@@ -110,11 +112,53 @@ class Metadata(_Model):
 
 
 Format = Literal["markdown", "text", "html", "pdf", "docx", "json", "jsonl", "csv", "auto"]
-FILE_FORMATS: Final = ("html", "pdf", "docx", "json", "jsonl", "csv", "auto")  # path: sources only
+FILE_FORMATS: Final = ("html", "pdf", "docx", "json", "jsonl", "csv", "auto")  # path: and git: sources only
+
+
+class GitRepository(_Model):
+    """A ref of a git repository whose files are the documents (`spec.sources[].git`)."""
+
+    url: str = Field(
+        description="https://host/org/repo(.git), ssh://git@host/org/repo or git@host:org/repo; credentials come "
+        "from the environment (SSH agent, credential helpers), never from the manifest.",
+    )
+    ref: str | None = Field(default=None, description="A branch or tag (default: the repository's default branch).")
+    paths: list[str] = Field(
+        default_factory=lambda: ["."],
+        min_length=1,
+        max_length=50,
+        description="Folders, files or globs in the repository to read (default: all of it).",
+    )
+
+    @field_validator("url")
+    @classmethod
+    def _valid_url(cls, value: str) -> str:
+        if not value.strip() or any(c.isspace() for c in value):
+            raise ValueError("must be a repository URL without spaces")
+        if re.match(r"^https?://[^/@]*:[^/@]*@", value):
+            raise ValueError("must not hold a password: git takes credentials from the environment")
+        if value.startswith("http://"):
+            raise ValueError("must be https, ssh or git@host:path (http is not fetched)")
+        return value
+
+    @field_validator("ref")
+    @classmethod
+    def _valid_ref(cls, value: str | None) -> str | None:
+        if value is not None and (not re.fullmatch(r"[A-Za-z0-9._/-]{1,200}", value) or value.startswith("-")):
+            raise ValueError("must be a branch or tag name (letters, digits, '.', '_', '/', '-')")
+        return value
+
+    @field_validator("paths")
+    @classmethod
+    def _valid_paths(cls, value: list[str]) -> list[str]:
+        for path in value:
+            check_relative_path(path)
+        return value
 
 
 class Source(_Model):
-    """Documents to index: fetched from a URL, given inline as text, or read from files (exactly one of them)."""
+    """Documents to index: fetched from a URL, given inline as text, read from files next to the manifest, or from
+    a git repository (exactly one of them)."""
 
     name: str = Field(
         description="Unique within the knowledge base: lowercase letters, digits, '-', '_' and '.'.",
@@ -129,11 +173,14 @@ class Source(_Model):
         description="A file, a folder (every file of a known format below it) or a glob (docs/**/*.md), relative "
         "to the manifest's folder; each file is one document.",
     )
+    git: GitRepository | None = Field(
+        default=None, description="A git repository ref whose files are the documents, read as path files are."
+    )
     include: list[str] | None = Field(
-        default=None, description="With path: only files matching one of these globs (relative to the path)."
+        default=None, description="With path or git: only files matching one of these globs (relative to the path)."
     )
     exclude: list[str] | None = Field(
-        default=None, description="With path: leave out files matching one of these globs (relative to the path)."
+        default=None, description="With path or git: leave out files matching one of these globs."
     )
     format: Format = Field(
         default="markdown",
@@ -150,7 +197,7 @@ class Source(_Model):
     @model_validator(mode="before")
     @classmethod
     def _auto_format(cls, data: Any) -> Any:
-        if isinstance(data, dict) and data.get("path") is not None and "format" not in data:
+        if isinstance(data, dict) and (data.get("path") or data.get("git")) is not None and "format" not in data:
             return {**data, "format": "auto"}
         return data
 
@@ -185,15 +232,15 @@ class Source(_Model):
 
     @model_validator(mode="after")
     def _one_kind(self) -> Source:
-        if sum(v is not None for v in (self.url, self.text, self.path)) != 1:
-            raise ValueError("set exactly one of url, text or path")
+        if sum(v is not None for v in (self.url, self.text, self.path, self.git)) != 1:
+            raise ValueError("set exactly one of url, text, path or git")
         errors = []
-        if self.path is None:
+        if self.path is None and self.git is None:
             for field in ("include", "exclude"):
                 if getattr(self, field) is not None:
-                    errors.append(_field_error(field, "goes with path"))
+                    errors.append(_field_error(field, "goes with path or git"))
             if self.format in FILE_FORMATS:
-                errors.append(_field_error("format", "must be one of: markdown, text (the others go with path)"))
+                errors.append(_field_error("format", "must be one of: markdown, text (the others go with path or git)"))
         if self.format not in ("json", "jsonl", "auto"):
             for field, alias in (("title_field", "titleField"), ("text_fields", "textFields")):
                 if getattr(self, field) is not None:
@@ -203,8 +250,10 @@ class Source(_Model):
         return self
 
     @property
-    def kind(self) -> Literal["text", "url", "path"]:
-        """Whether this source is inline text, a URL to fetch, or files to read."""
+    def kind(self) -> Literal["text", "url", "path", "git"]:
+        """Whether this source is inline text, a URL to fetch, files to read, or a repository to fetch."""
+        if self.git is not None:
+            return "git"
         if self.path is not None:
             return "path"
         return "text" if self.text is not None else "url"
@@ -212,7 +261,15 @@ class Source(_Model):
     @model_serializer(mode="wrap")
     def _omit_unset(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
         return _without_unset(
-            handler(self), "path", "include", "exclude", "title_field", "titleField", "text_fields", "textFields"
+            handler(self),
+            "path",
+            "git",
+            "include",
+            "exclude",
+            "title_field",
+            "titleField",
+            "text_fields",
+            "textFields",
         )
 
 

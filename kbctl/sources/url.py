@@ -27,6 +27,7 @@ import re
 import zlib
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -95,6 +96,7 @@ class FetchPolicy:
     # IP addresses, CIDR networks and host names allowed even if private (KBCTL_ALLOW_NETWORKS, allowNetworks);
     # a network or a host name never opens a link-local or cloud metadata address, an exact address does.
     allowed_networks: tuple[str, ...] = ()
+    cache_dir: Path | None = None  # where git sources' repositories are fetched to (None: git sources fail)
 
     def __post_init__(self) -> None:
         if isinstance(self.allowed_networks, str):
@@ -113,6 +115,15 @@ class FetchPolicy:
         for name in ("connect_timeout", "read_timeout", "total_timeout", "extract_timeout"):
             if getattr(self, name) <= 0:
                 raise ValueError(f"FetchPolicy.{name} must be positive")
+
+    def guard(self) -> Guard:
+        """The network guard of these rules (URL sources, and the hosts of git sources)."""
+        return Guard(
+            allow_private=self.allow_private,
+            allowed_addresses=self.allowed_addresses,
+            resolver=self.resolver,
+            allowed_networks=self.allowed_networks,
+        )
 
     @classmethod
     def from_env(cls, **overrides: Any) -> FetchPolicy:
@@ -607,12 +618,7 @@ def _sent_validators(response: httpx.Response) -> bool:
 
 
 async def _fetch_all(requests: Sequence[FetchRequest], policy: FetchPolicy) -> dict[str, FetchResult | SourceError]:
-    guard = Guard(
-        allow_private=policy.allow_private,
-        allowed_addresses=policy.allowed_addresses,
-        resolver=policy.resolver,
-        allowed_networks=policy.allowed_networks,
-    )
+    guard = policy.guard()
     limits = httpx.Limits(max_connections=policy.concurrency, max_keepalive_connections=policy.concurrency)
     timeout = httpx.Timeout(
         connect=policy.connect_timeout, read=policy.read_timeout, write=policy.read_timeout, pool=policy.total_timeout
