@@ -208,3 +208,25 @@ def test_a_docx_that_expands_past_the_limit_is_refused_unread() -> None:
     assert len(buffer.getvalue()) < 2 << 20
     with pytest.raises(SourceError, match="DOCX expands to 257 MiB, over the 256 MiB limit of its parts"):
         as_markdown(buffer.getvalue(), "docx", origin="bomb.docx")
+
+
+def test_a_file_with_the_same_size_and_time_is_not_read_again(store: KnowledgeBaseStore, tmp_path: Path) -> None:
+    """Like a 304: a file whose size and modification time are those of its last read reuses what it serves
+    without being opened; a new time (or other chunking) reads it again."""
+    repo = _repo(tmp_path)
+    manifest = _manifest(repo)
+    store.apply(load_manifests([manifest]))
+    pdf = repo / "docs" / "security.pdf"
+    info = pdf.stat()
+    pdf.write_bytes(b"x" * info.st_size)  # damaged, same size, same time: not opened, so not noticed
+    os.utime(pdf, ns=(info.st_atime_ns, info.st_mtime_ns))
+    assert store.apply(load_manifests([manifest])).results[0].action == "unchanged"
+    assert _served(store)["docs/security.pdf"] == ("ready", 2)
+    os.utime(pdf, ns=(info.st_atime_ns, info.st_mtime_ns + 1_000_000_000))
+    store.apply(load_manifests([manifest]))
+    assert _served(store)["docs/security.pdf"][0] == "stale"  # read again: not a PDF any more, the old one serves
+    pdf.write_bytes(make_pdf(["Security", "Report a lost laptop within one hour."]))
+    store.apply(load_manifests([manifest]))
+    rechunked = store.apply(load_manifests([_manifest(repo, extra="  chunking: {maxChars: 600}\n")])).results[0]
+    assert rechunked.action == "configured"  # other chunking: every file is read and chunked again
+    assert all(s.ingested for s in rechunked.sources if s.state == "ready")

@@ -35,6 +35,7 @@ from kbctl.engine.plan import (
     SourcePlan,
     build_plan,
     fetch_requests,
+    file_stamps,
     serves_spec,
 )
 from kbctl.engine.results import ApplyReport, KnowledgeBaseResult, SourceResult
@@ -203,7 +204,7 @@ class _Reconciler:
             now=now,
             requested={r.key for r in requests},
             fetched=fetched,
-            read={**read_paths(kb), **self._repositories(kb, state)},
+            read={**read_paths(kb, file_stamps(kb, state, embedder.model_id)), **self._repositories(kb, state)},
             known=known,
         )
         action = plan.action

@@ -11,7 +11,7 @@ from pydantic import BaseModel, ConfigDict, computed_field
 
 from kbctl.embedding import Embedder
 from kbctl.engine.ingest import Chunked, chunk_source
-from kbctl.engine.plan import Ingest, SourcePlan, build_plan, fetch_requests
+from kbctl.engine.plan import Ingest, SourcePlan, build_plan, fetch_requests, file_stamps
 from kbctl.manifest import KnowledgeBase
 from kbctl.manifest.changes import field_changes, source_changes
 from kbctl.manifest.selectors import Selector
@@ -128,7 +128,7 @@ class _Explainer:
             trigger="explain",
             now=datetime.now(UTC),
             requested=requested,
-            read=read_paths(kb),  # files are local: diff reads them (it fetches no URL)
+            read=read_paths(kb, file_stamps(kb, state, embedder.model_id)),  # local files: diff reads them
         )
         old = plan.previous_manifest
         added, removed, respec = source_changes(old, plan.manifest)

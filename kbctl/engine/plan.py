@@ -20,7 +20,7 @@ unit keeps what it serves.
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Collection, Mapping
+from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Literal
@@ -29,7 +29,8 @@ from kbctl.errors import SourceError
 from kbctl.manifest import KnowledgeBase, Source
 from kbctl.manifest.digest import sha256_json
 from kbctl.sources import Document, read_inline
-from kbctl.sources.files import FileEntry
+from kbctl.sources.files import NotModified
+from kbctl.sources.files import ReadOutcome as FilesRead
 from kbctl.sources.url import FetchRequest, FetchResult, Validators
 from kbctl.store.database import SourceStatusRow, VersionSourceRow
 from kbctl.store.state import StoredState
@@ -48,6 +49,7 @@ __all__ = [
     "Trigger",
     "build_plan",
     "fetch_requests",
+    "file_stamps",
     "serves_spec",
     "sha256_json",
     "text_sha256",
@@ -58,7 +60,7 @@ CHUNKER_VERSION = 1
 
 Trigger = Literal["apply", "refresh", "explain"]
 Fetched = Mapping[str, FetchResult | SourceError]
-ReadOutcome = list[tuple[FileEntry, Document | SourceError]] | SourceError  # a path or git source's files
+ReadOutcome = FilesRead | SourceError  # a path or git source's files, or why they could not be listed
 ReadFiles = Mapping[str, ReadOutcome]  # by source name
 
 
@@ -200,6 +202,33 @@ def _unit_sha256(source_sha256: str, doc_id: str) -> str:
     return sha256_json({"source": source_sha256, "document": doc_id})
 
 
+def _file_context(kb: KnowledgeBase, model_id: str, unit_sha256: str) -> str:
+    """What else than its bytes makes a file's revision: a file is not re-read only under the same context."""
+    c = kb.spec.chunking
+    settings = [unit_sha256, c.max_chars, c.overlap_chars, model_id, kb.spec.retrieval.language, CHUNKER_VERSION]
+    return sha256_json(settings)[:16]
+
+
+def file_stamps(kb: KnowledgeBase, state: StoredState, model_id: str) -> Callable[[Source], dict[str, str]]:
+    """For a path source, the stamp ("size:mtime_ns") of each of its files the current version serves as read
+    under the same spec, chunking and model: a file listed with that stamp is not read again."""
+
+    def stamps(source: Source) -> dict[str, str]:
+        sha, prefix = _source_sha256(source), f"{source.name}/"
+        found = {}
+        for name, status in state.statuses.items():
+            row = state.served.get(name)
+            if not name.startswith(prefix) or row is None or row.revision_id is None or not status.etag:
+                continue
+            doc_id = name[len(prefix) :]
+            stamp, _, context = status.etag.rpartition("@")
+            if stamp and context == _file_context(kb, model_id, _unit_sha256(sha, doc_id)):
+                found[doc_id] = stamp
+        return found
+
+    return stamps
+
+
 def serves_spec(state: StoredState, source: Source) -> bool:
     """Whether the current version serves documents of this path or git source under its spec as it is now."""
     sha, prefix = _source_sha256(source), f"{source.name}/"
@@ -268,9 +297,7 @@ class _Planner:
         stored = self.state.revisions.get((name or source.name, key))
         return Reuse(stored.id, stored.chunk_count) if stored is not None else Ingest(doc, key)
 
-    def files(
-        self, source: Source, sha: str, read: list[tuple[FileEntry, Document | SourceError]] | SourceError | None
-    ) -> list[SourcePlan]:
+    def files(self, source: Source, sha: str, read: ReadOutcome | None) -> list[SourcePlan]:
         """The units of a path source: one per file read; when it was not read (None) or could not be listed,
         each unit it serves keeps serving (stale when listing failed)."""
         prefix = f"{source.name}/"
@@ -293,12 +320,22 @@ class _Planner:
         for entry, outcome in read:
             name = prefix + entry.doc_id
             unit_sha = _unit_sha256(sha, entry.doc_id)
+            stamp = (
+                Validators(f"{entry.stamp}@{_file_context(self.kb, self.model_id, unit_sha)}") if entry.stamp else None
+            )
+            kept = _kept(served.get(name), unit_sha)
+            if isinstance(outcome, NotModified) and kept is not None:
+                stored = self.state.statuses.get(name)
+                status = self.status(name, "ready", origin=stored.origin if stored else entry.origin, validators=stamp)
+                plans.append(SourcePlan(source, unit_sha, kept, False, status, name))
+                continue
+            if isinstance(outcome, NotModified):  # cannot happen: a stamp is known only for what is served
+                outcome = SourceError("changed while it was read: apply again")
             if isinstance(outcome, SourceError):
-                kept = _kept(served.get(name), unit_sha)
                 status = self.status(name, "stale" if kept else "failed", message=str(outcome), origin=entry.origin)
                 plans.append(SourcePlan(source, unit_sha, Fail(str(outcome), kept), False, status, name))
             else:
-                status = self.status(name, "ready", origin=outcome.origin)
+                status = self.status(name, "ready", origin=outcome.origin, validators=stamp)
                 plans.append(SourcePlan(source, unit_sha, self.document(source, outcome, name), False, status, name))
         return plans
 

@@ -14,7 +14,7 @@ from __future__ import annotations
 import fnmatch
 import glob as globbing
 import os
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Final
@@ -27,7 +27,10 @@ from kbctl.sources.formats import FileFormat, as_markdown, format_of
 __all__ = [
     "MAX_FILES",
     "MAX_FILE_BYTES",
+    "NOT_MODIFIED",
     "FileEntry",
+    "NotModified",
+    "ReadOutcome",
     "list_files",
     "read_file",
     "read_path",
@@ -48,6 +51,18 @@ class FileEntry:
     path: Path
     format: FileFormat
     origin: str  # the path relative to the manifest's folder, as provenance
+    stamp: str = ""  # "size:mtime_ns" when listed: unchanged, the file is not read again
+
+
+class NotModified:
+    """A file whose size and modification time are those recorded when it was last read: not read again."""
+
+    def __repr__(self) -> str:
+        return "NotModified()"
+
+
+NOT_MODIFIED = NotModified()
+ReadOutcome = list[tuple[FileEntry, Document | SourceError | NotModified]]
 
 
 def repository_root(base_dir: Path) -> Path:
@@ -118,7 +133,12 @@ def list_files(source: Source, base_dir: Path) -> list[FileEntry]:
         fmt = format_of(file.name) if source.format == "auto" else source.format
         if fmt is None:
             continue  # a file of no format kbctl reads (images, archives...) in a folder
-        entries.append(FileEntry(doc_id, file, fmt, os.path.relpath(file, base_dir).replace(os.sep, "/")))
+        try:
+            info = file.stat()
+        except OSError:
+            continue  # gone between the listing and now
+        origin = os.path.relpath(file, base_dir).replace(os.sep, "/")
+        entries.append(FileEntry(doc_id, file, fmt, origin, f"{info.st_size}:{info.st_mtime_ns}"))
         if len(entries) > MAX_FILES:
             raise SourceError(f"path {source.path!r} names more than {MAX_FILES} files: narrow it or use include")
     entries.sort(key=lambda e: e.doc_id)
@@ -149,11 +169,15 @@ def read_file(entry: FileEntry, source: Source) -> Document:
     return Document(text=text, origin=entry.origin, title=title, markdown=entry.format != "text")
 
 
-def read_path(source: Source, base_dir: Path) -> list[tuple[FileEntry, Document | SourceError]]:
-    """Every file of a path source with its Document, or the reason that file could not be read; SourceError
-    when the source itself cannot be listed."""
-    results: list[tuple[FileEntry, Document | SourceError]] = []
+def read_path(source: Source, base_dir: Path, known: Mapping[str, str] | None = None) -> ReadOutcome:
+    """Every file of a path source with its Document, or the reason that file could not be read, or NOT_MODIFIED
+    when its stamp is the one `known` records for its id (read before, unchanged since); SourceError when the
+    source itself cannot be listed."""
+    results: ReadOutcome = []
     for entry in list_files(source, base_dir):
+        if known is not None and known.get(entry.doc_id) == entry.stamp:
+            results.append((entry, NOT_MODIFIED))
+            continue
         try:
             results.append((entry, read_file(entry, source)))
         except SourceError as exc:
@@ -161,16 +185,18 @@ def read_path(source: Source, base_dir: Path) -> list[tuple[FileEntry, Document 
     return results
 
 
-def read_paths(kb: KnowledgeBase) -> dict[str, list[tuple[FileEntry, Document | SourceError]] | SourceError]:
+def read_paths(
+    kb: KnowledgeBase, known: Callable[[Source], Mapping[str, str]] | None = None
+) -> dict[str, ReadOutcome | SourceError]:
     """The files of every path source of `kb`, by source name ({} when `kb` has no folder: read back from the
-    store, its files are not here)."""
+    store, its files are not here); `known(source)` gives the stamps of the files not to read again."""
     if kb.base_dir is None:
         return {}
-    read: dict[str, list[tuple[FileEntry, Document | SourceError]] | SourceError] = {}
+    read: dict[str, ReadOutcome | SourceError] = {}
     for source in kb.spec.sources:
         if source.path is not None:
             try:
-                read[source.name] = read_path(source, kb.base_dir)
+                read[source.name] = read_path(source, kb.base_dir, known(source) if known else None)
             except SourceError as exc:
                 read[source.name] = exc
     return read
