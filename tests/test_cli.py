@@ -41,6 +41,7 @@ def test_validate_reports_valid_files_and_writes_nothing() -> None:
     assert result.stdout.splitlines() == [
         f"{EXAMPLES / 'client-service-policy.yaml'}:5: KnowledgeBase/client-service-policy valid",
         f"{EXAMPLES / 'data-handling-policy.yaml'}:5: KnowledgeBase/data-handling-policy valid",
+        f"{EXAMPLES / 'team-handbook.yaml'}:5: KnowledgeBase/team-handbook valid",
     ]
 
 
@@ -60,15 +61,19 @@ def test_apply_reads_stdin(cli: CliRunner, store: KnowledgeBaseStore) -> None:
 def test_examples_answer_their_questions(store: KnowledgeBaseStore) -> None:
     """The example KBs, applied offline, answer questions from their own text and nothing off-topic."""
     report = store.apply_paths([str(EXAMPLES)])
-    assert not report.failed and [r.action for r in report.results] == ["created", "created"]
+    assert not report.failed and [r.action for r in report.results] == ["created", "created", "created"]
     hits = store.query("data-handling-policy", "who must be notified after a data breach and how fast?").hits
     assert [h.source for h in hits[:2]] == ["breach-response", "breach-response"]
     assert "72 hours" in hits[0].text + hits[1].text
     refund = store.query("client-service-policy", "refund if the client cancels 20 days before the start").hits
     assert refund[0].source == "refunds"
     assert store.query("data-handling-policy", "what is the capital of France?").hits == []
+    stolen = store.query("team-handbook", "what do I do if my laptop is stolen?", top_k=1).hits[0]
+    assert stolen.source == "handbook/it-security.docx" and "+44 20 7946 0199" in stolen.text
+    hotel = store.query("team-handbook", "hotel budget per night in London", top_k=1).hits[0]
+    assert hotel.source == "handbook/travel-policy.pdf" and hotel.heading_path[-1] == "Page 2"
     again = store.apply_paths([str(EXAMPLES)])
-    assert [r.action for r in again.results] == ["unchanged", "unchanged"] and again.embedded == 0
+    assert [r.action for r in again.results] == ["unchanged"] * 3 and again.embedded == 0
 
 
 def test_unknown_name_is_one_line_and_exit_1(cli: CliRunner, store: KnowledgeBaseStore) -> None:

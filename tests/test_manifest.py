@@ -190,13 +190,13 @@ def test_both_url_and_text_is_reported_at_the_source() -> None:
               text: also inline
         """,
     )
-    assert load_problems(path) == ["site.yaml:9: spec.sources[1]: set exactly one of url, text, path or git"]
+    assert load_problems(path) == ["site.yaml:9: spec.sources[1]: set exactly one of url, text, path, git or crawl"]
 
 
 def test_neither_url_nor_text_is_reported_at_the_source() -> None:
     """A source with neither url nor text is also "set exactly one"."""
     assert spec_problems("sources:\n  - name: a\n") == [
-        "kb.yaml:7: spec.sources[0]: set exactly one of url, text, path or git"
+        "kb.yaml:7: spec.sources[0]: set exactly one of url, text, path, git or crawl"
     ]
 
 

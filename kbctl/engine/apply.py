@@ -36,6 +36,7 @@ from kbctl.engine.plan import (
     build_plan,
     fetch_requests,
     file_stamps,
+    served_validators,
     serves_spec,
 )
 from kbctl.engine.results import ApplyReport, KnowledgeBaseResult, SourceResult
@@ -43,6 +44,7 @@ from kbctl.errors import KbctlError, NotFoundError, SourceError, StoreError
 from kbctl.manifest import KnowledgeBase
 from kbctl.manifest.changes import field_changes, source_changes
 from kbctl.manifest.digest import sha256_json
+from kbctl.sources.crawl import crawl_site
 from kbctl.sources.files import read_paths
 from kbctl.sources.git import read_repository
 from kbctl.sources.url import FetchPolicy, fetch_urls
@@ -204,7 +206,7 @@ class _Reconciler:
             now=now,
             requested={r.key for r in requests},
             fetched=fetched,
-            read={**read_paths(kb, file_stamps(kb, state, embedder.model_id)), **self._repositories(kb, state)},
+            read={**read_paths(kb, file_stamps(kb, state, embedder.model_id)), **self._remote_sources(kb, state)},
             known=known,
         )
         action = plan.action
@@ -233,25 +235,26 @@ class _Reconciler:
             db.analyze_chunks()  # the planner's estimates of full-text matches in a much larger table
         return KnowledgeBaseResult(name=name, action=action, version=version, sources=results)
 
-    def _repositories(self, kb: KnowledgeBase, state: StoredState) -> dict[str, ReadOutcome]:
-        """The files of the git sources to fetch now: every one (or those in `only`) on refresh; on apply, those
-        new or whose spec changed (the others keep what they serve, as URL sources do)."""
+    def _remote_sources(self, kb: KnowledgeBase, state: StoredState) -> dict[str, ReadOutcome]:
+        """The documents of the git and crawl sources to fetch now: every one (or those in `only`) on refresh; on
+        apply, those new or whose spec changed (the others keep what they serve, as URL sources do)."""
         policy = self.policy or FetchPolicy.from_env()
         read: dict[str, ReadOutcome] = {}
         for source in kb.spec.sources:
-            if source.git is None:
+            if source.git is None and source.crawl is None:
                 continue
-            if self.trigger == "refresh":
-                wanted = not self.only or source.name in self.only
-            else:
-                wanted = not serves_spec(state, source)
+            same_spec = serves_spec(state, source)
+            wanted = (not self.only or source.name in self.only) if self.trigger == "refresh" else not same_spec
             if not wanted:
                 continue
-            if policy.cache_dir is None:
-                read[source.name] = SourceError("git sources need a cache folder (FetchPolicy.cache_dir)")
-                continue
             try:
-                _, read[source.name] = read_repository(source, policy.cache_dir, policy.guard())
+                if source.crawl is not None:  # conditional requests only for pages served under this spec
+                    known = served_validators(state, source) if same_spec else {}
+                    read[source.name] = crawl_site(source, policy, known)
+                elif policy.cache_dir is None:
+                    read[source.name] = SourceError("git sources need a cache folder (FetchPolicy.cache_dir)")
+                else:
+                    _, read[source.name] = read_repository(source, policy.cache_dir, policy.guard())
             except SourceError as exc:
                 read[source.name] = exc
         return read

@@ -14,6 +14,7 @@ from kbctl.engine.ingest import Chunked, chunk_source
 from kbctl.engine.plan import Ingest, SourcePlan, build_plan, fetch_requests, file_stamps
 from kbctl.manifest import KnowledgeBase
 from kbctl.manifest.changes import field_changes, source_changes
+from kbctl.manifest.models import SourceKind
 from kbctl.manifest.selectors import Selector
 from kbctl.sources.files import read_paths
 from kbctl.store.database import Database
@@ -52,7 +53,7 @@ class SourceDiff(_Frozen):
     """
 
     name: str
-    kind: Literal["text", "url", "path", "git"]
+    kind: SourceKind
     change: Literal["added", "changed", "removed", "unchanged"]
     fetch: bool = False
     chunks_added: int | None = 0
@@ -100,7 +101,9 @@ class DiffReport(_Frozen):
         return sum(s.tokens_to_embed or 0 for r in self.results for s in r.sources)
 
 
-def _old_kind(source: dict[str, Any]) -> Literal["text", "url", "path", "git"]:
+def _old_kind(source: dict[str, Any]) -> SourceKind:
+    if source.get("crawl") is not None:
+        return "crawl"
     if source.get("git") is not None:
         return "git"
     if source.get("path") is not None:

@@ -50,6 +50,7 @@ __all__ = [
     "build_plan",
     "fetch_requests",
     "file_stamps",
+    "served_validators",
     "serves_spec",
     "sha256_json",
     "text_sha256",
@@ -229,6 +230,17 @@ def file_stamps(kb: KnowledgeBase, state: StoredState, model_id: str) -> Callabl
     return stamps
 
 
+def served_validators(state: StoredState, source: Source) -> dict[str, Validators]:
+    """The HTTP validators of each page a crawl source serves now, by page id (what its conditional requests
+    send)."""
+    prefix, found = f"{source.name}/", {}
+    for name, row in state.served.items():
+        status = state.statuses.get(name)
+        if name.startswith(prefix) and row.revision_id is not None and status is not None:
+            found[name[len(prefix) :]] = Validators(status.etag, status.last_modified)
+    return found
+
+
 def serves_spec(state: StoredState, source: Source) -> bool:
     """Whether the current version serves documents of this path or git source under its spec as it is now."""
     sha, prefix = _source_sha256(source), f"{source.name}/"
@@ -320,13 +332,15 @@ class _Planner:
         for entry, outcome in read:
             name = prefix + entry.doc_id
             unit_sha = _unit_sha256(sha, entry.doc_id)
-            stamp = (
-                Validators(f"{entry.stamp}@{_file_context(self.kb, self.model_id, unit_sha)}") if entry.stamp else None
-            )
+            stamp = entry.validators  # a page's HTTP validators; a file's size, time and reading context
+            if entry.stamp:
+                stamp = Validators(f"{entry.stamp}@{_file_context(self.kb, self.model_id, unit_sha)}")
             kept = _kept(served.get(name), unit_sha)
             if isinstance(outcome, NotModified) and kept is not None:
                 stored = self.state.statuses.get(name)
-                status = self.status(name, "ready", origin=stored.origin if stored else entry.origin, validators=stamp)
+                status = self.status(
+                    name, "ready", origin=stored.origin if stored else entry.origin, validators=stamp, fetched_at=None
+                )
                 plans.append(SourcePlan(source, unit_sha, kept, False, status, name))
                 continue
             if isinstance(outcome, NotModified):  # cannot happen: a stamp is known only for what is served
@@ -398,7 +412,7 @@ def build_plan(
     plans: list[SourcePlan] = []
     for source in kb.spec.sources:
         sha = _source_sha256(source)
-        if source.path is not None or source.git is not None:
+        if source.path is not None or source.git is not None or source.crawl is not None:
             plans.extend(planner.files(source, sha, (read or {}).get(source.name)))
         elif source.url is None:
             plans.append(planner.inline(source, sha))

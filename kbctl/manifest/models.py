@@ -45,6 +45,7 @@ __all__ = [
     "MAX_INSTRUCTIONS_CHARS",
     "Answer",
     "Chunking",
+    "Crawl",
     "Embedding",
     "GitRepository",
     "KnowledgeBase",
@@ -112,6 +113,7 @@ class Metadata(_Model):
 
 
 Format = Literal["markdown", "text", "html", "pdf", "docx", "json", "jsonl", "csv", "auto"]
+SourceKind = Literal["text", "url", "path", "git", "crawl"]
 FILE_FORMATS: Final = ("html", "pdf", "docx", "json", "jsonl", "csv", "auto")  # path: and git: sources only
 
 
@@ -156,9 +158,23 @@ class GitRepository(_Model):
         return value
 
 
+class Crawl(_Model):
+    """A site crawled from one page (`spec.sources[].crawl`): same-site links followed breadth-first."""
+
+    url: str = Field(description="The page to start from (http or https, no credentials).")
+    max_pages: _StrictInt = Field(default=100, ge=1, le=5000, description="Pages fetched at most.")
+    max_depth: _StrictInt = Field(default=3, ge=0, le=20, description="Links followed from the start page at most.")
+    sitemap: bool = Field(default=True, description="Also start from the pages of the site's sitemap.xml.")
+
+    @field_validator("url")
+    @classmethod
+    def _valid_url(cls, value: str) -> str:
+        return check_url(value)
+
+
 class Source(_Model):
-    """Documents to index: fetched from a URL, given inline as text, read from files next to the manifest, or from
-    a git repository (exactly one of them)."""
+    """Documents to index: fetched from a URL, given inline as text, read from files next to the manifest, from a
+    git repository, or crawled from a site (exactly one of them)."""
 
     name: str = Field(
         description="Unique within the knowledge base: lowercase letters, digits, '-', '_' and '.'.",
@@ -176,6 +192,7 @@ class Source(_Model):
     git: GitRepository | None = Field(
         default=None, description="A git repository ref whose files are the documents, read as path files are."
     )
+    crawl: Crawl | None = Field(default=None, description="A site whose pages are the documents, crawled from a page.")
     include: list[str] | None = Field(
         default=None, description="With path or git: only files matching one of these globs (relative to the path)."
     )
@@ -232,13 +249,14 @@ class Source(_Model):
 
     @model_validator(mode="after")
     def _one_kind(self) -> Source:
-        if sum(v is not None for v in (self.url, self.text, self.path, self.git)) != 1:
-            raise ValueError("set exactly one of url, text, path or git")
+        if sum(v is not None for v in (self.url, self.text, self.path, self.git, self.crawl)) != 1:
+            raise ValueError("set exactly one of url, text, path, git or crawl")
         errors = []
         if self.path is None and self.git is None:
-            for field in ("include", "exclude"):
-                if getattr(self, field) is not None:
-                    errors.append(_field_error(field, "goes with path or git"))
+            if self.crawl is None:
+                for field in ("include", "exclude"):
+                    if getattr(self, field) is not None:
+                        errors.append(_field_error(field, "goes with path, git or crawl"))
             if self.format in FILE_FORMATS:
                 errors.append(_field_error("format", "must be one of: markdown, text (the others go with path or git)"))
         if self.format not in ("json", "jsonl", "auto"):
@@ -250,8 +268,10 @@ class Source(_Model):
         return self
 
     @property
-    def kind(self) -> Literal["text", "url", "path", "git"]:
-        """Whether this source is inline text, a URL to fetch, files to read, or a repository to fetch."""
+    def kind(self) -> SourceKind:
+        """Whether this source is inline text, a URL to fetch, files to read, a repository or a site to crawl."""
+        if self.crawl is not None:
+            return "crawl"
         if self.git is not None:
             return "git"
         if self.path is not None:
@@ -264,6 +284,7 @@ class Source(_Model):
             handler(self),
             "path",
             "git",
+            "crawl",
             "include",
             "exclude",
             "title_field",

@@ -23,12 +23,13 @@ from kbctl.errors import SourceError
 from kbctl.manifest import KnowledgeBase, Source
 from kbctl.sources import Document
 from kbctl.sources.formats import FileFormat, as_markdown, format_of
+from kbctl.sources.url import Validators
 
 __all__ = [
     "MAX_FILES",
     "MAX_FILE_BYTES",
     "NOT_MODIFIED",
-    "FileEntry",
+    "ListedDocument",
     "NotModified",
     "ReadOutcome",
     "list_files",
@@ -44,14 +45,16 @@ _WILDCARDS = frozenset("*?[")
 
 
 @dataclass(frozen=True)
-class FileEntry:
-    """One file of a path source: its id (relative to the source's folder), where it is, and its format."""
+class ListedDocument:
+    """One document of a many-document source: a file of a path or git source (its id relative to the source's
+    folder or the repository, where it is, its format), or a page of a crawl (no path; its HTTP validators)."""
 
     doc_id: str
-    path: Path
+    path: Path | None
     format: FileFormat
-    origin: str  # the path relative to the manifest's folder, as provenance
+    origin: str  # the path relative to the manifest's folder, the repository path at its commit, or the URL
     stamp: str = ""  # "size:mtime_ns" when listed: unchanged, the file is not read again
+    validators: Validators | None = None  # a page's, from its last response
 
 
 class NotModified:
@@ -62,7 +65,7 @@ class NotModified:
 
 
 NOT_MODIFIED = NotModified()
-ReadOutcome = list[tuple[FileEntry, Document | SourceError | NotModified]]
+ReadOutcome = list[tuple[ListedDocument, Document | SourceError | NotModified]]
 
 
 def repository_root(base_dir: Path) -> Path:
@@ -113,7 +116,7 @@ def _candidates(source: Source, base_dir: Path) -> tuple[Path, list[Path]]:
     raise SourceError(f"path {pattern!r}: no such file or folder (relative to {base_dir})")
 
 
-def list_files(source: Source, base_dir: Path) -> list[FileEntry]:
+def list_files(source: Source, base_dir: Path) -> list[ListedDocument]:
     """The files of a path source, in id order; SourceError when the path is missing, leaves the repository,
     or names more than MAX_FILES files."""
     assert source.path is not None
@@ -121,7 +124,7 @@ def list_files(source: Source, base_dir: Path) -> list[FileEntry]:
     if not _inside(base_dir / source.path.split("*")[0], root):
         raise SourceError(f"path {source.path!r} leaves the repository the manifest is in ({root})")
     anchor, found = _candidates(source, base_dir)
-    entries: list[FileEntry] = []
+    entries: list[ListedDocument] = []
     for file in found:
         doc_id = file.relative_to(anchor).as_posix() if file != anchor else file.name
         if _hidden(doc_id) or not _inside(file, root):
@@ -138,7 +141,7 @@ def list_files(source: Source, base_dir: Path) -> list[FileEntry]:
         except OSError:
             continue  # gone between the listing and now
         origin = os.path.relpath(file, base_dir).replace(os.sep, "/")
-        entries.append(FileEntry(doc_id, file, fmt, origin, f"{info.st_size}:{info.st_mtime_ns}"))
+        entries.append(ListedDocument(doc_id, file, fmt, origin, f"{info.st_size}:{info.st_mtime_ns}"))
         if len(entries) > MAX_FILES:
             raise SourceError(f"path {source.path!r} names more than {MAX_FILES} files: narrow it or use include")
     entries.sort(key=lambda e: e.doc_id)
@@ -149,8 +152,9 @@ def list_files(source: Source, base_dir: Path) -> list[FileEntry]:
     return entries
 
 
-def read_file(entry: FileEntry, source: Source) -> Document:
+def read_file(entry: ListedDocument, source: Source) -> Document:
     """The Document of one file; SourceError (for this file alone) when it cannot be read."""
+    assert entry.path is not None, "a crawled page is fetched, not read"
     try:
         size = entry.path.stat().st_size
         if size > MAX_FILE_BYTES:

@@ -29,7 +29,7 @@ from kbctl.errors import SourceError
 from kbctl.manifest import Source
 from kbctl.sources import Document
 from kbctl.sources._guard import Guard
-from kbctl.sources.files import FileEntry, NotModified, ReadOutcome, list_files, read_file
+from kbctl.sources.files import ListedDocument, NotModified, ReadOutcome, list_files, read_file
 from kbctl.userconfig import redact
 
 __all__ = ["ALLOW_LOCAL_ENV", "GIT_TIMEOUT", "Checkout", "fetch_repository", "read_repository"]
@@ -138,12 +138,12 @@ def read_repository(source: Source, cache: Path, guard: Guard) -> tuple[str, Rea
     document named by its path in the repository."""
     assert source.git is not None
     checkout = fetch_repository(source.git.url, source.git.ref, cache, guard)
-    seen: dict[str, tuple[FileEntry, Document | SourceError | NotModified]] = {}
+    seen: dict[str, tuple[ListedDocument, Document | SourceError | NotModified]] = {}
     for path in source.git.paths:
         spec = source.model_copy(update={"path": path, "git": None})
         for entry in list_files(spec, checkout.folder):
             origin = f"{redact(source.git.url)}@{checkout.commit[:12]}:{entry.origin}"  # the commit it was read at
-            named = FileEntry(entry.origin, entry.path, entry.format, origin)  # no stamp: a checkout's times vary
+            named = ListedDocument(entry.origin, entry.path, entry.format, origin)  # no stamp: a checkout's times vary
             if named.doc_id not in seen:
                 try:
                     seen[named.doc_id] = (named, read_file(named, source))

@@ -29,6 +29,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+from urllib.parse import urljoin
 
 import httpx
 from tenacity import AsyncRetrying, RetryCallState, retry_if_exception_type
@@ -160,11 +161,15 @@ class Validators:
 
 @dataclass(frozen=True)
 class FetchRequest:
-    """One URL to fetch; `key` is the caller's id (e.g. the source name), returned as is."""
+    """One URL to fetch; `key` is the caller's id (e.g. the source name), returned as is. `links` also returns the
+    links of an HTML page; `raw` returns the body as text (any text or XML type: robots.txt, a sitemap) instead
+    of a document."""
 
     key: str
     url: str
     validators: Validators | None = None
+    links: bool = False
+    raw: bool = False
 
 
 @dataclass(frozen=True)
@@ -179,6 +184,8 @@ class FetchResult:
     validators: Validators  # from this response; on 304, the request's where the response has none
     content_type: str | None
     status: int
+    links: tuple[str, ...] = ()  # with `links`: the absolute http(s) URLs an HTML page links to, no fragments
+    body: str | None = None  # with `raw`: the body as text
 
 
 def fetch_urls(
@@ -386,6 +393,32 @@ def _to_document(data: bytes, media: str | None, charset: str | None, final_url:
     return Document(text=text, origin=final_url, title=title)
 
 
+MAX_LINKS = 5_000  # of one page, for a crawl
+
+
+def _links(body: bytes, charset: str | None, base: str) -> tuple[str, ...]:
+    """The absolute http(s) URLs an HTML page links to (a[href]), resolved against `base`, without fragments, in
+    page order without repeats, at most MAX_LINKS."""
+    import lxml.html
+    from lxml.etree import ParserError
+
+    try:
+        root = lxml.html.fromstring(_decode(body, charset, html=True))
+    except (ParserError, ValueError):
+        return ()
+    found: dict[str, None] = {}
+    for href in root.xpath("//a/@href"):
+        try:
+            url = urljoin(base, str(href).strip()).split("#", 1)[0]
+        except ValueError:
+            continue
+        if url.startswith(("http://", "https://")):
+            found.setdefault(url, None)
+            if len(found) >= MAX_LINKS:
+                break
+    return tuple(found)
+
+
 def _unsupported(media: str) -> str:
     if _OFFICE_TYPE.match(media):
         return f"unsupported content type '{media}' (of office files, only PDF and DOCX are read)"
@@ -519,7 +552,7 @@ class _Fetcher:
                         scope.reschedule(job.deadline)
                     headers = self._headers(job.request.validators)
                     async with self._client.stream("GET", url, headers=headers) as response:
-                        return await self._read(response, str(url))
+                        return await self._read(response, str(url), raw=job.request.raw)
         except TimeoutError as exc:
             raise _Failure(f"timed out after {policy.total_timeout:g} s") from exc
         except SourceError as exc:  # the guard refused, or the host name did not resolve
@@ -527,7 +560,7 @@ class _Fetcher:
         except httpx.HTTPError as exc:
             raise transport_failure(exc, where, self._client.timeout, _Failure, wording=FETCH_WORDING) from exc
 
-    async def _read(self, response: httpx.Response, url: str) -> _Hop:
+    async def _read(self, response: httpx.Response, url: str, *, raw: bool = False) -> _Hop:
         """Status handling and the bounded, streamed body read."""
         status = response.status_code
         headers = response.headers
@@ -547,7 +580,9 @@ class _Fetcher:
             raise _Failure(status_line(status, response.reason_phrase))
         content_type = headers.get("content-type")
         media, charset = _parse_content_type(content_type)
-        if media is not None and media not in _HTML_TYPES | _TEXT_TYPES and media not in _DOCUMENT_TYPES:
+        if raw and media is not None and not (media.startswith("text/") or media.endswith(("/xml", "+xml"))):
+            raise _Failure(f"unsupported content type '{media}' (a text or XML file was expected)")
+        if not raw and media is not None and media not in _HTML_TYPES | _TEXT_TYPES and media not in _DOCUMENT_TYPES:
             raise _Failure(_unsupported(media))
         encoding = headers.get("content-encoding", "identity").strip().lower() or "identity"
         encoding = {"x-gzip": "gzip"}.get(encoding, encoding)
@@ -585,6 +620,11 @@ class _Fetcher:
             )
             return FetchResult(request.key, request.url, hop.url, True, None, validators, None, 304)
         assert hop.body is not None
+        if request.raw:
+            body = _decode(hop.body, hop.charset, html=False)
+            return FetchResult(
+                request.key, request.url, hop.url, False, None, hop.validators, hop.content_type, hop.status, body=body
+            )
         loop = asyncio.get_running_loop()
         work = loop.run_in_executor(
             self._extractor, _to_document, hop.body, hop.media, hop.charset, hop.url, self._policy.max_html_bytes
@@ -598,8 +638,9 @@ class _Fetcher:
             raise SourceError(
                 f"extracting the text of the page took more than {self._policy.extract_timeout:g} s"
             ) from None
+        links = _links(hop.body, hop.charset, hop.url) if request.links and hop.media in _HTML_TYPES | {None} else ()
         return FetchResult(
-            request.key, request.url, hop.url, False, document, hop.validators, hop.content_type, hop.status
+            request.key, request.url, hop.url, False, document, hop.validators, hop.content_type, hop.status, links
         )
 
 

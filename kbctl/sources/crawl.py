@@ -1,0 +1,158 @@
+"""`crawl:` sources: a site's pages, from one start page, same-site links followed breadth-first.
+
+Round by round (depth 0 is the start page, the pages of the site's sitemap and the pages the current version
+serves), every page of the round is fetched by the URL fetcher (`kbctl.sources.url`: the network guard, size
+and time caps, retries, concurrency per host), with its validators when it is served already, so an
+unchanged page answers 304 and is not read again. The links of each HTML page fetched lead to the next round,
+while they stay on the start page's scheme and host, match `include` / `exclude` (globs on the page's id:
+its path without the leading /, and ?query), are allowed by robots.txt (user agent kbctl), are within
+`maxDepth`, and until `maxPages` pages are fetched. A page that answers 404 or 410 is gone from the next
+version; one that fails otherwise keeps serving what it served (stale). Each page is one document named by its
+id; `index` is the root.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+from urllib.parse import urlsplit, urlunsplit
+from urllib.robotparser import RobotFileParser
+
+from kbctl.errors import SourceError
+from kbctl.manifest import Source
+from kbctl.sources import Document
+from kbctl.sources.files import NOT_MODIFIED, ListedDocument, NotModified, ReadOutcome
+from kbctl.sources.url import FetchPolicy, FetchRequest, FetchResult, Validators, fetch_urls
+
+__all__ = ["GONE", "crawl_site", "page_id", "page_url"]
+
+GONE = re.compile(r"^HTTP (404|410)\b")  # a page that is no longer there
+_LOC = re.compile(r"<loc>\s*([^<\s]+)\s*</loc>", re.IGNORECASE)
+MAX_SITEMAP_URLS = 50_000
+
+
+@dataclass(frozen=True)
+class _Site:
+    scheme: str
+    netloc: str
+
+    def owns(self, url: str) -> bool:
+        parts = urlsplit(url)
+        return parts.scheme == self.scheme and parts.netloc.lower() == self.netloc
+
+
+def _normalized(url: str) -> str:
+    parts = urlsplit(url)
+    netloc = parts.netloc.lower()
+    for scheme, port in (("http", ":80"), ("https", ":443")):
+        if parts.scheme == scheme and netloc.endswith(port):
+            netloc = netloc[: -len(port)]
+    return urlunsplit((parts.scheme.lower(), netloc, parts.path or "/", parts.query, ""))
+
+
+def page_id(url: str) -> str:
+    """A page's document id: its path without the leading / (`index` for the root), and its ?query."""
+    parts = urlsplit(url)
+    path = parts.path.lstrip("/") or "index"
+    return f"{path}?{parts.query}" if parts.query else path
+
+
+def page_url(site_url: str, doc_id: str) -> str:
+    """The URL of a page of the site of `site_url` from its id (the inverse of `page_id`)."""
+    parts = urlsplit(site_url)
+    path, _, query = doc_id.partition("?")
+    return urlunsplit((parts.scheme, parts.netloc, "/" if path == "index" else f"/{path}", query, ""))
+
+
+def _allowed(source: Source, doc_id: str) -> bool:
+    if source.include is not None and not any(fnmatch.fnmatchcase(doc_id, g) for g in source.include):
+        return False
+    return source.exclude is None or not any(fnmatch.fnmatchcase(doc_id, g) for g in source.exclude)
+
+
+def _text(site_url: str, path: str, policy: FetchPolicy) -> str | None:
+    """The body of a small text file of the site (robots.txt, sitemap.xml), None when it cannot be fetched."""
+    url = page_url(site_url, path)
+    result = fetch_urls([FetchRequest(path, url, raw=True)], policy)[path]
+    return result.body if isinstance(result, FetchResult) else None
+
+
+def _robots(site_url: str, policy: FetchPolicy) -> tuple[RobotFileParser | None, list[str]]:
+    body = _text(site_url, "robots.txt", policy)
+    if body is None:
+        return None, []
+    parser = RobotFileParser()
+    parser.parse(body.splitlines())
+    return parser, list(parser.site_maps() or [])
+
+
+def _sitemap_pages(site: _Site, sitemaps: list[str], policy: FetchPolicy) -> list[str]:
+    found: list[str] = []
+    for sitemap in sitemaps[:10]:
+        if not site.owns(sitemap):
+            continue
+        result = fetch_urls([FetchRequest("sitemap", sitemap, raw=True)], policy)["sitemap"]
+        if isinstance(result, FetchResult) and result.body:
+            found += [m.group(1) for m in _LOC.finditer(result.body)][:MAX_SITEMAP_URLS]
+    return found
+
+
+def crawl_site(source: Source, policy: FetchPolicy, known: Mapping[str, Validators]) -> ReadOutcome:
+    """The pages of a crawl source, each with its Document, NOT_MODIFIED (a 304 to the validators `known` holds
+    for its id) or why it failed; pages gone (404, 410) are left out. SourceError when the start page fails."""
+    assert source.crawl is not None
+    start = _normalized(source.crawl.url)
+    site = _Site(urlsplit(start).scheme, urlsplit(start).netloc)
+    robots, sitemaps = _robots(start, policy)
+    seeds = [start, *(page_url(start, d) for d in known)]
+    if source.crawl.sitemap:
+        seeds += _sitemap_pages(site, sitemaps or [page_url(start, "sitemap.xml")], policy)
+    seen: set[str] = set()
+    frontier: list[str] = []
+    for url in seeds:
+        url = _normalized(url)
+        if url not in seen and site.owns(url) and (url == start or _allowed(source, page_id(url))):
+            seen.add(url)
+            frontier.append(url)
+    results: dict[str, tuple[ListedDocument, Document | SourceError | NotModified]] = {}
+    fetched = 0
+    for depth in range(source.crawl.max_depth + 1):
+        if robots is not None:
+            frontier = [u for u in frontier if robots.can_fetch(policy.user_agent.split("/")[0], u)]
+        frontier = frontier[: source.crawl.max_pages - fetched]
+        if not frontier:
+            break
+        requests = [FetchRequest(u, u, known.get(page_id(u)), links=True) for u in frontier]
+        outcomes = fetch_urls(requests, policy)
+        fetched += len(frontier)
+        following: list[str] = []
+        for url in frontier:
+            outcome, doc_id = outcomes[url], page_id(url)
+            if isinstance(outcome, SourceError):
+                if url == start and not known:
+                    raise SourceError(f"start page {url}: {outcome}")
+                if not GONE.match(str(outcome)):
+                    results[doc_id] = (ListedDocument(doc_id, None, "html", url), outcome)
+                continue
+            final = _normalized(outcome.final_url)
+            if final != url:  # redirected: the page is known by where it is
+                if not site.owns(final) or page_id(final) in results or not _allowed(source, page_id(final)):
+                    continue
+                doc_id = page_id(final)
+                seen.add(final)
+            entry = ListedDocument(doc_id, None, "html", outcome.final_url, validators=outcome.validators)
+            if outcome.not_modified:
+                results[doc_id] = (entry, NOT_MODIFIED)
+            else:
+                assert outcome.document is not None
+                results[doc_id] = (entry, outcome.document)
+            if depth < source.crawl.max_depth:
+                for link in outcome.links:
+                    link = _normalized(link)
+                    if link not in seen and site.owns(link) and _allowed(source, page_id(link)):
+                        seen.add(link)
+                        following.append(link)
+        frontier = following
+    return [results[k] for k in sorted(results)]
