@@ -612,6 +612,12 @@ class KnowledgeBase(_Model):
         None for a knowledge base read back from the store, whose files are not here."""
         return self._base_dir
 
+    def __eq__(self, other: object) -> bool:
+        # Where a manifest was read from is not part of what it says: equal manifests are equal wherever they are.
+        if not isinstance(other, KnowledgeBase):
+            return NotImplemented
+        return self.__dict__ == other.__dict__
+
     def located(self, base_dir: str | Path) -> KnowledgeBase:
         """This knowledge base with its `path:` sources relative to `base_dir` (not part of the manifest)."""
         copy = self.model_copy()
