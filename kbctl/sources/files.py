@@ -90,29 +90,37 @@ def _hidden(relative: str) -> bool:
     return any(part.startswith(".") for part in relative.split("/"))
 
 
-def _walk(folder: Path) -> Iterator[Path]:
-    for current, dirs, files in os.walk(folder, followlinks=False):
-        dirs[:] = sorted(d for d in dirs if not d.startswith("."))
-        for name in sorted(files):
-            if not name.startswith("."):
-                yield Path(current) / name
+def _walk(folder: Path) -> Iterator[tuple[Path, bool]]:
+    """Every file below `folder` that is not hidden nor below a hidden folder, with whether it is a symlink;
+    symlinked folders are not entered (so only a symlinked file can lead out of the folder)."""
+    pending = [str(folder)]
+    while pending:
+        with os.scandir(pending.pop()) as scan:
+            for entry in scan:
+                if entry.name.startswith("."):
+                    continue
+                if entry.is_dir(follow_symlinks=False):
+                    pending.append(entry.path)
+                elif entry.is_file():
+                    yield Path(entry.path), entry.is_symlink()
 
 
-def _candidates(source: Source, base_dir: Path) -> tuple[Path, list[Path]]:
-    """(the folder ids are relative to, the files named) of a path source; SourceError when nothing is there."""
+def _candidates(source: Source, base_dir: Path) -> tuple[Path, list[tuple[Path, bool]]]:
+    """(the folder ids are relative to, the files named with whether each may lead out of the repository) of a
+    path source; SourceError when nothing is there."""
     assert source.path is not None
     pattern = source.path
     if _WILDCARDS & set(pattern):
         parts = pattern.split("/")
         fixed = [p for p in parts[: next(i for i, p in enumerate(parts) if _WILDCARDS & set(p))]]
         anchor = (base_dir / "/".join(fixed)) if fixed else base_dir
-        found = sorted(Path(p) for p in globbing.glob(str(base_dir / pattern), recursive=True) if Path(p).is_file())
-        return anchor, found
+        found = [Path(p) for p in globbing.glob(str(base_dir / pattern), recursive=True)]
+        return anchor, [(p, True) for p in found if p.is_file()]  # a glob may pass through symlinked folders
     target = base_dir / pattern
     if target.is_dir():
         return target, list(_walk(target))
     if target.is_file():
-        return target.parent, [target]
+        return target.parent, [(target, True)]
     raise SourceError(f"path {pattern!r}: no such file or folder (relative to {base_dir})")
 
 
@@ -125,9 +133,9 @@ def list_files(source: Source, base_dir: Path) -> list[ListedDocument]:
         raise SourceError(f"path {source.path!r} leaves the repository the manifest is in ({root})")
     anchor, found = _candidates(source, base_dir)
     entries: list[ListedDocument] = []
-    for file in found:
+    for file, may_leave in found:
         doc_id = file.relative_to(anchor).as_posix() if file != anchor else file.name
-        if _hidden(doc_id) or not _inside(file, root):
+        if _hidden(doc_id) or (may_leave and not _inside(file, root)):
             continue  # a hidden file, or a symlink out of the repository
         if source.include is not None and not any(fnmatch.fnmatchcase(doc_id, g) for g in source.include):
             continue
