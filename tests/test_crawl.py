@@ -34,6 +34,7 @@ def site() -> Iterator[HTTPTestServer]:
                 "/guide#top",
                 "/moved",
                 "/private/secret",
+                "/logo.png",
                 "https://other.example/x",
             ),
             etag=True,
@@ -57,8 +58,14 @@ def site() -> Iterator[HTTPTestServer]:
             body=f"User-agent: *\nDisallow: /private/\nSitemap: {srv.url('/sitemap.xml')}\n",
             content_type="text/plain",
         )
-        srv.route(
+        srv.route("/logo.png", body=b"\x89PNG\r\n\x1a\n", content_type="image/png")
+        srv.route(  # a sitemap index, as large sites have
             "/sitemap.xml",
+            body=f"<sitemapindex><sitemap><loc>{srv.url('/pages.xml')}</loc></sitemap></sitemapindex>",
+            content_type="application/xml",
+        )
+        srv.route(
+            "/pages.xml",
             body=f"<urlset><url><loc>{srv.url('/hidden-page')}</loc></url></urlset>",
             content_type="application/xml",
         )
@@ -101,7 +108,7 @@ def test_refresh_adds_new_pages_and_removes_gone_ones(store: KnowledgeBaseStore,
     )
     site.route("/new", body=page("New", "Visitors sign in at the front desk."), etag=True)
     site.remove("/hidden-page")
-    site.route("/sitemap.xml", body="<urlset></urlset>", content_type="application/xml")
+    site.route("/pages.xml", body="<urlset></urlset>", content_type="application/xml")
     refreshed = store.refresh(["help"]).results[0]
     assert refreshed.action == "refreshed"
     assert served(store) == ["site/faq", "site/guide", "site/guide/setup", "site/index", "site/new"]

@@ -29,6 +29,7 @@ from kbctl.sources.url import FetchPolicy, FetchRequest, FetchResult, Validators
 __all__ = ["GONE", "crawl_site", "page_id", "page_url"]
 
 GONE = re.compile(r"^HTTP (404|410)\b")  # a page that is no longer there
+NOT_A_PAGE = re.compile(r"^unsupported content type ")  # a link to an image, an archive...: not a document
 _LOC = re.compile(r"<loc>\s*([^<\s]+)\s*</loc>", re.IGNORECASE)
 MAX_SITEMAP_URLS = 50_000
 
@@ -89,14 +90,20 @@ def _robots(site_url: str, policy: FetchPolicy) -> tuple[RobotFileParser | None,
 
 
 def _sitemap_pages(site: _Site, sitemaps: list[str], policy: FetchPolicy) -> list[str]:
+    """The page URLs of the site's sitemaps; a sitemap index's entries (…xml) are read as sitemaps, 10 at most."""
     found: list[str] = []
-    for sitemap in sitemaps[:10]:
+    queue, read = list(sitemaps), 0
+    while queue and read < 10:
+        sitemap = queue.pop(0)
         if not site.owns(sitemap):
             continue
+        read += 1
         result = fetch_urls([FetchRequest("sitemap", sitemap, raw=True)], policy)["sitemap"]
         if isinstance(result, FetchResult) and result.body:
-            found += [m.group(1) for m in _LOC.finditer(result.body)][:MAX_SITEMAP_URLS]
-    return found
+            for match in _LOC.finditer(result.body):
+                loc = match.group(1)
+                (queue if loc.lower().endswith((".xml", ".xml.gz")) else found).append(loc)
+    return found[:MAX_SITEMAP_URLS]
 
 
 def crawl_site(source: Source, policy: FetchPolicy, known: Mapping[str, Validators]) -> ReadOutcome:
@@ -133,7 +140,7 @@ def crawl_site(source: Source, policy: FetchPolicy, known: Mapping[str, Validato
             if isinstance(outcome, SourceError):
                 if url == start and not known:
                     raise SourceError(f"start page {url}: {outcome}")
-                if not GONE.match(str(outcome)):
+                if not GONE.match(str(outcome)) and not NOT_A_PAGE.match(str(outcome)):
                     results[doc_id] = (ListedDocument(doc_id, None, "html", url), outcome)
                 continue
             final = _normalized(outcome.final_url)
