@@ -196,6 +196,23 @@ class KnowledgeBaseStore:
         """Record knowledge bases as desired state for a controller (`apply` without --wait); no ingestion here."""
         return [record_pending(self.db, kb) for kb in _knowledge_bases(knowledge_bases)]
 
+    def submit_or_apply(
+        self,
+        knowledge_bases: Sequence[KnowledgeBase | LoadedManifest],
+        *,
+        reporter: Reporter | None = None,
+        on_recorded: Callable[[list[PendingResult]], None] | None = None,
+    ) -> tuple[list[PendingResult], ApplyReport | None]:
+        """`apply` without `--wait`: record the desired state for a controller, except for knowledge bases that
+        read files (`path:` sources), which only this process has: those are applied here, after `on_recorded`
+        is told what was recorded. Returns what was recorded and, when some were applied, their report."""
+        kbs = _knowledge_bases(knowledge_bases)
+        pending = self.submit([kb for kb in kbs if not kb.reads_files])
+        if on_recorded is not None:
+            on_recorded(pending)
+        local = [kb for kb in kbs if kb.reads_files]
+        return pending, self.apply(local, reporter=reporter) if local else None
+
     def controller(self, *, reporter: Reporter | None = None) -> Controller:
         """A controller over this store (use `run_once()` or `run(stop_event)`)."""
         return Controller(self.db, self.embedder, reporter=reporter, policy=self.fetch_policy)

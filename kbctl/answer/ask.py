@@ -11,6 +11,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 from kbctl.answer.citations import check_citations
 from kbctl.answer.prompt import instructions_for, messages_for
@@ -47,8 +48,6 @@ def chat_model_ref(name: str, spec: Answer, model: str | None, default: str | No
 class AskPlan:
     """A question ready for the chat model: what was retrieved, which model, with which rules."""
 
-    name: str
-    question: str
     model: str  # the chat model's id (provider/name or profile:NAME)
     chat: ChatModel
     spec: Answer  # the serving version's spec.answer
@@ -109,8 +108,6 @@ def prepare_ask(
         chat = chat_for(ref)  # an unknown provider or profile fails here, before any retrieval
         retrieval = run_query(db, plan, question, embedder_for, reranker_for)
     return AskPlan(
-        name=name,
-        question=question,
         model=ref,
         chat=chat,
         spec=spec,
@@ -127,7 +124,7 @@ def answer_ask(plan: AskPlan, on_text: Callable[[str], None] | None = None) -> A
     grounded = plan.grounded
     if not grounded.found:
         timings = AskTimings(retrieve_ms=plan.retrieve_ms, generate_ms=0.0, total_ms=plan.retrieve_ms)
-        return _result(plan.retrieval, grounded, "noContext", None, None, timings)
+        return _result(plan, "noContext", None, timings)
     asked = time.perf_counter()
     first: list[float] = []
 
@@ -138,7 +135,7 @@ def answer_ask(plan: AskPlan, on_text: Callable[[str], None] | None = None) -> A
             on_text(text)
 
     completion = plan.chat.complete(
-        messages_for(grounded, instructions_for(plan.name, plan.spec.instructions)),
+        messages_for(grounded, instructions_for(plan.retrieval.knowledge_base, plan.spec.instructions)),
         ChatOptions(temperature=plan.spec.temperature, max_tokens=plan.spec.max_tokens),
         on_text=piece if on_text is not None else None,
     )
@@ -150,47 +147,45 @@ def answer_ask(plan: AskPlan, on_text: Callable[[str], None] | None = None) -> A
         first_text_ms=_ms(asked, first[0]) if first else None,
         total_ms=_ms(plan.started, done),
     )
-    reason: Reason = "notCovered" if check.refusal else "answered"
-    result = _result(plan.retrieval, grounded, reason, plan.model, completion.text, timings)
-    return result.model_copy(
-        update={
-            "served_by": completion.model,
-            "citations": _citations(grounded, check.cited),
-            "invalid_citations": list(check.invalid),
-            "uncited": check.uncited,
-            "truncated": completion.finish_reason == "length",
-            "attempts": completion.attempts,
-            "usage": AnswerUsage(
-                prompt_tokens=completion.prompt_tokens, completion_tokens=completion.completion_tokens
-            ),
-        }
+    return _result(
+        plan,
+        "notCovered" if check.refusal else "answered",
+        completion.text,
+        timings,
+        served_by=completion.model,
+        citations=_citations(grounded, check.cited),
+        invalid_citations=list(check.invalid),
+        uncited=check.uncited,
+        truncated=completion.finish_reason == "length",
+        attempts=completion.attempts,
+        usage=AnswerUsage(prompt_tokens=completion.prompt_tokens, completion_tokens=completion.completion_tokens),
     )
 
 
-def _result(
-    retrieval: QueryResult,
-    grounded: GroundedContext,
-    reason: Reason,
-    model: str | None,
-    answer: str | None,
-    timings: AskTimings,
-) -> AskResult:
+def _message(plan: AskPlan, reason: Reason) -> str:
+    retrieval, passages = plan.retrieval, len(plan.grounded.passages)
     kb = f"KnowledgeBase/{retrieval.knowledge_base} (version {retrieval.version})"
-    messages = {
-        "noContext": f"{retrieval.message}; no model was asked",
-        "notCovered": f"{model} found no answer in the {len(grounded.passages)} passages of {kb} it was given.",
-        "answered": f"answered by {model} from {len(grounded.passages)} passages of {kb}",
-    }
+    if reason == "noContext":
+        return f"{retrieval.message}; no model was asked"
+    if reason == "notCovered":
+        return f"{plan.model} found no answer in the {passages} passages of {kb} it was given."
+    return f"answered by {plan.model} from {passages} passages of {kb}"
+
+
+def _result(plan: AskPlan, reason: Reason, answer: str | None, timings: AskTimings, **called: Any) -> AskResult:
+    """The result of an ask; `called` holds what the chat call adds (citations, usage...) when there was one."""
+    retrieval = plan.retrieval
     result = AskResult(
         knowledge_base=retrieval.knowledge_base,
         version=retrieval.version,
         question=retrieval.question,
         answer=answer,
         reason=reason,
-        message=messages[reason],
-        model=model,
+        message=_message(plan, reason),
+        model=plan.model if reason != "noContext" else None,
         timings=timings,
         retrieval=retrieval,
+        **called,
     )
-    result._context = grounded
+    result._context = plan.grounded
     return result

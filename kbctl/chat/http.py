@@ -259,10 +259,6 @@ class HttpChatModel:
             piece = delta.get("content") if isinstance(delta, dict) else None
             if isinstance(piece, str) and piece:
                 reading.pieces.append(piece)
-                if sum(len(p) for p in reading.pieces) > MAX_RESPONSE_BYTES:
-                    raise ChatError(
-                        f"the answer from {redact(self.url)} is longer than {MAX_RESPONSE_BYTES} characters"
-                    )
                 if on_text is not None:
                     on_text(piece)
                     reading.passed_on = True

@@ -10,6 +10,7 @@ import typer
 from kbctl.cli._common import Files, OutputOpt, Recursive, app, emit, handles_errors, open_store
 from kbctl.cli.diff import PruneOpt, SelectorOpt, plan_apply, prune_selector
 from kbctl.cli.render import CliReporter, diff_lines
+from kbctl.engine.controller import PendingResult
 from kbctl.engine.results import ApplyReport
 from kbctl.manifest import LoadedManifest, load_manifests
 from kbctl.manifest.selectors import Selector
@@ -80,24 +81,26 @@ def apply(
 def _submit(manifests: list[LoadedManifest], chosen: Selector | None, output: OutputOpt, exit_code: bool) -> None:
     """apply without --wait: record the desired state for a controller and return; knowledge bases that read
     files (path: sources) are applied here, since a controller has no copy of the files."""
-    remote = [m for m in manifests if not m.kb.reads_files]
-    local = [m for m in manifests if m.kb.reads_files]
-    with open_store() as store:
-        pending = store.submit(remote)
-        alive = store.controller_alive()
+    local = [m.kb.name for m in manifests if m.kb.reads_files]
+    reporter = CliReporter(quiet=output is not None)
+
+    def recorded(pending: list[PendingResult]) -> None:
+        """The lines of what was left to a controller, before the lines of what is applied here."""
         if not output:
             for p in pending:
                 state = f"version {p.version} pending" if p.pending else f"version {p.version}"
                 typer.echo(f"KnowledgeBase/{p.name} {p.action if p.pending else 'unchanged'} ({state})")
-        applied = None
         if local:
-            names = ", ".join(m.kb.name for m in local)
-            typer.echo(f"{names}: path: sources are read here (as with --wait), not by a controller", err=True)
-            reporter = CliReporter(quiet=output is not None)
-            try:
-                applied = store.apply(local, reporter=reporter)
-            finally:
-                reporter.close()
+            typer.echo(
+                f"{', '.join(local)}: path: sources are read here (as with --wait), not by a controller", err=True
+            )
+
+    with open_store() as store:
+        try:
+            pending, applied = store.submit_or_apply(manifests, reporter=reporter, on_recorded=recorded)
+        finally:
+            reporter.close()
+        alive = store.controller_alive()
         pruned = store.prune([m.kb.name for m in manifests], chosen) if chosen else []
     if output:
         results: dict[str, object] = {"results": [p.__dict__ for p in pending], "pruned": pruned}

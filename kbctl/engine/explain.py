@@ -11,7 +11,7 @@ from pydantic import BaseModel, ConfigDict, computed_field
 
 from kbctl.embedding import Embedder
 from kbctl.engine.ingest import Chunked, chunk_source
-from kbctl.engine.plan import Ingest, SourcePlan, build_plan, fetch_requests, file_stamps
+from kbctl.engine.plan import Ingest, SourcePlan, build_plan, fetch_requests, file_stamps, source_of
 from kbctl.manifest import KnowledgeBase
 from kbctl.manifest.changes import field_changes, source_changes
 from kbctl.manifest.models import SourceKind
@@ -153,12 +153,12 @@ class _Explainer:
         sources += [  # documents gone from a path or git source that stays (a file deleted)
             SourceDiff(
                 name=n,
-                kind=kinds.get(n.split("/")[0], "path"),
+                kind=kinds.get(source_of(n), "path"),
                 change="removed",
                 chunks_removed=state.served[n].chunk_count,
             )
             for n in plan.removed
-            if "/" in n and n.split("/")[0] not in removed
+            if source_of(n) != n and source_of(n) not in removed
         ]
         over = _over_limits(kb, chunked, tokens)
         if plan.current_version is None:

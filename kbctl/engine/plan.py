@@ -10,11 +10,12 @@ The plan is frozen data built without any database or network call, so `apply`, 
 - `NotFetched`: a URL source whose content is unknown because it was not fetched (diff fetches nothing; a
   refresh of other sources leaves it alone) and that has nothing stored to serve.
 
-A `path:` source is many documents: each file read becomes a unit of its own, named `SOURCE/ID` (ID: the
-file's path relative to the folder the source names), with its own decision, so an unchanged file reuses its
-revision, a changed one is re-chunked alone, and a file no longer there is gone from the next version. When
-the files are not at hand (a refresh, a controller: the knowledge base was read back from the store) every
-unit keeps what it serves.
+A `path:`, `git:` or `crawl:` source is many documents: each file or page read becomes a unit of its own,
+named `SOURCE/ID` (ID: the file's path relative to the folder the source names or to the repository, or the
+page's path), with its own decision, so an unchanged document reuses its revision, a changed one is re-chunked
+alone, and one no longer there is gone from the next version. When the documents were not read this time (a
+refresh or a controller for files it does not have; an apply of an unchanged git or crawl spec) every unit
+keeps what it serves.
 """
 
 from __future__ import annotations
@@ -53,6 +54,7 @@ __all__ = [
     "served_validators",
     "serves_spec",
     "sha256_json",
+    "source_of",
     "text_sha256",
 ]
 
@@ -114,11 +116,11 @@ class SourcePlan:
     decision: Decision
     fetch: bool
     status: SourceStatusRow | None
-    unit: str | None = None  # one document of a path source: `SOURCE/ID`
+    unit: str | None = None  # one document of a path, git or crawl source: `SOURCE/ID`
 
     @property
     def name(self) -> str:
-        """The source's name, or for one document of a path source `SOURCE/ID`."""
+        """The source's name, or for one document of a many-document source `SOURCE/ID`."""
         return self.unit or self.source.name
 
     @property
@@ -198,8 +200,19 @@ def _revision_key(kb: KnowledgeBase, source: Source, doc: Document, model_id: st
     return sha256_json(key)
 
 
+def source_of(unit: str) -> str:
+    """The manifest source a unit belongs to: `docs` of `docs/guide.md` (a single-document source: itself)."""
+    return unit.split("/", 1)[0]
+
+
+def _units(served: Mapping[str, VersionSourceRow], source: Source) -> dict[str, tuple[str, VersionSourceRow]]:
+    """The units of a many-document source the current version serves: unit name -> (document id, row)."""
+    prefix = f"{source.name}/"
+    return {name: (name[len(prefix) :], row) for name, row in served.items() if name.startswith(prefix)}
+
+
 def _unit_sha256(source_sha256: str, doc_id: str) -> str:
-    """The spec hash of one document of a path or git source: its source's, and its id."""
+    """The spec hash of one document of a path, git or crawl source: its source's, and its id."""
     return sha256_json({"source": source_sha256, "document": doc_id})
 
 
@@ -215,13 +228,11 @@ def file_stamps(kb: KnowledgeBase, state: StoredState, model_id: str) -> Callabl
     under the same spec, chunking and model: a file listed with that stamp is not read again."""
 
     def stamps(source: Source) -> dict[str, str]:
-        sha, prefix = _source_sha256(source), f"{source.name}/"
-        found = {}
-        for name, status in state.statuses.items():
-            row = state.served.get(name)
-            if not name.startswith(prefix) or row is None or row.revision_id is None or not status.etag:
+        sha, found = _source_sha256(source), {}
+        for name, (doc_id, row) in _units(state.served, source).items():
+            status = state.statuses.get(name)
+            if row.revision_id is None or status is None or not status.etag:
                 continue
-            doc_id = name[len(prefix) :]
             stamp, _, context = status.etag.rpartition("@")
             if stamp and context == _file_context(kb, model_id, _unit_sha256(sha, doc_id)):
                 found[doc_id] = stamp
@@ -233,21 +244,18 @@ def file_stamps(kb: KnowledgeBase, state: StoredState, model_id: str) -> Callabl
 def served_validators(state: StoredState, source: Source) -> dict[str, Validators]:
     """The HTTP validators of each page a crawl source serves now, by page id (what its conditional requests
     send)."""
-    prefix, found = f"{source.name}/", {}
-    for name, row in state.served.items():
+    found = {}
+    for name, (doc_id, row) in _units(state.served, source).items():
         status = state.statuses.get(name)
-        if name.startswith(prefix) and row.revision_id is not None and status is not None:
-            found[name[len(prefix) :]] = Validators(status.etag, status.last_modified)
+        if row.revision_id is not None and status is not None:
+            found[doc_id] = Validators(status.etag, status.last_modified)
     return found
 
 
 def serves_spec(state: StoredState, source: Source) -> bool:
-    """Whether the current version serves documents of this path or git source under its spec as it is now."""
-    sha, prefix = _source_sha256(source), f"{source.name}/"
-    return any(
-        name.startswith(prefix) and row.source_sha256 == _unit_sha256(sha, name[len(prefix) :])
-        for name, row in state.served.items()
-    )
+    """Whether the current version serves documents of this many-document source under its spec as it is now."""
+    sha = _source_sha256(source)
+    return any(row.source_sha256 == _unit_sha256(sha, doc_id) for doc_id, row in _units(state.served, source).values())
 
 
 def _same_spec(prev: VersionSourceRow | None, sha: str) -> bool:
@@ -310,10 +318,9 @@ class _Planner:
         return Reuse(stored.id, stored.chunk_count) if stored is not None else Ingest(doc, key)
 
     def files(self, source: Source, sha: str, read: ReadOutcome | None) -> list[SourcePlan]:
-        """The units of a path source: one per file read; when it was not read (None) or could not be listed,
-        each unit it serves keeps serving (stale when listing failed)."""
-        prefix = f"{source.name}/"
-        served = {n: r for n, r in self.state.served.items() if n.startswith(prefix)}
+        """The units of a many-document source: one per document read; when it was not read (None) or could not
+        be listed, each unit it serves keeps serving (stale when listing failed)."""
+        served = {name: row for name, (_, row) in _units(self.state.served, source).items()}
         if read is None or isinstance(read, SourceError):
             plans = []
             for name, row in served.items():
@@ -330,7 +337,7 @@ class _Planner:
             return plans
         plans = []
         for entry, outcome in read:
-            name = prefix + entry.doc_id
+            name = f"{source.name}/{entry.doc_id}"
             unit_sha = _unit_sha256(sha, entry.doc_id)
             stamp = entry.validators  # a page's HTTP validators; a file's size, time and reading context
             if entry.stamp:

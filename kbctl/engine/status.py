@@ -9,6 +9,7 @@ from pydantic import BaseModel, ConfigDict
 from pydantic.alias_generators import to_camel
 
 from kbctl.engine.conditions import Condition, is_true
+from kbctl.engine.plan import source_of
 from kbctl.errors import NotFoundError
 from kbctl.manifest import KnowledgeBase
 from kbctl.store.database import Database, KnowledgeBaseRow, SourceStatusRow, VersionSourceRow
@@ -111,13 +112,13 @@ def _detail(db: Database, row: KnowledgeBaseRow) -> KnowledgeBaseDetail:
     if version is not None:
         sources = [
             # A document of a path source is named SOURCE/ID: its kind is its source's.
-            _source_status(s.source_name, kinds.get(s.source_name.split("/")[0], "text"), s, live.get(s.source_name))
+            _source_status(s.source_name, kinds.get(source_of(s.source_name), "text"), s, live.get(s.source_name))
             for s in served
         ]
     else:
         order = {s.name: i for i, s in enumerate(spec.sources)}
-        names = sorted((n for n in live if n.split("/")[0] in order), key=lambda n: (order[n.split("/")[0]], n))
-        sources = [_source_status(n, kinds[n.split("/")[0]], None, live[n]) for n in names]
+        names = sorted((n for n in live if source_of(n) in order), key=lambda n: (order[source_of(n)], n))
+        sources = [_source_status(n, kinds[source_of(n)], None, live[n]) for n in names]
     return KnowledgeBaseDetail(
         name=row.name,
         labels=row.labels,

@@ -184,10 +184,16 @@ def evaluate_answers(
             try:
                 result = store.ask(name, query.question, options, model=model)
             except KbctlError as exc:
-                failed = AnswerOutcome(
-                    id=query.id, question=query.question, no_answer=query.no_answer, reason=None, answer=None
+                results.append(
+                    AnswerOutcome(
+                        id=query.id,
+                        question=query.question,
+                        no_answer=query.no_answer,
+                        reason=None,
+                        answer=None,
+                        error=str(exc),
+                    )
                 )
-                results.append(failed.model_copy(update={"error": str(exc)}))
                 continue
             results.append(_outcome(query, result, judge_model))
         reports.append(_report(model, judge, results))

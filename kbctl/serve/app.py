@@ -152,14 +152,19 @@ def create_app(
         """The query of `name` the body asks for, logged, counted and traced (for /query and /context)."""
         principal = caller(request)
         result = await run(request, lambda: service.query(principal, name, body.question, body.options()))
+        observed(request, result, principal)
+        return result
+
+    def observed(request: Request, result: QueryResult, principal: Principal, **extra: Any) -> None:
+        """What the request's log line and metrics say of a query (and `extra`), and its trace."""
         request.state.outcome = {
             "knowledgeBase": result.knowledge_base,
             "version": result.version,
             "hits": len(result.hits),
             "bestScore": result.best_score,
+            **extra,
         }
         trace_query(result, route=request.url.path, principal=principal.name)
-        return result
 
     @app.get("/healthz", tags=["health"], summary="The process is up.")
     async def healthz() -> dict[str, str]:
@@ -227,15 +232,7 @@ def create_app(
         result = await run(
             request, lambda: service.ask(principal, name, body.question, body.options()), timeout=ask_timeout
         )
-        request.state.outcome = {
-            "knowledgeBase": result.knowledge_base,
-            "version": result.version,
-            "hits": len(result.retrieval.hits),
-            "bestScore": result.retrieval.best_score,
-            "reason": result.reason,
-            "chatModel": result.model,
-        }
-        trace_query(result.retrieval, route=request.url.path, principal=principal.name)
+        observed(request, result.retrieval, principal, reason=result.reason, chatModel=result.model)
         return _Json(result)
 
     @app.post(

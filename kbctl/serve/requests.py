@@ -67,8 +67,6 @@ class AskRequest(QueryRequest):
     """`POST /v1/knowledgebases/{name}/ask`: a question and the retrieval options; the chat model is the
     knowledge base's (spec.answer) or the server's configuration's, never the caller's choice."""
 
-    explain: bool = Field(False, description="Add each retrieval stage's candidates, ranks, scores and timings.")
-
 
 class MultiQueryRequest(QueryRequest):
     """`POST /v1/query`: one question to several knowledge bases (names, or a label selector, or all in scope)."""

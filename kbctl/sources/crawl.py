@@ -13,7 +13,6 @@ id; `index` is the root.
 
 from __future__ import annotations
 
-import fnmatch
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -23,7 +22,7 @@ from urllib.robotparser import RobotFileParser
 from kbctl.errors import SourceError
 from kbctl.manifest import Source
 from kbctl.sources import Document
-from kbctl.sources.files import NOT_MODIFIED, ListedDocument, NotModified, ReadOutcome
+from kbctl.sources.files import NOT_MODIFIED, ListedDocument, NotModified, ReadOutcome, selected
 from kbctl.sources.url import FetchPolicy, FetchRequest, FetchResult, Validators, fetch_urls
 
 __all__ = ["GONE", "crawl_site", "page_id", "page_url"]
@@ -67,21 +66,14 @@ def page_url(site_url: str, doc_id: str) -> str:
     return urlunsplit((parts.scheme, parts.netloc, "/" if path == "index" else f"/{path}", query, ""))
 
 
-def _allowed(source: Source, doc_id: str) -> bool:
-    if source.include is not None and not any(fnmatch.fnmatchcase(doc_id, g) for g in source.include):
-        return False
-    return source.exclude is None or not any(fnmatch.fnmatchcase(doc_id, g) for g in source.exclude)
-
-
-def _text(site_url: str, path: str, policy: FetchPolicy) -> str | None:
-    """The body of a small text file of the site (robots.txt, sitemap.xml), None when it cannot be fetched."""
-    url = page_url(site_url, path)
-    result = fetch_urls([FetchRequest(path, url, raw=True)], policy)[path]
+def _text(url: str, policy: FetchPolicy) -> str | None:
+    """The body of a small text file of the site (robots.txt, a sitemap), None when it cannot be fetched."""
+    result = fetch_urls([FetchRequest(url, url, raw=True)], policy)[url]
     return result.body if isinstance(result, FetchResult) else None
 
 
 def _robots(site_url: str, policy: FetchPolicy) -> tuple[RobotFileParser | None, list[str]]:
-    body = _text(site_url, "robots.txt", policy)
+    body = _text(page_url(site_url, "robots.txt"), policy)
     if body is None:
         return None, []
     parser = RobotFileParser()
@@ -98,9 +90,9 @@ def _sitemap_pages(site: _Site, sitemaps: list[str], policy: FetchPolicy) -> lis
         if not site.owns(sitemap):
             continue
         read += 1
-        result = fetch_urls([FetchRequest("sitemap", sitemap, raw=True)], policy)["sitemap"]
-        if isinstance(result, FetchResult) and result.body:
-            for match in _LOC.finditer(result.body):
+        body = _text(sitemap, policy)
+        if body:
+            for match in _LOC.finditer(body):
                 loc = match.group(1)
                 (queue if loc.lower().endswith((".xml", ".xml.gz")) else found).append(loc)
     return found[:MAX_SITEMAP_URLS]
@@ -117,12 +109,15 @@ def crawl_site(source: Source, policy: FetchPolicy, known: Mapping[str, Validato
     if source.crawl.sitemap:
         seeds += _sitemap_pages(site, sitemaps or [page_url(start, "sitemap.xml")], policy)
     seen: set[str] = set()
-    frontier: list[str] = []
-    for url in seeds:
-        url = _normalized(url)
-        if url not in seen and site.owns(url) and (url == start or _allowed(source, page_id(url))):
-            seen.add(url)
-            frontier.append(url)
+
+    def admit(url: str) -> bool:
+        """Whether `url` (normalized) is a page of the crawl not met before; it is met from now on."""
+        if url in seen or not site.owns(url) or (url != start and not selected(source, page_id(url))):
+            return False
+        seen.add(url)
+        return True
+
+    frontier = [url for url in map(_normalized, seeds) if admit(url)]
     results: dict[str, tuple[ListedDocument, Document | SourceError | NotModified]] = {}
     fetched = 0
     for depth in range(source.crawl.max_depth + 1):
@@ -144,11 +139,10 @@ def crawl_site(source: Source, policy: FetchPolicy, known: Mapping[str, Validato
                     results[doc_id] = (ListedDocument(doc_id, None, "html", url), outcome)
                 continue
             final = _normalized(outcome.final_url)
-            if final != url:  # redirected: the page is known by where it is
-                if not site.owns(final) or page_id(final) in results or not _allowed(source, page_id(final)):
+            if final != url:  # redirected: the page is known by where it is, read once (when first met)
+                if not admit(final):
                     continue
                 doc_id = page_id(final)
-                seen.add(final)
             entry = ListedDocument(doc_id, None, "html", outcome.final_url, validators=outcome.validators)
             if outcome.not_modified:
                 results[doc_id] = (entry, NOT_MODIFIED)
@@ -156,10 +150,6 @@ def crawl_site(source: Source, policy: FetchPolicy, known: Mapping[str, Validato
                 assert outcome.document is not None
                 results[doc_id] = (entry, outcome.document)
             if depth < source.crawl.max_depth:
-                for link in outcome.links:
-                    link = _normalized(link)
-                    if link not in seen and site.owns(link) and _allowed(source, page_id(link)):
-                        seen.add(link)
-                        following.append(link)
+                following += [link for link in map(_normalized, outcome.links) if admit(link)]
         frontier = following
     return [results[k] for k in sorted(results)]

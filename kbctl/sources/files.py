@@ -33,10 +33,12 @@ __all__ = [
     "NotModified",
     "ReadOutcome",
     "list_files",
+    "read_entry",
     "read_file",
     "read_path",
     "read_paths",
     "repository_root",
+    "selected",
 ]
 
 MAX_FILES: Final = 10_000  # files one path source may list
@@ -84,6 +86,13 @@ def _inside(path: Path, root: Path) -> bool:
     except ValueError:
         return False
     return True
+
+
+def selected(source: Source, doc_id: str) -> bool:
+    """Whether a document id passes the source's `include` / `exclude` globs (`*` matches across folders)."""
+    if source.include is not None and not any(fnmatch.fnmatchcase(doc_id, g) for g in source.include):
+        return False
+    return source.exclude is None or not any(fnmatch.fnmatchcase(doc_id, g) for g in source.exclude)
 
 
 def _hidden(relative: str) -> bool:
@@ -137,9 +146,7 @@ def list_files(source: Source, base_dir: Path) -> list[ListedDocument]:
         doc_id = file.relative_to(anchor).as_posix() if file != anchor else file.name
         if _hidden(doc_id) or (may_leave and not _inside(file, root)):
             continue  # a hidden file, or a symlink out of the repository
-        if source.include is not None and not any(fnmatch.fnmatchcase(doc_id, g) for g in source.include):
-            continue
-        if source.exclude is not None and any(fnmatch.fnmatchcase(doc_id, g) for g in source.exclude):
+        if not selected(source, doc_id):
             continue
         fmt = format_of(file.name) if source.format == "auto" else source.format
         if fmt is None:
@@ -181,19 +188,22 @@ def read_file(entry: ListedDocument, source: Source) -> Document:
     return Document(text=text, origin=entry.origin, title=title, markdown=entry.format != "text")
 
 
+def read_entry(entry: ListedDocument, source: Source) -> Document | SourceError:
+    """`read_file`, with the reason this one file could not be read as the outcome instead of raised."""
+    try:
+        return read_file(entry, source)
+    except SourceError as exc:
+        return exc
+
+
 def read_path(source: Source, base_dir: Path, known: Mapping[str, str] | None = None) -> ReadOutcome:
     """Every file of a path source with its Document, or the reason that file could not be read, or NOT_MODIFIED
     when its stamp is the one `known` records for its id (read before, unchanged since); SourceError when the
     source itself cannot be listed."""
     results: ReadOutcome = []
     for entry in list_files(source, base_dir):
-        if known is not None and known.get(entry.doc_id) == entry.stamp:
-            results.append((entry, NOT_MODIFIED))
-            continue
-        try:
-            results.append((entry, read_file(entry, source)))
-        except SourceError as exc:
-            results.append((entry, exc))
+        unchanged = known is not None and known.get(entry.doc_id) == entry.stamp
+        results.append((entry, NOT_MODIFIED if unchanged else read_entry(entry, source)))
     return results
 
 

@@ -29,7 +29,7 @@ from kbctl.errors import SourceError
 from kbctl.manifest import Source
 from kbctl.sources import Document
 from kbctl.sources._guard import Guard
-from kbctl.sources.files import ListedDocument, NotModified, ReadOutcome, list_files, read_file
+from kbctl.sources.files import ListedDocument, NotModified, ReadOutcome, list_files, read_entry
 from kbctl.userconfig import redact
 
 __all__ = ["ALLOW_LOCAL_ENV", "GIT_TIMEOUT", "Checkout", "fetch_repository", "read_repository"]
@@ -145,8 +145,5 @@ def read_repository(source: Source, cache: Path, guard: Guard) -> tuple[str, Rea
             origin = f"{redact(source.git.url)}@{checkout.commit[:12]}:{entry.origin}"  # the commit it was read at
             named = ListedDocument(entry.origin, entry.path, entry.format, origin)  # no stamp: a checkout's times vary
             if named.doc_id not in seen:
-                try:
-                    seen[named.doc_id] = (named, read_file(named, source))
-                except SourceError as exc:
-                    seen[named.doc_id] = (named, exc)
+                seen[named.doc_id] = (named, read_entry(named, source))
     return checkout.commit, [seen[k] for k in sorted(seen)]
