@@ -6,9 +6,9 @@ and no module of the package has to import the package itself.
 
 from __future__ import annotations
 
-from importlib import import_module
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
+from kbctl._lazy import lazy_attributes
 from kbctl._version import __version__ as __version__
 
 if TYPE_CHECKING:
@@ -87,13 +87,7 @@ __all__ = [
 ]
 
 
-def __getattr__(name: str) -> Any:
-    """Import a public name from its module on first use."""
-    if name not in _WHERE:
-        raise AttributeError(f"module 'kbctl' has no attribute {name!r}")
-    value = getattr(import_module(_WHERE[name]), name)
-    globals()[name] = value
-    return value
+__getattr__ = lazy_attributes(__name__, _WHERE, globals())
 
 
 def __dir__() -> list[str]:

@@ -3,47 +3,37 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Collection, Sequence
+from contextlib import suppress
 from dataclasses import replace
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from pydantic import BaseModel
 
-from kbctl.answer import AskResult, answer_ask, prepare_ask
-from kbctl.chat import ChatModel, get_chat_model
 from kbctl.config import Settings
-from kbctl.embedding import Embedder, get_embedder
-from kbctl.engine.apply import apply_knowledge_bases, refresh_knowledge_bases
-from kbctl.engine.conditions import observe
-from kbctl.engine.controller import (
-    Controller,
-    PendingResult,
-    controller_alive,
-    record_pending,
-    wait_for,
-    wait_for_controller,
-)
-from kbctl.engine.events import Reporter
-from kbctl.engine.explain import DiffReport, diff_knowledge_bases
-from kbctl.engine.prune import prune_knowledge_bases
-from kbctl.engine.results import ApplyReport, KnowledgeBaseResult
-from kbctl.engine.status import (
-    KnowledgeBaseDetail,
-    KnowledgeBaseSummary,
-    describe_knowledge_base,
-    list_knowledge_bases,
-)
-from kbctl.errors import NotFoundError
-from kbctl.manifest import KnowledgeBase, LoadedManifest, load_manifests
-from kbctl.manifest.selectors import Selector
-from kbctl.query.context import GroundedContext, build_context
-from kbctl.query.options import QueryOptions
-from kbctl.query.results import QueryResult
-from kbctl.query.retrieve import query_knowledge_base
-from kbctl.rerank import Reranker, get_reranker
-from kbctl.sources.url import FetchPolicy
+from kbctl.errors import NotFoundError, StoreError
 from kbctl.store.database import Database
-from kbctl.store.embedded import embedded_url
-from kbctl.store.history import GcResult, RollbackResult, VersionInfo, collect_garbage, list_versions, rollback
+from kbctl.store.embedded import embedded_url, running_url
+
+# The stages are imported by the methods that use them, so that a command (or an agent) pays at start-up only
+# for what it calls: `get` never loads the fetcher, the chunker or the model runtime.
+if TYPE_CHECKING:
+    from kbctl.answer import AskResult
+    from kbctl.chat import ChatModel
+    from kbctl.embedding import Embedder
+    from kbctl.engine.controller import Controller, PendingResult
+    from kbctl.engine.events import Reporter
+    from kbctl.engine.explain import DiffReport
+    from kbctl.engine.results import ApplyReport, KnowledgeBaseResult
+    from kbctl.engine.status import KnowledgeBaseDetail, KnowledgeBaseSummary
+    from kbctl.manifest import KnowledgeBase, LoadedManifest
+    from kbctl.manifest.selectors import Selector
+    from kbctl.query.context import GroundedContext
+    from kbctl.query.options import QueryOptions
+    from kbctl.query.results import QueryResult
+    from kbctl.rerank import Reranker
+    from kbctl.sources.url import FetchPolicy
+    from kbctl.store.history import GcResult, RollbackResult, VersionInfo
 
 __all__ = ["DeleteResult", "KnowledgeBaseStore"]
 
@@ -58,6 +48,8 @@ class DeleteResult(BaseModel):
 
 def _knowledge_bases(items: Sequence[KnowledgeBase | LoadedManifest]) -> list[KnowledgeBase]:
     """The knowledge bases of loaded manifests (or of knowledge bases given as they are)."""
+    from kbctl.manifest import LoadedManifest
+
     return [k.kb if isinstance(k, LoadedManifest) else k for k in items]
 
 
@@ -78,13 +70,38 @@ class KnowledgeBaseStore:
         fetch_policy: FetchPolicy | None = None,
     ) -> None:
         self.settings = settings or Settings.from_env(home=home, database_url=database_url)
-        self.db = Database(self._database_url(), resolve=self._database_url)
+        self.db = self._open_database()
         self._query_db: Database | None = None
-        self.fetch_policy = self._with_cache(fetch_policy or FetchPolicy.from_config(self.settings.config))
+        self._fetch_policy = fetch_policy
+
+    @property
+    def fetch_policy(self) -> FetchPolicy:
+        """How URL, git and crawl sources are fetched: the one given, else from kbctl's configuration (built on
+        first use), with kbctl's repository cache unless it names one."""
+        if self._fetch_policy is None:
+            from kbctl.sources.url import FetchPolicy
+
+            self._fetch_policy = FetchPolicy.from_config(self.settings.config)
+        self._fetch_policy = self._with_cache(self._fetch_policy)
+        return self._fetch_policy
+
+    @fetch_policy.setter
+    def fetch_policy(self, policy: FetchPolicy) -> None:
+        self._fetch_policy = policy
 
     def _with_cache(self, policy: FetchPolicy) -> FetchPolicy:
         """`policy` with kbctl's repository cache (git sources) unless it names one."""
         return policy if policy.cache_dir is not None else replace(policy, cache_dir=self.settings.home / "git")
+
+    def _open_database(self) -> Database:
+        """The store's database; the embedded server's by its socket when it is already up (the server library is
+        loaded only to start it, or when that socket does not answer)."""
+        if self.settings.database_url is None:
+            url = running_url(self.settings.pgdata)
+            if url is not None:
+                with suppress(StoreError):
+                    return Database(url, resolve=self._database_url)
+        return Database(self._database_url(), resolve=self._database_url)
 
     def _database_url(self) -> str:
         """The configured database, or the embedded server's URL (started if it is not running)."""
@@ -115,20 +132,28 @@ class KnowledgeBaseStore:
 
     def embedder(self, model_id: str) -> Embedder:
         """The embedder of a model id, loaded once per process."""
+        from kbctl.embedding import get_embedder
+
         return get_embedder(model_id, self.settings)
 
     def reranker(self, model_id: str) -> Reranker:
         """The reranker of a `provider/name` model id, loaded once per process."""
+        from kbctl.rerank import get_reranker
+
         return get_reranker(model_id, self.settings)
 
     def chat_model(self, model_id: str) -> ChatModel:
         """The chat model of a `provider/name` model id or `profile:NAME`, built once per process."""
+        from kbctl.chat import get_chat_model
+
         return get_chat_model(model_id, self.settings)
 
     def apply(
         self, knowledge_bases: Sequence[KnowledgeBase | LoadedManifest], *, reporter: Reporter | None = None
     ) -> ApplyReport:
         """Reconcile the store to match these knowledge bases; each publishes a new version if anything changed."""
+        from kbctl.engine.apply import apply_knowledge_bases
+
         kbs = _knowledge_bases(knowledge_bases)
         return apply_knowledge_bases(self.db, kbs, self.embedder, reporter, policy=self.fetch_policy)
 
@@ -136,6 +161,8 @@ class KnowledgeBaseStore:
         self, paths: Sequence[str], *, recursive: bool = False, reporter: Reporter | None = None
     ) -> ApplyReport:
         """Load manifests like `kubectl apply -f` (all validated before anything is written), then apply."""
+        from kbctl.manifest import load_manifests
+
         return self.apply(load_manifests(paths, recursive=recursive), reporter=reporter)
 
     def refresh(
@@ -151,6 +178,8 @@ class KnowledgeBaseStore:
         A page answering 304 Not Modified, or whose extracted text is unchanged, is not re-chunked or
         re-embedded; a page that fails keeps serving its last good content and is reported stale.
         """
+        from kbctl.engine.apply import refresh_knowledge_bases
+
         return refresh_knowledge_bases(
             self.db,
             names,
@@ -170,6 +199,8 @@ class KnowledgeBaseStore:
         """`apply --wait`: hand the work to a running controller and wait for it, or, when no controller
         runs or a knowledge base reads files (`path:` sources, which only this process has), reconcile
         in-process (the same result either way)."""
+        from kbctl.engine.controller import wait_for_controller
+
         if not self.controller_alive() or any(kb.reads_files for kb in _knowledge_bases(knowledge_bases)):
             # No controller, or files to read that only this process has: reconcile here.
             return self.apply(knowledge_bases, reporter=reporter)
@@ -185,15 +216,21 @@ class KnowledgeBaseStore:
         self, knowledge_bases: Sequence[KnowledgeBase | LoadedManifest], *, prune_selector: Selector | None = None
     ) -> DiffReport:
         """What apply would do (and, with a selector, prune), without writing or fetching anything."""
+        from kbctl.engine.explain import diff_knowledge_bases
+
         kbs = _knowledge_bases(knowledge_bases)
         return diff_knowledge_bases(self.db, kbs, self.embedder, prune_selector=prune_selector)
 
     def prune(self, keep: Collection[str], selector: Selector) -> list[str]:
         """Delete the knowledge bases whose labels match `selector` and whose names are not in `keep`."""
+        from kbctl.engine.prune import prune_knowledge_bases
+
         return prune_knowledge_bases(self.db, keep, selector)
 
     def submit(self, knowledge_bases: Sequence[KnowledgeBase | LoadedManifest]) -> list[PendingResult]:
         """Record knowledge bases as desired state for a controller (`apply` without --wait); no ingestion here."""
+        from kbctl.engine.controller import record_pending
+
         return [record_pending(self.db, kb) for kb in _knowledge_bases(knowledge_bases)]
 
     def submit_or_apply(
@@ -215,10 +252,14 @@ class KnowledgeBaseStore:
 
     def controller(self, *, reporter: Reporter | None = None) -> Controller:
         """A controller over this store (use `run_once()` or `run(stop_event)`)."""
+        from kbctl.engine.controller import Controller
+
         return Controller(self.db, self.embedder, reporter=reporter, policy=self.fetch_policy)
 
     def controller_alive(self) -> bool:
         """Whether a controller has announced itself recently."""
+        from kbctl.engine.controller import controller_alive
+
         return controller_alive(self.db)
 
     def wait(
@@ -231,10 +272,14 @@ class KnowledgeBaseStore:
         timeout: float = 300.0,
     ) -> bool:
         """Wait until a knowledge base has a condition (default Ready=True); False on timeout."""
+        from kbctl.engine.controller import wait_for
+
         return wait_for(self.db, name, condition=condition, value=value, generation=generation, timeout=timeout)
 
     def history(self, name: str) -> list[VersionInfo]:
         """The retained versions of a knowledge base, newest first, with what changed in each."""
+        from kbctl.store.history import list_versions
+
         return list_versions(self.db, name)
 
     def rollback(
@@ -248,6 +293,9 @@ class KnowledgeBaseStore:
         """Serve an earlier retained version again (default: the one before the current); nothing is re-embedded.
 
         Waits (calling `on_wait`) at most `timeout` seconds for an apply of the knowledge base to finish."""
+        from kbctl.engine.conditions import observe
+        from kbctl.store.history import rollback
+
         result = rollback(self.db, name, to_version, timeout=timeout, on_wait=on_wait)
         row = self.db.get_kb(name)
         if row is not None:
@@ -256,14 +304,20 @@ class KnowledgeBaseStore:
 
     def collect_garbage(self, batch: int = 1000) -> GcResult:
         """Delete cached vectors no chunk references, in batches (skipped while an apply runs)."""
+        from kbctl.store.history import collect_garbage
+
         return collect_garbage(self.db, batch)
 
     def list(self) -> list[KnowledgeBaseSummary]:
         """Every knowledge base, by name."""
+        from kbctl.engine.status import list_knowledge_bases
+
         return list_knowledge_bases(self.db)
 
     def describe(self, name: str) -> KnowledgeBaseDetail:
         """Spec in force, current version and per-source state of one knowledge base."""
+        from kbctl.engine.status import describe_knowledge_base
+
         return describe_knowledge_base(self.db, name)
 
     def query(
@@ -282,6 +336,9 @@ class KnowledgeBaseStore:
         """The chunks most relevant to `question` (hybrid, vector or keyword; spec defaults for what is unset);
         `rerank` False skips the spec's reranker, True requires one; `explain` adds a per-stage trace of
         candidates, ranks, scores, cuts and timings. The keywords given (not None) override `options`."""
+        from kbctl.query.options import QueryOptions
+        from kbctl.query.retrieve import query_knowledge_base
+
         options = QueryOptions.build(
             options,
             top_k=top_k,
@@ -307,6 +364,9 @@ class KnowledgeBaseStore:
     ) -> GroundedContext:
         """The block a model should receive for `question`: merged passages marked as reference data,
         or an explicit "no relevant context was found" block. The keywords given (not None) override `options`."""
+        from kbctl.query.context import build_context
+        from kbctl.query.options import QueryOptions
+
         options = QueryOptions.build(
             options, top_k=top_k, threshold=threshold, max_tokens=max_tokens, mode=mode, rerank=rerank
         )
@@ -333,6 +393,9 @@ class KnowledgeBaseStore:
         `spec.answer`, else the configuration's `chat.defaultModel`. With `on_text` the answer is streamed to
         it as it arrives. The retrieval keywords given (not None) override `options`, as for `query`.
         """
+        from kbctl.answer import answer_ask, prepare_ask
+        from kbctl.query.options import QueryOptions
+
         options = QueryOptions.build(
             options, top_k=top_k, threshold=threshold, max_tokens=max_tokens, mode=mode, rerank=rerank
         )

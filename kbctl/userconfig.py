@@ -44,8 +44,6 @@ from urllib.parse import unquote
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 from pydantic.alias_generators import to_camel
 from pydantic_core import PydanticCustomError
-from ruamel.yaml import YAML
-from ruamel.yaml.error import YAMLError
 
 from kbctl.errors import KbctlError
 
@@ -458,6 +456,9 @@ def load_config(path: Path) -> ConfigFile:
         if os.environ.get("KBCTL_CONFIG"):
             raise KbctlError(f"{path}: no such file (named by KBCTL_CONFIG)")
         return ConfigFile()
+    from ruamel.yaml import YAML  # only when there is a file to read
+    from ruamel.yaml.error import YAMLError
+
     try:
         data = YAML(typ="safe", pure=True).load(path.read_text()) or {}
     except (OSError, YAMLError) as exc:

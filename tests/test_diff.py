@@ -80,10 +80,9 @@ def counts(store: KnowledgeBaseStore) -> dict[str, int]:
 
 
 def usage_error(output: str) -> str:
-    """The message of a usage error, out of the box rich draws around it (wrapped lines joined)."""
-    box = output[output.index("Error") :]
-    lines = [line.strip().strip("│").strip() for line in box.splitlines()[1:-1]]
-    return " ".join(lines)
+    """The message of a usage error: what follows "Error: " after the usage lines (plain text, no box)."""
+    assert output.startswith("Usage: kbctl ") and "│" not in output, output
+    return output[output.index("\nError: ") + len("\nError: ") :].strip()
 
 
 def tokens(store: KnowledgeBaseStore, text: str, *, max_chars: int = 150, markdown: bool = True) -> list[int]:

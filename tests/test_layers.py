@@ -11,7 +11,7 @@ PACKAGE = Path(kbctl.__file__).resolve().parent
 
 # Lowest first. A module may import from its own layer and the layers before it, never from a later one.
 LAYERS: list[tuple[str, ...]] = [
-    ("kbctl._version", "kbctl.errors"),
+    ("kbctl._version", "kbctl.errors", "kbctl._lazy"),
     ("kbctl.userconfig", "kbctl.config"),
     ("kbctl.manifest",),
     ("kbctl._http",),

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -10,7 +11,7 @@ from typer.testing import CliRunner
 
 from kbctl.cli import app
 from kbctl.client import KnowledgeBaseStore
-from kbctl.engine.status import KnowledgeBaseDetail
+from kbctl.engine.status import KnowledgeBaseDetail, KnowledgeBaseSummary
 from kbctl.manifest import KnowledgeBase, parse_manifests
 from tests.support.httpserver import HTTPTestServer, fetch_policy_for, serve
 from tests.support.lines import Lines
@@ -158,3 +159,37 @@ def test_a_page_that_cannot_be_ingested_keeps_where_it_came_from(
         status["long"].message or ""
     )
     assert status["long"].origin == site.url("/long.md")
+
+
+def test_get_lists_what_describe_shows_in_every_state(
+    web_store: KnowledgeBaseStore, site: HTTPTestServer, tmp_path: Path
+) -> None:
+    """`get` counts in the store what `describe` reads through the models: both agree for a healthy knowledge base,
+    one with a failed and a stale source, one whose every source failed (no version), one waiting for a controller (new, and
+    a change over a serving version) and a folder of documents (one unit per file)."""
+    store = web_store
+    store.apply(parse_manifests(inline_kb(description="Office facts."), "kb.yaml"))
+    site.route("/later.md", body="# Later\n\nThis page fails on the next refresh.", content_type="text/markdown")
+    store.apply(parse_manifests(url_kb(site, "/ok.md", "/gone", "/later.md", name="mixed"), "kb.yaml"))
+    site.route("/later.md", status=500, body="down")
+    store.refresh(["mixed"])  # page3 is stale: its last good content still serves
+    store.apply(parse_manifests(url_kb(site, "/gone", "/missing", name="unread"), "kb.yaml"))
+    store.submit(parse_manifests(inline_kb("waiting", description="Not yet read."), "kb.yaml"))
+    store.submit(parse_manifests(inline_kb(description="Office facts, revised."), "kb.yaml"))
+    docs = tmp_path / "docs"
+    docs.mkdir()
+    (docs / "a.md").write_text("# A\n\nThe first document.\n")
+    (docs / "b.md").write_text("# B\n\nThe second document.\n")
+    store.apply(parse_manifests(knowledge_base("folder", {"name": "docs", "path": "docs/"}), str(tmp_path / "kb.yaml")))
+
+    listed = store.list()
+    described = [KnowledgeBaseSummary(**store.describe(s.name).model_dump()) for s in listed]
+    assert [s.name for s in listed] == ["folder", "mixed", "notes", "unread", "waiting"]
+    assert listed == described
+    counts = {s.name: (s.version, s.ready_sources, s.sources, s.description) for s in listed}
+    assert counts["folder"] == (1, 2, 2, "")
+    assert counts["mixed"][:3] == (1, 1, 3)
+    assert [s.state for s in store.describe("mixed").source_status] == ["ready", "failed", "stale"]
+    assert counts["unread"][:3] == (None, 0, 2)
+    assert counts["waiting"] == (None, 0, 0, "Not yet read.")
+    assert counts["notes"] == (1, 1, 1, "Office facts.")  # the serving version's, until the change is reconciled

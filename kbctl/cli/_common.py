@@ -7,16 +7,20 @@ import io
 import json
 from collections.abc import Callable, Sequence
 from enum import StrEnum
-from typing import Annotated, Any, ParamSpec, TypeVar
+from typing import TYPE_CHECKING, Annotated, Any, ParamSpec, TypeVar
 
 import typer
-from pydantic import BaseModel
 
-from kbctl.client import KnowledgeBaseStore
 from kbctl.errors import InputError, KbctlError
-from kbctl.query.results import RerankInfo
+
+if TYPE_CHECKING:  # the library is imported by the command that uses it, so `--help` and `version` start fast
+    from pydantic import BaseModel
+
+    from kbctl.client import KnowledgeBaseStore
+    from kbctl.query.results import RerankInfo
 
 app = typer.Typer(
+    rich_markup_mode=None,
     name="kbctl",
     help="Declarative, kubectl-style controller for retrieval knowledge bases on PostgreSQL + pgvector.",
     no_args_is_help=True,
@@ -24,10 +28,17 @@ app = typer.Typer(
     add_completion=False,
     context_settings={"help_option_names": ["-h", "--help"]},
 )
-server_app = typer.Typer(help="Manage the embedded PostgreSQL server (used when no database URL is set).")
-app.add_typer(server_app, name="server")
-config_app = typer.Typer(help="Show kbctl's configuration (embedding providers and profiles, networks).")
-app.add_typer(config_app, name="config")
+
+
+def command_group(name: str, summary: str) -> typer.Typer:
+    """A group of subcommands (`kbctl NAME ...`) with plain-text help, like the rest of kbctl."""
+    group = typer.Typer(rich_markup_mode=None, help=summary, no_args_is_help=True)
+    app.add_typer(group, name=name)
+    return group
+
+
+server_app = command_group("server", "Manage the embedded PostgreSQL server (used when no database URL is set).")
+config_app = command_group("config", "Show kbctl's configuration (embedding providers and profiles, networks).")
 
 # `kbctl ask`: the knowledge base does not cover the question (not an error: 1 is for errors, 2 for usage).
 NOT_COVERED_EXIT = 3
@@ -114,6 +125,8 @@ def handles_errors(func: Callable[P, R]) -> Callable[P, R]:
 
 
 def open_store() -> KnowledgeBaseStore:
+    from kbctl.client import KnowledgeBaseStore
+
     return KnowledgeBaseStore(database_url=state["database_url"])
 
 
@@ -125,12 +138,12 @@ def check_resource(resource: str) -> None:
 
 
 def emit(data: BaseModel | Sequence[BaseModel] | dict[str, Any], output: Output | None) -> None:
-    if isinstance(data, BaseModel):
-        plain: Any = data.model_dump(mode="json")
-    elif isinstance(data, dict):
-        plain = data
-    else:
+    if isinstance(data, dict):
+        plain: Any = data
+    elif isinstance(data, Sequence):
         plain = {"items": [d.model_dump(mode="json") for d in data]}
+    else:
+        plain = data.model_dump(mode="json")
     if output is Output.yaml:
         from ruamel.yaml import YAML
 
@@ -142,6 +155,14 @@ def emit(data: BaseModel | Sequence[BaseModel] | dict[str, Any], output: Output 
         typer.echo(buf.getvalue(), nl=False)
     else:
         typer.echo(json.dumps(plain, indent=2, ensure_ascii=False))
+
+
+def _print_version(value: bool | None) -> None:
+    if value:
+        from kbctl._version import __version__
+
+        typer.echo(f"kbctl {__version__}")
+        raise typer.Exit()
 
 
 @app.callback()
@@ -156,6 +177,10 @@ def _root(
         ),
     ] = None,
     debug: Annotated[bool, typer.Option("--debug", help="Show tracebacks of errors.")] = False,
+    version: Annotated[
+        bool | None,
+        typer.Option("--version", is_eager=True, callback=_print_version, help="Print the kbctl version and exit."),
+    ] = None,
 ) -> None:
     """Keep KnowledgeBase manifests in git; `kbctl apply -f kb/ --wait` makes the store match them.
 

@@ -3,17 +3,18 @@
 from __future__ import annotations
 
 import sys
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
 from kbctl.cli._common import Files, OutputOpt, Recursive, app, emit, handles_errors, open_store
 from kbctl.cli.diff import PruneOpt, SelectorOpt, plan_apply, prune_selector
-from kbctl.cli.render import CliReporter, diff_lines
-from kbctl.engine.controller import PendingResult
-from kbctl.engine.results import ApplyReport
-from kbctl.manifest import LoadedManifest, load_manifests
-from kbctl.manifest.selectors import Selector
+
+if TYPE_CHECKING:
+    from kbctl.engine.controller import PendingResult
+    from kbctl.engine.results import ApplyReport
+    from kbctl.manifest import LoadedManifest
+    from kbctl.manifest.selectors import Selector
 
 
 @app.command()
@@ -56,6 +57,9 @@ def apply(
     nothing changed (or would), 2 when something was (or would be) created, configured or pruned, 1 on
     any failure.
     """
+    from kbctl.cli.progress import CliReporter
+    from kbctl.manifest import load_manifests
+
     chosen = prune_selector(prune, selector)
     if dry_run:
         _dry_run(filename, recursive, chosen, output, exit_code)
@@ -81,6 +85,8 @@ def apply(
 def _submit(manifests: list[LoadedManifest], chosen: Selector | None, output: OutputOpt, exit_code: bool) -> None:
     """apply without --wait: record the desired state for a controller and return; knowledge bases that read
     files (path: sources) are applied here, since a controller has no copy of the files."""
+    from kbctl.cli.progress import CliReporter
+
     local = [m.kb.name for m in manifests if m.kb.reads_files]
     reporter = CliReporter(quiet=output is not None)
 
@@ -130,6 +136,8 @@ def _print_report(report: ApplyReport, pruned: list[str] | None, output: OutputO
 
 
 def _dry_run(filename: list[str], recursive: bool, chosen: Selector | None, output: OutputOpt, exit_code: bool) -> None:
+    from kbctl.cli.render import diff_lines
+
     plan = plan_apply(filename, recursive, chosen)
     if output:
         emit(plan, output)

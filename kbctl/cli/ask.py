@@ -3,11 +3,10 @@
 from __future__ import annotations
 
 import sys
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from kbctl.answer import NOT_COVERED, AskResult
 from kbctl.cli._common import (
     NOT_COVERED_EXIT,
     OutputOpt,
@@ -19,7 +18,9 @@ from kbctl.cli._common import (
     open_store,
     warn_rerank,
 )
-from kbctl.query.options import QueryOptions
+
+if TYPE_CHECKING:
+    from kbctl.answer import AskResult
 
 
 def _sources(result: AskResult) -> list[str]:
@@ -74,6 +75,9 @@ def ask(
 
     Example: kbctl ask client-service-policy "how long do we keep invoices?" --model litellm/support-llm
     """
+    from kbctl.answer import NOT_COVERED
+    from kbctl.query.options import QueryOptions
+
     options = QueryOptions.build(
         top_k=top_k, threshold=threshold, max_tokens=max_tokens, mode=mode and mode.value, rerank=rerank
     )

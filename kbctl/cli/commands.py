@@ -29,11 +29,8 @@ from kbctl.cli._common import (
     state,
     warn_rerank,
 )
-from kbctl.cli.render import CliReporter, describe_text, knowledge_base_table
-from kbctl.config import Settings, effective_config
-from kbctl.manifest import json_schema, load_manifests
-from kbctl.query.options import QueryOptions
-from kbctl.store.embedded import server_status, stop_server
+
+# Each command imports the library parts it needs when it runs: `kbctl --help` and `kbctl version` load none.
 
 
 @app.command()
@@ -57,6 +54,8 @@ def refresh(
     check_resource(resource)
     if (name is None) != all_kbs:
         raise typer.BadParameter("give a knowledge base NAME or --all (not both)", param_hint="NAME")
+    from kbctl.cli.progress import CliReporter
+
     reporter = CliReporter(quiet=output is not None)
     with open_store() as store:
         try:
@@ -73,6 +72,8 @@ def refresh(
 @handles_errors
 def validate(filename: Files, recursive: Recursive = False) -> None:
     """Check manifests without touching any database; print one line per problem (file:line: field: ...)."""
+    from kbctl.manifest import load_manifests
+
     manifests = load_manifests(filename, recursive=recursive, stdin=sys.stdin)
     for m in manifests:
         typer.echo(f"{m.path}:{m.line}: KnowledgeBase/{m.kb.name} valid")
@@ -81,6 +82,8 @@ def validate(filename: Files, recursive: Recursive = False) -> None:
 @app.command()
 def schema() -> None:
     """Print the JSON Schema of the KnowledgeBase manifest (for editors and CI linters)."""
+    from kbctl.manifest import json_schema
+
     typer.echo(json.dumps(json_schema(), indent=2))
 
 
@@ -88,6 +91,8 @@ def schema() -> None:
 @handles_errors
 def get(resource: Resource, name: Annotated[str | None, typer.Argument()] = None, output: OutputOpt = None) -> None:
     """List knowledge bases: name, Ready condition, current version, sources ready/total, chunks, age."""
+    from kbctl.cli.render import knowledge_base_table
+
     check_resource(resource)
     with open_store() as store:
         items = [store.describe(name)] if name else store.list()
@@ -104,6 +109,8 @@ def get(resource: Resource, name: Annotated[str | None, typer.Argument()] = None
 @handles_errors
 def describe(resource: Resource, name: str, output: OutputOpt = None) -> None:
     """Show a knowledge base in detail: spec in force, current version, and the state of every source."""
+    from kbctl.cli.render import describe_text
+
     check_resource(resource)
     with open_store() as store:
         d = store.describe(name)
@@ -159,6 +166,8 @@ def query(
 
     Example: kbctl query client-service-policy "how long do we keep invoices?" --explain
     """
+    from kbctl.query.options import QueryOptions
+
     options = QueryOptions.build(
         top_k=top_k,
         threshold=threshold,
@@ -212,6 +221,8 @@ def context(
     chunks of one source are merged so their overlap is sent once. When nothing passes the threshold
     the block says plainly that no relevant context was found.
     """
+    from kbctl.query.options import QueryOptions
+
     options = QueryOptions.build(
         top_k=top_k, threshold=threshold, max_tokens=max_tokens, mode=mode and mode.value, rerank=rerank
     )
@@ -241,6 +252,9 @@ def delete(resource: Resource, name: str, timeout: LockTimeoutOpt = 60.0) -> Non
 @handles_errors
 def server_status_cmd(output: OutputOpt = None) -> None:
     """Say whether the embedded PostgreSQL runs, its pid and connection URL."""
+    from kbctl.config import Settings
+    from kbctl.store.embedded import server_status
+
     status = server_status(Settings.from_env().pgdata)
     if output:
         emit(status.__dict__, output)
@@ -254,6 +268,9 @@ def server_status_cmd(output: OutputOpt = None) -> None:
 @handles_errors
 def server_stop() -> None:
     """Stop the embedded PostgreSQL (the next command that needs it starts it again)."""
+    from kbctl.config import Settings
+    from kbctl.store.embedded import stop_server
+
     pgdata = Settings.from_env().pgdata
     typer.echo("stopped" if stop_server(pgdata) else f"not running ({pgdata})")
 
@@ -269,6 +286,8 @@ def config_view(output: OutputOpt = None) -> None:
     the network allowances of URL sources (allowPrivateNetworks, allowNetworks). YAML by default, or
     -o json.
     """
+    from kbctl.config import Settings, effective_config
+
     emit(effective_config(Settings.from_env(database_url=state["database_url"])), output or Output.yaml)
 
 

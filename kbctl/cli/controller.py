@@ -10,7 +10,6 @@ from typing import Annotated
 import typer
 
 from kbctl.cli._common import Resource, app, check_resource, handles_errors, open_store
-from kbctl.cli.render import CliReporter
 
 _DURATION = re.compile(r"^(\d+(?:\.\d+)?)(ms|s|m|h)?$")
 _UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, None: 1.0}
@@ -47,6 +46,8 @@ def controller(
     time with FOR UPDATE SKIP LOCKED and a lease, so several controllers can share one database
     without doing the same work twice. Stops cleanly on SIGINT/SIGTERM.
     """
+    from kbctl.cli.progress import CliReporter
+
     reporter = CliReporter(quiet=False)
     with open_store() as store:
         ctl = store.controller(reporter=reporter)

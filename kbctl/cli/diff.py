@@ -5,15 +5,15 @@ from __future__ import annotations
 import functools
 import sys
 from collections.abc import Callable
-from typing import Annotated, ParamSpec, TypeVar
+from typing import TYPE_CHECKING, Annotated, ParamSpec, TypeVar
 
 import typer
 
 from kbctl.cli._common import Files, OutputOpt, Recursive, app, emit, handles_errors, open_store
-from kbctl.cli.render import diff_lines
-from kbctl.engine.explain import DiffReport, diff_knowledge_bases
-from kbctl.manifest import load_manifests
-from kbctl.manifest.selectors import Selector, parse_selector
+
+if TYPE_CHECKING:
+    from kbctl.engine.explain import DiffReport
+    from kbctl.manifest.selectors import Selector
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -43,6 +43,8 @@ def prune_selector(prune: bool, selector: str | None) -> Selector | None:
         )
     if selector is None:
         return None
+    from kbctl.manifest.selectors import parse_selector
+
     if not prune:
         raise typer.BadParameter("-l selects what --prune deletes: add --prune", param_hint="'-l' / '--selector'")
     try:
@@ -53,6 +55,9 @@ def prune_selector(prune: bool, selector: str | None) -> Selector | None:
 
 def plan_apply(filename: list[str], recursive: bool, selector: Selector | None) -> DiffReport:
     """Load and validate manifests, then diff them against the store (the shared core of diff and apply --dry-run)."""
+    from kbctl.engine.explain import diff_knowledge_bases
+    from kbctl.manifest import load_manifests
+
     manifests = load_manifests(filename, recursive=recursive, stdin=sys.stdin)
     with open_store() as store:
         return diff_knowledge_bases(store.db, [m.kb for m in manifests], store.embedder, prune_selector=selector)
@@ -101,6 +106,8 @@ def diff(
     Exit code: 0 no differences, 1 differences (a URL source apply would fetch counts as one),
     2 error (invalid manifest, store or model error, usage error).
     """  # noqa: RUF002  (the minus sign U+2212, as printed)
+    from kbctl.cli.render import diff_lines
+
     chosen = prune_selector(prune, selector)
     report = _errors_exit_2(plan_apply)(filename, recursive, chosen)
     if output:

@@ -4,17 +4,15 @@ from __future__ import annotations
 
 import sys
 from enum import StrEnum
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
 from kbctl.cli._common import OutputOpt, app, emit, handles_errors, open_store
-from kbctl.cli.render import table
-from kbctl.eval.answers import AnswerReport, answer_shortfalls, evaluate_answers
-from kbctl.eval.evalset import load_evalset
-from kbctl.eval.metrics import MRR_DEPTH, NDCG_DEPTH
-from kbctl.eval.run import EvalReport, evaluate_store
-from kbctl.query.options import QueryOptions
+
+if TYPE_CHECKING:
+    from kbctl.eval.answers import AnswerReport
+    from kbctl.eval.run import EvalReport
 
 
 class Mode(StrEnum):
@@ -33,6 +31,9 @@ def _num(value: float | None) -> str:
 
 
 def _print(report: EvalReport, verbose: bool) -> None:
+    from kbctl.cli.render import table
+    from kbctl.eval.metrics import MRR_DEPTH, NDCG_DEPTH
+
     k = report.k
     headers = [
         "MODE",
@@ -82,6 +83,8 @@ def _print(report: EvalReport, verbose: bool) -> None:
 
 
 def _print_answers(reports: list[AnswerReport], verbose: bool) -> None:
+    from kbctl.cli.render import table
+
     headers = [
         "CHAT MODEL",
         "ANSWERED",
@@ -222,6 +225,11 @@ def evaluate(
 
     Example: kbctl eval client-service-policy -f examples/eval/client-service-policy.yaml -m hybrid -m vector
     """
+    from kbctl.eval.answers import answer_shortfalls, evaluate_answers
+    from kbctl.eval.evalset import load_evalset
+    from kbctl.eval.run import evaluate_store
+    from kbctl.query.options import QueryOptions
+
     if not answers and (chat_model or judge_model or min_faithfulness is not None or min_refusal is not None):
         raise typer.BadParameter(
             "--chat-model, --judge-model, --min-faithfulness and --min-refusal need --answers", param_hint="--answers"

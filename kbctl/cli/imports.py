@@ -4,17 +4,17 @@ from __future__ import annotations
 
 import shlex
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from kbctl.cli._common import OutputOpt, app, emit, handles_errors, open_store
-from kbctl.cli.render import CliReporter
-from kbctl.eval.beir import DEFAULT_SPLIT, RANKING_RETRIEVAL, BeirImport, import_beir
-from kbctl.manifest import Retrieval
+from kbctl.cli._common import OutputOpt, command_group, emit, handles_errors, open_store
+from kbctl.eval.defaults import DEFAULT_SPLIT, RANKING_MAX_TOKENS, RANKING_THRESHOLD, RANKING_TOP_K
 
-import_app = typer.Typer(help="Import a public dataset as a knowledge base with its eval set.", no_args_is_help=True)
-app.add_typer(import_app, name="import")
+if TYPE_CHECKING:
+    from kbctl.eval.beir import BeirImport
+
+import_app = command_group("import", "Import a public dataset as a knowledge base with its eval set.")
 
 
 def _plural(count: int, word: str, plural: str | None = None) -> str:
@@ -72,10 +72,10 @@ def beir(
         typer.Option(
             "--threshold", min=-1.0, max=1.0, help="spec.retrieval.similarityThreshold of the knowledge base."
         ),
-    ] = RANKING_RETRIEVAL.similarity_threshold,
+    ] = RANKING_THRESHOLD,
     max_tokens: Annotated[
         int, typer.Option("--max-tokens", min=1, help="spec.retrieval.maxContextTokens of the knowledge base.")
-    ] = RANKING_RETRIEVAL.max_context_tokens,
+    ] = RANKING_MAX_TOKENS,
     output: OutputOpt = None,
 ) -> None:
     """Import a BEIR-format dataset as a knowledge base, and write its eval set for `kbctl eval`.
@@ -95,7 +95,11 @@ def beir(
 
         kbctl eval nfcorpus -f nfcorpus-test-eval.jsonl -k 10 -m hybrid -m vector -m keyword
     """
-    retrieval = Retrieval(top_k=RANKING_RETRIEVAL.top_k, similarity_threshold=threshold, max_context_tokens=max_tokens)
+    from kbctl.cli.progress import CliReporter
+    from kbctl.eval.beir import import_beir
+    from kbctl.manifest import Retrieval
+
+    retrieval = Retrieval(top_k=RANKING_TOP_K, similarity_threshold=threshold, max_context_tokens=max_tokens)
     reporter = CliReporter(quiet=output is not None)
     with open_store() as store:
         try:

@@ -1,4 +1,5 @@
-"""Every word kbctl prints for humans: the apply and refresh lines from engine events, diff lines, tables, ages.
+"""The words kbctl prints for humans about what the store holds and what would change: tables, describe, diff
+lines, ages (the apply and refresh log is kbctl.cli.progress).
 
 The engine reports typed events and returns typed results; this module alone turns them into text, so the
 lines the README shows are made in one place.
@@ -9,34 +10,18 @@ from __future__ import annotations
 import json
 from collections.abc import Iterator, Sequence
 from datetime import UTC, datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import typer
-from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
-
-from kbctl.engine.events import (
-    ControllerGone,
-    EmbeddingProgress,
-    Event,
-    HandedToController,
-    ReconcileFailed,
-    ReconcileFinished,
-    ReconcileStarted,
-    SourceReconciled,
-    StoreUnavailable,
-    VectorIndexBuilt,
-)
-from kbctl.engine.explain import DiffReport, SourceDiff
-from kbctl.engine.status import KnowledgeBaseDetail, KnowledgeBaseSummary
-from kbctl.store.history import GcResult, VersionInfo
+if TYPE_CHECKING:  # imported by the commands that print them (a command's start-up pays only for its own)
+    from kbctl.engine.explain import DiffReport, SourceDiff
+    from kbctl.engine.status import KnowledgeBaseDetail, KnowledgeBaseSummary
+    from kbctl.store.history import GcResult, VersionInfo
 
 __all__ = [
-    "CliReporter",
     "age",
+    "count",
     "describe_text",
     "diff_lines",
-    "event_line",
     "history_table",
     "knowledge_base_table",
     "no_versions_line",
@@ -46,109 +31,15 @@ __all__ = [
 MINUS = "\u2212"  # the minus sign (U+2212) of "+3 \u22122 chunks": ruff flags it written out
 
 
-def _count(n: int, noun: str) -> str:
+def count(n: int, noun: str) -> str:
+    """`1 chunk`, `3 chunks`."""
     return f"{n} {noun}" if n == 1 else f"{n} {noun}s"
-
-
-def _source_line(prefix: str, e: SourceReconciled) -> str | None:
-    r, src = e.source, f"{prefix} source {e.source.name}"
-    if r.failed:
-        return f"{src} failed: {r.message}"
-    if r.ingested:
-        new = f", {r.embedded} new" if e.trigger == "refresh" else ""
-        ends = "its end is" if r.truncated == 1 else "their ends are"
-        cut = (
-            f"; warning: {_count(r.truncated, 'chunk')} longer than the model reads, {ends} not embedded"
-            " (lower spec.chunking.maxChars)"
-            if r.truncated
-            else ""
-        )
-        return f"{src} ready: {_count(r.chunks, 'chunk')} ({e.model}){new}{cut}"
-    if r.fetched and e.trigger == "refresh":
-        return f"{src} unchanged"
-    return None
 
 
 def gc_line(result: GcResult) -> str:
     """What `kbctl gc` removed, in one line."""
-    line = f"removed {_count(result.removed, 'unreferenced vector')}"
-    return line + (f", {_count(result.texts_removed, 'unused source text')}" if result.texts_removed else "")
-
-
-def event_line(event: Event) -> str | None:
-    """The line an engine event prints in the apply / refresh log, or None for events that print nothing."""
-    if isinstance(event, EmbeddingProgress):
-        return None
-    if isinstance(event, StoreUnavailable):
-        return f"database unavailable ({event.message}); reconnecting in {event.retry_seconds:g} s"
-    prefix = f"KnowledgeBase/{event.name}"
-    if isinstance(event, ControllerGone):
-        return f"{prefix}: no controller is alive any more; reconciling in-process"
-    if isinstance(event, ReconcileStarted):
-        if event.trigger == "refresh":
-            return None  # refresh names the outcome once its sources are done
-        if event.action == "unchanged":
-            return f"{prefix} unchanged (version {event.version})"
-        n = event.waiting
-        work = f"waiting for the ingestion of {_count(n, 'source')}" if n else "every source reuses stored content"
-        return f"{prefix} {event.action} (version {event.version}); {work}"
-    if isinstance(event, SourceReconciled):
-        return _source_line(prefix, event)
-    if isinstance(event, ReconcileFinished):
-        if event.trigger == "apply":
-            return None
-        outcome = "unchanged" if event.action == "unchanged" else "refreshed"
-        return f"{prefix} {outcome} (version {event.version})"
-    if isinstance(event, ReconcileFailed):
-        return f"{prefix} failed: {event.message}"
-    if isinstance(event, VectorIndexBuilt):
-        vectors = _count(event.vectors, "vector")
-        return f"{prefix}: vector index of {event.model} built over {vectors} in {event.seconds:.1f} s"
-    assert isinstance(event, HandedToController)
-    return f"{prefix} {event.action} (version {event.version}); waiting for a controller"
-
-
-class CliReporter:
-    """Prints the apply log to stdout and, on a terminal only, an embedding progress bar to stderr."""
-
-    def __init__(self, quiet: bool) -> None:
-        self._quiet = quiet
-        self._console = Console(stderr=True)
-        self._progress: Progress | None = None
-        self._task: Any = None
-
-    def report(self, event: Event) -> None:
-        """Print an event's line, or move the progress bar."""
-        if isinstance(event, EmbeddingProgress):
-            self._embedding_progress(event.done, event.total)
-            return
-        line = event_line(event)
-        if line is not None:
-            self.close()
-            if not self._quiet:
-                typer.echo(line)
-
-    def _embedding_progress(self, done: int, total: int) -> None:
-        if not self._console.is_terminal:
-            return
-        if self._progress is None:
-            self._progress = Progress(
-                TextColumn("embedding"),
-                BarColumn(),
-                MofNCompleteColumn(),
-                TimeRemainingColumn(),
-                console=self._console,
-                transient=True,
-            )
-            self._progress.start()
-            self._task = self._progress.add_task("embedding", total=total)
-        self._progress.update(self._task, completed=done, total=total)
-
-    def close(self) -> None:
-        """Remove the progress bar, if one is drawn."""
-        if self._progress is not None:
-            self._progress.stop()
-            self._progress = None
+    line = f"removed {count(result.removed, 'unreferenced vector')}"
+    return line + (f", {count(result.texts_removed, 'unused source text')}" if result.texts_removed else "")
 
 
 def _diff_source_line(s: SourceDiff) -> str:
@@ -162,11 +53,11 @@ def _diff_source_line(s: SourceDiff) -> str:
         single = numbers in (["+1"], [f"{MINUS}1"])
         details.append(" ".join(numbers) + (" chunk" if single else " chunks"))
     if s.tokens_to_embed:
-        details.append(f"~{_count(s.tokens_to_embed, 'token')} to embed")
+        details.append(f"~{count(s.tokens_to_embed, 'token')} to embed")
     if not details and s.change == "changed":
         details.append("same chunks")  # re-chunked (e.g. a chunking setting changed) into the same texts
     if s.truncated:
-        details.append(f"warning: {_count(s.truncated, 'chunk')} longer than the model reads")
+        details.append(f"warning: {count(s.truncated, 'chunk')} longer than the model reads")
     return f"{head}: {', '.join(details)}" if details else head
 
 

@@ -12,15 +12,16 @@ from kbctl.cli._common import (
     Resource,
     app,
     check_resource,
+    command_group,
     emit,
     handles_errors,
     open_store,
     say_waiting,
 )
-from kbctl.cli.render import gc_line, history_table, no_versions_line
 
-rollout_app = typer.Typer(help="Show the versions of a knowledge base and roll back to one.", no_args_is_help=True)
-app.add_typer(rollout_app, name="rollout")
+# The renderers are imported by the commands that print them (see kbctl.cli.commands).
+
+rollout_app = command_group("rollout", "Show the versions of a knowledge base and roll back to one.")
 
 Name = Annotated[str, typer.Argument(help="Knowledge base name.")]
 
@@ -30,6 +31,8 @@ Name = Annotated[str, typer.Argument(help="Knowledge base name.")]
 def history(resource: Resource, name: Name, output: OutputOpt = None) -> None:
     """List the versions kept for rollback, newest first: * marks the one serving queries, SOURCES the
     sources ready when it was published, CHANGE what made it."""
+    from kbctl.cli.render import history_table, no_versions_line
+
     check_resource(resource)
     with open_store() as store:
         versions = store.history(name)
@@ -75,6 +78,8 @@ def gc(
 
     Does nothing while an apply or refresh runs, since it may be about to use such vectors.
     """
+    from kbctl.cli.render import gc_line
+
     with open_store() as store:
         result = store.collect_garbage(batch)
     if output:

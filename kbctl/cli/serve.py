@@ -8,7 +8,6 @@ from typing import Annotated
 import typer
 
 from kbctl.cli._common import app, handles_errors, state
-from kbctl.config import Settings
 
 
 @app.command()
@@ -60,6 +59,7 @@ def serve(
 
     Example: SUPPORT_BOT_TOKEN=... kbctl serve --host 0.0.0.0 --port 8080
     """
+    from kbctl.config import Settings
     from kbctl.serve.run import serve as run
 
     settings = Settings.from_env(database_url=state["database_url"])
@@ -89,6 +89,7 @@ def mcp() -> None:
 
     Client configuration: {"mcpServers": {"kbctl": {"command": "kbctl", "args": ["mcp"]}}}
     """
+    from kbctl.config import Settings
     from kbctl.serve.run import serve_mcp_stdio
 
     serve_mcp_stdio(Settings.from_env(database_url=state["database_url"]))

@@ -1,4 +1,4 @@
-"""What the engine reports while it works, as typed events: only the CLI words them (cli/render.py)."""
+"""What the engine reports while it works, as typed events: only the CLI words them (cli/progress.py)."""
 
 from __future__ import annotations
 

@@ -11,11 +11,12 @@ from pydantic import BaseModel, ConfigDict, computed_field
 
 from kbctl.embedding import Embedder
 from kbctl.engine.ingest import Chunked, chunk_source
-from kbctl.engine.plan import Ingest, SourcePlan, build_plan, fetch_requests, file_stamps, source_of
+from kbctl.engine.plan import Ingest, SourcePlan, build_plan, fetch_requests, file_stamps
 from kbctl.manifest import KnowledgeBase
 from kbctl.manifest.changes import field_changes, source_changes
 from kbctl.manifest.models import SourceKind
 from kbctl.manifest.selectors import Selector
+from kbctl.sources import source_of
 from kbctl.sources.files import read_paths
 from kbctl.store.database import Database
 from kbctl.store.state import StoredState, read_state

@@ -54,7 +54,6 @@ __all__ = [
     "served_validators",
     "serves_spec",
     "sha256_json",
-    "source_of",
     "text_sha256",
 ]
 
@@ -198,11 +197,6 @@ def _revision_key(kb: KnowledgeBase, source: Source, doc: Document, model_id: st
     if doc.title:  # the title heads the chunks' heading paths (ingest.titled); untitled keys stay as they were
         key["title"] = doc.title
     return sha256_json(key)
-
-
-def source_of(unit: str) -> str:
-    """The manifest source a unit belongs to: `docs` of `docs/guide.md` (a single-document source: itself)."""
-    return unit.split("/", 1)[0]
 
 
 def _units(served: Mapping[str, VersionSourceRow], source: Source) -> dict[str, tuple[str, VersionSourceRow]]:

@@ -9,9 +9,8 @@ from pydantic import BaseModel, ConfigDict
 from pydantic.alias_generators import to_camel
 
 from kbctl.engine.conditions import Condition, is_true
-from kbctl.engine.plan import source_of
 from kbctl.errors import NotFoundError
-from kbctl.manifest import KnowledgeBase
+from kbctl.sources import source_of
 from kbctl.store.database import Database, KnowledgeBaseRow, SourceStatusRow, VersionSourceRow
 
 __all__ = [
@@ -107,6 +106,8 @@ def _detail(db: Database, row: KnowledgeBaseRow) -> KnowledgeBaseDetail:
         served = db.version_sources(version.id) if version else []
     # The spec in force: the serving version's, else the one last recorded; read through the models, so
     # every default comes from kbctl/manifest/models.py.
+    from kbctl.manifest import KnowledgeBase
+
     spec = KnowledgeBase.from_manifest(version.manifest if version else db.last_manifest(row.id)).spec
     kinds = {s.name: s.kind for s in spec.sources}
     if version is not None:
@@ -145,8 +146,26 @@ def _detail(db: Database, row: KnowledgeBaseRow) -> KnowledgeBaseDetail:
 
 
 def list_knowledge_bases(db: Database) -> list[KnowledgeBaseSummary]:
-    """Every knowledge base with its current version and counts, by name."""
-    return [KnowledgeBaseSummary(**_detail(db, row).model_dump()) for row in db.list_kbs()]
+    """Every knowledge base with its current version and counts, by name (counted in the store: no manifest is
+    read, so listing costs the same however much text the knowledge bases hold)."""
+    return [
+        KnowledgeBaseSummary(
+            name=row.name,
+            description=row.description,
+            labels=row.labels,
+            ready=is_true(row.conditions, "Ready"),
+            generation=row.generation,
+            observed_generation=row.observed_generation,
+            conditions=[Condition.model_validate(c) for c in row.conditions],
+            version=row.current_version,
+            sources=row.sources,
+            ready_sources=row.ready_sources,
+            chunks=row.chunks,
+            created_at=row.created_at,
+            updated_at=row.updated_at,
+        )
+        for row in db.list_summaries()
+    ]
 
 
 def describe_knowledge_base(db: Database, name: str) -> KnowledgeBaseDetail:

@@ -37,6 +37,7 @@ from ruamel.yaml.scalarstring import LiteralScalarString
 from kbctl.engine.events import Reporter
 from kbctl.engine.results import ApplyReport
 from kbctl.errors import BeirError, KbctlError, ManifestProblem
+from kbctl.eval.defaults import DEFAULT_SPLIT, RANKING_MAX_TOKENS, RANKING_THRESHOLD, RANKING_TOP_K
 from kbctl.eval.evalset import EvalQuery, EvalSet
 from kbctl.eval.stores import ImportStore
 from kbctl.manifest import API_VERSION, KIND, KnowledgeBase, Metadata, Retrieval, Source, Spec
@@ -74,7 +75,6 @@ __all__ = [
 CORPUS_FILE: Final = "corpus.jsonl"
 QUERIES_FILE: Final = "queries.jsonl"
 QRELS_DIR: Final = "qrels"
-DEFAULT_SPLIT: Final = "test"
 QRELS_HEADER: Final = "query-id"
 HASH_DIGITS: Final = 8
 FALLBACK_NAME: Final = "doc"
@@ -84,9 +84,10 @@ MAX_BEIR_FILE_BYTES: Final = 4 << 30
 """Largest BEIR file read (every document is held in memory): the public datasets up to NQ and HotpotQA
 fit; FEVER-sized corpora do not, and would not fit in memory here either."""
 
-RANKING_RETRIEVAL: Final = Retrieval(top_k=10, similarity_threshold=-1.0, max_context_tokens=100_000)
-"""Retrieval settings that measure ranking rather than cut-offs: every candidate passes the threshold
-and the token budget never binds, so recall@10 and nDCG@10 see the full top 10."""
+RANKING_RETRIEVAL: Final = Retrieval(
+    top_k=RANKING_TOP_K, similarity_threshold=RANKING_THRESHOLD, max_context_tokens=RANKING_MAX_TOKENS
+)
+"""Retrieval settings that measure ranking rather than cut-offs (see kbctl.eval.defaults)."""
 
 _INVALID_CHARS: Final = re.compile(r"[^a-z0-9_.-]+")
 _EDGE_CHARS: Final = "-_."

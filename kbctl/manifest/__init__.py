@@ -4,26 +4,58 @@ models (fields, defaults, JSON Schema) · load (files, directories, stdin, every
 selectors (kubectl label selectors) · changes (what differs between two manifests).
 """
 
-from kbctl.manifest.load import LoadedManifest, load_manifests, parse_manifests
-from kbctl.manifest.models import (
-    API_VERSION,
-    DEFAULT_MODEL,
-    KIND,
-    Answer,
-    Chunking,
-    Crawl,
-    Embedding,
-    GitRepository,
-    KnowledgeBase,
-    Limits,
-    Metadata,
-    Rerank,
-    Retrieval,
-    Source,
-    Spec,
-    json_schema,
-    write_schema,
-)
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from kbctl._lazy import lazy_attributes
+
+if TYPE_CHECKING:
+    from kbctl.manifest.load import LoadedManifest, load_manifests, parse_manifests
+    from kbctl.manifest.models import (
+        API_VERSION,
+        DEFAULT_MODEL,
+        KIND,
+        Answer,
+        Chunking,
+        Crawl,
+        Embedding,
+        GitRepository,
+        KnowledgeBase,
+        Limits,
+        Metadata,
+        Rerank,
+        Retrieval,
+        Source,
+        Spec,
+        json_schema,
+        write_schema,
+    )
+
+# Each name is imported on first use: a command that only reads the store (or its digests) never loads the
+# YAML loader and its error locating.
+_WHERE = {
+    "LoadedManifest": "kbctl.manifest.load",
+    "load_manifests": "kbctl.manifest.load",
+    "parse_manifests": "kbctl.manifest.load",
+    "API_VERSION": "kbctl.manifest.models",
+    "DEFAULT_MODEL": "kbctl.manifest.models",
+    "KIND": "kbctl.manifest.models",
+    "Answer": "kbctl.manifest.models",
+    "Chunking": "kbctl.manifest.models",
+    "Crawl": "kbctl.manifest.models",
+    "Embedding": "kbctl.manifest.models",
+    "GitRepository": "kbctl.manifest.models",
+    "KnowledgeBase": "kbctl.manifest.models",
+    "Limits": "kbctl.manifest.models",
+    "Metadata": "kbctl.manifest.models",
+    "Rerank": "kbctl.manifest.models",
+    "Retrieval": "kbctl.manifest.models",
+    "Source": "kbctl.manifest.models",
+    "Spec": "kbctl.manifest.models",
+    "json_schema": "kbctl.manifest.models",
+    "write_schema": "kbctl.manifest.models",
+}
 
 __all__ = [
     "API_VERSION",
@@ -47,3 +79,5 @@ __all__ = [
     "parse_manifests",
     "write_schema",
 ]
+
+__getattr__ = lazy_attributes(__name__, _WHERE, globals())

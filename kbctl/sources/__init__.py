@@ -5,12 +5,21 @@ from __future__ import annotations
 import hashlib
 import re
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-from kbctl.manifest import Source
+if TYPE_CHECKING:
+    from kbctl.manifest import Source
 
-__all__ = ["Document", "read_inline", "storable"]
+__all__ = ["Document", "read_inline", "source_of", "storable"]
 
 _UNSTORABLE = re.compile("[\x00\ud800-\udfff]")
+
+
+def source_of(unit: str) -> str:
+    """The manifest source a unit belongs to: `docs` of `docs/guide.md` (a single-document source: itself).
+
+    A source of many documents (path, git, crawl) is stored as one unit per document, named SOURCE/ID."""
+    return unit.split("/", 1)[0]
 
 
 def storable(text: str) -> str:

@@ -28,16 +28,19 @@ LAST_RESORT_RANKED chunks holding any word are scored too.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import numpy as np
 import psycopg
 from psycopg.rows import class_row
 
-from kbctl.embedding import Vector
 from kbctl.store.rows import ChunkHit
+from kbctl.store.search import as_float32
+
+if TYPE_CHECKING:
+    from kbctl.embedding import Vector
 
 __all__ = [
     "K1",
@@ -97,7 +100,7 @@ class QuestionTerms:
     def idf(self) -> list[float]:
         """Each word's inverse document frequency, Lucene's BM25 form."""
         n = self.chunks
-        return [float(np.log1p((n - df + 0.5) / (df + 0.5))) for df in self.chunks_with]
+        return [math.log1p((n - df + 0.5) / (df + 0.5)) for df in self.chunks_with]
 
 
 def question_terms(conn: psycopg.Connection[Any], version_id: int, language: str, question: str) -> QuestionTerms:
@@ -240,7 +243,7 @@ def keyword_search(
             " JOIN kb_embeddings e ON e.id = c.embedding_id"
             " ORDER BY best.place",
             {
-                "q": np.asarray(vector, dtype=np.float32),
+                "q": as_float32(vector),
                 "v": version_id,
                 "ids": [i for i, _ in ranked],
                 "scores": [s for _, s in ranked],

@@ -8,9 +8,8 @@ import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager, suppress
 from dataclasses import replace
-from typing import Any, ParamSpec, TypeVar
+from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar
 
-import numpy as np
 import psycopg
 from pgvector.psycopg import register_vector
 from psycopg import errors as pgerrors
@@ -18,7 +17,6 @@ from psycopg.pq import TransactionStatus
 from psycopg.rows import class_row
 from psycopg.types.json import Jsonb
 
-from kbctl.embedding import Vector
 from kbctl.errors import StoreError
 from kbctl.manifest.digest import sha256_json
 from kbctl.store.bm25 import containing_all_words, keyword_search, version_statistics
@@ -32,6 +30,7 @@ from kbctl.store.rows import (
     QueryTarget,
     SourceEntry,
     SourceStatusRow,
+    SummaryRow,
     VersionRow,
     VersionSourceRow,
 )
@@ -39,6 +38,7 @@ from kbctl.store.search import (
     EF_SEARCH,
     EXACT_SCAN_MAX,
     VectorIndex,
+    as_float32,
     build_vector_index,
     exact_search,
     indexed_search,
@@ -46,6 +46,9 @@ from kbctl.store.search import (
     vector_index,
 )
 from kbctl.store.texts import pack, store_texts, unpack
+
+if TYPE_CHECKING:
+    from kbctl.embedding import Vector
 from kbctl.userconfig import redact
 
 __all__ = [
@@ -285,6 +288,33 @@ class Database:
             return cur.execute("SELECT " + _KB_COLUMNS + " FROM kb_knowledge_bases ORDER BY name").fetchall()
 
     @_store_errors
+    def list_summaries(self) -> list[SummaryRow]:
+        """Every knowledge base with what `get` shows, by name, in one statement.
+
+        A source's state is its live one (the last fetch) when it has one, else the serving version's; before
+        any version, the sources are those with a live state that the last applied manifest still names."""
+        with self._conn.cursor(row_factory=class_row(SummaryRow)) as cur:
+            return cur.execute(
+                "SELECT k.name, k.labels, k.current_version, k.created_at, k.updated_at, k.generation,"
+                " k.observed_generation, k.conditions,"
+                " coalesce(coalesce(v.manifest, k.manifest) #>> '{spec,description}', '') AS description,"
+                " coalesce(v.chunk_count, 0) AS chunks, s.sources, s.ready_sources"
+                " FROM kb_knowledge_bases k"
+                " LEFT JOIN kb_versions v ON v.kb_id = k.id AND v.number = k.current_version"
+                " LEFT JOIN LATERAL (SELECT count(*) AS sources, count(*) FILTER (WHERE u.state = 'ready')"
+                "  AS ready_sources FROM ("
+                "   SELECT coalesce(ss.state, vs.state) AS state FROM kb_version_sources vs"
+                "   LEFT JOIN kb_source_status ss ON ss.kb_id = k.id AND ss.source_name = vs.source_name"
+                "   WHERE vs.version_id = v.id"
+                "   UNION ALL"
+                "   SELECT ss.state FROM kb_source_status ss"
+                "   WHERE v.id IS NULL AND ss.kb_id = k.id AND split_part(ss.source_name, '/', 1) IN"
+                "    (SELECT jsonb_array_elements(k.manifest -> 'spec' -> 'sources') ->> 'name')"
+                " ) u) s ON true"
+                " ORDER BY k.name"
+            ).fetchall()
+
+    @_store_errors
     def last_manifest(self, kb_id: int) -> dict[str, Any]:
         """The manifest last applied to a knowledge base (what describes it before any version is published)."""
         row = self._conn.execute("SELECT manifest FROM kb_knowledge_bases WHERE id = %s", (kb_id,)).fetchone()
@@ -519,7 +549,7 @@ class Database:
             cur.executemany(
                 "INSERT INTO kb_embeddings (model, text_sha256, embedding) VALUES (%s, %s, %s)"
                 " ON CONFLICT (model, text_sha256) DO NOTHING",
-                [(model, h, np.asarray(v, dtype=np.float32)) for h, v in items],
+                [(model, h, as_float32(v)) for h, v in items],
             )
         return self.cached_embeddings(model, [h for h, _ in items])
 

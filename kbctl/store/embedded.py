@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import atexit
 import logging
+import os
 import warnings
 from dataclasses import dataclass
 from pathlib import Path
@@ -16,7 +17,7 @@ from typing import Any
 from kbctl.config import ensure_dir
 from kbctl.errors import KbctlError, StoreError
 
-__all__ = ["ServerStatus", "embedded_url", "server_status", "stop_server"]
+__all__ = ["ServerStatus", "embedded_url", "running_url", "server_status", "stop_server"]
 
 
 def _pgserver() -> Any:
@@ -37,6 +38,24 @@ class ServerStatus:
     running: bool
     pid: int | None
     url: str | None
+
+
+def running_url(pgdata: Path) -> str | None:
+    """The socket URL of a server that is up in `pgdata`, from its postmaster.pid alone (no server library
+    loaded: the common case of every command after the first costs a file read); None when that file does not
+    show a ready server of this folder whose process and socket exist. A stale file can still name a reused pid:
+    callers fall back to `embedded_url` when this URL does not connect."""
+    try:
+        lines = (pgdata / "postmaster.pid").read_text().splitlines()
+        pid, folder, port, socket_dir, status = int(lines[0]), lines[1], lines[3], lines[4], lines[7].strip()
+        os.kill(pid, 0)
+    except (OSError, ValueError, IndexError):
+        return None
+    if status != "ready" or Path(folder) != pgdata.resolve() or not socket_dir.strip():
+        return None
+    if not (Path(socket_dir.strip()) / f".s.PGSQL.{port.strip()}").exists():
+        return None
+    return f"postgresql://postgres:@/postgres?host={socket_dir.strip()}"
 
 
 def embedded_url(pgdata: Path) -> str:

@@ -15,6 +15,7 @@ __all__ = [
     "QueryTarget",
     "SourceEntry",
     "SourceStatusRow",
+    "SummaryRow",
     "VersionRow",
     "VersionSourceRow",
 ]
@@ -38,6 +39,24 @@ class KnowledgeBaseRow:
     observed_generation: int
     conditions: list[dict[str, Any]]
     pending: bool  # a desired manifest waits to be reconciled
+
+
+@dataclass(frozen=True)
+class SummaryRow:
+    """A knowledge base as `kbctl get` lists it, counted in SQL (no manifest leaves the server)."""
+
+    name: str
+    labels: dict[str, str]
+    current_version: int | None
+    created_at: datetime
+    updated_at: datetime
+    generation: int
+    observed_generation: int
+    conditions: list[dict[str, Any]]
+    description: str  # spec.description of the serving version (else of the last applied manifest)
+    chunks: int
+    sources: int  # served units (a document of a path, git or crawl source is one)
+    ready_sources: int
 
 
 @dataclass(frozen=True)

@@ -25,21 +25,23 @@ from __future__ import annotations
 import hashlib
 import math
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import numpy as np
 import psycopg
 from psycopg import sql
 from psycopg.rows import class_row
 
-from kbctl.embedding import Vector
 from kbctl.store.rows import ChunkHit
+
+if TYPE_CHECKING:
+    from kbctl.embedding import Vector
 
 __all__ = [
     "EF_SEARCH",
     "EXACT_SCAN_MAX",
     "INDEX_MIN_VECTORS",
     "VectorIndex",
+    "as_float32",
     "build_vector_index",
     "exact_search",
     "index_settings",
@@ -81,7 +83,10 @@ def _index_prefix(model: str) -> str:
     return "kb_embeddings_hnsw_" + hashlib.sha256(model.encode()).hexdigest()[:16] + "_"
 
 
-def _array(vector: Vector) -> Any:
+def as_float32(vector: Vector) -> Any:
+    """A vector as the float32 array pgvector sends (numpy is imported here, by the commands that search)."""
+    import numpy as np
+
     return np.asarray(vector, dtype=np.float32)
 
 
@@ -138,7 +143,7 @@ def exact_search(conn: psycopg.Connection[Any], version_id: int, vector: Vector,
             " JOIN kb_chunks c ON c.revision_id = vs.revision_id"
             " JOIN kb_embeddings e ON e.id = c.embedding_id"
             " WHERE vs.version_id = %(v)s ORDER BY e.embedding <=> %(q)s, c.id LIMIT %(n)s",
-            {"q": _array(vector), "v": version_id, "n": limit},
+            {"q": as_float32(vector), "v": version_id, "n": limit},
             binary=True,
         ).fetchall()
 
@@ -198,7 +203,7 @@ def indexed_search(
     query = indexed_query(model, index.dimensions)
     with conn.cursor(row_factory=class_row(ChunkHit)) as cur:
         hits = cur.execute(
-            query, {"q": _array(vector), "m": fetch, "v": version_id, "n": limit}, binary=True
+            query, {"q": as_float32(vector), "m": fetch, "v": version_id, "n": limit}, binary=True
         ).fetchall()
     if len(hits) < min(limit, version_chunks):
         return None

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from kbctl.cli.render import event_line
+from kbctl.cli.progress import event_line
 from kbctl.engine.events import Event
 
 __all__ = ["Lines"]
