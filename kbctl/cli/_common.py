@@ -5,21 +5,43 @@ from __future__ import annotations
 import functools
 import io
 import json
+import re
 from collections.abc import Callable, Sequence
 from enum import StrEnum
 from typing import TYPE_CHECKING, Annotated, Any, ParamSpec, TypeVar
 
 import typer
+from typer.core import TyperGroup
 
 from kbctl.errors import InputError, KbctlError
 
 if TYPE_CHECKING:  # the library is imported by the command that uses it, so `--help` and `version` start fast
     from pydantic import BaseModel
+    from typer import _click  # the click that typer vendors (annotations only)
 
     from kbctl.client import KnowledgeBaseStore
     from kbctl.query.results import RerankInfo
 
+
+class DryRun(StrEnum):
+    """What `--dry-run` checks: the manifests only (client), or also what the store would do (server)."""
+
+    client = "client"
+    server = "server"
+
+
+class _Commands(TyperGroup):
+    """kbctl's command group: a bare `--dry-run` means `--dry-run=server`, as in kubectl (click options cannot
+    take an optional value, so the bare flag is spelled out before parsing; nothing after `--` is touched)."""
+
+    def parse_args(self, ctx: _click.Context, args: list[str]) -> list[str]:
+        end = args.index("--") if "--" in args else len(args)
+        spelled = [f"--dry-run={DryRun.server}" if a == "--dry-run" else a for a in args[:end]]
+        return super().parse_args(ctx, spelled + args[end:])
+
+
 app = typer.Typer(
+    cls=_Commands,
     rich_markup_mode=None,
     name="kbctl",
     help="Declarative, kubectl-style controller for retrieval knowledge bases on PostgreSQL + pgvector.",
@@ -62,12 +84,38 @@ class QueryMode(StrEnum):
     keyword = "keyword"
 
 
+def choices(kind: type[StrEnum]) -> str:
+    """The metavar that lists an option's values: [hybrid|vector|keyword]."""
+    return "[" + "|".join(kind) + "]"
+
+
+ModeOpt = Annotated[
+    QueryMode | None,
+    typer.Option(
+        "--mode",
+        metavar=choices(QueryMode),
+        help="hybrid (full text + vectors, fused), vector or keyword (default: spec.retrieval.mode).",
+    ),
+]
+DryRunOpt = Annotated[
+    DryRun | None,
+    typer.Option(
+        "--dry-run",
+        metavar=choices(DryRun),
+        help="Change nothing: client checks the manifests only; server (a bare --dry-run) also plans against the "
+        "store and prints what would happen.",
+    ),
+]
 Files = Annotated[
     list[str],
-    typer.Option("--filename", "-f", help="Manifest file, directory of manifests, or - for stdin (repeatable)."),
+    typer.Option(
+        "--filename", "-f", metavar="FILE", help="Manifest file, directory of manifests, or - for stdin (repeatable)."
+    ),
 ]
 Recursive = Annotated[bool, typer.Option("--recursive", "-R", help="Process directories recursively.")]
-OutputOpt = Annotated[Output | None, typer.Option("--output", "-o", help="Print json or yaml instead of text.")]
+OutputOpt = Annotated[
+    Output | None, typer.Option("--output", "-o", metavar="FORMAT", help="Print json or yaml instead of text.")
+]
 RerankOpt = Annotated[
     bool | None,
     typer.Option(
@@ -83,16 +131,54 @@ def warn_rerank(info: RerankInfo | None) -> None:
         typer.echo(f"warning: rerank skipped, results are in fused order: {info.error}", err=True)
 
 
-Resource = Annotated[str, typer.Argument(help="Resource type: knowledgebase (aliases: knowledgebases, kb).")]
+Resource = Annotated[
+    str, typer.Argument(metavar="RESOURCE", help="Resource type: knowledgebase (aliases: knowledgebases, kb).")
+]
+KbName = Annotated[str, typer.Argument(metavar="NAME", help="Knowledge base name.")]
 
 P = ParamSpec("P")
 R = TypeVar("R")
 
 
+_DURATION_PART = re.compile(r"(\d+(?:\.\d+)?)(ms|s|m|h)")
+_UNIT_SECONDS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0}
+
+
+def parse_duration(text: str) -> float:
+    """Seconds of a duration as kubectl writes them: 90s, 10m, 1h30m, 250ms, or a plain number of seconds.
+
+    Raises typer.BadParameter (a usage error, exit code 2) for anything else."""
+    value = text.strip()
+    try:
+        return float(value)
+    except ValueError:
+        pass
+    parts = _DURATION_PART.findall(value)
+    if not parts or "".join(n + u for n, u in parts) != value:
+        raise typer.BadParameter(f"invalid duration {text!r}; use e.g. 90s, 10m, 1h30m or a number of seconds")
+    return sum(float(n) * _UNIT_SECONDS[u] for n, u in parts)
+
+
+def duration_option(*flags: str, help: str, minimum: float = 0.0, maximum: float | None = None) -> Any:
+    """A typer option taking a duration (see parse_duration) within [minimum, maximum] seconds; the command
+    receives the text as typed and reads it with parse_duration."""
+
+    def check(value: str | None) -> str | None:
+        if value is None:
+            return None
+        seconds = parse_duration(value)
+        if seconds < minimum or (maximum is not None and seconds > maximum):
+            upper = "" if maximum is None else f" and at most {maximum:g} s"
+            raise typer.BadParameter(f"{value!r} is out of range: at least {minimum:g} s{upper}")
+        return value
+
+    return typer.Option(*flags, metavar="DURATION", callback=check, help=help)
+
+
 LockTimeoutOpt = Annotated[
-    float,
-    typer.Option(
-        "--timeout", min=0, help="Seconds to wait for an apply of the knowledge base that holds its lock to finish."
+    str,
+    duration_option(
+        "--timeout", help="How long to wait for an apply of the knowledge base that holds its lock to finish."
     ),
 ]
 
@@ -171,6 +257,7 @@ def _root(
         str | None,
         typer.Option(
             "--database-url",
+            metavar="URL",
             envvar="KBCTL_DATABASE_URL",
             show_envvar=True,
             help="PostgreSQL (with pgvector) to use instead of the embedded server.",

@@ -7,7 +7,19 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from kbctl.cli._common import Files, OutputOpt, Recursive, app, emit, handles_errors, open_store
+from kbctl.cli._common import (
+    DryRun,
+    DryRunOpt,
+    Files,
+    OutputOpt,
+    Recursive,
+    app,
+    duration_option,
+    emit,
+    handles_errors,
+    open_store,
+    parse_duration,
+)
 from kbctl.cli.diff import PruneOpt, SelectorOpt, plan_apply, prune_selector
 
 if TYPE_CHECKING:
@@ -30,11 +42,9 @@ def apply(
         ),
     ] = False,
     timeout: Annotated[
-        float, typer.Option("--timeout", min=1, help="With --wait and a controller: seconds to wait for it.")
-    ] = 600.0,
-    dry_run: Annotated[
-        bool, typer.Option("--dry-run", help="Print what would happen (as `kbctl diff` does) and change nothing.")
-    ] = False,
+        str, duration_option("--timeout", minimum=1, help="With --wait and a controller: how long to wait for it.")
+    ] = "10m",
+    dry_run: DryRunOpt = None,
     prune: PruneOpt = False,
     selector: SelectorOpt = None,
     exit_code: Annotated[
@@ -52,8 +62,9 @@ def apply(
     bases with path: sources are always applied by this process, which has the files.
 
     --prune -l SELECTOR then deletes the knowledge bases whose labels match and that are not in the
-    manifests ("KnowledgeBase/NAME pruned"). --dry-run writes nothing: it prints what would happen,
-    "KnowledgeBase/NAME configured (dry run)" with the changes `kbctl diff` shows. --exit-code: 0 when
+    manifests ("KnowledgeBase/NAME pruned"). --dry-run writes nothing: --dry-run=server (or a bare
+    --dry-run) prints what would happen, "KnowledgeBase/NAME configured (dry run)" with the changes
+    `kbctl diff` shows; --dry-run=client only validates the manifests, without a store. --exit-code: 0 when
     nothing changed (or would), 2 when something was (or would be) created, configured or pruned, 1 on
     any failure.
     """
@@ -61,7 +72,10 @@ def apply(
     from kbctl.manifest import load_manifests
 
     chosen = prune_selector(prune, selector)
-    if dry_run:
+    if dry_run is DryRun.client:
+        _client_dry_run(filename, recursive, output)
+        return
+    if dry_run is DryRun.server:
         _dry_run(filename, recursive, chosen, output, exit_code)
         return
     manifests = load_manifests(filename, recursive=recursive, stdin=sys.stdin)
@@ -71,7 +85,7 @@ def apply(
     reporter = CliReporter(quiet=output is not None)
     with open_store() as store:
         try:
-            report = store.apply_and_wait(manifests, reporter=reporter, timeout=timeout)
+            report = store.apply_and_wait(manifests, reporter=reporter, timeout=parse_duration(timeout))
         finally:
             reporter.close()
         pruned = store.prune([m.kb.name for m in manifests], chosen) if chosen else []
@@ -133,6 +147,18 @@ def _print_report(report: ApplyReport, pruned: list[str] | None, output: OutputO
         typer.echo(f"KnowledgeBase/{name} pruned")
     n = len(report.results)
     typer.echo(f"applied {n} resource{'s' if n != 1 else ''}")
+
+
+def _client_dry_run(filename: list[str], recursive: bool, output: OutputOpt) -> None:
+    """--dry-run=client: validate the manifests (every problem at once, as apply does) and touch no store."""
+    from kbctl.manifest import load_manifests
+
+    manifests = load_manifests(filename, recursive=recursive, stdin=sys.stdin)
+    if output:
+        emit({"dryRun": "client", "valid": [m.kb.name for m in manifests]}, output)
+        return
+    for m in manifests:
+        typer.echo(f"KnowledgeBase/{m.kb.name} valid (dry run: client, the store was not consulted)")
 
 
 def _dry_run(filename: list[str], recursive: bool, chosen: Selector | None, output: OutputOpt, exit_code: bool) -> None:

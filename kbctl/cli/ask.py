@@ -9,8 +9,8 @@ import typer
 
 from kbctl.cli._common import (
     NOT_COVERED_EXIT,
+    ModeOpt,
     OutputOpt,
-    QueryMode,
     RerankOpt,
     app,
     emit,
@@ -35,25 +35,29 @@ def _sources(result: AskResult) -> list[str]:
 @app.command()
 @handles_errors
 def ask(
-    name: Annotated[str, typer.Argument(help="Knowledge base to answer from.")],
-    question: Annotated[str, typer.Argument(help="The question, in natural language.")],
+    name: Annotated[str, typer.Argument(metavar="NAME", help="Knowledge base to answer from.")],
+    question: Annotated[str, typer.Argument(metavar="QUESTION", help="The question, in natural language.")],
     model: Annotated[
         str | None,
         typer.Option(
             "--model",
             "-m",
+            metavar="MODEL",
             help="Chat model: provider/name of chat.providers (openai built in) or profile:NAME of chat.profiles "
             "(default: spec.answer.model or spec.answer.profile).",
         ),
     ] = None,
-    top_k: Annotated[int | None, typer.Option("--top-k", min=1, help="Chunks to retrieve at most.")] = None,
+    top_k: Annotated[
+        int | None, typer.Option("--top-k", metavar="N", min=1, help="Chunks to retrieve at most.")
+    ] = None,
     threshold: Annotated[
-        float | None, typer.Option("--threshold", min=-1.0, max=1.0, help="Minimum cosine similarity.")
+        float | None, typer.Option("--threshold", metavar="SCORE", min=-1.0, max=1.0, help="Minimum cosine similarity.")
     ] = None,
     max_tokens: Annotated[
-        int | None, typer.Option("--max-tokens", min=1, help="Token budget of the passages given to the model.")
+        int | None,
+        typer.Option("--max-tokens", metavar="N", min=1, help="Token budget of the passages given to the model."),
     ] = None,
-    mode: Annotated[QueryMode | None, typer.Option("--mode", help="hybrid, vector or keyword.")] = None,
+    mode: ModeOpt = None,
     rerank: RerankOpt = None,
     stream: Annotated[
         bool | None,

@@ -11,10 +11,11 @@ import typer
 from kbctl._version import __version__
 from kbctl.cli._common import (
     Files,
+    KbName,
     LockTimeoutOpt,
+    ModeOpt,
     Output,
     OutputOpt,
-    QueryMode,
     Recursive,
     RerankOpt,
     Resource,
@@ -24,6 +25,7 @@ from kbctl.cli._common import (
     emit,
     handles_errors,
     open_store,
+    parse_duration,
     say_waiting,
     server_app,
     state,
@@ -37,9 +39,10 @@ from kbctl.cli._common import (
 @handles_errors
 def refresh(
     resource: Resource,
-    name: Annotated[str | None, typer.Argument(help="Knowledge base to refresh (or --all).")] = None,
+    name: Annotated[str | None, typer.Argument(metavar="NAME", help="Knowledge base to refresh (or --all).")] = None,
     source: Annotated[
-        list[str] | None, typer.Option("--source", "-s", help="Refresh only this source (repeatable).")
+        list[str] | None,
+        typer.Option("--source", "-s", metavar="SOURCE", help="Refresh only this source (repeatable)."),
     ] = None,
     all_kbs: Annotated[bool, typer.Option("--all", help="Refresh every knowledge base.")] = False,
     output: OutputOpt = None,
@@ -89,7 +92,16 @@ def schema() -> None:
 
 @app.command()
 @handles_errors
-def get(resource: Resource, name: Annotated[str | None, typer.Argument()] = None, output: OutputOpt = None) -> None:
+def get(
+    resource: Resource,
+    name: Annotated[
+        str | None,
+        typer.Argument(
+            metavar="NAME",
+        ),
+    ] = None,
+    output: OutputOpt = None,
+) -> None:
     """List knowledge bases: name, Ready condition, current version, sources ready/total, chunks, age."""
     from kbctl.cli.render import knowledge_base_table
 
@@ -107,7 +119,7 @@ def get(resource: Resource, name: Annotated[str | None, typer.Argument()] = None
 
 @app.command()
 @handles_errors
-def describe(resource: Resource, name: str, output: OutputOpt = None) -> None:
+def describe(resource: Resource, name: KbName, output: OutputOpt = None) -> None:
     """Show a knowledge base in detail: spec in force, current version, and the state of every source."""
     from kbctl.cli.render import describe_text
 
@@ -123,16 +135,17 @@ def describe(resource: Resource, name: str, output: OutputOpt = None) -> None:
 @app.command()
 @handles_errors
 def query(
-    name: Annotated[str, typer.Argument(help="Knowledge base to search.")],
-    question: Annotated[str, typer.Argument(help="The question, in natural language.")],
+    name: Annotated[str, typer.Argument(metavar="NAME", help="Knowledge base to search.")],
+    question: Annotated[str, typer.Argument(metavar="QUESTION", help="The question, in natural language.")],
     top_k: Annotated[
         int | None,
-        typer.Option("--top-k", min=1, help="Candidates to consider (default: spec.retrieval.topK)."),
+        typer.Option("--top-k", metavar="N", min=1, help="Candidates to consider (default: spec.retrieval.topK)."),
     ] = None,
     threshold: Annotated[
         float | None,
         typer.Option(
             "--threshold",
+            metavar="SCORE",
             min=-1.0,
             max=1.0,
             help="Minimum cosine similarity (default: spec.retrieval.similarityThreshold).",
@@ -142,16 +155,12 @@ def query(
         int | None,
         typer.Option(
             "--max-tokens",
+            metavar="N",
             min=1,
             help="Token budget of the returned context (default: spec.retrieval.maxContextTokens).",
         ),
     ] = None,
-    mode: Annotated[
-        QueryMode | None,
-        typer.Option(
-            "--mode", help="hybrid (full text + vectors, fused), vector or keyword (default: spec.retrieval.mode)."
-        ),
-    ] = None,
+    mode: ModeOpt = None,
     explain: Annotated[
         bool, typer.Option("--explain", help="Show each stage's candidates, ranks, scores, cuts and timings.")
     ] = False,
@@ -203,14 +212,14 @@ def query(
 @app.command()
 @handles_errors
 def context(
-    name: Annotated[str, typer.Argument(help="Knowledge base to search.")],
-    question: Annotated[str, typer.Argument(help="The question, in natural language.")],
-    top_k: Annotated[int | None, typer.Option("--top-k", min=1, help="Chunks to keep at most.")] = None,
+    name: Annotated[str, typer.Argument(metavar="NAME", help="Knowledge base to search.")],
+    question: Annotated[str, typer.Argument(metavar="QUESTION", help="The question, in natural language.")],
+    top_k: Annotated[int | None, typer.Option("--top-k", metavar="N", min=1, help="Chunks to keep at most.")] = None,
     threshold: Annotated[
-        float | None, typer.Option("--threshold", min=-1.0, max=1.0, help="Minimum cosine similarity.")
+        float | None, typer.Option("--threshold", metavar="SCORE", min=-1.0, max=1.0, help="Minimum cosine similarity.")
     ] = None,
-    max_tokens: Annotated[int | None, typer.Option("--max-tokens", min=1, help="Token budget.")] = None,
-    mode: Annotated[QueryMode | None, typer.Option("--mode", help="hybrid, vector or keyword.")] = None,
+    max_tokens: Annotated[int | None, typer.Option("--max-tokens", metavar="N", min=1, help="Token budget.")] = None,
+    mode: ModeOpt = None,
     rerank: RerankOpt = None,
     output: OutputOpt = None,
 ) -> None:
@@ -237,14 +246,14 @@ def context(
 
 @app.command()
 @handles_errors
-def delete(resource: Resource, name: str, timeout: LockTimeoutOpt = 60.0) -> None:
+def delete(resource: Resource, name: KbName, timeout: LockTimeoutOpt = "1m") -> None:
     """Delete a knowledge base with its versions, chunks, and the cached vectors no other one uses.
 
     An apply of it that is running finishes first (it is never recreated half way).
     """
     check_resource(resource)
     with open_store() as store:
-        result = store.delete(name, timeout=timeout, on_wait=say_waiting(name))
+        result = store.delete(name, timeout=parse_duration(timeout), on_wait=say_waiting(name))
     typer.echo(f"KnowledgeBase/{result.name} deleted ({result.chunks} chunks, {result.vectors} vectors)")
 
 

@@ -2,25 +2,22 @@
 
 from __future__ import annotations
 
-import re
 import signal
 import threading
 from typing import Annotated
 
 import typer
 
-from kbctl.cli._common import Resource, app, check_resource, handles_errors, open_store
-
-_DURATION = re.compile(r"^(\d+(?:\.\d+)?)(ms|s|m|h)?$")
-_UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, None: 1.0}
-
-
-def parse_duration(text: str) -> float:
-    """Seconds of a kubectl-style duration: 30s, 5m, 1h, 250ms, or a bare number of seconds."""
-    match = _DURATION.match(text.strip())
-    if match is None:
-        raise typer.BadParameter(f"invalid duration {text!r}; use e.g. 30s, 5m or 1h", param_hint="--timeout")
-    return float(match.group(1)) * _UNITS[match.group(2)]
+from kbctl.cli._common import (
+    KbName,
+    Resource,
+    app,
+    check_resource,
+    duration_option,
+    handles_errors,
+    open_store,
+    parse_duration,
+)
 
 
 def parse_for(text: str) -> tuple[str, bool]:
@@ -38,11 +35,14 @@ def parse_for(text: str) -> tuple[str, bool]:
 @handles_errors
 def controller(
     once: Annotated[bool, typer.Option("--once", help="Process what is pending, then exit.")] = False,
-    poll: Annotated[float, typer.Option("--poll-seconds", min=0.5, help="Check for work at least this often.")] = 5.0,
+    poll: Annotated[
+        str,
+        duration_option("--poll-interval", "--poll-seconds", minimum=0.5, help="Check for work at least this often."),
+    ] = "5s",
 ) -> None:
     """Run the reconciler: reconcile knowledge bases recorded by `kbctl apply` (without --wait).
 
-    Wakes up on a PostgreSQL NOTIFY (and every --poll-seconds), claims one pending knowledge base at a
+    Wakes up on a PostgreSQL NOTIFY (and every --poll-interval), claims one pending knowledge base at a
     time with FOR UPDATE SKIP LOCKED and a lease, so several controllers can share one database
     without doing the same work twice. Stops cleanly on SIGINT/SIGTERM.
     """
@@ -60,18 +60,18 @@ def controller(
         for sig in (signal.SIGINT, signal.SIGTERM):
             signal.signal(sig, lambda *_: stop.set())
         typer.echo(f"controller {ctl.id} running", err=True)
-        ctl.run(stop, poll_seconds=poll)
+        ctl.run(stop, poll_seconds=parse_duration(poll))
 
 
 @app.command()
 @handles_errors
 def wait(
     resource: Resource,
-    name: str,
-    for_: Annotated[str, typer.Option("--for", help="condition=NAME[=true|false], e.g. condition=Ready.")] = (
-        "condition=Ready"
-    ),
-    timeout: Annotated[str, typer.Option("--timeout", help="Give up after this long (30s, 5m, 1h).")] = "30s",
+    name: KbName,
+    for_: Annotated[
+        str, typer.Option("--for", metavar="CONDITION", help="condition=NAME[=true|false], e.g. condition=Ready.")
+    ] = ("condition=Ready"),
+    timeout: Annotated[str, duration_option("--timeout", help="Give up after this long (30s, 5m, 1h).")] = "30s",
 ) -> None:
     """Wait until a knowledge base has a condition (Ready, Progressing, Degraded); exit 1 on timeout."""
     check_resource(resource)

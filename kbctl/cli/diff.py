@@ -30,6 +30,7 @@ SelectorOpt = Annotated[
     typer.Option(
         "--selector",
         "-l",
+        metavar="SELECTOR",
         help="Label selector of what --prune may delete: k=v, k==v, k!=v, k, !k; a comma means AND.",
     ),
 ]

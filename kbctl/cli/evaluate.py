@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from kbctl.cli._common import OutputOpt, app, emit, handles_errors, open_store
+from kbctl.cli._common import OutputOpt, app, choices, emit, handles_errors, open_store
 
 if TYPE_CHECKING:
     from kbctl.eval.answers import AnswerReport
@@ -149,17 +149,22 @@ def _print_answers(reports: list[AnswerReport], verbose: bool) -> None:
 @handles_errors
 def evaluate(
     filename: Annotated[
-        str, typer.Option("--filename", "-f", help="Eval set: YAML, or JSON Lines (one query per line); - for stdin.")
+        str,
+        typer.Option(
+            "--filename", "-f", metavar="FILE", help="Eval set: YAML, or JSON Lines (one query per line); - for stdin."
+        ),
     ],
     name: Annotated[
-        str | None, typer.Argument(help="Knowledge base to evaluate (default: the eval set's knowledgeBase).")
+        str | None,
+        typer.Argument(metavar="NAME", help="Knowledge base to evaluate (default: the eval set's knowledgeBase)."),
     ] = None,
-    k: Annotated[int, typer.Option("--k", "-k", min=1, help="Cut-off of recall@k and hit rate@k.")] = 5,
+    k: Annotated[int, typer.Option("--k", "-k", metavar="K", min=1, help="Cut-off of recall@k and hit rate@k.")] = 5,
     mode: Annotated[
         list[Mode] | None,
         typer.Option(
             "--mode",
             "-m",
+            metavar=choices(Mode),
             help="Retrieval mode to measure (repeatable; default: the spec's mode and reranker). "
             "A mode without +rerank is measured without the reranker.",
         ),
@@ -167,18 +172,26 @@ def evaluate(
     threshold: Annotated[
         float | None,
         typer.Option(
-            "--threshold", min=-1.0, max=1.0, help="Similarity threshold (default: spec.retrieval.similarityThreshold)."
+            "--threshold",
+            metavar="SCORE",
+            min=-1.0,
+            max=1.0,
+            help="Similarity threshold (default: spec.retrieval.similarityThreshold).",
         ),
     ] = None,
     max_tokens: Annotated[
         int | None,
-        typer.Option("--max-tokens", min=1, help="Token budget (default: spec.retrieval.maxContextTokens)."),
+        typer.Option(
+            "--max-tokens", metavar="N", min=1, help="Token budget (default: spec.retrieval.maxContextTokens)."
+        ),
     ] = None,
     min_recall: Annotated[
-        float | None, typer.Option("--min-recall", min=0.0, help="Exit 1 when mean recall@k is below this.")
+        float | None,
+        typer.Option("--min-recall", metavar="RATIO", min=0.0, help="Exit 1 when mean recall@k is below this."),
     ] = None,
     min_ndcg: Annotated[
-        float | None, typer.Option("--min-ndcg", min=0.0, help="Exit 1 when mean nDCG@10 is below this.")
+        float | None,
+        typer.Option("--min-ndcg", metavar="SCORE", min=0.0, help="Exit 1 when mean nDCG@10 is below this."),
     ] = None,
     answers: Annotated[
         bool, typer.Option("--answers", help="Also ask every question (kbctl ask) and measure the answers.")
@@ -187,21 +200,32 @@ def evaluate(
         list[str] | None,
         typer.Option(
             "--chat-model",
+            metavar="MODEL",
             help="Chat model to measure with --answers (repeatable; default: spec.answer or chat.defaultModel).",
         ),
     ] = None,
     judge_model: Annotated[
         str | None,
-        typer.Option("--judge-model", help="Chat model judging faithfulness (default: chat.judgeModel; none: skip)."),
+        typer.Option(
+            "--judge-model",
+            metavar="MODEL",
+            help="Chat model judging faithfulness (default: chat.judgeModel; none: skip).",
+        ),
     ] = None,
     min_faithfulness: Annotated[
         float | None,
-        typer.Option("--min-faithfulness", min=0.0, max=1.0, help="Exit 1 when mean faithfulness is below this."),
+        typer.Option(
+            "--min-faithfulness", metavar="RATIO", min=0.0, max=1.0, help="Exit 1 when mean faithfulness is below this."
+        ),
     ] = None,
     min_refusal: Annotated[
         float | None,
         typer.Option(
-            "--min-refusal", min=0.0, max=1.0, help="Exit 1 when the share of noAnswer questions refused is below this."
+            "--min-refusal",
+            metavar="RATIO",
+            min=0.0,
+            max=1.0,
+            help="Exit 1 when the share of noAnswer questions refused is below this.",
         ),
     ] = None,
     verbose: Annotated[bool, typer.Option("--verbose", "-v", help="List the queries that missed.")] = False,

@@ -45,36 +45,52 @@ def _print(result: BeirImport) -> None:
 @handles_errors
 def beir(
     directory: Annotated[
-        Path, typer.Argument(help="BEIR dataset folder: corpus.jsonl, queries.jsonl, qrels/<split>.tsv.")
+        Path, typer.Argument(metavar="DIR", help="BEIR dataset folder: corpus.jsonl, queries.jsonl, qrels/<split>.tsv.")
     ],
-    name: Annotated[str, typer.Option("--name", "-n", help="Name of the knowledge base to create or update.")],
-    split: Annotated[str, typer.Option("--split", help="Which qrels/<split>.tsv judges the queries.")] = DEFAULT_SPLIT,
+    name: Annotated[
+        str, typer.Option("--name", "-n", metavar="NAME", help="Name of the knowledge base to create or update.")
+    ],
+    split: Annotated[
+        str, typer.Option("--split", metavar="SPLIT", help="Which qrels/<split>.tsv judges the queries.")
+    ] = DEFAULT_SPLIT,
     eval_out: Annotated[
         Path | None,
         typer.Option(
-            "--eval-out", help="Where to write the eval set, JSON Lines (default: NAME-SPLIT-eval.jsonl here)."
+            "--eval-out",
+            metavar="FILE",
+            help="Where to write the eval set, JSON Lines (default: NAME-SPLIT-eval.jsonl here).",
         ),
     ] = None,
     manifest: Annotated[
-        Path | None, typer.Option("--manifest", help="Also write the KnowledgeBase manifest (YAML) to this file.")
+        Path | None,
+        typer.Option("--manifest", metavar="FILE", help="Also write the KnowledgeBase manifest (YAML) to this file."),
     ] = None,
     limit_docs: Annotated[
         int | None,
         typer.Option(
-            "--limit-docs", min=0, help="Keep the documents relevant to the kept queries plus the first N others."
+            "--limit-docs",
+            metavar="N",
+            min=0,
+            help="Keep the documents relevant to the kept queries plus the first N others.",
         ),
     ] = None,
     limit_queries: Annotated[
-        int | None, typer.Option("--limit-queries", min=1, help="Keep the first N queries with a relevant document.")
+        int | None,
+        typer.Option("--limit-queries", metavar="N", min=1, help="Keep the first N queries with a relevant document."),
     ] = None,
     threshold: Annotated[
         float,
         typer.Option(
-            "--threshold", min=-1.0, max=1.0, help="spec.retrieval.similarityThreshold of the knowledge base."
+            "--threshold",
+            metavar="SCORE",
+            min=-1.0,
+            max=1.0,
+            help="spec.retrieval.similarityThreshold of the knowledge base.",
         ),
     ] = RANKING_THRESHOLD,
     max_tokens: Annotated[
-        int, typer.Option("--max-tokens", min=1, help="spec.retrieval.maxContextTokens of the knowledge base.")
+        int,
+        typer.Option("--max-tokens", metavar="N", min=1, help="spec.retrieval.maxContextTokens of the knowledge base."),
     ] = RANKING_MAX_TOKENS,
     output: OutputOpt = None,
 ) -> None:

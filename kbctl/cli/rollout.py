@@ -7,6 +7,7 @@ from typing import Annotated
 import typer
 
 from kbctl.cli._common import (
+    KbName,
     LockTimeoutOpt,
     OutputOpt,
     Resource,
@@ -16,6 +17,7 @@ from kbctl.cli._common import (
     emit,
     handles_errors,
     open_store,
+    parse_duration,
     say_waiting,
 )
 
@@ -23,12 +25,10 @@ from kbctl.cli._common import (
 
 rollout_app = command_group("rollout", "Show the versions of a knowledge base and roll back to one.")
 
-Name = Annotated[str, typer.Argument(help="Knowledge base name.")]
-
 
 @rollout_app.command("history")
 @handles_errors
-def history(resource: Resource, name: Name, output: OutputOpt = None) -> None:
+def history(resource: Resource, name: KbName, output: OutputOpt = None) -> None:
     """List the versions kept for rollback, newest first: * marks the one serving queries, SOURCES the
     sources ready when it was published, CHANGE what made it."""
     from kbctl.cli.render import history_table, no_versions_line
@@ -50,11 +50,14 @@ def history(resource: Resource, name: Name, output: OutputOpt = None) -> None:
 @handles_errors
 def undo(
     resource: Resource,
-    name: Name,
+    name: KbName,
     to_version: Annotated[
-        int | None, typer.Option("--to-version", min=1, help="Version to serve (default: the one before the current).")
+        int | None,
+        typer.Option(
+            "--to-version", metavar="VERSION", min=1, help="Version to serve (default: the one before the current)."
+        ),
     ] = None,
-    timeout: LockTimeoutOpt = 60.0,
+    timeout: LockTimeoutOpt = "1m",
 ) -> None:
     """Serve an earlier version again, instantly: nothing is fetched, chunked or embedded.
 
@@ -63,14 +66,14 @@ def undo(
     """
     check_resource(resource)
     with open_store() as store:
-        result = store.rollback(name, to_version, timeout=timeout, on_wait=say_waiting(name))
+        result = store.rollback(name, to_version, timeout=parse_duration(timeout), on_wait=say_waiting(name))
     typer.echo(f"KnowledgeBase/{result.name} rolled back to version {result.to_version}")
 
 
 @app.command()
 @handles_errors
 def gc(
-    batch: Annotated[int, typer.Option("--batch", min=1, help="Vectors deleted per transaction.")] = 1000,
+    batch: Annotated[int, typer.Option("--batch", metavar="N", min=1, help="Vectors deleted per transaction.")] = 1000,
     output: OutputOpt = None,
 ) -> None:
     """Delete cached vectors that no chunk uses any more (left by pruned versions and by failed applies), and

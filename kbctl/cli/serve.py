@@ -7,36 +7,46 @@ from typing import Annotated
 
 import typer
 
-from kbctl.cli._common import app, handles_errors, state
+from kbctl.cli._common import app, duration_option, handles_errors, parse_duration, state
 
 
 @app.command()
 @handles_errors
 def serve(
     host: Annotated[
-        str, typer.Option("--host", help="Address to listen on (loopback unless tokens are configured).")
+        str,
+        typer.Option("--host", metavar="ADDRESS", help="Address to listen on (loopback unless tokens are configured)."),
     ] = "127.0.0.1",
-    port: Annotated[int, typer.Option("--port", "-p", min=1, max=65535, help="Port to listen on.")] = 8080,
+    port: Annotated[
+        int, typer.Option("--port", "-p", metavar="PORT", min=1, max=65535, help="Port to listen on.")
+    ] = 8080,
     insecure: Annotated[
         bool, typer.Option("--insecure", help="Allow a non-loopback address without any token (anyone can read).")
     ] = False,
-    pool_size: Annotated[int, typer.Option("--pool-size", min=1, max=100, help="Database connections.")] = 10,
+    pool_size: Annotated[
+        int, typer.Option("--pool-size", metavar="N", min=1, max=100, help="Database connections.")
+    ] = 10,
     timeout: Annotated[
-        float, typer.Option("--timeout", min=0.1, max=600.0, help="Seconds a request may take (then 504).")
-    ] = 30.0,
+        str, duration_option("--timeout", minimum=0.1, maximum=600.0, help="How long a request may take (then 504).")
+    ] = "30s",
     ask_timeout: Annotated[
-        float,
-        typer.Option(
-            "--ask-timeout", min=0.1, max=600.0, help="Seconds an /ask (its chat model call included) may take."
+        str,
+        duration_option(
+            "--ask-timeout",
+            minimum=0.1,
+            maximum=600.0,
+            help="How long an /ask (its chat model call included) may take.",
         ),
-    ] = 120.0,
+    ] = "2m",
     threads: Annotated[
-        int, typer.Option("--threads", min=1, max=256, help="Worker threads running requests' blocking work.")
+        int,
+        typer.Option("--threads", metavar="N", min=1, max=256, help="Worker threads running requests' blocking work."),
     ] = 40,
     model_threads: Annotated[
         int | None,
         typer.Option(
             "--model-threads",
+            metavar="N",
             min=1,
             max=256,
             help="Threads the local model uses per question (default: every core, the lowest latency; 1 gives "
@@ -71,8 +81,8 @@ def serve(
         port=port,
         insecure=insecure,
         pool_size=pool_size,
-        request_timeout=timeout,
-        ask_timeout=ask_timeout,
+        request_timeout=parse_duration(timeout),
+        ask_timeout=parse_duration(ask_timeout),
         threads=threads,
     )
 
