@@ -134,6 +134,13 @@ def test_prune_library_matches_kubectl_semantics(store: KnowledgeBaseStore, four
         ("team=web,!tier", {"team": "web", "tier": "gold"}, False),
         ("team=", {"team": ""}, True),
         ("example.com/team=web", {"example.com/team": "web"}, True),
+        ("team in (web,ops)", {"team": "ops"}, True),
+        ("team in (web,ops)", {"team": "db"}, False),
+        ("team in (web,ops)", {}, False),
+        ("team notin (web,ops)", {"team": "db"}, True),
+        ("team notin (web,ops)", {}, True),
+        ("team notin (web,ops)", {"team": "web"}, False),
+        ("team in (web, ops),tier=gold", {"team": "web", "tier": "gold"}, True),
     ],
 )
 def test_selector_matches(text: str, labels: dict[str, str], expected: bool) -> None:
@@ -143,16 +150,20 @@ def test_selector_matches(text: str, labels: dict[str, str], expected: bool) -> 
 
 def test_selector_parses_to_requirements() -> None:
     """parse_selector gives one Requirement per comma-separated part, printed back in canonical form."""
-    selector = parse_selector("team==web, !tier,env!=prod,owner")
+    selector = parse_selector("team==web, !tier,env!=prod,owner,zone in (a, b)")
     assert selector == Selector(
         (
             Requirement("team", "=", "web"),
             Requirement("tier", "!exists"),
             Requirement("env", "!=", "prod"),
             Requirement("owner", "exists"),
+            Requirement("zone", "in", values=("a", "b")),
         )
     )
-    assert str(selector) == "team=web,!tier,env!=prod,owner"
+    assert str(selector) == "team=web,!tier,env!=prod,owner,zone in (a,b)"
+
+
+ACCEPTED = "use key=value, key==value, key!=value, key, !key, key in (a,b) or key notin (a,b)"
 
 
 @pytest.mark.parametrize(
@@ -160,16 +171,11 @@ def test_selector_parses_to_requirements() -> None:
     [
         ("", "the label selector is empty: give at least one requirement, e.g. team=web"),
         ("team=web,", "'team=web,' has an empty requirement (a stray comma?)"),
-        (
-            "team in (web,ops)",
-            "'team in (web': set-based requirements (in, notin) are not supported; use k=v, k!=v, k or !k",
-        ),
-        ("=web", "'=web' is not a requirement: use key=value, key==value, key!=value, key or !key"),
-        ("!team=web", "'!team=web' is not a requirement: use key=value, key==value, key!=value, key or !key"),
-        (
-            "team=a b",
-            "'team=a b' is not a requirement: use key=value, key==value, key!=value, key or !key",
-        ),
+        ("team in (web", "'team in (web' is not a requirement: " + ACCEPTED),
+        ("team in ()", "'team in ()': in needs at least one value, e.g. team in (a,b)"),
+        ("=web", "'=web' is not a requirement: " + ACCEPTED),
+        ("!team=web", "'!team=web' is not a requirement: " + ACCEPTED),
+        ("team=a b", "'team=a b' is not a requirement: " + ACCEPTED),
         (
             "team=-web",
             "'team=-web': invalid label value: must be empty or 1-63 characters of letters, digits, '-', '_' and "

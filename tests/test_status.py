@@ -164,9 +164,9 @@ def test_a_page_that_cannot_be_ingested_keeps_where_it_came_from(
 def test_get_lists_what_describe_shows_in_every_state(
     web_store: KnowledgeBaseStore, site: HTTPTestServer, tmp_path: Path
 ) -> None:
-    """`get` counts in the store what `describe` reads through the models: both agree for a healthy knowledge base,
-    one with a failed and a stale source, one whose every source failed (no version), one waiting for a controller (new, and
-    a change over a serving version) and a folder of documents (one unit per file)."""
+    """`get` counts in the store what `describe` reads through the models: both agree for a healthy knowledge
+    base, one with a failed and a stale source, one whose every source failed (no version), one waiting for a
+    controller (new, and a change over a serving version) and a folder of documents (one unit per file)."""
     store = web_store
     store.apply(parse_manifests(inline_kb(description="Office facts."), "kb.yaml"))
     site.route("/later.md", body="# Later\n\nThis page fails on the next refresh.", content_type="text/markdown")

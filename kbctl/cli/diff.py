@@ -31,7 +31,8 @@ SelectorOpt = Annotated[
         "--selector",
         "-l",
         metavar="SELECTOR",
-        help="Label selector of what --prune may delete: k=v, k==v, k!=v, k, !k; a comma means AND.",
+        help="Label selector of what --prune may delete: k=v, k==v, k!=v, k, !k, 'k in (a,b)', 'k notin (a,b)'; a "
+        "comma means AND.",
     ),
 ]
 

@@ -592,6 +592,25 @@ def _reraisable(error: ErrorDetails) -> InitErrorDetails:
     return details
 
 
+SERVER_METADATA: Final = {
+    "generation": "integer",
+    "creationTimestamp": "string",
+    "uid": "string",
+    "resourceVersion": "string",
+}
+"""Metadata kbctl writes in `get -o yaml` and ignores on input, so its output can be applied again (JSON types)."""
+
+
+def _without_derived(data: dict[str, Any]) -> dict[str, Any]:
+    """A dumped manifest as a user may write it: `embedding.model`, which to_manifest fills in beside a `profile`
+    (a user may not write both), dropped."""
+    embedding = data.get("spec", {}).get("embedding", {})
+    if isinstance(embedding, dict) and embedding.get("profile") is not None and "model" in embedding:
+        spec = {**data["spec"], "embedding": {k: v for k, v in embedding.items() if k != "model"}}
+        return {**data, "spec": spec}
+    return data
+
+
 class KnowledgeBase(_Model):
     """A retrieval knowledge base, declared like a Kubernetes object."""
 
@@ -600,6 +619,18 @@ class KnowledgeBase(_Model):
     metadata: Metadata
     spec: Spec
     _base_dir: Path | None = PrivateAttr(default=None)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _ignore_server_fields(cls, data: Any) -> Any:
+        """`status` and server-written metadata (what `kbctl get -o yaml` prints besides the manifest) are read
+        and dropped, as kubectl does, so that output can be applied again unchanged."""
+        if not isinstance(data, dict) or not ("status" in data or isinstance(data.get("metadata"), dict)):
+            return data
+        data = {k: v for k, v in data.items() if k != "status"}
+        if isinstance(data.get("metadata"), dict):
+            data["metadata"] = {k: v for k, v in data["metadata"].items() if k not in SERVER_METADATA}
+        return data
 
     @property
     def name(self) -> str:
@@ -633,6 +664,10 @@ class KnowledgeBase(_Model):
         """The full manifest as plain JSON-able data, camelCase keys, defaults filled in."""
         return self.model_dump(by_alias=True, mode="json")
 
+    def applicable_manifest(self) -> dict[str, Any]:
+        """The full manifest as a user could apply it again (to_manifest, without what it derives)."""
+        return _without_derived(self.to_manifest())
+
     @classmethod
     def from_manifest(cls, data: dict[str, Any]) -> KnowledgeBase:
         """Read back what `to_manifest` wrote (a stored manifest): the inverse of to_manifest.
@@ -640,11 +675,7 @@ class KnowledgeBase(_Model):
         to_manifest fills in every default, including `embedding.model` beside a `profile`, which a
         user may not write; it is dropped here so the stored manifest validates as what was applied.
         """
-        embedding = data.get("spec", {}).get("embedding", {})
-        if embedding.get("profile") is not None and "model" in embedding:
-            spec = {**data["spec"], "embedding": {k: v for k, v in embedding.items() if k != "model"}}
-            data = {**data, "spec": spec}
-        return cls.model_validate(data)
+        return cls.model_validate(_without_derived(data))
 
     def spec_hash(self) -> str:
         """SHA-256 (hex) of the spec as canonical JSON, defaults filled in: equal specs hash equal."""
@@ -660,6 +691,10 @@ def json_schema() -> dict[str, Any]:
     """The JSON schema of a KnowledgeBase manifest (for editors and CI), deterministic."""
     schema = KnowledgeBase.model_json_schema(by_alias=True)
     schema.pop("title", None)
+    # What `kbctl get -o yaml` adds and apply ignores (see KnowledgeBase._ignore_server_fields).
+    schema["properties"]["status"] = {"type": "object", "description": "Written by kbctl; ignored on apply."}
+    written = {"description": "Written by kbctl; ignored on apply."}
+    schema["$defs"]["Metadata"]["properties"].update({k: {"type": t, **written} for k, t in SERVER_METADATA.items()})
     return {"$schema": JSON_SCHEMA_DIALECT, "title": f"{KIND} ({API_VERSION})", **schema}
 
 

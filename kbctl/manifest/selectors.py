@@ -1,4 +1,5 @@
-"""Parse and match kubectl's equality-based label selectors (`k=v`, `k==v`, `k!=v`, `k`, `!k`, comma-separated)."""
+"""Parse and match kubectl's label selectors: `k=v`, `k==v`, `k!=v`, `k`, `!k`, `k in (a,b)`, `k notin (a,b)`,
+comma-separated (AND)."""
 
 from __future__ import annotations
 
@@ -11,13 +12,13 @@ from kbctl.manifest._field_checks import check_label_key, check_label_value
 
 __all__ = ["Requirement", "Selector", "parse_selector"]
 
-Operator = Literal["=", "!=", "exists", "!exists"]
+Operator = Literal["=", "!=", "exists", "!exists", "in", "notin"]
 
 # One requirement: `!key`, `key`, or `key OP value` with OP one of ==, =, != (value may be empty).
 _REQUIREMENT = re.compile(
     r"^(?:(?P<not>!)\s*(?P<absent>[^=!\s]+)|(?P<key>[^=!\s]+)\s*(?:(?P<op>==|=|!=)\s*(?P<value>\S*))?)$"
 )
-_SET_BASED = re.compile(r"^\S+\s+(?:in|notin)\s*\(", re.IGNORECASE)
+_SET_BASED = re.compile(r"^(?P<key>[^=!\s(]+)\s+(?P<op>in|notin)\s*\((?P<values>[^()]*)\)$")
 
 
 @dataclass(frozen=True)
@@ -27,6 +28,7 @@ class Requirement:
     key: str
     operator: Operator
     value: str = ""
+    values: tuple[str, ...] = ()  # of `in` and `notin`
 
     def matches(self, labels: Mapping[str, str]) -> bool:
         """Whether `labels` meet this requirement (`k!=v` also matches objects without `k`, as in kubectl)."""
@@ -36,6 +38,10 @@ class Requirement:
             return self.key not in labels
         if self.operator == "=":
             return labels.get(self.key) == self.value
+        if self.operator == "in":
+            return labels.get(self.key) in self.values
+        if self.operator == "notin":  # like != (and kubectl): an object without the key matches
+            return labels.get(self.key) not in self.values
         return labels.get(self.key) != self.value
 
     def __str__(self) -> str:
@@ -43,6 +49,8 @@ class Requirement:
             return self.key
         if self.operator == "!exists":
             return f"!{self.key}"
+        if self.operator in ("in", "notin"):
+            return f"{self.key} {self.operator} ({','.join(self.values)})"
         return f"{self.key}{self.operator}{self.value}"
 
 
@@ -64,12 +72,49 @@ class Selector:
         return ",".join(str(r) for r in self.requirements)
 
 
+def _set_requirement(part: str) -> Requirement | None:
+    """`key in (a,b)` / `key notin (a,b)`, or None when `part` is not set-based."""
+    found = _SET_BASED.fullmatch(part)
+    if found is None:
+        return None
+    values = tuple(v.strip() for v in found["values"].split(","))
+    if not found["values"].strip():
+        raise ValueError(f"{part!r}: {found['op']} needs at least one value, e.g. {found['key']} {found['op']} (a,b)")
+    try:
+        check_label_key(found["key"])
+        for value in values:
+            check_label_value(value)
+    except ValueError as exc:
+        raise ValueError(f"{part!r}: {exc}") from None
+    operator: Operator = "in" if found["op"] == "in" else "notin"
+    return Requirement(found["key"], operator, values=values)
+
+
+def _split(text: str) -> list[str]:
+    """The requirements of a selector: split at the commas outside parentheses."""
+    parts: list[str] = []
+    current: list[str] = []
+    depth = 0
+    for char in text:
+        depth += {"(": 1, ")": -1}.get(char, 0)
+        if char == "," and depth == 0:
+            parts.append("".join(current).strip())
+            current = []
+        else:
+            current.append(char)
+    return [*parts, "".join(current).strip()]
+
+
 def _requirement(part: str) -> Requirement:
-    if _SET_BASED.match(part):
-        raise ValueError(f"{part!r}: set-based requirements (in, notin) are not supported; use k=v, k!=v, k or !k")
+    set_based = _set_requirement(part)
+    if set_based is not None:
+        return set_based
     found = _REQUIREMENT.fullmatch(part)
     if found is None:
-        raise ValueError(f"{part!r} is not a requirement: use key=value, key==value, key!=value, key or !key")
+        raise ValueError(
+            f"{part!r} is not a requirement: use key=value, key==value, key!=value, key, !key, key in (a,b) "
+            "or key notin (a,b)"
+        )
     key = found["absent"] or found["key"]
     try:
         check_label_key(key)
@@ -89,7 +134,7 @@ def parse_selector(text: str) -> Selector:
 
     An empty selector is refused (kubectl reads it as "everything"; kbctl never selects everything).
     """
-    parts = [part.strip() for part in text.split(",")]
+    parts = _split(text)
     if not text.strip():
         raise ValueError("the label selector is empty: give at least one requirement, e.g. team=web")
     if "" in parts:
