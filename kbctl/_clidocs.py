@@ -37,11 +37,26 @@ HEADER = """# kbctl command reference
 Generated from `kbctl <command> --help` by `python -m kbctl._clidocs > docs/cli.md`; a test fails when
 this file is stale.
 
-Exit codes: 0 success; 1 failure (invalid manifest, failed source or knowledge base, unknown name,
-database or model error, `wait` timed out); 2 usage error (unknown command, option or resource type).
-Exceptions, as kubectl: `diff` exits 0 when nothing differs, 1 when something does and 2 on any
-error; `apply --exit-code` exits 0 when nothing changed, 2 when something was created, configured or
-pruned, and 1 on any failure.
+## Exit codes
+
+| code | meaning | where |
+|---|---|---|
+| 0 | success (for `diff`: no differences; `apply --exit-code`: nothing changed) | every command |
+| 1 | failure: invalid manifest, failed source or knowledge base, unknown name, database or model error, `wait` timed out; for `diff`: differences | every command |
+| 2 | usage error: unknown command, option, value or resource type, bad duration or selector; for `diff`: any error; `apply --exit-code`: something was created, configured or pruned | every command |
+| 3 | the knowledge base does not cover the question: nothing passed the threshold (or, for `ask`, the model found no answer in the passages) | `ask`; `query` and `context` with `--exit-code` |
+
+`diff` follows kubectl (1 means "differences", so errors are 2); `apply --exit-code` is kbctl's own
+(kubectl has none: kubernetes#52577).
+
+## Output formats
+
+`get` and `describe` take kubectl's `-o`: `json` and `yaml` print the objects (apiVersion, kind,
+metadata, the applied spec with every default, status; one name prints the object, otherwise
+`kind: List`), and that output can be applied again unchanged; `wide` adds MODEL, LABELS and
+DESCRIPTION; `name` prints `knowledgebase/NAME`; `jsonpath=TEMPLATE` (e.g.
+`'{range .items[*]}{.metadata.name}{"\\n"}{end}'`) and `custom-columns=NAME:.metadata.name,...` pick
+fields. Other commands print their result as `-o json|yaml`.
 """
 
 

@@ -6,7 +6,7 @@ from collections.abc import Callable, Collection, Sequence
 from contextlib import suppress
 from dataclasses import replace
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel
 
@@ -308,11 +308,19 @@ class KnowledgeBaseStore:
 
         return collect_garbage(self.db, batch)
 
-    def list(self) -> list[KnowledgeBaseSummary]:
-        """Every knowledge base, by name."""
+    def list(self, selector: Selector | None = None) -> list[KnowledgeBaseSummary]:
+        """Every knowledge base (whose labels match `selector`, when given), by name."""
         from kbctl.engine.status import list_knowledge_bases
 
-        return list_knowledge_bases(self.db)
+        found = list_knowledge_bases(self.db)
+        return found if selector is None else [s for s in found if selector.matches(s.labels)]
+
+    def resource(self, name: str) -> dict[str, Any]:
+        """A knowledge base as a Kubernetes-style object (`kbctl get kb NAME -o yaml`): metadata, the applied spec
+        with defaults, status. Applying its YAML again changes nothing."""
+        from kbctl.engine.status import knowledge_base_resource
+
+        return knowledge_base_resource(self.db, name)
 
     def describe(self, name: str) -> KnowledgeBaseDetail:
         """Spec in force, current version and per-source state of one knowledge base."""

@@ -224,7 +224,9 @@ def test_get_and_describe_text_and_machine_output(store: KnowledgeBaseStore, cli
     assert table[0].split() == ["NAME", "READY", "VERSION", "SOURCES", "CHUNKS", "AGE"]
     assert table[1].split()[:5] == ["policies", "True", "1", "2/2", "4"]
     as_json = json.loads(cli.invoke(app, ["get", "kb", "-o", "json"]).stdout)
-    assert [(i["name"], i["version"], i["chunks"]) for i in as_json["items"]] == [("policies", 1, 4)]
+    assert [(i["metadata"]["name"], i["status"]["version"], i["status"]["chunks"]) for i in as_json["items"]] == [
+        ("policies", 1, 4)
+    ]
     described = cli.invoke(app, ["describe", "kb", "policies"]).stdout
     assert "Chunks:      4 (4 embedded, 0 reused in version 1)" in described
     assert "  refunds     text   ready   3" in described

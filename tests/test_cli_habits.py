@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import json
 import re
 import subprocess
 import sys
+from pathlib import Path
+from typing import Any
 
 import pytest
 import typer
@@ -13,6 +16,9 @@ from typer.testing import CliRunner
 from kbctl._version import __version__
 from kbctl.cli import app
 from kbctl.cli._common import parse_duration
+from kbctl.client import KnowledgeBaseStore
+from kbctl.manifest import parse_manifests
+from tests.support.manifests import knowledge_base, text_source
 from tests.test_cli import EXAMPLES
 
 PYTHON_TYPE = re.compile(r"<(str|int|float|bool|path|list\[|[a-z]+ range)")
@@ -97,3 +103,100 @@ def test_version_and_its_flag_print_the_same_line() -> None:
     for args in (["version"], ["--version"]):  # the installed entry point answers before loading the CLI
         done = subprocess.run([sys.executable, "-m", "kbctl", *args], capture_output=True, text=True, check=True)
         assert done.stdout == expected
+
+
+def _apply(store: KnowledgeBaseStore, name: str, labels: dict[str, str], text: str, **spec: Any) -> None:
+    store.apply(parse_manifests(knowledge_base(name, text_source("notes", text), labels=labels, **spec), "kb.yaml"))
+
+
+MULTILINE = "# Hours\n\nThe office opens at 9:00.\n\n  Indented line, trailing space \nLast line without newline"
+
+
+def test_get_yaml_is_the_object_and_applies_again_unchanged(store: KnowledgeBaseStore, cli: CliRunner) -> None:
+    """-o yaml|json print apiVersion, kind, metadata, the applied spec with defaults and status; applying that
+    output again (file or stdin) changes nothing, and one name prints the object, several a List."""
+    _apply(store, "office", {"team": "web"}, MULTILINE, description="Office facts, for people and agents.")
+    as_yaml = cli.invoke(app, ["get", "kb", "office", "-o", "yaml"])
+    assert as_yaml.exit_code == 0, as_yaml.output
+    obj = json.loads(cli.invoke(app, ["get", "kb/office", "-o", "json"]).stdout)
+    assert (obj["apiVersion"], obj["kind"]) == ("kbctl.dev/v1alpha1", "KnowledgeBase")
+    assert obj["metadata"]["name"] == "office" and obj["metadata"]["labels"] == {"team": "web"}
+    assert obj["metadata"]["generation"] == 1 and obj["metadata"]["creationTimestamp"].endswith("Z")
+    assert obj["spec"]["description"] == "Office facts, for people and agents."
+    assert obj["spec"]["sources"] == [{"name": "notes", "text": MULTILINE, "format": "markdown"}]
+    assert obj["spec"]["chunking"] == {"maxChars": 1200, "overlapChars": 150}  # defaults filled in
+    assert obj["status"]["version"] == 1 and obj["status"]["observedGeneration"] == 1
+    assert {c["type"]: c["status"] for c in obj["status"]["conditions"]}["Ready"] == "True"
+    assert [s["name"] for s in obj["status"]["sources"]] == ["notes"]
+    assert "text: |" in as_yaml.stdout  # multi-line text stays readable
+    for again in (as_yaml.stdout, json.dumps(obj)):
+        result = cli.invoke(app, ["apply", "-f", "-", "--wait"], input=again)
+        assert result.exit_code == 0, result.output
+        assert result.stdout.splitlines()[0] == "KnowledgeBase/office unchanged (version 1)"
+    listed = json.loads(cli.invoke(app, ["get", "kb", "-o", "json"]).stdout)
+    assert (listed["kind"], [i["metadata"]["name"] for i in listed["items"]]) == ("List", ["office"])
+
+
+def test_get_takes_names_selectors_and_kubectl_formats(store: KnowledgeBaseStore, cli: CliRunner) -> None:
+    _apply(store, "alpha", {"team": "web"}, "Alpha opens at nine.", description="Alpha facts.")
+    _apply(store, "beta", {"team": "ops", "tier": "gold"}, "Beta opens at ten.")
+    names = cli.invoke(app, ["get", "kb", "-l", "team in (web,db)", "-o", "name"])
+    assert (names.exit_code, names.stdout) == (0, "knowledgebase/alpha\n")
+    assert cli.invoke(app, ["get", "kb", "-l", "!tier", "-o", "name"]).stdout == "knowledgebase/alpha\n"
+    both = cli.invoke(app, ["get", "kb/beta", "kb/alpha", "-o", "name"]).stdout
+    assert both == "knowledgebase/beta\nknowledgebase/alpha\n"  # in the order asked
+    wide = cli.invoke(app, ["get", "kb", "-o", "wide"]).stdout.splitlines()
+    assert wide[0].split()[-3:] == ["MODEL", "LABELS", "DESCRIPTION"]
+    assert wide[1].split()[-4:] == ["local/all-MiniLM-L6-v2", "team=web", "Alpha", "facts."]
+    assert wide[2].split()[-2:] == ["team=ops,tier=gold", "<none>"]
+    path = cli.invoke(app, ["get", "kb", "-o", "jsonpath={range .items[*]}{.metadata.name}={.status.version};{end}"])
+    assert path.stdout == "alpha=1;beta=1;"
+    ready = '{.status.conditions[?(@.type=="Ready")].status}'
+    assert cli.invoke(app, ["get", "kb", "alpha", "-o", f"jsonpath={ready}"]).stdout == "True"
+    columns = cli.invoke(app, ["get", "kb", "-o", "custom-columns=NAME:.metadata.name,TIER:.metadata.labels.tier"])
+    assert [line.split() for line in columns.stdout.splitlines()] == [
+        ["NAME", "TIER"],
+        ["alpha", "<none>"],
+        ["beta", "gold"],
+    ]
+    missing = cli.invoke(app, ["get", "kb", "alpha", "gamma"])
+    assert missing.exit_code == 1 and missing.stdout.splitlines()[1].split()[0] == "alpha"
+    assert missing.stderr == 'Error: knowledgebase "gamma" not found\n'
+    for bad in (["get", "kb", "alpha", "-l", "team=web"], ["get", "kb", "-o", "table"], ["get", "kb/"]):
+        result = cli.invoke(app, bad)
+        assert result.exit_code == 2 and result.output.startswith("Usage: kbctl get"), (bad, result.output)
+    assert cli.invoke(app, ["get", "kb", "-o", "jsonpath={.items[*"]).exit_code == 2
+
+
+def test_delete_by_names_manifests_selector_or_all(store: KnowledgeBaseStore, cli: CliRunner, tmp_path: Path) -> None:
+    for name, team in (("alpha", "web"), ("beta", "web"), ("gamma", "ops"), ("delta", "ops")):
+        _apply(store, name, {"team": team}, f"{name} opens at nine.")
+    dry = cli.invoke(app, ["delete", "kb", "-l", "team=web", "--dry-run"])
+    assert dry.stdout.splitlines() == ["KnowledgeBase/alpha deleted (dry run)", "KnowledgeBase/beta deleted (dry run)"]
+    assert [s.name for s in store.list()] == ["alpha", "beta", "delta", "gamma"]
+    by_label = cli.invoke(app, ["delete", "kb", "-l", "team=web"])
+    assert by_label.exit_code == 0 and [line.split()[:2] for line in by_label.stdout.splitlines()] == [
+        ["KnowledgeBase/alpha", "deleted"],
+        ["KnowledgeBase/beta", "deleted"],
+    ]
+    manifest = tmp_path / "gamma.yaml"
+    manifest.write_text(knowledge_base("gamma", text_source("notes", "gamma opens at nine.")))
+    assert cli.invoke(app, ["delete", "-f", str(manifest)]).stdout.startswith("KnowledgeBase/gamma deleted (")
+    again = cli.invoke(app, ["delete", "-f", str(manifest)])
+    assert (again.exit_code, again.stderr) == (1, 'Error: knowledgebase "gamma" not found\n')
+    assert cli.invoke(app, ["delete", "-f", str(manifest), "--ignore-not-found"]).exit_code == 0
+    for bad in (["delete", "kb"], ["delete", "kb", "delta", "--all"], ["delete", "kb", "-f", str(manifest)]):
+        assert cli.invoke(app, bad).exit_code == 2, bad
+    assert cli.invoke(app, ["delete", "kb", "--all"]).stdout.startswith("KnowledgeBase/delta deleted (")
+    assert store.list() == []
+
+
+def test_query_and_context_exit_3_when_nothing_is_relevant(store: KnowledgeBaseStore, cli: CliRunner) -> None:
+    _apply(store, "office", {"team": "web"}, MULTILINE)
+    question = ["office", "how are cancelled trips refunded?"]
+    for command in ("query", "context"):
+        found = cli.invoke(app, [command, *question, "--exit-code", "--threshold", "-1"])
+        assert found.exit_code == 0, found.output
+        nothing = cli.invoke(app, [command, *question, "--exit-code", "--threshold", "1"])
+        assert nothing.exit_code == 3, nothing.output
+        assert cli.invoke(app, [command, *question, "--threshold", "1"]).exit_code == 0  # without the flag: 0

@@ -440,11 +440,22 @@ def test_unknown_field_suggests_the_closest_allowed_name() -> None:
 
 def test_unknown_field_without_a_close_match_has_no_hint() -> None:
     """Unknown keys far from every allowed name get no hint, at any level."""
-    text = manifest() + "status:\n  ready: true\n"
-    assert problems_of(text) == ["kb.yaml:9: status: unknown field 'status'"]
+    text = manifest() + "comments:\n  ready: true\n"
+    assert problems_of(text) == ["kb.yaml:9: comments: unknown field 'comments'"]
     assert spec_problems("sources: [{name: a, text: x, color: red}]\n") == [
         "kb.yaml:6: spec.sources[0].color: unknown field 'color'"
     ]
+
+
+def test_status_and_server_metadata_are_read_and_ignored() -> None:
+    """What `get -o yaml` adds (status, metadata.generation, creationTimestamp) applies again as the manifest."""
+    plain = parse_manifests(manifest(), "kb.yaml")[0].kb
+    written = manifest().replace(
+        "  name: docs\n", "  name: docs\n  generation: 4\n  creationTimestamp: '2026-12-01T00:00:00Z'\n"
+    )
+    assert written != manifest()
+    [loaded] = parse_manifests(written + "status:\n  version: 3\n", "kb.yaml")
+    assert loaded.kb == plain and loaded.kb.spec_hash() == plain.spec_hash()
 
 
 def test_snake_case_keys_are_reported_as_written() -> None:

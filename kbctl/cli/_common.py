@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Annotated, Any, ParamSpec, TypeVar
 import typer
 from typer.core import TyperGroup
 
+from kbctl.cli.output import ObjectOutput, check_object_output
 from kbctl.errors import InputError, KbctlError
 
 if TYPE_CHECKING:  # the library is imported by the command that uses it, so `--help` and `version` start fast
@@ -20,6 +21,7 @@ if TYPE_CHECKING:  # the library is imported by the command that uses it, so `--
     from typer import _click  # the click that typer vendors (annotations only)
 
     from kbctl.client import KnowledgeBaseStore
+    from kbctl.manifest.selectors import Selector
     from kbctl.query.results import RerankInfo
 
 
@@ -62,8 +64,12 @@ def command_group(name: str, summary: str) -> typer.Typer:
 server_app = command_group("server", "Manage the embedded PostgreSQL server (used when no database URL is set).")
 config_app = command_group("config", "Show kbctl's configuration (embedding providers and profiles, networks).")
 
-# `kbctl ask`: the knowledge base does not cover the question (not an error: 1 is for errors, 2 for usage).
+# `kbctl ask` (and query / context with --exit-code): the knowledge base does not cover the question (not an
+# error: 1 is for errors, 2 for usage).
 NOT_COVERED_EXIT = 3
+NothingFoundExitOpt = Annotated[
+    bool, typer.Option("--exit-code", help="Exit 3 when nothing passes the similarity threshold (0 when found).")
+]
 
 RESOURCES = {"knowledgebase", "knowledgebases", "kb", "kbs"}
 state: dict[str, Any] = {"debug": False, "database_url": None}
@@ -104,6 +110,17 @@ DryRunOpt = Annotated[
         metavar=choices(DryRun),
         help="Change nothing: client checks the manifests only; server (a bare --dry-run) also plans against the "
         "store and prints what would happen.",
+    ),
+]
+ObjectOutputOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--output",
+        "-o",
+        metavar="FORMAT",
+        callback=check_object_output,
+        help="json or yaml (the objects, which apply again unchanged), wide, name, jsonpath=TEMPLATE or "
+        "custom-columns=SPEC, as in kubectl.",
     ),
 ]
 Files = Annotated[
@@ -241,6 +258,76 @@ def emit(data: BaseModel | Sequence[BaseModel] | dict[str, Any], output: Output 
         typer.echo(buf.getvalue(), nl=False)
     else:
         typer.echo(json.dumps(plain, indent=2, ensure_ascii=False))
+
+
+def _literal_blocks(value: Any) -> Any:
+    """`value` with every multi-line string marked for YAML's literal block style (inline texts stay readable)."""
+    from ruamel.yaml.scalarstring import LiteralScalarString
+
+    if isinstance(value, dict):
+        return {k: _literal_blocks(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_literal_blocks(v) for v in value]
+    return LiteralScalarString(value) if isinstance(value, str) and "\n" in value else value
+
+
+def emit_objects(objects: list[dict[str, Any]], fmt: ObjectOutput, *, single: bool) -> None:
+    """Print objects for a structured `-o` (json, yaml, jsonpath, custom-columns): one object as it is when
+    `single`, else a List of them, as kubectl does."""
+    from kbctl.cli.output import custom_columns, jsonpath_template
+    from kbctl.cli.render import table
+    from kbctl.engine.status import resource_list
+
+    data = objects[0] if single and objects else resource_list(objects)
+    if fmt.kind == "jsonpath":
+        typer.echo(jsonpath_template(fmt.argument, data), nl=False)
+    elif fmt.kind == "custom-columns":
+        header, *rows = custom_columns(fmt.argument, objects)
+        typer.echo(table(header, rows))
+    elif fmt.kind == "yaml":
+        emit(_literal_blocks(data), Output.yaml)
+    else:
+        emit(data, Output.json)
+
+
+def resource_names(resource: str, names: Sequence[str] | None) -> list[str]:
+    """The names of `get kb a b` or `get kb/a kb/b` (kubectl's TYPE/NAME form); [] for every knowledge base."""
+    if "/" not in resource:
+        check_resource(resource)
+        return list(names or [])
+    wanted = []
+    for item in (resource, *(names or [])):
+        kind, sep, name = item.partition("/")
+        if not sep or not name:
+            raise typer.BadParameter(f"{item!r}: use TYPE/NAME (kb/NAME) for every argument", param_hint="RESOURCE")
+        check_resource(kind)
+        wanted.append(name)
+    return wanted
+
+
+ListSelectorOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--selector",
+        "-l",
+        metavar="SELECTOR",
+        help="Only knowledge bases whose labels match: k=v, k!=v, k, !k, 'k in (a,b)', 'k notin (a,b)'.",
+    ),
+]
+
+
+def list_selector(selector: str | None, names: Sequence[str]) -> Selector | None:
+    """The parsed `-l` of get (a usage error when it is bad, or given with names, as in kubectl)."""
+    if selector is None:
+        return None
+    if names:
+        raise typer.BadParameter("give names or a label selector, not both", param_hint="'-l' / '--selector'")
+    from kbctl.manifest.selectors import parse_selector
+
+    try:
+        return parse_selector(selector)
+    except ValueError as exc:
+        raise typer.BadParameter(str(exc), param_hint="'-l' / '--selector'") from None
 
 
 def _print_version(value: bool | None) -> None:

@@ -131,7 +131,10 @@ def _submit(manifests: list[LoadedManifest], chosen: Selector | None, output: Ou
         for name in pruned:
             typer.echo(f"KnowledgeBase/{name} pruned")
         if any(p.pending for p in pending) and not alive:
-            typer.echo("no controller is running: start `kbctl controller`, or apply with --wait", err=True)
+            typer.echo(
+                "no controller is running, so nothing is ingested yet: run `kbctl controller` (or `kbctl controller "
+                "--once`), or apply again with --wait"
+            )
     if applied is not None and applied.failed:
         raise typer.Exit(1)
     changed = applied is not None and any(r.action != "unchanged" for r in applied.results)

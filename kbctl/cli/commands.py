@@ -4,16 +4,22 @@ from __future__ import annotations
 
 import json
 import sys
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
 from kbctl._version import __version__
 from kbctl.cli._common import (
+    NOT_COVERED_EXIT,
+    DryRun,
+    DryRunOpt,
     Files,
     KbName,
+    ListSelectorOpt,
     LockTimeoutOpt,
     ModeOpt,
+    NothingFoundExitOpt,
+    ObjectOutputOpt,
     Output,
     OutputOpt,
     Recursive,
@@ -23,14 +29,20 @@ from kbctl.cli._common import (
     check_resource,
     config_app,
     emit,
+    emit_objects,
     handles_errors,
+    list_selector,
     open_store,
     parse_duration,
+    resource_names,
     say_waiting,
     server_app,
     state,
     warn_rerank,
 )
+
+if TYPE_CHECKING:
+    from kbctl.query.results import QueryResult
 
 # Each command imports the library parts it needs when it runs: `kbctl --help` and `kbctl version` load none.
 
@@ -94,42 +106,66 @@ def schema() -> None:
 @handles_errors
 def get(
     resource: Resource,
-    name: Annotated[
-        str | None,
-        typer.Argument(
-            metavar="NAME",
-        ),
+    names: Annotated[
+        list[str] | None, typer.Argument(metavar="NAME", help="Knowledge bases to show (default: all).")
     ] = None,
-    output: OutputOpt = None,
+    selector: ListSelectorOpt = None,
+    output: ObjectOutputOpt = None,
 ) -> None:
-    """List knowledge bases: name, Ready condition, current version, sources ready/total, chunks, age."""
+    """List knowledge bases: name, Ready condition, serving version, sources ready/total, chunks, age.
+
+    As in kubectl: `get kb NAME...` or `get kb/NAME...`, `-l SELECTOR` to filter by labels, `-o wide` adds the
+    model and the description, `-o name` prints knowledgebase/NAME, `-o json|yaml` the objects themselves
+    (apiVersion, kind, metadata, the applied spec with defaults, status; one name prints the object, otherwise
+    a List) which can be applied again unchanged, `-o jsonpath='{.items[*].metadata.name}'` and
+    `-o custom-columns=NAME:.metadata.name,VERSION:.status.version` pick fields. A name that does not exist
+    is reported on stderr (exit 1) after the others are printed.
+    """
+    from kbctl.cli.output import parse_object_output
     from kbctl.cli.render import knowledge_base_table
 
-    check_resource(resource)
+    wanted = resource_names(resource, names)
+    chosen = list_selector(selector, wanted)
+    fmt = parse_object_output(output)
     with open_store() as store:
-        items = [store.describe(name)] if name else store.list()
-    if output:
-        emit(items[0] if name else items, output)
-        return
-    if not items:
+        found = store.list(chosen)
+        by_name = {s.name: s for s in found}
+        items = [by_name[n] for n in wanted if n in by_name] if wanted else found
+        missing = [n for n in wanted if n not in by_name]
+        objects = [store.resource(i.name) for i in items] if fmt is not None and fmt.structured else []
+    if fmt is not None and fmt.structured:
+        emit_objects(objects, fmt, single=len(wanted) == 1 and not missing)
+    elif fmt is not None and fmt.kind == "name":
+        for i in items:
+            typer.echo(f"knowledgebase/{i.name}")
+    elif items:
+        typer.echo(knowledge_base_table(items, wide=fmt is not None and fmt.kind == "wide"))
+    elif not missing:
         typer.echo("No knowledge bases found.", err=True)
-        return
-    typer.echo(knowledge_base_table(items))
+    for name in missing:
+        typer.echo(f'Error: knowledgebase "{name}" not found', err=True)
+    if missing:
+        raise typer.Exit(1)
 
 
 @app.command()
 @handles_errors
-def describe(resource: Resource, name: KbName, output: OutputOpt = None) -> None:
-    """Show a knowledge base in detail: spec in force, current version, and the state of every source."""
+def describe(resource: Resource, name: KbName, output: ObjectOutputOpt = None) -> None:
+    """Show a knowledge base in detail: spec in force, current version, and the state of every source.
+
+    -o json|yaml|jsonpath=...|custom-columns=... print the object as `kbctl get kb NAME -o ...` does.
+    """
+    from kbctl.cli.output import parse_object_output
     from kbctl.cli.render import describe_text
 
     check_resource(resource)
+    fmt = parse_object_output(output)
     with open_store() as store:
+        if fmt is not None and fmt.structured:
+            emit_objects([store.resource(name)], fmt, single=True)
+            return
         d = store.describe(name)
-    if output:
-        emit(d, output)
-        return
-    typer.echo(describe_text(d))
+    typer.echo(f"knowledgebase/{d.name}" if fmt is not None and fmt.kind == "name" else describe_text(d))
 
 
 @app.command()
@@ -165,11 +201,13 @@ def query(
         bool, typer.Option("--explain", help="Show each stage's candidates, ranks, scores, cuts and timings.")
     ] = False,
     rerank: RerankOpt = None,
+    exit_code: NothingFoundExitOpt = False,
     output: OutputOpt = None,
 ) -> None:
     """Retrieve the chunks most relevant to a question, in rank order, within threshold and token budget.
 
-    When nothing passes the similarity threshold, says so plainly instead of returning weak matches.
+    When nothing passes the similarity threshold, says so plainly instead of returning weak matches
+    (with --exit-code, exit 3, so a script need not parse the output).
     With spec.retrieval.rerank, the best candidates are reordered by the reranker first; if it fails,
     the answer comes in fused order with a warning on stderr.
 
@@ -190,7 +228,13 @@ def query(
     warn_rerank(result.rerank)
     if output:
         emit(result, output)
-        return
+    else:
+        _print_hits(result)
+    if exit_code and not result.hits:
+        raise typer.Exit(NOT_COVERED_EXIT)
+
+
+def _print_hits(result: QueryResult) -> None:
     for hit in result.hits:
         where = " > ".join(hit.heading_path) or "(no heading)"
         rerank_score = "" if hit.rerank_score is None else f" | rerank {hit.rerank_score:.3f}"
@@ -221,6 +265,7 @@ def context(
     max_tokens: Annotated[int | None, typer.Option("--max-tokens", metavar="N", min=1, help="Token budget.")] = None,
     mode: ModeOpt = None,
     rerank: RerankOpt = None,
+    exit_code: NothingFoundExitOpt = False,
     output: OutputOpt = None,
 ) -> None:
     """Print the grounded context block for a question, ready to put in a model's prompt.
@@ -228,7 +273,7 @@ def context(
     Passages are tagged with source, title, origin, section and character range, marked as reference
     data and not instructions, and escaped so their text cannot break out of the block. Neighbouring
     chunks of one source are merged so their overlap is sent once. When nothing passes the threshold
-    the block says plainly that no relevant context was found.
+    the block says plainly that no relevant context was found (with --exit-code, exit 3).
     """
     from kbctl.query.options import QueryOptions
 
@@ -242,19 +287,71 @@ def context(
         emit(grounded, output)
     else:
         typer.echo(grounded.block)
+    if exit_code and not grounded.found:
+        raise typer.Exit(NOT_COVERED_EXIT)
 
 
 @app.command()
 @handles_errors
-def delete(resource: Resource, name: KbName, timeout: LockTimeoutOpt = "1m") -> None:
-    """Delete a knowledge base with its versions, chunks, and the cached vectors no other one uses.
+def delete(
+    resource: Annotated[
+        str | None, typer.Argument(metavar="RESOURCE", help="knowledgebase (kb), or kb/NAME; not with -f.")
+    ] = None,
+    names: Annotated[list[str] | None, typer.Argument(metavar="NAME", help="Knowledge bases to delete.")] = None,
+    filename: Annotated[
+        list[str] | None,
+        typer.Option("--filename", "-f", metavar="FILE", help="Delete the knowledge bases these manifests name."),
+    ] = None,
+    recursive: Recursive = False,
+    selector: ListSelectorOpt = None,
+    all_kbs: Annotated[bool, typer.Option("--all", help="Delete every knowledge base.")] = False,
+    ignore_not_found: Annotated[
+        bool, typer.Option("--ignore-not-found", help="A name that does not exist is not an error.")
+    ] = False,
+    dry_run: DryRunOpt = None,
+    timeout: LockTimeoutOpt = "1m",
+) -> None:
+    """Delete knowledge bases with their versions, chunks, and the cached vectors no other one uses.
 
-    An apply of it that is running finishes first (it is never recreated half way).
+    Which ones, as in kubectl: `delete kb NAME...` (or kb/NAME...), `delete -f PATH` (the names of those
+    manifests), `delete kb -l SELECTOR`, or `delete kb --all`. An apply of one that is running finishes
+    first (it is never recreated half way). A name that does not exist is an error (exit 1, after the others
+    are deleted) unless --ignore-not-found. --dry-run prints what would be deleted and deletes nothing
+    (=client: the names given, without a store).
     """
-    check_resource(resource)
+    from kbctl.manifest import load_manifests
+
+    if filename:
+        if resource is not None:
+            raise typer.BadParameter("give -f or a RESOURCE and names, not both", param_hint="-f")
+        wanted = [m.kb.name for m in load_manifests(filename, recursive=recursive, stdin=sys.stdin)]
+    elif resource is None:
+        raise typer.BadParameter("give a RESOURCE (kb) with names, -l or --all; or -f", param_hint="RESOURCE")
+    else:
+        wanted = resource_names(resource, names)
+    chosen = list_selector(selector, wanted)
+    if sum((bool(wanted), chosen is not None, all_kbs)) != 1:
+        raise typer.BadParameter("choose what to delete: names, -f, -l or --all (one of them)", param_hint="NAME")
+    if dry_run is DryRun.client and wanted:
+        for name in wanted:
+            typer.echo(f"KnowledgeBase/{name} deleted (dry run: client, the store was not consulted)")
+        return
+    missing = []
     with open_store() as store:
-        result = store.delete(name, timeout=parse_duration(timeout), on_wait=say_waiting(name))
-    typer.echo(f"KnowledgeBase/{result.name} deleted ({result.chunks} chunks, {result.vectors} vectors)")
+        existing = {s.name for s in store.list(chosen)}
+        for name in wanted or sorted(existing):
+            if name not in existing:
+                missing.append(name)
+            elif dry_run is not None:
+                typer.echo(f"KnowledgeBase/{name} deleted (dry run)")
+            else:
+                result = store.delete(name, timeout=parse_duration(timeout), on_wait=say_waiting(name))
+                typer.echo(f"KnowledgeBase/{name} deleted ({result.chunks} chunks, {result.vectors} vectors)")
+    if not missing or ignore_not_found:
+        return
+    for name in missing:
+        typer.echo(f'Error: knowledgebase "{name}" not found', err=True)
+    raise typer.Exit(1)
 
 
 @server_app.command("status")

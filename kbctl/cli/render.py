@@ -94,15 +94,20 @@ def age(when: datetime) -> str:
     return f"{seconds}s"
 
 
-def knowledge_base_table(items: Sequence[KnowledgeBaseSummary]) -> str:
-    """`kbctl get kb`: name, Ready condition, serving version, sources ready/total, chunks, age."""
-    return table(
-        ["NAME", "READY", "VERSION", "SOURCES", "CHUNKS", "AGE"],
-        [
-            [i.name, i.ready, i.version or "-", f"{i.ready_sources}/{i.sources}", i.chunks, age(i.created_at)]
-            for i in items
-        ],
-    )
+def knowledge_base_table(items: Sequence[KnowledgeBaseSummary], *, wide: bool = False) -> str:
+    """`kbctl get kb`: name, Ready condition, serving version, sources ready/total, chunks, age; `-o wide` adds the
+    model, the labels and the description (what an agent reads to choose a knowledge base)."""
+    headers = ["NAME", "READY", "VERSION", "SOURCES", "CHUNKS", "AGE"]
+    rows = [
+        [i.name, i.ready, i.version or "-", f"{i.ready_sources}/{i.sources}", i.chunks, age(i.created_at)]
+        for i in items
+    ]
+    if wide:
+        headers += ["MODEL", "LABELS", "DESCRIPTION"]
+        for row, i in zip(rows, items, strict=True):
+            labels = ",".join(f"{k}={v}" for k, v in sorted(i.labels.items())) or "<none>"
+            row += [i.model, labels, i.description or "<none>"]
+    return table(headers, rows)
 
 
 def _settings(values: dict[str, Any], prefix: str = "") -> str:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict
@@ -18,7 +18,9 @@ __all__ = [
     "KnowledgeBaseSummary",
     "SourceStatus",
     "describe_knowledge_base",
+    "knowledge_base_resource",
     "list_knowledge_bases",
+    "resource_list",
 ]
 
 
@@ -59,6 +61,7 @@ class KnowledgeBaseSummary(BaseModel):
     observed_generation: int
     conditions: list[Condition]
     version: int | None
+    model: str  # of the serving version (else of the spec)
     sources: int
     ready_sources: int
     chunks: int
@@ -69,7 +72,6 @@ class KnowledgeBaseSummary(BaseModel):
 class KnowledgeBaseDetail(KnowledgeBaseSummary):
     """`kbctl describe knowledgebase NAME`: the spec in force and the state of every source."""
 
-    model: str
     chunking: dict[str, Any]
     retrieval: dict[str, Any]
     answer: dict[str, Any] | None = None  # spec.answer (`kbctl ask`), None when the spec has none
@@ -158,6 +160,7 @@ def list_knowledge_bases(db: Database) -> list[KnowledgeBaseSummary]:
             observed_generation=row.observed_generation,
             conditions=[Condition.model_validate(c) for c in row.conditions],
             version=row.current_version,
+            model=row.model,
             sources=row.sources,
             ready_sources=row.ready_sources,
             chunks=row.chunks,
@@ -174,3 +177,53 @@ def describe_knowledge_base(db: Database, name: str) -> KnowledgeBaseDetail:
     if row is None:
         raise NotFoundError(f'knowledgebase "{name}" not found')
     return _detail(db, row)
+
+
+def _timestamp(when: datetime | None) -> str | None:
+    return None if when is None else when.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def knowledge_base_resource(db: Database, name: str) -> dict[str, Any]:
+    """A knowledge base as a Kubernetes-style object (`kbctl get kb NAME -o yaml`): apiVersion, kind, metadata
+    (name, labels, generation, creationTimestamp), the spec as applied with every default filled in, and status
+    (observedGeneration, serving version, conditions, sources). Applying it again changes nothing: apply ignores
+    status and the metadata kbctl writes. The spec is the one waiting for a controller when a change is pending,
+    else the one last applied (which may not serve yet: see the Ready condition)."""
+    from kbctl.manifest import KnowledgeBase
+
+    row = db.get_kb(name)
+    if row is None:
+        raise NotFoundError(f'knowledgebase "{name}" not found')
+    detail = _detail(db, row)
+    stored = (db.desired_manifest(row.id) if row.pending else None) or db.last_manifest(row.id)
+    manifest = KnowledgeBase.from_manifest(stored).applicable_manifest()
+    described = detail.model_dump(by_alias=True, mode="json")
+    metadata = {
+        **manifest["metadata"],
+        "generation": row.generation,
+        "creationTimestamp": _timestamp(row.created_at),
+    }
+    status = {
+        "observedGeneration": row.observed_generation,
+        "version": row.current_version,
+        "versionCreatedAt": _timestamp(detail.version_created_at),
+        "model": detail.model,
+        "chunks": detail.chunks,
+        "embedded": detail.embedded,
+        "reused": detail.reused,
+        "readySources": detail.ready_sources,
+        "conditions": described["conditions"],
+        "sources": described["sourceStatus"],
+    }
+    return {
+        "apiVersion": manifest["apiVersion"],
+        "kind": manifest["kind"],
+        "metadata": metadata,
+        "spec": manifest["spec"],
+        "status": status,
+    }
+
+
+def resource_list(items: list[dict[str, Any]]) -> dict[str, Any]:
+    """Several objects as kubectl prints them: `kind: List` with the objects as items."""
+    return {"apiVersion": "v1", "kind": "List", "items": items}

@@ -665,8 +665,9 @@ class KnowledgeBase(_Model):
         return self.model_dump(by_alias=True, mode="json")
 
     def applicable_manifest(self) -> dict[str, Any]:
-        """The full manifest as a user could apply it again (to_manifest, without what it derives)."""
-        return _without_derived(self.to_manifest())
+        """The full manifest as a user could apply it again: defaults filled in, unset (None) fields left out
+        (no field's None differs from its default) and nothing derived."""
+        return _without_derived(self.model_dump(by_alias=True, mode="json", exclude_none=True))
 
     @classmethod
     def from_manifest(cls, data: dict[str, Any]) -> KnowledgeBase:

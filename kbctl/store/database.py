@@ -298,6 +298,7 @@ class Database:
                 "SELECT k.name, k.labels, k.current_version, k.created_at, k.updated_at, k.generation,"
                 " k.observed_generation, k.conditions,"
                 " coalesce(coalesce(v.manifest, k.manifest) #>> '{spec,description}', '') AS description,"
+                " coalesce(v.model, k.manifest #>> '{spec,embedding,model}', '') AS model,"
                 " coalesce(v.chunk_count, 0) AS chunks, s.sources, s.ready_sources"
                 " FROM kb_knowledge_bases k"
                 " LEFT JOIN kb_versions v ON v.kb_id = k.id AND v.number = k.current_version"

@@ -54,6 +54,7 @@ class SummaryRow:
     observed_generation: int
     conditions: list[dict[str, Any]]
     description: str  # spec.description of the serving version (else of the last applied manifest)
+    model: str  # the serving version's embedding model (else the last applied manifest's)
     chunks: int
     sources: int  # served units (a document of a path, git or crawl source is one)
     ready_sources: int
