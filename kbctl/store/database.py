@@ -7,7 +7,7 @@ import hashlib
 import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager, suppress
-from dataclasses import replace
+from dataclasses import fields, replace
 from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar
 
 import psycopg
@@ -295,12 +295,11 @@ class Database:
         any version, the sources are those with a live state that the last applied manifest still names."""
         with self._conn.cursor(row_factory=class_row(SummaryRow)) as cur:
             return cur.execute(
-                "SELECT k.name, k.labels, k.current_version, k.created_at, k.updated_at, k.generation,"
-                " k.observed_generation, k.conditions,"
+                "SELECT " + ", ".join(f"k.{f.name}" for f in fields(KnowledgeBaseRow)) + ","
                 " coalesce(coalesce(v.manifest, k.manifest) #>> '{spec,description}', '') AS description,"
                 " coalesce(v.model, k.manifest #>> '{spec,embedding,model}', '') AS model,"
                 " coalesce(v.chunk_count, 0) AS chunks, s.sources, s.ready_sources"
-                " FROM kb_knowledge_bases k"
+                " FROM (SELECT " + _KB_COLUMNS + ", manifest FROM kb_knowledge_bases) k"
                 " LEFT JOIN kb_versions v ON v.kb_id = k.id AND v.number = k.current_version"
                 " LEFT JOIN LATERAL (SELECT count(*) AS sources, count(*) FILTER (WHERE u.state = 'ready')"
                 "  AS ready_sources FROM ("
@@ -355,7 +354,7 @@ class Database:
             return cur.execute(
                 "SELECT k.id AS kb_id, k.labels, k.conditions, v.id AS version_id, v.number, v.model, v.chunk_count,"
                 " v.retrieval"
-                " FROM kb_knowledge_bases k"
+                " FROM (SELECT " + _KB_COLUMNS + ", manifest FROM kb_knowledge_bases) k"
                 " LEFT JOIN kb_versions v ON v.kb_id = k.id AND v.number = k.current_version"
                 " WHERE k.name = %s",
                 (name,),

@@ -42,17 +42,9 @@ class KnowledgeBaseRow:
 
 
 @dataclass(frozen=True)
-class SummaryRow:
-    """A knowledge base as `kbctl get` lists it, counted in SQL (no manifest leaves the server)."""
+class SummaryRow(KnowledgeBaseRow):
+    """A knowledge base with what `kbctl get` lists, counted in SQL (no manifest leaves the server)."""
 
-    name: str
-    labels: dict[str, str]
-    current_version: int | None
-    created_at: datetime
-    updated_at: datetime
-    generation: int
-    observed_generation: int
-    conditions: list[dict[str, Any]]
     description: str  # spec.description of the serving version (else of the last applied manifest)
     model: str  # the serving version's embedding model (else the last applied manifest's)
     chunks: int
