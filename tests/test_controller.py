@@ -62,10 +62,12 @@ def test_submit_records_pending_work_and_the_controller_reconciles_it(store: Kno
     [pending] = store.submit(kbs(kb_text("a", "Invoices are kept for ten years.")))
     assert (pending.action, pending.version, pending.pending) == ("configured", 2, True)
     assert store.db.counts() == before  # nothing ingested yet
-    assert conditions(store, "a")["Ready"] == ("False", "Pending")
+    assert conditions(store, "a")["Ready"] == ("True", "Serving")  # version 1 still serves while 2 waits
     assert conditions(store, "a")["Progressing"] == ("True", "Pending")
     assert "seven years" in store.query("a", "how long are invoices kept?").hits[0].text
-    assert not store.wait("a", timeout=0.2)
+    assert not store.wait("a", timeout=0.2)  # Ready is awaited for the generation just recorded
+    [row] = store.list()
+    assert (row.ready, row.version) == (True, 1)
 
     processed = store.controller().run_once()
     assert processed == 1
@@ -85,7 +87,8 @@ def test_a_newer_generation_recorded_during_a_reconcile_stays_pending(store: Kno
     ctl.process(claim)
     row = store.db.get_kb("a")
     assert row is not None and (row.generation, row.observed_generation) == (2, 1)
-    assert conditions(store, "a")["Ready"] == ("False", "Pending")
+    assert conditions(store, "a")["Ready"] == ("True", "Serving")
+    assert conditions(store, "a")["Progressing"] == ("True", "Pending")
     assert ctl.run_once() == 1
     assert store.query("a", "which version?", threshold=-1).hits[0].text == "Version two."
 

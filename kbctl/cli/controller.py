@@ -73,7 +73,11 @@ def wait(
     ] = ("condition=Ready"),
     timeout: Annotated[str, duration_option("--timeout", help="Give up after this long (30s, 5m, 1h).")] = "30s",
 ) -> None:
-    """Wait until a knowledge base has a condition (Ready, Progressing, Degraded); exit 1 on timeout."""
+    """Wait until a knowledge base has a condition (Ready, Progressing, Degraded); exit 1 on timeout.
+
+    Ready=true means the latest generation: while a change waits for a controller, the version in place keeps
+    Ready True (reason Serving), and waiting returns only once the change is reconciled.
+    """
     check_resource(resource)
     condition, value = parse_for(for_)
     seconds = parse_duration(timeout)

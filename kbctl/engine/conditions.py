@@ -63,6 +63,13 @@ def _serves(serving: int | None) -> str:
 def _ready(f: Facts) -> tuple[Status, str, str]:
     if f.failure is not None:
         return "False", f.failure.reason, f"{f.failure.message}; {_serves(f.serving)}; fix the cause and apply again"
+    if f.pending is not None and f.serving is not None:  # a change waits: the version in place still serves
+        return (
+            "True",
+            "Serving",
+            f"version {f.serving} serves queries; generation {f.pending} waits for a controller "
+            "(start `kbctl controller`, or apply with --wait)",
+        )
     if f.pending is not None:
         return (
             "False",

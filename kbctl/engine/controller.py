@@ -222,7 +222,9 @@ def wait_for(
 ) -> bool:
     """Wait until `name` has `condition` with status `value` (and has observed `generation`, if given).
 
-    Returns False when `timeout` seconds pass first. Raises NotFoundError for an unknown name.
+    Ready=True is awaited for the latest generation when none is given: while a change waits for a controller the
+    version in place keeps Ready True, and a pipeline that applies and then waits means the change. Returns
+    False when `timeout` seconds pass first. Raises NotFoundError for an unknown name.
     """
     deadline = time.monotonic() + timeout
     want = "True" if value else "False"
@@ -230,7 +232,8 @@ def wait_for(
         row = db.get_kb(name)
         if row is None:
             raise NotFoundError(f'knowledgebase "{name}" not found')
-        observed = generation is None or row.observed_generation >= generation
+        wanted = generation if generation is not None else row.generation if condition == "Ready" and value else 0
+        observed = row.observed_generation >= wanted
         if observed and find_condition(row.conditions, condition).get("status") == want:
             return True
         if time.monotonic() >= deadline:
