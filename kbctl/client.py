@@ -24,6 +24,7 @@ if TYPE_CHECKING:
     from kbctl.engine.controller import Controller, PendingResult
     from kbctl.engine.events import Reporter
     from kbctl.engine.explain import DiffReport
+    from kbctl.engine.prune import PruneScope
     from kbctl.engine.results import ApplyReport, KnowledgeBaseResult
     from kbctl.engine.status import KnowledgeBaseDetail, KnowledgeBaseSummary
     from kbctl.manifest import KnowledgeBase, LoadedManifest
@@ -213,19 +214,32 @@ class KnowledgeBaseStore:
         return wait_for_controller(self.db, pending, reporter=reporter, timeout=timeout, in_process=in_process)
 
     def diff(
-        self, knowledge_bases: Sequence[KnowledgeBase | LoadedManifest], *, prune_selector: Selector | None = None
+        self, knowledge_bases: Sequence[KnowledgeBase | LoadedManifest], *, prune: PruneScope | None = None
     ) -> DiffReport:
-        """What apply would do (and, with a selector, prune), without writing or fetching anything."""
+        """What apply would do (and, with a prune scope, prune), without writing or fetching anything."""
         from kbctl.engine.explain import diff_knowledge_bases
 
         kbs = _knowledge_bases(knowledge_bases)
-        return diff_knowledge_bases(self.db, kbs, self.embedder, prune_selector=prune_selector)
+        return diff_knowledge_bases(self.db, kbs, self.embedder, prune=prune)
 
-    def prune(self, keep: Collection[str], selector: Selector) -> list[str]:
-        """Delete the knowledge bases whose labels match `selector` and whose names are not in `keep`."""
-        from kbctl.engine.prune import prune_knowledge_bases
+    def prune(
+        self, keep: Collection[str], selector: Selector | None = None, *, applyset: str | None = None
+    ) -> list[str]:
+        """Delete the knowledge bases not in `keep` that are members of `applyset` (and match `selector`, when
+        given); without an apply set, those matching `selector` that belong to no apply set."""
+        from kbctl.engine.prune import PruneScope, prune_knowledge_bases
 
-        return prune_knowledge_bases(self.db, keep, selector)
+        return prune_knowledge_bases(self.db, keep, PruneScope(applyset, selector))
+
+    def check_applyset(self, names: Collection[str], applyset: str) -> None:
+        """Refuse (KbctlError) when one of `names` belongs to another apply set; nothing is written."""
+        from kbctl.engine.prune import check_applyset
+
+        check_applyset(self.db, names, applyset)
+
+    def join_applyset(self, names: Sequence[str], applyset: str) -> None:
+        """Record the stored knowledge bases `names` as members of `applyset` (what a later prune may delete)."""
+        self.db.join_applyset(names, applyset)
 
     def submit(self, knowledge_bases: Sequence[KnowledgeBase | LoadedManifest]) -> list[PendingResult]:
         """Record knowledge bases as desired state for a controller (`apply` without --wait); no ingestion here."""

@@ -1,4 +1,4 @@
-"""`apply --prune -l` and `diff --prune` on the real store, and kubectl's equality-based label selectors."""
+"""`apply --prune` (apply sets, and legacy -l) and `diff --prune` on the real store, and kubectl's label selectors."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from typer.testing import CliRunner
 
 from kbctl.cli import app
 from kbctl.client import KnowledgeBaseStore
-from kbctl.engine.prune import prune_knowledge_bases
+from kbctl.engine.prune import PruneScope, prune_knowledge_bases
 from kbctl.manifest import parse_manifests
 from kbctl.manifest.selectors import Requirement, Selector, parse_selector
 from tests.test_diff import usage_error
@@ -70,13 +70,17 @@ def test_prune_exit_code_and_json(store: KnowledgeBaseStore, cli: CliRunner, fou
 
 
 def test_prune_refuses_without_a_selector(store: KnowledgeBaseStore, cli: CliRunner, four: str) -> None:
-    """--prune without -l (or -l without --prune) is a usage error, exit 2, and nothing is applied or deleted."""
+    """--prune without --applyset or -l (or -l without --prune) is a usage error, exit 2, and nothing is applied or
+    deleted."""
     before = store.db.counts()
     bare = cli.invoke(app, ["apply", "--wait", "-f", four, "--prune"])
     assert (bare.exit_code, usage_error(bare.output)) == (
         2,
-        "Invalid value for '--prune': --prune needs a label selector (-l): kbctl never prunes everything",
+        "Invalid value for '--prune': --prune needs an apply set (--applyset NAME) or a label selector (-l): kbctl "
+        "never prunes everything",
     )
+    bad_set = cli.invoke(app, ["apply", "--wait", "-f", four, "--prune", "--applyset", "Repo_A"])
+    assert bad_set.exit_code == 2 and "Invalid value for '--applyset'" in bad_set.output
     alone = cli.invoke(app, ["apply", "--wait", "-f", four, "-l", "team=web"])
     assert (alone.exit_code, usage_error(alone.output)) == (
         2,
@@ -109,12 +113,70 @@ def test_dry_run_prune_deletes_nothing(store: KnowledgeBaseStore, cli: CliRunner
 
 def test_prune_library_matches_kubectl_semantics(store: KnowledgeBaseStore, four: str) -> None:
     """prune_knowledge_bases: `k!=v` also selects KBs without k, `!k` those without it; kept names survive."""
-    assert prune_knowledge_bases(store.db, ["ops"], parse_selector("team!=web")) == ["bare"]
-    assert prune_knowledge_bases(store.db, [], parse_selector("!tier,team==web")) == ["web-a"]
-    assert prune_knowledge_bases(store.db, ["web-b"], parse_selector("tier=gold")) == []
+    assert prune_knowledge_bases(store.db, ["ops"], PruneScope(selector=parse_selector("team!=web"))) == ["bare"]
+    assert prune_knowledge_bases(store.db, [], PruneScope(selector=parse_selector("!tier,team==web"))) == ["web-a"]
+    assert prune_knowledge_bases(store.db, ["web-b"], PruneScope(selector=parse_selector("tier=gold"))) == []
     assert names(store) == ["ops", "web-b"]
     with pytest.raises(TypeError, match="not a single string"):
-        prune_knowledge_bases(store.db, "web-b", parse_selector("tier"))
+        prune_knowledge_bases(store.db, "web-b", PruneScope(selector=parse_selector("tier")))
+    with pytest.raises(ValueError, match="never prunes everything"):
+        PruneScope()
+
+
+def _repo(tmp_path: Path, repo: str, *kbs: str) -> str:
+    """A folder of manifests (one file per knowledge base, every one labelled team=web)."""
+    folder = tmp_path / repo
+    folder.mkdir(exist_ok=True)
+    for old in folder.glob("*.yaml"):
+        old.unlink()
+    for name in kbs:
+        (folder / f"{name}.yaml").write_text(manifest("web-a").replace("name: web-a", f"name: {name}"))
+    return str(folder)
+
+
+def test_two_repositories_with_the_same_labels_never_prune_each_other(
+    store: KnowledgeBaseStore, cli: CliRunner, tmp_path: Path
+) -> None:
+    """Each repository applies with its own --applyset; both label everything team=web. Removing a manifest
+    from one prunes only that repository's knowledge base, even when the prune is narrowed by the shared label,
+    and the legacy label-only prune never deletes a member of an apply set."""
+
+    def apply(repo: str, *kbs: str, extra: tuple[str, ...] = ()) -> list[str]:
+        result = cli.invoke(app, ["apply", "--wait", "-f", _repo(tmp_path, repo, *kbs), "--prune", *extra])
+        assert result.exit_code == 0, result.output
+        return result.stdout.splitlines()
+
+    apply("repo-a", "a-one", "a-two", extra=("--applyset", "repo-a"))
+    apply("repo-b", "b-one", "b-two", extra=("--applyset", "repo-b"))
+    assert names(store) == ["a-one", "a-two", "b-one", "b-two"]
+    lines = apply("repo-a", "a-one", extra=("--applyset", "repo-a", "-l", "team=web"))
+    assert "KnowledgeBase/a-two pruned" in lines and not [line for line in lines if "b-" in line]
+    assert names(store) == ["a-one", "b-one", "b-two"]
+    diff = cli.invoke(app, ["diff", "-f", _repo(tmp_path, "repo-b", "b-one"), "--prune", "--applyset", "repo-b"])
+    assert diff.stdout.splitlines()[-1] == "KnowledgeBase/b-two pruned"
+    legacy = cli.invoke(app, ["apply", "--wait", "-f", _repo(tmp_path, "old", "web-a"), "--prune", "-l", "team=web"])
+    assert legacy.exit_code == 0 and "pruned" not in legacy.stdout  # every other one belongs to an apply set
+    assert "warning: --prune -l without --applyset" in legacy.stderr
+    assert names(store) == ["a-one", "b-one", "b-two", "web-a"]
+    moved = cli.invoke(app, ["apply", "--wait", "-f", _repo(tmp_path, "repo-a", "b-one"), "--applyset", "repo-a"])
+    assert moved.exit_code == 1
+    assert moved.stderr == (
+        "Error: KnowledgeBase/b-one belongs to apply set 'repo-b', not 'repo-a': apply it with --applyset repo-b, "
+        "or delete it first\n"
+    )
+    assert names(store) == ["a-one", "b-one", "b-two", "web-a"]
+
+
+def test_an_apply_set_without_wait_records_its_members(
+    store: KnowledgeBaseStore, cli: CliRunner, tmp_path: Path
+) -> None:
+    """apply --applyset without --wait records the members (for a controller to reconcile) and prunes the rest."""
+    first = cli.invoke(app, ["apply", "-f", _repo(tmp_path, "repo", "one", "two"), "--applyset", "repo"])
+    assert first.exit_code == 0, first.output
+    second = cli.invoke(app, ["apply", "-f", _repo(tmp_path, "repo", "one"), "--applyset", "repo", "--prune"])
+    assert second.exit_code == 0 and "KnowledgeBase/two pruned" in second.stdout.splitlines()
+    assert names(store) == ["one"]
+    assert store.db.get_kb("one").applyset == "repo"  # type: ignore[union-attr]
 
 
 @pytest.mark.parametrize(

@@ -20,13 +20,14 @@ from kbctl.cli._common import (
     open_store,
     parse_duration,
 )
-from kbctl.cli.diff import PruneOpt, SelectorOpt, plan_apply, prune_selector
+from kbctl.cli.diff import ApplySetOpt, PruneOpt, SelectorOpt, applyset_name, plan_apply, prune_scope
 
 if TYPE_CHECKING:
+    from kbctl.client import KnowledgeBaseStore
     from kbctl.engine.controller import PendingResult
+    from kbctl.engine.prune import PruneScope
     from kbctl.engine.results import ApplyReport
     from kbctl.manifest import LoadedManifest
-    from kbctl.manifest.selectors import Selector
 
 
 @app.command()
@@ -46,6 +47,7 @@ def apply(
     ] = "10m",
     dry_run: DryRunOpt = None,
     prune: PruneOpt = False,
+    applyset: ApplySetOpt = None,
     selector: SelectorOpt = None,
     exit_code: Annotated[
         bool,
@@ -61,17 +63,21 @@ def apply(
     Exit code 1 when a source or a knowledge base failed (the previous version keeps serving). Knowledge
     bases with path: sources are always applied by this process, which has the files.
 
-    --prune -l SELECTOR then deletes the knowledge bases whose labels match and that are not in the
-    manifests ("KnowledgeBase/NAME pruned"). --dry-run writes nothing: --dry-run=server (or a bare
-    --dry-run) prints what would happen, "KnowledgeBase/NAME configured (dry run)" with the changes
-    `kbctl diff` shows; --dry-run=client only validates the manifests, without a store. --exit-code: 0 when
+    --applyset NAME records the knowledge bases of these manifests as one apply set (give each repository
+    its own; one that belongs to another set is refused); --prune then deletes the set's members that the
+    manifests no longer name ("KnowledgeBase/NAME pruned"), narrowed by -l when given.
+
+    --dry-run writes nothing: --dry-run=server (or a bare --dry-run) prints what would happen,
+    "KnowledgeBase/NAME configured (dry run)" with the changes `kbctl diff` shows; --dry-run=client only
+    validates the manifests, without a store. --exit-code: 0 when
     nothing changed (or would), 2 when something was (or would be) created, configured or pruned, 1 on
     any failure.
     """
     from kbctl.cli.progress import CliReporter
     from kbctl.manifest import load_manifests
 
-    chosen = prune_selector(prune, selector)
+    applyset = applyset_name(applyset)
+    chosen = prune_scope(prune, selector, applyset)
     if dry_run is DryRun.client:
         _client_dry_run(filename, recursive, output)
         return
@@ -80,15 +86,16 @@ def apply(
         return
     manifests = load_manifests(filename, recursive=recursive, stdin=sys.stdin)
     if not wait:
-        _submit(manifests, chosen, output, exit_code)
+        _submit(manifests, applyset, chosen, output, exit_code)
         return
     reporter = CliReporter(quiet=output is not None)
     with open_store() as store:
+        _check_applyset(store, manifests, applyset)
         try:
             report = store.apply_and_wait(manifests, reporter=reporter, timeout=parse_duration(timeout))
         finally:
             reporter.close()
-        pruned = store.prune([m.kb.name for m in manifests], chosen) if chosen else []
+        pruned = _join_and_prune(store, manifests, applyset, chosen)
     _print_report(report, pruned if chosen else None, output)
     if report.failed:
         raise typer.Exit(1)
@@ -96,7 +103,29 @@ def apply(
         raise typer.Exit(2)
 
 
-def _submit(manifests: list[LoadedManifest], chosen: Selector | None, output: OutputOpt, exit_code: bool) -> None:
+def _check_applyset(store: KnowledgeBaseStore, manifests: list[LoadedManifest], applyset: str | None) -> None:
+    if applyset is not None:
+        store.check_applyset({m.kb.name for m in manifests}, applyset)
+
+
+def _join_and_prune(
+    store: KnowledgeBaseStore, manifests: list[LoadedManifest], applyset: str | None, chosen: PruneScope | None
+) -> list[str]:
+    """After an apply: record its knowledge bases as members of the apply set, then prune what the scope covers
+    and the manifests no longer name."""
+    names = [m.kb.name for m in manifests]
+    if applyset is not None:
+        store.join_applyset(names, applyset)
+    return store.prune(names, chosen.selector, applyset=chosen.applyset) if chosen else []
+
+
+def _submit(
+    manifests: list[LoadedManifest],
+    applyset: str | None,
+    chosen: PruneScope | None,
+    output: OutputOpt,
+    exit_code: bool,
+) -> None:
     """apply without --wait: record the desired state for a controller and return; knowledge bases that read
     files (path: sources) are applied here, since a controller has no copy of the files."""
     from kbctl.cli.progress import CliReporter
@@ -116,12 +145,13 @@ def _submit(manifests: list[LoadedManifest], chosen: Selector | None, output: Ou
             )
 
     with open_store() as store:
+        _check_applyset(store, manifests, applyset)
         try:
             pending, applied = store.submit_or_apply(manifests, reporter=reporter, on_recorded=recorded)
         finally:
             reporter.close()
         alive = store.controller_alive()
-        pruned = store.prune([m.kb.name for m in manifests], chosen) if chosen else []
+        pruned = _join_and_prune(store, manifests, applyset, chosen)
     if output:
         results: dict[str, object] = {"results": [p.__dict__ for p in pending], "pruned": pruned}
         if applied is not None:
@@ -164,7 +194,9 @@ def _client_dry_run(filename: list[str], recursive: bool, output: OutputOpt) -> 
         typer.echo(f"KnowledgeBase/{m.kb.name} valid (dry run: client, the store was not consulted)")
 
 
-def _dry_run(filename: list[str], recursive: bool, chosen: Selector | None, output: OutputOpt, exit_code: bool) -> None:
+def _dry_run(
+    filename: list[str], recursive: bool, chosen: PruneScope | None, output: OutputOpt, exit_code: bool
+) -> None:
     from kbctl.cli.render import diff_lines
 
     plan = plan_apply(filename, recursive, chosen)

@@ -13,7 +13,7 @@ from kbctl.cli._common import Files, OutputOpt, Recursive, app, emit, handles_er
 
 if TYPE_CHECKING:
     from kbctl.engine.explain import DiffReport
-    from kbctl.manifest.selectors import Selector
+    from kbctl.engine.prune import PruneScope
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -22,7 +22,17 @@ PruneOpt = Annotated[
     bool,
     typer.Option(
         "--prune",
-        help="Also delete knowledge bases that match the label selector (-l) and are not in the manifests.",
+        help="Also delete the members of the apply set (--applyset) that the manifests no longer name (narrowed by "
+        "-l when given; -l alone is kubectl's legacy prune, which never touches an apply set's members).",
+    ),
+]
+ApplySetOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--applyset",
+        metavar="NAME",
+        help="The apply set these manifests make (one name per repository): apply records its members and --prune "
+        "deletes only those, so repositories whose labels overlap never prune each other.",
     ),
 ]
 SelectorOpt = Annotated[
@@ -31,38 +41,60 @@ SelectorOpt = Annotated[
         "--selector",
         "-l",
         metavar="SELECTOR",
-        help="Label selector of what --prune may delete: k=v, k==v, k!=v, k, !k, 'k in (a,b)', 'k notin (a,b)'; a "
-        "comma means AND.",
+        help="Label selector narrowing what --prune may delete: k=v, k==v, k!=v, k, !k, 'k in (a,b)', "
+        "'k notin (a,b)'; a comma means AND.",
     ),
 ]
 
 
-def prune_selector(prune: bool, selector: str | None) -> Selector | None:
-    """The selector of --prune -l, or None without --prune; usage errors (exit code 2) otherwise."""
-    if prune and selector is None:
-        raise typer.BadParameter(
-            "--prune needs a label selector (-l): kbctl never prunes everything", param_hint="'--prune'"
-        )
-    if selector is None:
+def applyset_name(applyset: str | None) -> str | None:
+    """The --applyset name, checked as a DNS-1123 label (a usage error otherwise)."""
+    if applyset is None:
         return None
+    from kbctl.manifest._field_checks import DNS_LABEL, check_name
+
+    try:
+        return check_name(applyset, DNS_LABEL, "lowercase letters, digits and '-'")
+    except ValueError as exc:
+        raise typer.BadParameter(str(exc), param_hint="'--applyset'") from None
+
+
+def prune_scope(prune: bool, selector: str | None, applyset: str | None) -> PruneScope | None:
+    """What --prune may delete (None without --prune); usage errors (exit code 2) otherwise. Legacy prune (-l
+    without --applyset) is said on stderr."""
+    if not prune:
+        if selector is not None:
+            raise typer.BadParameter("-l selects what --prune deletes: add --prune", param_hint="'-l' / '--selector'")
+        return None
+    if selector is None and applyset is None:
+        raise typer.BadParameter(
+            "--prune needs an apply set (--applyset NAME) or a label selector (-l): kbctl never prunes everything",
+            param_hint="'--prune'",
+        )
+    from kbctl.engine.prune import PruneScope
     from kbctl.manifest.selectors import parse_selector
 
-    if not prune:
-        raise typer.BadParameter("-l selects what --prune deletes: add --prune", param_hint="'-l' / '--selector'")
     try:
-        return parse_selector(selector)
+        parsed = parse_selector(selector) if selector is not None else None
     except ValueError as exc:
         raise typer.BadParameter(str(exc), param_hint="'-l' / '--selector'") from None
+    if applyset is None:
+        typer.echo(
+            "warning: --prune -l without --applyset prunes by labels alone (and never a member of an apply set); "
+            "give each repository an apply set: --applyset NAME",
+            err=True,
+        )
+    return PruneScope(applyset, parsed)
 
 
-def plan_apply(filename: list[str], recursive: bool, selector: Selector | None) -> DiffReport:
+def plan_apply(filename: list[str], recursive: bool, scope: PruneScope | None) -> DiffReport:
     """Load and validate manifests, then diff them against the store (the shared core of diff and apply --dry-run)."""
     from kbctl.engine.explain import diff_knowledge_bases
     from kbctl.manifest import load_manifests
 
     manifests = load_manifests(filename, recursive=recursive, stdin=sys.stdin)
     with open_store() as store:
-        return diff_knowledge_bases(store.db, [m.kb for m in manifests], store.embedder, prune_selector=selector)
+        return diff_knowledge_bases(store.db, [m.kb for m in manifests], store.embedder, prune=scope)
 
 
 def _errors_exit_2(func: Callable[P, R]) -> Callable[P, R]:
@@ -86,6 +118,7 @@ def diff(
     filename: Files,
     recursive: Recursive = False,
     prune: PruneOpt = False,
+    applyset: ApplySetOpt = None,
     selector: SelectorOpt = None,
     output: OutputOpt = None,
 ) -> None:
@@ -101,8 +134,9 @@ def diff(
       source NAME would be fetched                  (a URL source that never had content)
     Chunks are compared by the text sent to the model; "~T tokens to embed" counts the tokens of the
     new chunks whose vectors the cache lacks (an estimate of the embedding bill); a warning counts the
-    added chunks longer than the model reads (the local model: 254 tokens), whose ends no vector holds. With --prune -l,
-    stored knowledge bases that match the selector and are not in the manifests show as pruned.
+    added chunks longer than the model reads (the local model: 254 tokens), whose ends no vector holds. With --prune,
+    the stored members of the apply set (--applyset, narrowed by -l) that the manifests no longer name show as
+    pruned.
     -o json|yaml prints the same plan as data (for pull-request bots).
 
     Exit code: 0 no differences, 1 differences (a URL source apply would fetch counts as one),
@@ -110,7 +144,7 @@ def diff(
     """  # noqa: RUF002  (the minus sign U+2212, as printed)
     from kbctl.cli.render import diff_lines
 
-    chosen = prune_selector(prune, selector)
+    chosen = prune_scope(prune, selector, applyset_name(applyset))
     report = _errors_exit_2(plan_apply)(filename, recursive, chosen)
     if output:
         emit(report, output)

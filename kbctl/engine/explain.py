@@ -12,10 +12,10 @@ from pydantic import BaseModel, ConfigDict, computed_field
 from kbctl.embedding import Embedder
 from kbctl.engine.ingest import Chunked, chunk_source
 from kbctl.engine.plan import Ingest, SourcePlan, build_plan, fetch_requests, file_stamps
+from kbctl.engine.prune import PruneScope
 from kbctl.manifest import KnowledgeBase
 from kbctl.manifest.changes import field_changes, source_changes
 from kbctl.manifest.models import SourceKind
-from kbctl.manifest.selectors import Selector
 from kbctl.sources import source_of
 from kbctl.sources.files import read_paths
 from kbctl.store.database import Database
@@ -273,24 +273,24 @@ def diff_knowledge_bases(
     knowledge_bases: Sequence[KnowledgeBase],
     embedder_for: Callable[[str], Embedder],
     *,
-    prune_selector: Selector | None = None,
+    prune: PruneScope | None = None,
 ) -> DiffReport:
     """What applying these knowledge bases would do, writing nothing, fetching nothing, embedding nothing.
 
     Each knowledge base is compared with the manifest and content of its current version: changed
     fields, sources added / changed / removed, chunks added and removed, and the tokens the vector
-    cache lacks (only the tokenizer is loaded, and only when some text is new). With
-    `prune_selector`, stored knowledge bases whose labels match it and that are not among
-    `knowledge_bases` are listed as "pruned". Errors (an unknown model, the store) raise KbctlError.
+    cache lacks (only the tokenizer is loaded, and only when some text is new). With `prune`, the stored
+    knowledge bases it covers that are not among `knowledge_bases` are listed as "pruned". Errors (an
+    unknown model, the store) raise KbctlError.
     """
     explainer = _Explainer(db, embedder_for)
     with db.read_only():
         results = [explainer.diff(kb) for kb in knowledge_bases]
-        if prune_selector is not None:
+        if prune is not None:
             keep = {kb.name for kb in knowledge_bases}
             results += [
                 KnowledgeBaseDiff(name=row.name, action="pruned", version=row.current_version)
                 for row in db.list_kbs()
-                if row.name not in keep and prune_selector.matches(row.labels)
+                if row.name not in keep and prune.covers(row)
             ]
     return DiffReport(results=results)

@@ -212,6 +212,7 @@ def knowledge_base_resource(db: Database, name: str) -> dict[str, Any]:
         "embedded": detail.embedded,
         "reused": detail.reused,
         "readySources": detail.ready_sources,
+        "applySet": row.applyset,
         "conditions": described["conditions"],
         "sources": described["sourceStatus"],
     }

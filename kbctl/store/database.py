@@ -98,7 +98,7 @@ GC_LOCK_KEY = 0x6B6263746C_02
 # The columns of a KnowledgeBaseRow: never the manifests themselves (see KnowledgeBaseRow).
 _KB_COLUMNS = (
     "id, name, labels, current_version, created_at, updated_at, generation, observed_generation, conditions,"
-    " desired_manifest IS NOT NULL AS pending"
+    " desired_manifest IS NOT NULL AS pending, applyset"
 )
 
 
@@ -313,6 +313,14 @@ class Database:
                 " ) u) s ON true"
                 " ORDER BY k.name"
             ).fetchall()
+
+    @_store_errors
+    def join_applyset(self, names: Sequence[str], applyset: str) -> None:
+        """Make the stored knowledge bases `names` members of `applyset` (those already in it stay)."""
+        self._conn.execute(
+            "UPDATE kb_knowledge_bases SET applyset = %s WHERE name = ANY(%s) AND applyset IS DISTINCT FROM %s",
+            (applyset, list(names), applyset),
+        )
 
     @_store_errors
     def last_manifest(self, kb_id: int) -> dict[str, Any]:

@@ -229,6 +229,14 @@ MIGRATIONS: list[tuple[int, str, str]] = [
         UPDATE kb_versions SET answer = coalesce(manifest -> 'spec' -> 'answer', '{}');
         """,
     ),
+    (
+        10,
+        "the apply set (`apply --applyset NAME`) a knowledge base belongs to: prune deletes only its own members",
+        """
+        ALTER TABLE kb_knowledge_bases ADD COLUMN applyset text;
+        CREATE INDEX kb_knowledge_bases_applyset ON kb_knowledge_bases (applyset) WHERE applyset IS NOT NULL;
+        """,
+    ),
 ]
 
 # Serializes migrations of one database across processes (an arbitrary, fixed 64-bit key).

@@ -39,6 +39,7 @@ class KnowledgeBaseRow:
     observed_generation: int
     conditions: list[dict[str, Any]]
     pending: bool  # a desired manifest waits to be reconciled
+    applyset: str | None  # the apply set it belongs to (`apply --applyset`), which alone may prune it
 
 
 @dataclass(frozen=True)
