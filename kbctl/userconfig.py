@@ -45,7 +45,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from pydantic.alias_generators import to_camel
 from pydantic_core import PydanticCustomError
 
-from kbctl.errors import KbctlError
+from kbctl.errors import InputError, KbctlError, ManifestProblem
 
 __all__ = [
     "ALLOW_NETWORKS_ENV",
@@ -450,22 +450,42 @@ def with_env_overrides(config: ConfigFile, environ: Mapping[str, str]) -> Config
     )
 
 
+MAX_CONFIG_BYTES = 1 << 20
+"""Largest configuration file read (a real one is a few kilobytes)."""
+
+
+def _problem(path: Path, line: int | None, field: str, message: str) -> ManifestProblem:
+    return ManifestProblem(str(path), line, field, redact(message))
+
+
 def load_config(path: Path) -> ConfigFile:
-    """Read and validate the configuration file; a missing file is an empty configuration."""
+    """Read and validate the configuration file; a missing file is an empty configuration.
+
+    Problems get the manifests' treatment (InputError): file:line, the field as written, a did-you-mean for a
+    misspelt key, every problem at once; anything that could hold a secret is redacted."""
     if not path.is_file():
         if os.environ.get("KBCTL_CONFIG"):
             raise KbctlError(f"{path}: no such file (named by KBCTL_CONFIG)")
         return ConfigFile()
-    from ruamel.yaml import YAML  # only when there is a file to read
-    from ruamel.yaml.error import YAMLError
+    # Only when there is a file to read: the YAML loader that keeps lines, and the manifests' error wording.
+    from kbctl.manifest._bounds import UnreadableFile, read_bounded_text
+    from kbctl.manifest._problems import problems_from
+    from kbctl.manifest._yaml_lines import SyntaxProblem, load_documents
 
     try:
-        data = YAML(typ="safe", pure=True).load(path.read_text()) or {}
-    except (OSError, YAMLError) as exc:
-        raise KbctlError(f"{path}: cannot read the configuration: {redact(str(exc).splitlines()[0])}") from exc
+        text = read_bounded_text(path, MAX_CONFIG_BYTES, expected="a configuration file")
+    except UnreadableFile as exc:
+        raise InputError([_problem(path, None, "", f"cannot read the configuration: {exc}")]) from None
+    documents = list(load_documents(text))
+    if not documents:
+        return ConfigFile()
+    first = documents[0]
+    if isinstance(first, SyntaxProblem):
+        raise InputError([_problem(path, first.line, "", first.message)])
+    if len(documents) > 1:
+        raise InputError([_problem(path, documents[1].line, "", "a configuration file holds one YAML document")])
     try:
-        return ConfigFile.model_validate(data)
+        return ConfigFile.model_validate(first.data)
     except ValidationError as exc:
-        err = exc.errors()[0]
-        where = ".".join(str(p) for p in err["loc"])
-        raise KbctlError(f"{path}: {where}: {redact(err['msg'])}") from exc
+        found = problems_from(exc, ConfigFile, first, str(path))
+        raise InputError([_problem(path, p.line, p.field, p.message) for p in found]) from None

@@ -12,7 +12,7 @@ from kbctl.cli import app
 from kbctl.client import KnowledgeBaseStore
 from kbctl.config import Settings, redact
 from kbctl.embedding import get_embedder
-from kbctl.errors import EmbeddingError, KbctlError
+from kbctl.errors import EmbeddingError, InputError, KbctlError
 from kbctl.manifest import parse_manifests
 from kbctl.sources.url import FetchPolicy
 
@@ -66,14 +66,15 @@ def test_profiles_and_model_ids_resolve_to_http_embedders(config_file: Path, tmp
 
 
 def test_invalid_config_is_one_clear_error(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """A bad configuration names the file and the field; a KBCTL_CONFIG that does not exist is an error."""
+    """A bad configuration names the file, the line and the field; a KBCTL_CONFIG that does not exist is an error."""
     path = tmp_path / "config.yaml"
     path.write_text("embedding:\n  providers:\n    x: {baseURL: http://h/v1, batchSize: lots}\n")
     monkeypatch.setenv("KBCTL_CONFIG", str(path))
-    with pytest.raises(
-        KbctlError, match=r"config.yaml: embedding.providers.x.batchSize: Input should be a valid integer"
-    ):
+    with pytest.raises(InputError) as raised:
         Settings.from_env(home=tmp_path)
+    assert [str(p) for p in raised.value.problems] == [
+        f'{path}:3: embedding.providers["x"].batchSize: must be an integer'
+    ]
     monkeypatch.setenv("KBCTL_CONFIG", str(tmp_path / "missing.yaml"))
     with pytest.raises(KbctlError, match=r"missing\.yaml: no such file"):
         Settings.from_env(home=tmp_path)
@@ -266,6 +267,30 @@ def test_redact(text: str, redacted: str) -> None:
     assert redact(text) == redacted
 
 
+def test_config_problems_are_located_with_a_hint_all_at_once(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Like a manifest: every problem of the file, each with its line, the field as written and a did-you-mean."""
+    path = tmp_path / "config.yaml"
+    path.write_text("embedding:\n  profiels:\n    a: {provider: x, model: m}\nchat:\n  defaultModle: openai/gpt\n")
+    monkeypatch.setenv("KBCTL_CONFIG", str(path))
+    result = CliRunner().invoke(app, ["config", "view"])
+    assert (result.exit_code, result.stderr.splitlines()) == (
+        1,
+        [
+            f"{path}:2: embedding.profiels: unknown field 'profiels' (did you mean 'profiles'?)",
+            f"{path}:5: chat.defaultModle: unknown field 'defaultModle' (did you mean 'defaultModel'?)",
+        ],
+    )
+    path.write_text("embedding: [\n")
+    broken = CliRunner().invoke(app, ["config", "view"])
+    assert (broken.exit_code, broken.stderr) == (
+        1,
+        f"{path}:2: invalid YAML: expected the node content, but found '<stream end>'\n",
+    )
+    path.write_text("a: 1\n---\nb: 2\n")
+    two = CliRunner().invoke(app, ["config", "view"])
+    assert two.stderr == f"{path}:3: a configuration file holds one YAML document\n"
+
+
 @pytest.mark.parametrize("section", ["embedding", "rerank"])
 def test_a_key_pasted_into_api_key_env_is_refused_unshown(
     section: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
@@ -281,7 +306,7 @@ def test_a_key_pasted_into_api_key_env_is_refused_unshown(
     assert result.exit_code == 1
     assert key not in result.output and "Traceback" not in result.output
     assert result.stderr == (
-        f"Error: {path}: {section}.providers.gateway.apiKeyEnv: must be the NAME of the environment variable that "
+        f'{path}:5: {section}.providers["gateway"].apiKeyEnv: must be the NAME of the environment variable that '
         "holds the key (letters, digits and _, not starting with a digit), not the key itself; the value is not shown\n"
     )
     with pytest.raises(KbctlError) as raised:
@@ -349,7 +374,7 @@ def test_invalid_allow_networks_is_one_clear_error(tmp_path: Path, monkeypatch: 
     result = CliRunner().invoke(app, ["config", "view"])
     assert result.exit_code == 1
     assert result.stderr == (
-        f"Error: {path}: allowNetworks: '10.0.0.0/33' is not an IP address, a network (CIDR) or a host name\n"
+        f"{path}:1: allowNetworks: '10.0.0.0/33' is not an IP address, a network (CIDR) or a host name\n"
     )
     monkeypatch.setenv("KBCTL_CONFIG", "")
     monkeypatch.setenv("KBCTL_ALLOW_NETWORKS", "wiki.internal,http://wiki.internal/")

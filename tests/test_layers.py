@@ -12,8 +12,8 @@ PACKAGE = Path(kbctl.__file__).resolve().parent
 # Lowest first. A module may import from its own layer and the layers before it, never from a later one.
 LAYERS: list[tuple[str, ...]] = [
     ("kbctl._version", "kbctl.errors", "kbctl._lazy"),
-    ("kbctl.userconfig", "kbctl.config"),
     ("kbctl.manifest",),
+    ("kbctl.userconfig", "kbctl.config"),  # the configuration file is read with the manifests' YAML and wording
     ("kbctl._http",),
     ("kbctl.sources",),
     ("kbctl.chunking",),
