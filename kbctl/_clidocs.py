@@ -26,6 +26,8 @@ COMMANDS: list[list[str]] = [
     ["controller"],
     ["wait"],
     ["schema"],
+    ["explain"],
+    ["completion"],
     ["config", "view"],
     ["server", "status"],
     ["server", "stop"],

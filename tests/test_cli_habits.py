@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import re
 import subprocess
 import sys
@@ -16,7 +17,9 @@ from typer.testing import CliRunner
 from kbctl._version import __version__
 from kbctl.cli import app
 from kbctl.cli._common import parse_duration
+from kbctl.cli.progress import CliReporter, progress_line
 from kbctl.client import KnowledgeBaseStore
+from kbctl.engine.events import WorkProgress
 from kbctl.manifest import parse_manifests
 from tests.support.manifests import knowledge_base, text_source
 from tests.test_cli import EXAMPLES
@@ -200,3 +203,94 @@ def test_query_and_context_exit_3_when_nothing_is_relevant(store: KnowledgeBaseS
         nothing = cli.invoke(app, [command, *question, "--exit-code", "--threshold", "1"])
         assert nothing.exit_code == 3, nothing.output
         assert cli.invoke(app, [command, *question, "--threshold", "1"]).exit_code == 0  # without the flag: 0
+
+
+class _Clock:
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def _progress(reporter: CliReporter, clock: _Clock, at: float, done: int, total: int = 100) -> None:
+    clock.now = at
+    reporter.report(WorkProgress("docs", "embedding", done, total))
+
+
+def test_progress_off_a_terminal_is_a_line_every_10_seconds_with_the_time_left(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """In a CI log: nothing for work shorter than 10 s; then a line at most every 10 s with counts, percent and the
+    time left, and a last line when the stage ends; nothing at all with quiet."""
+    clock = _Clock()
+    short = CliReporter(clock=clock)
+    for at, done in ((0, 10), (4, 60), (9, 100)):
+        _progress(short, clock, at, done)
+    assert capsys.readouterr().err == ""
+    clock.now = 0.0
+    long = CliReporter(clock=clock)
+    for at, done in ((0, 1), (5, 20), (11, 25), (15, 40), (26, 60), (30, 100)):
+        _progress(long, clock, at, done)
+    assert capsys.readouterr().err.splitlines() == [
+        "KnowledgeBase/docs embedding: 25/100 (25%), about 33s left",
+        "KnowledgeBase/docs embedding: 60/100 (60%), about 17s left",
+        "KnowledgeBase/docs embedding: 100/100 (100%)",
+    ]
+    quiet = CliReporter(quiet=True, clock=clock)
+    for at, done in ((0, 1), (50, 50), (100, 100)):
+        _progress(quiet, clock, at, done)
+    assert capsys.readouterr() == ("", "")
+    assert progress_line(WorkProgress("kb", "fetching", 3, 600), 30.0) == (
+        "KnowledgeBase/kb fetching: 3/600 (0%), about 99m30s left"
+    )
+
+
+def test_quiet_apply_prints_nothing_but_errors(store: KnowledgeBaseStore, cli: CliRunner, tmp_path: Path) -> None:
+    manifest = tmp_path / "kb.yaml"
+    manifest.write_text(knowledge_base("office", text_source("notes", MULTILINE)))
+    quiet = cli.invoke(app, ["apply", "-f", str(manifest), "--wait", "-q"])
+    assert (quiet.exit_code, quiet.stdout, quiet.stderr) == (0, "", "")
+    assert [s.name for s in store.list()] == ["office"]
+    refreshed = cli.invoke(app, ["refresh", "kb", "office", "-q"])
+    assert (refreshed.exit_code, refreshed.stdout, refreshed.stderr) == (0, "", "")
+    broken = tmp_path / "broken.yaml"
+    broken.write_text("apiVersion: kbctl.dev/v1alpha1\nkind: KnowledgeBase\nmetadata: {name: x}\nspec: {}\n")
+    failed = cli.invoke(app, ["apply", "-f", str(broken), "--wait", "-q"])
+    assert failed.exit_code == 1 and failed.stdout == "" and "spec.sources" in failed.stderr
+
+
+def test_explain_documents_fields_from_the_schema() -> None:
+    """`kbctl explain` prints type, default, bounds and description (from the models), and its fields."""
+    result = CliRunner().invoke(app, ["explain", "knowledgebase.spec.retrieval"])
+    assert result.exit_code == 0, result.output
+    lines = result.stdout.splitlines()
+    assert lines[:2] == ["KIND:     KnowledgeBase", "VERSION:  kbctl.dev/v1alpha1"]
+    assert "  topK  <integer>  (default 8, 1..200)" in lines
+    assert '  mode  <string>  (default "hybrid", one of hybrid, vector, keyword)' in lines
+    leaf = CliRunner().invoke(app, ["explain", "kb.spec.sources.name"]).stdout
+    assert "FIELD: name <string>  (required" in leaf
+    deep = CliRunner().invoke(app, ["explain", "kb.spec", "--recursive"]).stdout
+    assert "    maxChars  <integer>  (default 1200, 100..100000)" in deep  # spec.chunking.maxChars, a level down
+    wrong = CliRunner().invoke(app, ["explain", "kb.spec.retrieval.topk"])
+    assert wrong.exit_code == 2 and "field 'topk' does not exist in knowledgebase.spec.retrieval" in wrong.output
+    assert "its fields: topK, similarityThreshold" in wrong.output
+
+
+@pytest.mark.parametrize("shell", ["bash", "zsh", "fish"])
+def test_completion_scripts_complete_commands_and_choices(shell: str) -> None:
+    """`kbctl completion SHELL` prints a script; the requests it makes are answered by the installed kbctl."""
+    script = CliRunner().invoke(app, ["completion", shell])
+    assert script.exit_code == 0 and "_KBCTL_COMPLETE" in script.stdout
+    if shell != "bash":
+        return
+
+    def complete(words: str) -> list[str]:
+        env = {**os.environ, "COMP_WORDS": words, "COMP_CWORD": str(len(words.split()) - (not words.endswith(" ")))}
+        env["_KBCTL_COMPLETE"] = "complete_bash"
+        done = subprocess.run([sys.executable, "-m", "kbctl"], env=env, capture_output=True, text=True, check=False)
+        return done.stdout.split()
+
+    assert "get" in complete("kbctl ge")
+    assert complete("kbctl query kb q --mode ") == ["hybrid", "vector", "keyword"]
+    assert CliRunner().invoke(app, ["completion", "tcsh"]).exit_code == 2

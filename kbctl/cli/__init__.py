@@ -28,7 +28,11 @@ def main() -> None:
     # A command-line run has no use for pydantic plugins, and looking for them reads every installed
     # package's metadata (tens of milliseconds on each command).
     os.environ.setdefault("PYDANTIC_DISABLE_PLUGINS", "__all__")
-    _app()()
+    if os.environ.get("_KBCTL_COMPLETE"):  # the shell asks for completions (`kbctl completion SHELL` scripts)
+        from typer._completion_classes import completion_init
+
+        completion_init()
+    _app()(prog_name="kbctl")
 
 
 def _app() -> typer.Typer:

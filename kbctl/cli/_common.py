@@ -64,6 +64,9 @@ def command_group(name: str, summary: str) -> typer.Typer:
 server_app = command_group("server", "Manage the embedded PostgreSQL server (used when no database URL is set).")
 config_app = command_group("config", "Show kbctl's configuration (embedding providers and profiles, networks).")
 
+# What the completion scripts set when the shell asks kbctl for completions (see `kbctl completion`).
+COMPLETE_VAR = "_KBCTL_COMPLETE"
+
 # `kbctl ask` (and query / context with --exit-code): the knowledge base does not cover the question (not an
 # error: 1 is for errors, 2 for usage).
 NOT_COVERED_EXIT = 3
@@ -129,6 +132,7 @@ Files = Annotated[
         "--filename", "-f", metavar="FILE", help="Manifest file, directory of manifests, or - for stdin (repeatable)."
     ),
 ]
+QuietOpt = Annotated[bool, typer.Option("--quiet", "-q", help="Print nothing but errors: no log lines, no progress.")]
 Recursive = Annotated[bool, typer.Option("--recursive", "-R", help="Process directories recursively.")]
 OutputOpt = Annotated[
     Output | None, typer.Option("--output", "-o", metavar="FORMAT", help="Print json or yaml instead of text.")

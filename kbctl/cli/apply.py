@@ -12,6 +12,7 @@ from kbctl.cli._common import (
     DryRunOpt,
     Files,
     OutputOpt,
+    QuietOpt,
     Recursive,
     app,
     duration_option,
@@ -53,6 +54,7 @@ def apply(
         bool,
         typer.Option("--exit-code", help="Exit 0 when nothing changed, 2 when something did (1 stays failure)."),
     ] = False,
+    quiet: QuietOpt = False,
     output: OutputOpt = None,
 ) -> None:
     """Create or update knowledge bases to match manifests: fetch, chunk, embed what changed, publish a version.
@@ -86,9 +88,9 @@ def apply(
         return
     manifests = load_manifests(filename, recursive=recursive, stdin=sys.stdin)
     if not wait:
-        _submit(manifests, applyset, chosen, output, exit_code)
+        _submit(manifests, applyset, chosen, output, exit_code, quiet)
         return
-    reporter = CliReporter(quiet=output is not None)
+    reporter = CliReporter(quiet, log=output is None)
     with open_store() as store:
         _check_applyset(store, manifests, applyset)
         try:
@@ -96,7 +98,8 @@ def apply(
         finally:
             reporter.close()
         pruned = _join_and_prune(store, manifests, applyset, chosen)
-    _print_report(report, pruned if chosen else None, output)
+    if not quiet:
+        _print_report(report, pruned if chosen else None, output)
     if report.failed:
         raise typer.Exit(1)
     if exit_code and (pruned or any(r.action != "unchanged" for r in report.results)):
@@ -125,21 +128,22 @@ def _submit(
     chosen: PruneScope | None,
     output: OutputOpt,
     exit_code: bool,
+    quiet: bool,
 ) -> None:
     """apply without --wait: record the desired state for a controller and return; knowledge bases that read
     files (path: sources) are applied here, since a controller has no copy of the files."""
     from kbctl.cli.progress import CliReporter
 
     local = [m.kb.name for m in manifests if m.kb.reads_files]
-    reporter = CliReporter(quiet=output is not None)
+    reporter = CliReporter(quiet, log=output is None)
 
     def recorded(pending: list[PendingResult]) -> None:
         """The lines of what was left to a controller, before the lines of what is applied here."""
-        if not output:
+        if not output and not quiet:
             for p in pending:
                 state = f"version {p.version} pending" if p.pending else f"version {p.version}"
                 typer.echo(f"KnowledgeBase/{p.name} {p.action if p.pending else 'unchanged'} ({state})")
-        if local:
+        if local and not quiet:
             typer.echo(
                 f"{', '.join(local)}: path: sources are read here (as with --wait), not by a controller", err=True
             )
@@ -157,7 +161,7 @@ def _submit(
         if applied is not None:
             results["applied"] = applied.model_dump(mode="json")
         emit(results, output)
-    else:
+    elif not quiet:
         for name in pruned:
             typer.echo(f"KnowledgeBase/{name} pruned")
         if any(p.pending for p in pending) and not alive:

@@ -10,6 +10,7 @@ import typer
 
 from kbctl._version import __version__
 from kbctl.cli._common import (
+    COMPLETE_VAR,
     NOT_COVERED_EXIT,
     DryRun,
     DryRunOpt,
@@ -22,6 +23,7 @@ from kbctl.cli._common import (
     ObjectOutputOpt,
     Output,
     OutputOpt,
+    QuietOpt,
     Recursive,
     RerankOpt,
     Resource,
@@ -57,6 +59,7 @@ def refresh(
         typer.Option("--source", "-s", metavar="SOURCE", help="Refresh only this source (repeatable)."),
     ] = None,
     all_kbs: Annotated[bool, typer.Option("--all", help="Refresh every knowledge base.")] = False,
+    quiet: QuietOpt = False,
     output: OutputOpt = None,
 ) -> None:
     """Re-fetch URL sources and publish a new version only if some page's text changed.
@@ -71,7 +74,7 @@ def refresh(
         raise typer.BadParameter("give a knowledge base NAME or --all (not both)", param_hint="NAME")
     from kbctl.cli.progress import CliReporter
 
-    reporter = CliReporter(quiet=output is not None)
+    reporter = CliReporter(quiet, log=output is None)
     with open_store() as store:
         try:
             report = store.refresh(None if all_kbs else [str(name)], sources=source or (), reporter=reporter)
@@ -395,6 +398,49 @@ def config_view(output: OutputOpt = None) -> None:
     from kbctl.config import Settings, effective_config
 
     emit(effective_config(Settings.from_env(database_url=state["database_url"])), output or Output.yaml)
+
+
+@app.command()
+@handles_errors
+def explain(
+    field: Annotated[
+        str, typer.Argument(metavar="FIELD", help="knowledgebase, or a dotted path: kb.spec.retrieval.topK.")
+    ],
+    recursive: Annotated[bool, typer.Option("--recursive", help="Show every field below, not only the next.")] = False,
+) -> None:
+    """Document a manifest field: its type, default, bounds and description, and its fields (as kubectl explain).
+
+    Example: kbctl explain knowledgebase.spec.retrieval
+    """
+    from kbctl.cli.render import explain_text
+    from kbctl.manifest.explain import explain as explain_field
+
+    try:
+        doc = explain_field(field, recursive=recursive)
+    except ValueError as exc:
+        raise typer.BadParameter(str(exc), param_hint="FIELD") from None
+    typer.echo(explain_text(doc))
+
+
+SHELLS = ("bash", "zsh", "fish")
+
+
+@app.command()
+def completion(
+    shell: Annotated[str, typer.Argument(metavar="SHELL", help="bash, zsh or fish.")],
+) -> None:
+    """Print the shell completion script for kbctl.
+
+    Examples: source <(kbctl completion bash) · kbctl completion zsh > "${fpath[1]}/_kbctl" ·
+    kbctl completion fish > ~/.config/fish/completions/kbctl.fish
+    """
+    if shell not in SHELLS:
+        raise typer.BadParameter(f"unknown shell {shell!r}; use one of: {', '.join(SHELLS)}", param_hint="SHELL")
+    from typer._completion_classes import completion_init
+    from typer._completion_shared import get_completion_script  # typer's own scripts (it has no public API)
+
+    completion_init()
+    typer.echo(get_completion_script(prog_name="kbctl", complete_var=COMPLETE_VAR, shell=shell))
 
 
 @app.command()

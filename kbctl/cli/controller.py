@@ -48,7 +48,7 @@ def controller(
     """
     from kbctl.cli.progress import CliReporter
 
-    reporter = CliReporter(quiet=False)
+    reporter = CliReporter()
     with open_store() as store:
         ctl = store.controller(reporter=reporter)
         if once:

@@ -116,7 +116,7 @@ def beir(
     from kbctl.manifest import Retrieval
 
     retrieval = Retrieval(top_k=RANKING_TOP_K, similarity_threshold=threshold, max_context_tokens=max_tokens)
-    reporter = CliReporter(quiet=output is not None)
+    reporter = CliReporter(log=output is None)
     with open_store() as store:
         try:
             result = import_beir(

@@ -6,6 +6,8 @@ The engine reports typed events; this module alone words them, so the lines the 
 from __future__ import annotations
 
 import sys
+import time
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 import typer
@@ -13,7 +15,6 @@ import typer
 from kbctl.cli.render import count
 from kbctl.engine.events import (
     ControllerGone,
-    EmbeddingProgress,
     Event,
     HandedToController,
     ReconcileFailed,
@@ -22,12 +23,13 @@ from kbctl.engine.events import (
     SourceReconciled,
     StoreUnavailable,
     VectorIndexBuilt,
+    WorkProgress,
 )
 
 if TYPE_CHECKING:
     from rich.progress import Progress
 
-__all__ = ["CliReporter", "event_line"]
+__all__ = ["PLAIN_EVERY_SECONDS", "CliReporter", "event_line", "progress_line"]
 
 
 def _source_line(prefix: str, e: SourceReconciled) -> str | None:
@@ -51,7 +53,7 @@ def _source_line(prefix: str, e: SourceReconciled) -> str | None:
 
 def event_line(event: Event) -> str | None:
     """The line an engine event prints in the apply / refresh log, or None for events that print nothing."""
-    if isinstance(event, EmbeddingProgress):
+    if isinstance(event, WorkProgress):
         return None
     if isinstance(event, StoreUnavailable):
         return f"database unavailable ({event.message}); reconnecting in {event.retry_seconds:g} s"
@@ -82,34 +84,67 @@ def event_line(event: Event) -> str | None:
     return f"{prefix} {event.action} (version {event.version}); waiting for a controller"
 
 
-class CliReporter:
-    """Prints the apply log to stdout and, on a terminal only, an embedding progress bar to stderr."""
+PLAIN_EVERY_SECONDS = 10.0
+"""How often, at most, a progress line is printed when stderr is not a terminal (a CI log)."""
 
-    def __init__(self, quiet: bool) -> None:
+
+def _eta(seconds: float) -> str:
+    seconds = max(0, round(seconds))
+    return f"{seconds // 60}m{seconds % 60:02d}s" if seconds >= 60 else f"{seconds}s"
+
+
+def progress_line(event: WorkProgress, elapsed: float) -> str:
+    """The plain progress line of a long stage (CI logs): counts, percent and, once there is a rate, the time left."""
+    share = f"{event.done}/{event.total} ({100 * event.done // max(event.total, 1)}%)"
+    left = ""
+    if 0 < event.done < event.total and elapsed > 0:
+        left = f", about {_eta(elapsed / event.done * (event.total - event.done))} left"
+    return f"KnowledgeBase/{event.name} {event.stage}: {share}{left}"
+
+
+class CliReporter:
+    """Prints the apply log to stdout and the progress of long stages (fetching, embedding) to stderr: a bar with
+    counts and the time left on a terminal, else a plain line at most every PLAIN_EVERY_SECONDS. `quiet` prints
+    neither (errors still go to stderr); `log` False keeps the progress but not the log (for -o json)."""
+
+    def __init__(self, quiet: bool = False, *, log: bool = True, clock: Callable[[], float] = time.monotonic) -> None:
         self._quiet = quiet
+        self._log = log and not quiet
+        self._clock = clock
+        self._terminal = sys.stderr.isatty()
         self._progress: Progress | None = None
-        self._task: Any = None
+        self._tasks: dict[tuple[str, str], Any] = {}
+        self._started: dict[tuple[str, str], float] = {}
+        self._printed: dict[tuple[str, str], float] = {}
 
     def report(self, event: Event) -> None:
-        """Print an event's line, or move the progress bar."""
-        if isinstance(event, EmbeddingProgress):
-            self._embedding_progress(event.done, event.total)
+        """Print an event's line, or move the progress of its stage."""
+        if isinstance(event, WorkProgress):
+            if not self._quiet:
+                self._work_progress(event)
             return
         line = event_line(event)
         if line is not None:
             self.close()
-            if not self._quiet:
+            if self._log:
                 typer.echo(line)
 
-    def _embedding_progress(self, done: int, total: int) -> None:
-        if not sys.stderr.isatty():
+    def _work_progress(self, event: WorkProgress) -> None:
+        key = (event.name, event.stage)
+        now = self._clock()
+        started = self._started.setdefault(key, now)
+        if not self._terminal:  # the first line after PLAIN_EVERY_SECONDS (short work prints none), the last at the end
+            finishing = event.done >= event.total and key in self._printed
+            if finishing or now - self._printed.get(key, started) >= PLAIN_EVERY_SECONDS:
+                typer.echo(progress_line(event, now - started), err=True)
+                self._printed[key] = now
             return
         if self._progress is None:
             from rich.console import Console
             from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 
             self._progress = Progress(
-                TextColumn("embedding"),
+                TextColumn("{task.description}"),
                 BarColumn(),
                 MofNCompleteColumn(),
                 TimeRemainingColumn(),
@@ -117,11 +152,13 @@ class CliReporter:
                 transient=True,
             )
             self._progress.start()
-            self._task = self._progress.add_task("embedding", total=total)
-        self._progress.update(self._task, completed=done, total=total)
+        if key not in self._tasks:
+            self._tasks[key] = self._progress.add_task(f"{event.stage} {event.name}", total=event.total)
+        self._progress.update(self._tasks[key], completed=event.done, total=event.total)
 
     def close(self) -> None:
-        """Remove the progress bar, if one is drawn."""
+        """Remove the progress bars, if any are drawn."""
         if self._progress is not None:
             self._progress.stop()
             self._progress = None
+            self._tasks.clear()

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:  # imported by the commands that print them (a command's start-up pays only for its own)
     from kbctl.engine.explain import DiffReport, SourceDiff
     from kbctl.engine.status import KnowledgeBaseDetail, KnowledgeBaseSummary
+    from kbctl.manifest.explain import FieldDoc
     from kbctl.store.history import GcResult, VersionInfo
 
 __all__ = [
@@ -22,6 +23,7 @@ __all__ = [
     "count",
     "describe_text",
     "diff_lines",
+    "explain_text",
     "history_table",
     "knowledge_base_table",
     "no_versions_line",
@@ -189,3 +191,35 @@ def no_versions_line(d: KnowledgeBaseDetail) -> str:
     ready = next((c for c in d.conditions if c.type == "Ready"), None)
     reason = f": {ready.message}" if ready is not None and ready.message else ""
     return f"KnowledgeBase/{d.name} has no published version yet{reason}"
+
+
+def _field_line(f: FieldDoc) -> str:
+    name = f.path.rsplit(".", 1)[-1]
+    notes = ["required"] if f.required else []
+    if f.has_default and f.default is not None:
+        notes.append(f"default {json.dumps(f.default)}")
+    if f.rules:
+        notes.append(f.rules)
+    return f"{name}\t<{f.type}>" + (f"  ({', '.join(notes)})" if notes else "")
+
+
+def _field_tree(fields: Sequence[FieldDoc], indent: str, out: list[str]) -> None:
+    for f in fields:
+        out.append(indent + _field_line(f).replace("\t", "  "))
+        if f.description:
+            out.append(f"{indent}  {f.description}")
+        _field_tree(f.fields, indent + "  ", out)
+
+
+def explain_text(doc: FieldDoc) -> str:
+    """`kbctl explain`: kubectl's layout (KIND, VERSION, FIELD, DESCRIPTION, FIELDS)."""
+    from kbctl.manifest.models import API_VERSION, KIND
+
+    lines = [f"KIND:     {KIND}", f"VERSION:  {API_VERSION}", ""]
+    if "." in doc.path:
+        lines += [f"FIELD: {_field_line(doc).replace(chr(9), ' ')}", ""]
+    lines += ["DESCRIPTION:", f"  {doc.description or '<empty>'}"]
+    if doc.fields:
+        lines += ["", "FIELDS:"]
+        _field_tree(doc.fields, "  ", lines)
+    return "\n".join(lines)

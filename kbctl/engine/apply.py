@@ -25,6 +25,7 @@ from kbctl.engine.events import (
     SourceReconciled,
     Trigger,
     VectorIndexBuilt,
+    WorkProgress,
 )
 from kbctl.engine.ingest import Ingested, IngestRun, ingest
 from kbctl.engine.plan import (
@@ -196,7 +197,15 @@ class _Reconciler:
             raise NotFoundError(f'knowledgebase "{name}" not found')
         done = self.generation if self.generation is not None else state.row.generation
         requests = fetch_requests(kb, state, self.trigger, self.only)
-        fetched = fetch_urls(requests, self.policy or FetchPolicy.from_env()) if requests else {}
+        fetched = (
+            fetch_urls(
+                requests,
+                self.policy or FetchPolicy.from_env(),
+                on_done=lambda done, total: self.reporter.report(WorkProgress(name, "fetching", done, total)),
+            )
+            if requests
+            else {}
+        )
         now = datetime.now(UTC)
         plan = build_plan(
             kb,

@@ -9,7 +9,6 @@ from kbctl.engine.results import SourceResult
 
 __all__ = [
     "ControllerGone",
-    "EmbeddingProgress",
     "Event",
     "HandedToController",
     "NullReporter",
@@ -89,11 +88,15 @@ class StoreUnavailable:
     retry_seconds: float
 
 
+Stage = Literal["fetching", "embedding"]
+
+
 @dataclass(frozen=True)
-class EmbeddingProgress:
-    """`done` of `total` texts embedded so far for the knowledge base `name`."""
+class WorkProgress:
+    """`done` of `total` items of a long stage for the knowledge base `name`: pages fetched, or texts embedded."""
 
     name: str
+    stage: Stage
     done: int
     total: int
 
@@ -116,7 +119,7 @@ Event = (
     | HandedToController
     | ControllerGone
     | StoreUnavailable
-    | EmbeddingProgress
+    | WorkProgress
     | VectorIndexBuilt
 )
 

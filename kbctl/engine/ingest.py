@@ -8,7 +8,7 @@ from dataclasses import dataclass, replace
 
 from kbctl.chunking import Chunk, chunk_document
 from kbctl.embedding import Embedder, Vector
-from kbctl.engine.events import EmbeddingProgress, Reporter
+from kbctl.engine.events import Reporter, WorkProgress
 from kbctl.engine.plan import Fail, Ingest, KnowledgeBasePlan, SourcePlan, text_sha256
 from kbctl.errors import LimitError
 from kbctl.manifest import KnowledgeBase, Limits
@@ -146,7 +146,7 @@ def _embed_missing(
                     pending.cancel()
                 raise
             done += len(call)
-            reporter.report(EmbeddingProgress(name, done, len(missing)))
+            reporter.report(WorkProgress(name, "embedding", done, len(missing)))
     return ids
 
 

@@ -189,9 +189,14 @@ class FetchResult:
 
 
 def fetch_urls(
-    requests: Sequence[FetchRequest], policy: FetchPolicy | None = None
+    requests: Sequence[FetchRequest],
+    policy: FetchPolicy | None = None,
+    *,
+    on_done: Callable[[int, int], None] | None = None,
 ) -> dict[str, FetchResult | SourceError]:
-    """Fetch every request concurrently; each key maps to its result or to a SourceError (never raised)."""
+    """Fetch every request concurrently; each key maps to its result or to a SourceError (never raised).
+
+    `on_done(done, total)` is called each time a request finishes (progress for a caller to show)."""
     keys = [r.key for r in requests]
     if len(set(keys)) != len(keys):
         raise ValueError("fetch_urls: request keys must be unique")
@@ -201,10 +206,10 @@ def fetch_urls(
     try:
         asyncio.get_running_loop()
     except RuntimeError:
-        return asyncio.run(_fetch_all(requests, policy))
+        return asyncio.run(_fetch_all(requests, policy, on_done))
     # Called from inside an event loop (e.g. an async agent): run on a loop of our own in a worker thread.
     with concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="kbctl-fetch") as pool:
-        return pool.submit(asyncio.run, _fetch_all(requests, policy)).result()
+        return pool.submit(asyncio.run, _fetch_all(requests, policy, on_done)).result()
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -658,7 +663,9 @@ def _sent_validators(response: httpx.Response) -> bool:
     return "if-none-match" in sent or "if-modified-since" in sent
 
 
-async def _fetch_all(requests: Sequence[FetchRequest], policy: FetchPolicy) -> dict[str, FetchResult | SourceError]:
+async def _fetch_all(
+    requests: Sequence[FetchRequest], policy: FetchPolicy, on_done: Callable[[int, int], None] | None = None
+) -> dict[str, FetchResult | SourceError]:
     guard = policy.guard()
     limits = httpx.Limits(max_connections=policy.concurrency, max_keepalive_connections=policy.concurrency)
     timeout = httpx.Timeout(
@@ -673,8 +680,18 @@ async def _fetch_all(requests: Sequence[FetchRequest], policy: FetchPolicy) -> d
         trust_env=False,
     ) as client:
         fetcher = _Fetcher(policy, client, guard)
+        finished = 0
+
+        async def fetch(request: FetchRequest) -> FetchResult | SourceError:
+            nonlocal finished
+            outcome = await fetcher.fetch(request)
+            finished += 1
+            if on_done is not None:
+                on_done(finished, len(requests))
+            return outcome
+
         try:
-            outcomes = await asyncio.gather(*(fetcher.fetch(r) for r in requests))
+            outcomes = await asyncio.gather(*(fetch(r) for r in requests))
         finally:
             fetcher.close()
     return {r.key: outcome for r, outcome in zip(requests, outcomes, strict=True)}
