@@ -53,7 +53,7 @@ this file is stale.
 
 ## Output formats
 
-`get` and `describe` take kubectl's `-o`: `json` and `yaml` print the objects (apiVersion, kind,
+`get`, `describe` and `rollout history` take kubectl's `-o`: `json` and `yaml` print the objects (apiVersion, kind,
 metadata, the applied spec with every default, status; one name prints the object, otherwise
 `kind: List`), and that output can be applied again unchanged; `wide` adds MODEL, LABELS and
 DESCRIPTION; `name` prints `knowledgebase/NAME`; `jsonpath=TEMPLATE` (e.g.

@@ -106,6 +106,17 @@ def test_history_lists_versions_newest_first_with_change_causes(store: Knowledge
         (2, False, "local/all-MiniLM-L6-v2"),
         (1, False, "local/all-MiniLM-L6-v2"),
     ]
+    assert as_json["kind"] == "List"
+    columns = cli.invoke(app, ["rollout", "history", "kb", "policies", "-o", "custom-columns=V:.number,CUR:.current"])
+    assert [line.split() for line in columns.stdout.splitlines()] == [
+        ["V", "CUR"],
+        ["3", "true"],
+        ["2", "false"],
+        ["1", "false"],
+    ]
+    path = cli.invoke(app, ["rollout", "history", "kb", "policies", "-o", "jsonpath={.items[0].change_cause}"])
+    assert path.stdout == "source notes added"
+    assert cli.invoke(app, ["rollout", "history", "kb", "policies", "-o", "name"]).stdout == "knowledgebase/policies\n"
 
 
 def test_undo_restores_earlier_answers_without_embedding(store: KnowledgeBaseStore, cli: CliRunner) -> None:

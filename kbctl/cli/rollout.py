@@ -9,12 +9,14 @@ import typer
 from kbctl.cli._common import (
     KbName,
     LockTimeoutOpt,
+    ObjectOutputOpt,
     OutputOpt,
     Resource,
     app,
     check_resource,
     command_group,
     emit,
+    emit_objects,
     handles_errors,
     open_store,
     parse_duration,
@@ -28,17 +30,26 @@ rollout_app = command_group("rollout", "Show the versions of a knowledge base an
 
 @rollout_app.command("history")
 @handles_errors
-def history(resource: Resource, name: KbName, output: OutputOpt = None) -> None:
+def history(resource: Resource, name: KbName, output: ObjectOutputOpt = None) -> None:
     """List the versions kept for rollback, newest first: * marks the one serving queries, SOURCES the
-    sources ready when it was published, CHANGE what made it."""
+    sources ready when it was published, CHANGE what made it.
+
+    -o json|yaml print them as a List; -o jsonpath=... and custom-columns=... pick fields (e.g.
+    custom-columns=VERSION:.number,CHUNKS:.chunk_count); -o name prints knowledgebase/NAME.
+    """
+    from kbctl.cli.output import parse_object_output
     from kbctl.cli.render import history_table, no_versions_line
 
     check_resource(resource)
+    fmt = parse_object_output(output)
     with open_store() as store:
         versions = store.history(name)
         detail = store.describe(name) if not versions else None
-    if output:
-        emit(versions, output)
+    if fmt is not None and fmt.structured:
+        emit_objects([v.model_dump(mode="json") for v in versions], fmt, single=False)
+        return
+    if fmt is not None and fmt.kind == "name":
+        typer.echo(f"knowledgebase/{name}")
         return
     if detail is not None:
         typer.echo(no_versions_line(detail), err=True)
