@@ -5,7 +5,6 @@ from __future__ import annotations
 import functools
 import io
 import json
-import re
 from collections.abc import Callable, Sequence
 from enum import StrEnum
 from typing import TYPE_CHECKING, Annotated, Any, ParamSpec, TypeVar
@@ -161,23 +160,16 @@ P = ParamSpec("P")
 R = TypeVar("R")
 
 
-_DURATION_PART = re.compile(r"(\d+(?:\.\d+)?)(ms|s|m|h)")
-_UNIT_SECONDS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0}
-
-
 def parse_duration(text: str) -> float:
     """Seconds of a duration as kubectl writes them: 90s, 10m, 1h30m, 250ms, or a plain number of seconds.
 
     Raises typer.BadParameter (a usage error, exit code 2) for anything else."""
-    value = text.strip()
+    from kbctl.manifest._field_checks import duration_seconds
+
     try:
-        return float(value)
-    except ValueError:
-        pass
-    parts = _DURATION_PART.findall(value)
-    if not parts or "".join(n + u for n, u in parts) != value:
-        raise typer.BadParameter(f"invalid duration {text!r}; use e.g. 90s, 10m, 1h30m or a number of seconds")
-    return sum(float(n) * _UNIT_SECONDS[u] for n, u in parts)
+        return duration_seconds(text)
+    except ValueError as exc:
+        raise typer.BadParameter(str(exc)) from None
 
 
 def duration_option(*flags: str, help: str, minimum: float = 0.0, maximum: float | None = None) -> Any:

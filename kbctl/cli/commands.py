@@ -66,8 +66,8 @@ def refresh(
 
     Sends If-None-Match / If-Modified-Since from the last fetch; a 304, or a page whose extracted text
     is unchanged, costs no chunking or embedding. A page that fails keeps serving its last good content
-    (shown as stale by describe) and makes the command exit 1. Nothing refreshes by itself: run this
-    from CI or cron.
+    (shown as stale by describe) and makes the command exit 1. Without `spec.refresh` (a schedule that
+    `kbctl controller` honours) nothing refreshes by itself: run this from CI or cron.
     """
     check_resource(resource)
     if (name is None) != all_kbs:

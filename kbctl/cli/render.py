@@ -89,7 +89,12 @@ def table(headers: Sequence[str], rows: Sequence[Sequence[object]], indent: str 
 
 def age(when: datetime) -> str:
     """A kubectl-style age: 42s, 5m, 3h, 2d."""
-    seconds = max(0, int((datetime.now(UTC) - when).total_seconds()))
+    return span((datetime.now(UTC) - when).total_seconds())
+
+
+def span(seconds_float: float) -> str:
+    """A kubectl-style span of time: 42s, 5m, 3h, 2d (negative counts as 0)."""
+    seconds = max(0, int(seconds_float))
     for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
         if seconds >= size:
             return f"{seconds // size}{unit}"
@@ -133,6 +138,19 @@ def _answer_settings(answer: dict[str, Any] | None) -> str:
     return _settings(shown)
 
 
+def _refresh_line(d: KnowledgeBaseDetail) -> str:
+    if d.refresh is None:
+        return "<none> (only `kbctl refresh`)"
+    last = f"last {age(d.refresh.last_at)} ago" if d.refresh.last_at else "never yet"
+    next_run = "" if d.refresh.next_at is None else f", next {_when(d.refresh.next_at)}"
+    return f"every {d.refresh.interval} by a controller; {last}{next_run}"
+
+
+def _when(at: datetime) -> str:
+    left = (at - datetime.now(UTC)).total_seconds()
+    return "now (due)" if left <= 0 else f"in {span(left)}"
+
+
 def describe_text(d: KnowledgeBaseDetail) -> str:
     """`kbctl describe kb NAME`: the spec in force, the serving version, conditions and every source."""
     if d.version is None:
@@ -150,6 +168,7 @@ def describe_text(d: KnowledgeBaseDetail) -> str:
         ("Chunking", _settings(d.chunking)),
         ("Retrieval", _settings(d.retrieval)),
         ("Answer", _answer_settings(d.answer)),
+        ("Refresh", _refresh_line(d)),
         ("Chunks", chunks),
         ("Generation", f"{d.generation} (observed {d.observed_generation})"),
     ]

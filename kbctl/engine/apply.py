@@ -51,6 +51,7 @@ from kbctl.sources.git import read_repository
 from kbctl.sources.url import FetchPolicy, fetch_urls
 from kbctl.store.database import Database, SourceEntry, SourceStatusRow
 from kbctl.store.history import applying, prune_history
+from kbctl.store.schedule import set_schedule
 from kbctl.store.state import StoredState, read_state
 
 __all__ = [
@@ -235,6 +236,8 @@ class _Reconciler:
             self._publish(plan, run, results, statuses)
             prune_history(db, state.row.id, kb.spec.version_history)
             observe(db, state.row, finished=done)
+        refresh = kb.spec.refresh
+        set_schedule(db, state.row.id, refresh.seconds if refresh else None, refreshed=self.trigger == "refresh")
         for r in results:
             self.reporter.report(SourceReconciled(name, self.trigger, r, embedder.model_id))
         self.reporter.report(ReconcileFinished(name, self.trigger, action, version))

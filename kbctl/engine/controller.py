@@ -20,7 +20,7 @@ from typing import Literal
 from pydantic import ValidationError
 
 from kbctl.embedding import Embedder
-from kbctl.engine.apply import apply_knowledge_bases
+from kbctl.engine.apply import apply_knowledge_bases, refresh_knowledge_bases
 from kbctl.engine.conditions import Failure, observe
 from kbctl.engine.conditions import condition as find_condition
 from kbctl.engine.events import (
@@ -41,6 +41,7 @@ from kbctl.sources.url import FetchPolicy
 from kbctl.store import claims
 from kbctl.store.claims import CHANNEL, Claim
 from kbctl.store.database import Database
+from kbctl.store.schedule import claim_due_refresh
 
 __all__ = [
     "CHANNEL",
@@ -141,14 +142,31 @@ class Controller:
         return result
 
     def run_once(self) -> int:
-        """Process pending knowledge bases until none is left; return how many were processed."""
+        """Process pending knowledge bases until none is left, then the scheduled refreshes that are due
+        (`spec.refresh`); return how many knowledge bases were processed."""
         self.heartbeat()
         done = 0
         while (claim := self.claim()) is not None:
             self.process(claim)
             self.heartbeat()
             done += 1
+        while (name := claim_due_refresh(self.db)) is not None:
+            self.refresh(name)
+            self.heartbeat()
+            done += 1
         return done
+
+    def refresh(self, name: str) -> KnowledgeBaseResult:
+        """Run a claimed scheduled refresh of `name` (as `kbctl refresh` does); a failure is reported and kept
+        in the knowledge base's status, and the next run stays scheduled."""
+        try:
+            [result] = refresh_knowledge_bases(
+                self.db, [name], self._embedder_for, self._reporter, policy=self._policy
+            ).results
+        except NotFoundError as exc:  # deleted, or no version yet: nothing to refresh
+            result = KnowledgeBaseResult(name=name, action="failed", version=None, sources=[], message=str(exc))
+        self.processed.append(result)
+        return result
 
     def run(self, stop: threading.Event, *, poll_seconds: float = 5.0, max_backoff: float = 30.0) -> None:
         """Serve until `stop` is set: process what is pending, then sleep until a NOTIFY or the poll interval.

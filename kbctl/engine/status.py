@@ -12,6 +12,7 @@ from kbctl.engine.conditions import Condition, is_true
 from kbctl.errors import NotFoundError
 from kbctl.sources import source_of
 from kbctl.store.database import Database, KnowledgeBaseRow, SourceStatusRow, VersionSourceRow
+from kbctl.store.schedule import read_schedule
 
 __all__ = [
     "KnowledgeBaseDetail",
@@ -69,12 +70,23 @@ class KnowledgeBaseSummary(BaseModel):
     updated_at: datetime
 
 
+class RefreshStatus(BaseModel):
+    """The schedule of `spec.refresh`: its interval, and the last and next run of `kbctl controller`."""
+
+    model_config = ConfigDict(frozen=True, alias_generator=to_camel, populate_by_name=True)
+
+    interval: str
+    last_at: datetime | None  # the last refresh (scheduled or `kbctl refresh`), None before the first
+    next_at: datetime | None  # when a controller runs the next one (None until the spec has been reconciled)
+
+
 class KnowledgeBaseDetail(KnowledgeBaseSummary):
     """`kbctl describe knowledgebase NAME`: the spec in force and the state of every source."""
 
     chunking: dict[str, Any]
     retrieval: dict[str, Any]
     answer: dict[str, Any] | None = None  # spec.answer (`kbctl ask`), None when the spec has none
+    refresh: RefreshStatus | None = None  # spec.refresh and its schedule, None when the spec has none
     embedded: int
     reused: int
     version_created_at: datetime | None
@@ -106,6 +118,7 @@ def _detail(db: Database, row: KnowledgeBaseRow) -> KnowledgeBaseDetail:
         version = db.get_version(row.id, row.current_version) if row.current_version else None
         live = db.source_statuses(row.id)
         served = db.version_sources(version.id) if version else []
+        schedule = read_schedule(db, row.id)
     # The spec in force: the serving version's, else the one last recorded; read through the models, so
     # every default comes from kbctl/manifest/models.py.
     from kbctl.manifest import KnowledgeBase
@@ -140,6 +153,13 @@ def _detail(db: Database, row: KnowledgeBaseRow) -> KnowledgeBaseDetail:
         chunking=spec.chunking.model_dump(by_alias=True, mode="json"),
         retrieval=spec.retrieval.model_dump(by_alias=True, mode="json"),
         answer=spec.answer.model_dump(by_alias=True, mode="json") if spec.answer else None,
+        refresh=None
+        if spec.refresh is None
+        else RefreshStatus(
+            interval=spec.refresh.interval,
+            last_at=schedule.last_at if schedule else None,
+            next_at=schedule.next_at if schedule else None,
+        ),
         embedded=version.embedded_count if version else 0,
         reused=version.reused_count if version else 0,
         version_created_at=version.created_at if version else None,
@@ -213,6 +233,7 @@ def knowledge_base_resource(db: Database, name: str) -> dict[str, Any]:
         "reused": detail.reused,
         "readySources": detail.ready_sources,
         "applySet": row.applyset,
+        "refresh": described["refresh"],
         "conditions": described["conditions"],
         "sources": described["sourceStatus"],
     }

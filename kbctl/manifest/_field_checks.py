@@ -107,3 +107,24 @@ def check_relative_path(value: str) -> str:
     if value.startswith(("/", "~")) or (len(value) > 1 and value[1] == ":") or "\\" in value:
         raise ValueError("must be a path relative to the manifest's folder, with / as separator")
     return value
+
+
+_DURATION_PART = re.compile(r"(\d+(?:\.\d+)?)(ms|s|m|h|d)")
+_UNIT_SECONDS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
+
+
+def duration_seconds(text: str) -> float:
+    """Seconds of a duration as kubectl writes them: 90s, 10m, 1h30m, 250ms, 2d, or a plain number of seconds.
+
+    ValueError for anything else (negative, empty, spaces inside, unknown units)."""
+    value = text.strip()
+    try:
+        seconds = float(value)
+    except ValueError:
+        parts = _DURATION_PART.findall(value)
+        if not parts or "".join(n + u for n, u in parts) != value:
+            raise ValueError(f"invalid duration {text!r}; use e.g. 90s, 10m, 1h30m or a number of seconds") from None
+        return sum(float(n) * _UNIT_SECONDS[u] for n, u in parts)
+    if seconds < 0 or seconds != seconds or seconds == float("inf"):
+        raise ValueError(f"invalid duration {text!r}; use e.g. 90s, 10m, 1h30m or a number of seconds")
+    return seconds

@@ -36,6 +36,7 @@ from kbctl.manifest._field_checks import (
     check_relative_path,
     check_text,
     check_url,
+    duration_seconds,
 )
 
 __all__ = [
@@ -457,6 +458,32 @@ def _chat_model(value: str) -> str:
     return _provider_slash_name(value)
 
 
+REFRESH_MIN_SECONDS: Final = 60.0
+REFRESH_MAX_SECONDS: Final = 31 * 86400.0
+
+
+class Refresh(_Model):
+    """When `kbctl controller` re-fetches the knowledge base's sources by itself (as `kbctl refresh` does)."""
+
+    interval: str = Field(
+        description="How often, as a duration: 30m, 6h, 1d (1 minute to 31 days); each run is jittered by up to "
+        "10% so many knowledge bases do not refresh at once, and two runs of one never overlap.",
+    )
+
+    @field_validator("interval")
+    @classmethod
+    def _valid_interval(cls, value: str) -> str:
+        seconds = duration_seconds(value)
+        if not REFRESH_MIN_SECONDS <= seconds <= REFRESH_MAX_SECONDS:
+            raise ValueError(f"must be between 1m and 31d, got {value!r}")
+        return value
+
+    @property
+    def seconds(self) -> float:
+        """The interval in seconds."""
+        return duration_seconds(self.interval)
+
+
 class Answer(_Model):
     """How `kbctl ask` answers from this knowledge base: which chat model, and the rules it is given."""
 
@@ -539,6 +566,9 @@ class Spec(_Model):
     )
     limits: Limits | None = Field(default=None, description="Bounds on the work of one apply (defaults apply).")
     answer: Answer | None = Field(default=None, description="How `kbctl ask` answers questions from it.")
+    refresh: Refresh | None = Field(
+        default=None, description="A schedule on which `kbctl controller` refreshes it (none: only `kbctl refresh`)."
+    )
 
     @property
     def effective_limits(self) -> Limits:
@@ -547,7 +577,7 @@ class Spec(_Model):
 
     @model_serializer(mode="wrap")
     def _omit_unset_limits(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
-        return _without_unset(handler(self), "limits", "answer")
+        return _without_unset(handler(self), "limits", "answer", "refresh")
 
     @field_validator("sources", mode="wrap")
     @classmethod

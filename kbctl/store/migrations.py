@@ -237,6 +237,19 @@ MIGRATIONS: list[tuple[int, str, str]] = [
         CREATE INDEX kb_knowledge_bases_applyset ON kb_knowledge_bases (applyset) WHERE applyset IS NOT NULL;
         """,
     ),
+    (
+        11,
+        "the refresh schedule of knowledge bases with spec.refresh (kbctl controller runs what is due)",
+        """
+        CREATE TABLE kb_refresh_schedule (
+            kb_id bigint PRIMARY KEY REFERENCES kb_knowledge_bases (id) ON DELETE CASCADE,
+            interval_seconds double precision NOT NULL CHECK (interval_seconds > 0),
+            next_at timestamptz NOT NULL,
+            last_at timestamptz
+        );
+        CREATE INDEX kb_refresh_schedule_due ON kb_refresh_schedule (next_at);
+        """,
+    ),
 ]
 
 # Serializes migrations of one database across processes (an arbitrary, fixed 64-bit key).
