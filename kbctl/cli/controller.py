@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import signal
 import threading
-from typing import Annotated
+from enum import StrEnum
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
@@ -13,11 +14,22 @@ from kbctl.cli._common import (
     Resource,
     app,
     check_resource,
+    choices,
     duration_option,
     handles_errors,
     open_store,
     parse_duration,
 )
+
+if TYPE_CHECKING:
+    from kbctl.engine.events import Reporter
+
+
+class LogFormat(StrEnum):
+    """How the controller logs: text lines, or JSON lines."""
+
+    text = "text"
+    json = "json"
 
 
 def parse_for(text: str) -> tuple[str, bool]:
@@ -39,28 +51,70 @@ def controller(
         str,
         duration_option("--poll-interval", "--poll-seconds", minimum=0.5, help="Check for work at least this often."),
     ] = "5s",
+    metrics_address: Annotated[
+        str | None,
+        typer.Option(
+            "--metrics-address",
+            metavar="HOST:PORT",
+            help="Serve /metrics (Prometheus) and /healthz here, e.g. :9090 (every interface) or 127.0.0.1:9090.",
+        ),
+    ] = None,
+    log_format: Annotated[
+        LogFormat, typer.Option("--log-format", metavar=choices(LogFormat), help="text lines, or JSON lines.")
+    ] = LogFormat.text,
 ) -> None:
-    """Run the reconciler: reconcile knowledge bases recorded by `kbctl apply` (without --wait).
+    """Run the reconciler: reconcile knowledge bases recorded by `kbctl apply` (without --wait), and run the
+    scheduled refreshes (spec.refresh) that are due.
 
     Wakes up on a PostgreSQL NOTIFY (and every --poll-interval), claims one pending knowledge base at a
     time with FOR UPDATE SKIP LOCKED and a lease, so several controllers can share one database
-    without doing the same work twice. Stops cleanly on SIGINT/SIGTERM.
+    without doing the same work twice. Stops cleanly on SIGINT/SIGTERM. As a service (examples/deploy:
+    a systemd unit, a Kubernetes Deployment): --metrics-address serves Prometheus metrics (reconciles,
+    durations, failures, queue depth, last success per knowledge base) and /healthz (503 when the loop has
+    stalled), and --log-format json prints one JSON object per event.
     """
-    from kbctl.cli.progress import CliReporter
+    from kbctl.cli.progress import CliReporter, JsonLogReporter
 
-    reporter = CliReporter()
+    if metrics_address is not None:
+        from kbctl.serve.controller import parse_address
+
+        try:
+            address = parse_address(metrics_address)
+        except ValueError as exc:
+            raise typer.BadParameter(str(exc), param_hint="'--metrics-address'") from None
+    seconds = parse_duration(poll)
+    log = JsonLogReporter() if log_format is LogFormat.json else CliReporter()
     with open_store() as store:
+        server = None
+        reporter: Reporter = log
+        if metrics_address is not None:
+            from kbctl.serve.controller import ControllerMetrics, HealthServer
+            from kbctl.store.database import Database
+
+            def pending() -> int:
+                with Database(store.db.url, migrate=False) as db:  # the scrape's own connection
+                    return db.pending_count()
+
+            metrics = ControllerMetrics(log, pending)
+            reporter = metrics
         ctl = store.controller(reporter=reporter)
-        if once:
-            done = ctl.run_once()
-            ctl.deregister()
-            typer.echo(f"reconciled {done} knowledge base{'s' if done != 1 else ''}")
-            return
-        stop = threading.Event()
-        for sig in (signal.SIGINT, signal.SIGTERM):
-            signal.signal(sig, lambda *_: stop.set())
-        typer.echo(f"controller {ctl.id} running", err=True)
-        ctl.run(stop, poll_seconds=parse_duration(poll))
+        if metrics_address is not None:
+            server = HealthServer(address, metrics, lambda: ctl.alive(max(3 * seconds, 60.0)))
+        try:
+            if once:
+                done = ctl.run_once()
+                ctl.deregister()
+                typer.echo(f"reconciled {done} knowledge base{'s' if done != 1 else ''}")
+                return
+            stop = threading.Event()
+            for sig in (signal.SIGINT, signal.SIGTERM):
+                signal.signal(sig, lambda *_: stop.set())
+            where = f"; metrics and /healthz on port {server.port}" if server is not None else ""
+            typer.echo(f"controller {ctl.id} running{where}", err=True)
+            ctl.run(stop, poll_seconds=seconds)
+        finally:
+            if server is not None:
+                server.close()
 
 
 @app.command()

@@ -5,9 +5,11 @@ The engine reports typed events; this module alone words them, so the lines the 
 
 from __future__ import annotations
 
+import json
 import sys
 import time
 from collections.abc import Callable
+from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 import typer
@@ -29,7 +31,7 @@ from kbctl.engine.events import (
 if TYPE_CHECKING:
     from rich.progress import Progress
 
-__all__ = ["PLAIN_EVERY_SECONDS", "CliReporter", "event_line", "progress_line"]
+__all__ = ["PLAIN_EVERY_SECONDS", "CliReporter", "JsonLogReporter", "event_line", "progress_line"]
 
 
 def _source_line(prefix: str, e: SourceReconciled) -> str | None:
@@ -162,3 +164,32 @@ class CliReporter:
             self._progress.stop()
             self._progress = None
             self._tasks.clear()
+
+
+class JsonLogReporter:
+    """The apply and refresh log as JSON lines on stdout, one object per event (for a controller run as a service):
+    time, level (error for failures), event, knowledgeBase and message, the line the text log would print.
+    Progress events print nothing."""
+
+    def __init__(self, clock: Callable[[], float] = time.time) -> None:
+        self._clock = clock
+
+    def report(self, event: Event) -> None:
+        """Print one event as a JSON object on its own line."""
+        message = event_line(event)
+        if message is None:
+            return
+        failed = isinstance(event, ReconcileFailed) or (isinstance(event, SourceReconciled) and event.source.failed)
+        record: dict[str, Any] = {
+            "time": datetime.fromtimestamp(self._clock(), UTC)
+            .isoformat(timespec="milliseconds")
+            .replace("+00:00", "Z"),
+            "level": "error" if failed else "warning" if isinstance(event, StoreUnavailable) else "info",
+            "event": type(event).__name__,
+            "knowledgeBase": getattr(event, "name", None),
+            "message": message,
+        }
+        typer.echo(json.dumps(record, ensure_ascii=False))
+
+    def close(self) -> None:
+        """Nothing to tidy (the text reporter's progress bar has no JSON twin)."""

@@ -106,6 +106,13 @@ class Controller:
         self._policy = policy
         self._lease = lease_seconds
         self.processed: list[KnowledgeBaseResult] = []
+        # For a health check on another thread: when the loop last completed a pass, and whether it is working.
+        self.last_pass = time.monotonic()
+        self.working = False
+
+    def alive(self, stalled_after: float) -> bool:
+        """Whether the loop is working now or completed a pass less than `stalled_after` seconds ago."""
+        return self.working or time.monotonic() - self.last_pass < stalled_after
 
     def heartbeat(self) -> None:
         """Announce this controller as alive."""
@@ -146,14 +153,19 @@ class Controller:
         (`spec.refresh`); return how many knowledge bases were processed."""
         self.heartbeat()
         done = 0
-        while (claim := self.claim()) is not None:
-            self.process(claim)
-            self.heartbeat()
-            done += 1
-        while (name := claim_due_refresh(self.db)) is not None:
-            self.refresh(name)
-            self.heartbeat()
-            done += 1
+        self.working = True
+        try:
+            while (claim := self.claim()) is not None:
+                self.process(claim)
+                self.heartbeat()
+                done += 1
+            while (name := claim_due_refresh(self.db)) is not None:
+                self.refresh(name)
+                self.heartbeat()
+                done += 1
+        finally:
+            self.working = False
+            self.last_pass = time.monotonic()
         return done
 
     def refresh(self, name: str) -> KnowledgeBaseResult:

@@ -315,6 +315,14 @@ class Database:
             ).fetchall()
 
     @_store_errors
+    def pending_count(self) -> int:
+        """How many knowledge bases have a recorded generation not reconciled yet (a controller's queue)."""
+        row = self._conn.execute(
+            "SELECT count(*) FROM kb_knowledge_bases WHERE generation > observed_generation"
+        ).fetchone()
+        return int(row[0]) if row else 0
+
+    @_store_errors
     def join_applyset(self, names: Sequence[str], applyset: str) -> None:
         """Make the stored knowledge bases `names` members of `applyset` (those already in it stay)."""
         self._conn.execute(
