@@ -106,8 +106,9 @@ def manifests(texts: dict[tuple[int, int], str], kbs: int) -> str:
     return "---\n".join(docs)
 
 
-def embed_directly(store: KnowledgeBaseStore, texts: dict[tuple[int, int], str]) -> tuple[float, int]:
-    """(seconds, texts) of embedding, with fastembed alone, every distinct text the first apply embedded."""
+def embed_directly(store: KnowledgeBaseStore, texts: dict[tuple[int, int], str]) -> tuple[float, float, int]:
+    """(seconds in document order, seconds shortest first, texts) of embedding, with fastembed alone, every
+    distinct text the first apply embedded: what padding costs when batches mix lengths, side by side."""
     embedder = store.embedder("local/all-MiniLM-L6-v2")
     assert isinstance(embedder, LocalEmbedder)
     unique: dict[str, None] = {}
@@ -115,11 +116,13 @@ def embed_directly(store: KnowledgeBaseStore, texts: dict[tuple[int, int], str])
         for chunk in chunk_document(text, max_chars=1200, overlap_chars=150, markdown=True):
             unique.setdefault(chunk.embed_text)
     model = embedder._embedding_model()  # the fastembed TextEmbedding kbctl loaded
-    batch = list(unique)
-    start = time.perf_counter()
-    for _ in model.embed(batch, batch_size=LOCAL_BATCH):
-        pass
-    return time.perf_counter() - start, len(batch)
+    seconds = []
+    for batch in (list(unique), sorted(unique, key=len)):
+        start = time.perf_counter()
+        for _ in model.embed(batch, batch_size=LOCAL_BATCH):
+            pass
+        seconds.append(time.perf_counter() - start)
+    return seconds[0], seconds[1], len(unique)
 
 
 def main() -> None:
@@ -166,9 +169,15 @@ def main() -> None:
     for label, elapsed, embedded, chunks in runs:
         print(f"{label:<34}{elapsed:>9.2f}{embedded:>10}{chunks:>8}")
     first, noop, change = runs
+    in_order, shortest_first, count = direct
     print(
-        f"the same {direct[1]} texts embedded by fastembed directly (the same model object, batches of "
-        f"{LOCAL_BATCH}): {direct[0]:.2f} s; first apply / direct embedding: {first[1] / direct[0]:.3f}x"
+        f"the same {count} texts embedded by fastembed directly (the same model object, batches of {LOCAL_BATCH}): "
+        f"{in_order:.2f} s in document order, {shortest_first:.2f} s shortest first "
+        f"({shortest_first / in_order:.3f}x)"
+    )
+    print(
+        f"first apply / direct embedding: {first[1] / in_order:.3f}x of document order, "
+        f"{first[1] / shortest_first:.3f}x of shortest first"
     )
     print(f"no-op / first:   time {noop[1] / first[1]:.3f}x, embeddings {noop[2]}/{first[2]}")
     print(
