@@ -113,6 +113,21 @@ def _source_status(name: str, kind: str, served: VersionSourceRow | None, live: 
     )
 
 
+def _row_fields(row: KnowledgeBaseRow) -> dict[str, Any]:
+    """What `get` and `describe` show straight from the stored row: identity, generations, conditions."""
+    return {
+        "name": row.name,
+        "labels": row.labels,
+        "ready": is_true(row.conditions, "Ready"),
+        "generation": row.generation,
+        "observed_generation": row.observed_generation,
+        "conditions": [Condition.model_validate(c) for c in row.conditions],
+        "version": row.current_version,
+        "created_at": row.created_at,
+        "updated_at": row.updated_at,
+    }
+
+
 def _detail(db: Database, row: KnowledgeBaseRow) -> KnowledgeBaseDetail:
     with db.read_only():
         version = db.get_version(row.id, row.current_version) if row.current_version else None
@@ -136,18 +151,10 @@ def _detail(db: Database, row: KnowledgeBaseRow) -> KnowledgeBaseDetail:
         names = sorted((n for n in live if source_of(n) in order), key=lambda n: (order[source_of(n)], n))
         sources = [_source_status(n, kinds[source_of(n)], None, live[n]) for n in names]
     return KnowledgeBaseDetail(
-        name=row.name,
-        labels=row.labels,
-        ready=is_true(row.conditions, "Ready"),
-        generation=row.generation,
-        observed_generation=row.observed_generation,
-        conditions=[Condition.model_validate(c) for c in row.conditions],
-        version=row.current_version,
+        **_row_fields(row),
         sources=len(sources),
         ready_sources=sum(1 for s in sources if s.state == "ready"),
         chunks=version.chunk_count if version else 0,
-        created_at=row.created_at,
-        updated_at=row.updated_at,
         description=spec.description,
         model=version.model if version else spec.embedding.model,
         chunking=spec.chunking.model_dump(by_alias=True, mode="json"),
@@ -172,20 +179,12 @@ def list_knowledge_bases(db: Database) -> list[KnowledgeBaseSummary]:
     read, so listing costs the same however much text the knowledge bases hold)."""
     return [
         KnowledgeBaseSummary(
-            name=row.name,
+            **_row_fields(row),
             description=row.description,
-            labels=row.labels,
-            ready=is_true(row.conditions, "Ready"),
-            generation=row.generation,
-            observed_generation=row.observed_generation,
-            conditions=[Condition.model_validate(c) for c in row.conditions],
-            version=row.current_version,
             model=row.model,
             sources=row.sources,
             ready_sources=row.ready_sources,
             chunks=row.chunks,
-            created_at=row.created_at,
-            updated_at=row.updated_at,
         )
         for row in db.list_summaries()
     ]
