@@ -86,9 +86,10 @@ def usage_error(output: str) -> str:
 
 
 def tokens(store: KnowledgeBaseStore, text: str, *, max_chars: int = 150, markdown: bool = True) -> list[int]:
-    """Model tokens of each chunk of `text`, chunked as the manifests above chunk it."""
+    """Model tokens each chunk of `text` sends the model (heading path and text), chunked as the manifests above
+    chunk it: what apply bills against spec.limits.maxTokensToEmbed."""
     chunks = chunk_document(text, max_chars=max_chars, overlap_chars=0, markdown=markdown)
-    return store.embedder(MODEL).count_tokens([c.text for c in chunks])
+    return store.embedder(MODEL).count_tokens([c.embed_text for c in chunks])
 
 
 def test_diff_after_apply_is_empty_and_exits_0(store: KnowledgeBaseStore, cli: CliRunner, tmp_path: Path) -> None:
@@ -127,7 +128,7 @@ def test_diff_of_one_changed_paragraph(store: KnowledgeBaseStore, cli: CliRunner
     store.apply(parse_manifests(manifest(), "kb.yaml"))
     changed = REFUNDS.replace("50% of the deposit", "40% of the deposit")
     [new_chunk] = [c for c in chunk_document(changed, max_chars=150, overlap_chars=0) if "40%" in c.text]
-    [expected] = store.embedder(MODEL).count_tokens([new_chunk.text])
+    [expected] = store.embedder(MODEL).count_tokens([new_chunk.embed_text])
     result = cli.invoke(app, ["diff", "-f", write(tmp_path, manifest(refunds=changed))])
     assert expected > 0
     assert (result.exit_code, result.stdout.splitlines()) == (
@@ -231,7 +232,7 @@ def test_diff_json_is_the_plan_as_data(store: KnowledgeBaseStore, cli: CliRunner
     store.apply(parse_manifests(manifest(), "kb.yaml"))
     changed = REFUNDS.replace("50% of the deposit", "40% of the deposit")
     [new_chunk] = [c for c in chunk_document(changed, max_chars=150, overlap_chars=0) if "40%" in c.text]
-    [expected] = store.embedder(MODEL).count_tokens([new_chunk.text])
+    [expected] = store.embedder(MODEL).count_tokens([new_chunk.embed_text])
     path = write(tmp_path, manifest(refunds=changed, retention=None) + "---\n" + manifest("copy", refunds=changed))
     result = cli.invoke(app, ["diff", "-f", path, "-o", "json"])
     assert result.exit_code == 1

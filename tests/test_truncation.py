@@ -6,8 +6,10 @@ from pathlib import Path
 
 from typer.testing import CliRunner
 
+from kbctl.chunking import chunk_document
 from kbctl.cli import app
 from kbctl.client import KnowledgeBaseStore
+from kbctl.engine.ingest import Chunked, TokenCounts
 from kbctl.manifest import parse_manifests
 from tests.support.manifests import knowledge_base, text_source
 
@@ -49,3 +51,18 @@ def test_diff_warns_of_truncated_chunks(cli: CliRunner, store: KnowledgeBaseStor
     assert "warning" not in plain
     [kb] = store.diff(parse_manifests(path.read_text(), str(path))).results
     assert {s.name: s.truncated for s in kb.sources} == {"dense": 1, "plain": 0}
+
+
+def test_the_local_tokenizer_counts_a_chunk_as_its_heading_plus_its_text(store: KnowledgeBaseStore) -> None:
+    """Ingest counts each text and heading path once and bills a chunk their sum: exact for the local model."""
+    text = (
+        "# Données & Retention (v2.1)\n\nInvoices are kept for ten years—then destroyed. Café receipts: 5 years.\n\n"
+        "## Refunds / G-CSF-7\n\nA refund of 50% (max. €200) needs the client's approval, see §4.2.\n\n"
+        "### Codes\n\n" + DENSE + "\n\n## 東京 office\n\nKeys are returned on the last day.\n"
+    )
+    chunks = chunk_document(text, max_chars=400, overlap_chars=50, markdown=True)
+    assert sum(1 for c in chunks if c.heading_path) >= 3
+    embedder = store.embedder("local/all-MiniLM-L6-v2")
+    sizes = TokenCounts.of(embedder, [Chunked(tuple(chunks), tuple(b"" for _ in chunks))])
+    assert [sizes.embedded(c) for c in chunks] == embedder.count_tokens([c.embed_text for c in chunks])
+    assert [sizes.text(c) for c in chunks] == embedder.count_tokens([c.text for c in chunks])

@@ -10,7 +10,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, computed_field
 
 from kbctl.embedding import Embedder
-from kbctl.engine.ingest import Chunked, chunk_source
+from kbctl.engine.ingest import Chunked, TokenCounts, chunk_source
 from kbctl.engine.plan import Ingest, SourcePlan, build_plan, fetch_requests, file_stamps
 from kbctl.engine.prune import PruneScope
 from kbctl.manifest import KnowledgeBase
@@ -137,8 +137,9 @@ class _Explainer:
         old = plan.previous_manifest
         added, removed, respec = source_changes(old, plan.manifest)
         chunked = {p.name: chunk_source(p, kb) for p in plan.to_ingest}
-        tokens = self._tokens(embedder, chunked)
-        cut = _truncated(embedder, chunked)
+        sizes = TokenCounts.of(embedder, chunked.values())
+        tokens = self._tokens(embedder, chunked, sizes)
+        cut = _truncated(embedder, chunked, sizes)
         sources = [self._source(p, state, added, respec, chunked, tokens, cut) for p in plan.sources]
         sources += [
             SourceDiff(
@@ -173,13 +174,13 @@ class _Explainer:
             over_limits=over,
         )
 
-    def _tokens(self, embedder: Embedder, chunked: dict[str, Chunked]) -> dict[str, int]:
-        """Tokens to embed per source: texts neither cached nor already counted (for an earlier source)."""
-        texts = {h: c.text for pieces in chunked.values() for h, c in zip(pieces.hashes, pieces.chunks, strict=True)}
-        cached = self.db.cached_embeddings(embedder.model_id, list(texts))
-        missing = [h for h in texts if h not in cached and (embedder.model_id, h) not in self.counted]
-        found = embedder.count_tokens([texts[h] for h in missing]) if missing else []
-        counts = dict(zip(missing, found, strict=True))
+    def _tokens(self, embedder: Embedder, chunked: dict[str, Chunked], sizes: TokenCounts) -> dict[str, int]:
+        """Tokens to embed per source (as ingest bills them): texts neither cached nor already counted (for an
+        earlier source)."""
+        chunks = {h: c for pieces in chunked.values() for h, c in zip(pieces.hashes, pieces.chunks, strict=True)}
+        cached = self.db.cached_embeddings(embedder.model_id, list(chunks))
+        missing = [h for h in chunks if h not in cached and (embedder.model_id, h) not in self.counted]
+        counts = {h: sizes.embedded(chunks[h]) for h in missing}
         tokens: dict[str, int] = {}
         for name, pieces in chunked.items():
             mine = {h for h in pieces.hashes if h in counts}
@@ -239,14 +240,17 @@ class _Explainer:
         return [h for h, _ in self.db.revision_chunks(revision_id)] if revision_id is not None else []
 
 
-def _truncated(embedder: Embedder, chunked: dict[str, Chunked]) -> set[bytes]:
+def _truncated(embedder: Embedder, chunked: dict[str, Chunked], sizes: TokenCounts) -> set[bytes]:
     """The hashes of the chunks whose embedded text is longer than the model's window (none without a window)."""
     window: int | None = getattr(embedder, "window_tokens", None)
-    if window is None or not chunked:
+    if window is None:
         return set()
-    texts = {h: c.embed_text for pieces in chunked.values() for h, c in zip(pieces.hashes, pieces.chunks, strict=True)}
-    sizes = embedder.count_tokens(list(texts.values()))
-    return {h for h, size in zip(texts, sizes, strict=True) if size > window}
+    return {
+        h
+        for pieces in chunked.values()
+        for h, c in zip(pieces.hashes, pieces.chunks, strict=True)
+        if sizes.embedded(c) > window
+    }
 
 
 def _over_limits(kb: KnowledgeBase, chunked: dict[str, Chunked], tokens: dict[str, int]) -> list[str]:

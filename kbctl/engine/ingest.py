@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, replace
 
@@ -14,7 +14,7 @@ from kbctl.errors import LimitError
 from kbctl.manifest import KnowledgeBase, Limits
 from kbctl.store.database import ChunkRow, Database, NewRevision
 
-__all__ = ["EMBED_BATCH", "Chunked", "IngestRun", "Ingested", "chunk_source", "ingest"]
+__all__ = ["EMBED_BATCH", "Chunked", "IngestRun", "Ingested", "TokenCounts", "chunk_source", "ingest"]
 
 EMBED_BATCH = 64
 
@@ -97,6 +97,28 @@ def titled(chunk: Chunk, title: str) -> Chunk:
     return replace(chunk, heading_path=(name, *chunk.heading_path))
 
 
+@dataclass(frozen=True)
+class TokenCounts:
+    """Model tokens of chunks, from one pass of the model's tokenizer over each distinct chunk text and heading
+    path: a chunk's text (what a context's token budget counts) and what the model is sent (heading path,
+    blank line, text), their sum: exact for a tokenizer that splits at whitespace first, as BERT's does (a
+    test holds the local model to it), and within a token for a provider's estimate."""
+
+    counts: Mapping[str, int]
+
+    @classmethod
+    def of(cls, embedder: Embedder, chunked: Iterable[Chunked]) -> TokenCounts:
+        chunks = [c for pieces in chunked for c in pieces.chunks]
+        strings = list(dict.fromkeys([c.text for c in chunks] + [c.heading for c in chunks if c.heading_path]))
+        return cls(dict(zip(strings, embedder.count_tokens(strings), strict=True)) if strings else {})
+
+    def text(self, chunk: Chunk) -> int:
+        return self.counts[chunk.text]
+
+    def embedded(self, chunk: Chunk) -> int:
+        return self.counts[chunk.text] + (self.counts[chunk.heading] if chunk.heading_path else 0)
+
+
 def _check(chunked: Chunked, embedder: Embedder, limits: Limits) -> str | None:
     """Why these chunks cannot be embedded, or None: no text, too many chunks, a chunk over the model's input limit."""
     if not chunked.chunks:
@@ -171,27 +193,26 @@ def ingest(db: Database, plan: KnowledgeBasePlan, embedder: Embedder, reporter: 
             outcomes[p.name] = Fail(problem)
         else:
             chunked[p.name] = pieces
-    texts = {h: c.embed_text for pieces in chunked.values() for h, c in zip(pieces.hashes, pieces.chunks, strict=True)}
-    ids = db.cached_embeddings(embedder.model_id, list(texts))
-    missing = [h for h in texts if h not in ids]
+    chunks = {h: c for pieces in chunked.values() for h, c in zip(pieces.hashes, pieces.chunks, strict=True)}
+    ids = db.cached_embeddings(embedder.model_id, list(chunks))
+    missing = [h for h in chunks if h not in ids]
     window: int | None = getattr(embedder, "window_tokens", None)
-    # Tokens of each text embedded: what the budget below counts, and what a model with a window would cut.
-    counted = list(texts) if window is not None else missing
-    sizes = dict(zip(counted, embedder.count_tokens([texts[h] for h in counted]), strict=True)) if counted else {}
-    tokens_to_embed = sum(sizes[h] for h in missing)
+    # Counted once: what the budget below bills, what a model with a window would cut, and what is stored.
+    sizes = TokenCounts.of(embedder, chunked.values())
+    tokens_to_embed = sum(sizes.embedded(chunks[h]) for h in missing)
     if tokens_to_embed > limits.max_tokens_to_embed:
         raise LimitError(
             f"would embed ~{tokens_to_embed} tokens, over spec.limits.maxTokensToEmbed "
             f"({limits.max_tokens_to_embed}); nothing was embedded: raise the limit to apply"
         )
-    ids.update(_embed_missing(db, embedder, [(h, texts[h]) for h in missing], plan.name, reporter))
+    ids.update(_embed_missing(db, embedder, [(h, chunks[h].embed_text) for h in missing], plan.name, reporter))
     fresh, claimed = set(missing), set[bytes]()
     for p in plan.to_ingest:
         if p.name not in chunked:
             continue
         pieces = chunked[p.name]
-        tokens = tuple(embedder.count_tokens([c.text for c in pieces.chunks]))
-        over = sum(sizes[h] > window for h in pieces.hashes) if window is not None else 0
+        tokens = tuple(sizes.text(c) for c in pieces.chunks)
+        over = sum(sizes.embedded(c) > window for c in pieces.chunks) if window is not None else 0
         outcomes[p.name] = Ingested(p, pieces, tokens, len((set(pieces.hashes) & fresh) - claimed), over)
         claimed |= set(pieces.hashes)
     return IngestRun(outcomes, ids)
