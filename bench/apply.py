@@ -1,10 +1,12 @@
 """Apply benchmark: first apply vs no-op re-apply vs re-apply with 5% of sources changed, in one run.
 
-    python bench/apply.py [--sources 200] [--kbs 4] [--changed 0.05]
+    python bench/apply.py [--sources 200] [--kbs 4] [--changed 0.05] [--batch-sizes 8,16,32,64]
 
 Generates a corpus of inline markdown sources (deterministic), applies it to a fresh embedded store
 (or KBCTL_DATABASE_URL) with the real local model, and prints wall time and embedding counts of each
-apply and their ratios.
+apply and their ratios; then the same distinct texts embedded by fastembed alone (the same model object), in
+document order and shortest first at each batch size: the floor a first apply is measured against, and the
+measurement behind the local model's batch size.
 """
 
 from __future__ import annotations
@@ -106,9 +108,12 @@ def manifests(texts: dict[tuple[int, int], str], kbs: int) -> str:
     return "---\n".join(docs)
 
 
-def embed_directly(store: KnowledgeBaseStore, texts: dict[tuple[int, int], str]) -> tuple[float, float, int]:
-    """(seconds in document order, seconds shortest first, texts) of embedding, with fastembed alone, every
-    distinct text the first apply embedded: what padding costs when batches mix lengths, side by side."""
+def embed_directly(
+    store: KnowledgeBaseStore, texts: dict[tuple[int, int], str], batch_sizes: list[int]
+) -> tuple[float, dict[int, float], int]:
+    """(seconds in document order at kbctl's batch size, {batch size: seconds shortest first}, texts) of
+    embedding, with fastembed alone, every distinct text the first apply embedded: what padding costs when
+    batches mix lengths, and what the batch size costs on this machine, side by side."""
     embedder = store.embedder("local/all-MiniLM-L6-v2")
     assert isinstance(embedder, LocalEmbedder)
     unique: dict[str, None] = {}
@@ -116,13 +121,16 @@ def embed_directly(store: KnowledgeBaseStore, texts: dict[tuple[int, int], str])
         for chunk in chunk_document(text, max_chars=1200, overlap_chars=150, markdown=True):
             unique.setdefault(chunk.embed_text)
     model = embedder._embedding_model()  # the fastembed TextEmbedding kbctl loaded
-    seconds = []
-    for batch in (list(unique), sorted(unique, key=len)):
+
+    def seconds(batch: list[str], size: int) -> float:
         start = time.perf_counter()
-        for _ in model.embed(batch, batch_size=LOCAL_BATCH):
+        for _ in model.embed(batch, batch_size=size):
             pass
-        seconds.append(time.perf_counter() - start)
-    return seconds[0], seconds[1], len(unique)
+        return time.perf_counter() - start
+
+    in_order = seconds(list(unique), LOCAL_BATCH)
+    shortest_first = sorted(unique, key=len)
+    return in_order, {size: seconds(shortest_first, size) for size in batch_sizes}, len(unique)
 
 
 def main() -> None:
@@ -130,6 +138,9 @@ def main() -> None:
     parser.add_argument("--sources", type=int, default=200)
     parser.add_argument("--kbs", type=int, default=4)
     parser.add_argument("--changed", type=float, default=0.05)
+    parser.add_argument(
+        "--batch-sizes", default="8,16,32,64", help="batch sizes of the direct, shortest-first embedding runs"
+    )
     args = parser.parse_args()
 
     rng = random.Random(42)
@@ -156,7 +167,7 @@ def main() -> None:
                 texts[key] = texts[key] + "\n" + sentence(rng) + "\n"
             run(f"re-apply, {len(changed)} sources changed")
             total_chunks = store.db.counts()["chunks"]
-            direct = embed_directly(store, first_texts)
+            direct = embed_directly(store, first_texts, [int(n) for n in args.batch_sizes.split(",")])
     finally:
         if not settings.database_url:
             stop_server(settings.pgdata)
@@ -169,16 +180,20 @@ def main() -> None:
     for label, elapsed, embedded, chunks in runs:
         print(f"{label:<34}{elapsed:>9.2f}{embedded:>10}{chunks:>8}")
     first, noop, change = runs
-    in_order, shortest_first, count = direct
+    in_order, by_size, count = direct
     print(
-        f"the same {count} texts embedded by fastembed directly (the same model object, batches of {LOCAL_BATCH}): "
-        f"{in_order:.2f} s in document order, {shortest_first:.2f} s shortest first "
-        f"({shortest_first / in_order:.3f}x)"
+        f"the same {count} texts embedded by fastembed directly (the same model object): "
+        f"{in_order:.2f} s in document order in batches of {LOCAL_BATCH} (kbctl's); shortest first:"
     )
-    print(
-        f"first apply / direct embedding: {first[1] / in_order:.3f}x of document order, "
-        f"{first[1] / shortest_first:.3f}x of shortest first"
-    )
+    for size, elapsed in by_size.items():
+        mark = "  <- kbctl's batch size" if size == LOCAL_BATCH else ""
+        print(f"  batches of {size:>3}: {elapsed:>7.2f} s ({elapsed / in_order:.3f}x of document order){mark}")
+    if LOCAL_BATCH in by_size:
+        floor = by_size[LOCAL_BATCH]
+        print(
+            f"first apply / direct embedding: {first[1] / in_order:.3f}x of document order, "
+            f"{first[1] / floor:.3f}x of shortest first at kbctl's batch size"
+        )
     print(f"no-op / first:   time {noop[1] / first[1]:.3f}x, embeddings {noop[2]}/{first[2]}")
     print(
         f"change / first:  time {change[1] / first[1]:.3f}x, embeddings {change[2]}/{first[2]} "

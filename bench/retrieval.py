@@ -1,7 +1,7 @@
 """Retrieval benchmark on a BEIR dataset: ranking quality and query latency per retrieval mode, in one run.
 
     python bench/retrieval.py [BEIR_DIR] [--split test] [--limit-docs N] [--limit-queries N] [--rerank MODEL]
-                              [--keep HOME]
+                              [--keep HOME] [--variant headings|no-headings|merged]
 
 Imports the dataset (default examples/beir/policies) into a fresh embedded store (or KBCTL_DATABASE_URL)
 with the real local model, like `kbctl import beir`, then for each mode (vector, keyword = BM25, hybrid, and
@@ -14,7 +14,8 @@ separate loop: one warm-up query per mode, then every query timed around `store.
 --rerank MODEL sets `spec.retrieval.rerank.model` (a rerank provider of the kbctl configuration, or
 local/NAME); the plain modes are then still measured without the reranker. --keep HOME imports into HOME and
 leaves it there (a second run with the same HOME finds the dataset imported and embeds nothing), for
-bench/fusion.py.
+bench/fusion.py. --variant chunks otherwise than kbctl does (bench/variants.py: no heading path in the embedded
+text, or small sections merged), to measure what kbctl's chunking is worth.
 """
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from scale import vector_recall  # bench/scale.py: the index against an exact scan
+from variants import VARIANTS, apply_variant  # bench/variants.py: chunking counterfactuals
 
 from kbctl.client import KnowledgeBaseStore
 from kbctl.config import Settings
@@ -209,7 +211,11 @@ def run() -> None:
     parser.add_argument("--limit-queries", type=int, default=None)
     parser.add_argument("--rerank", metavar="MODEL", default=None, help="reranker for the hybrid+rerank mode")
     parser.add_argument("--keep", metavar="HOME", type=Path, default=None, help="import into HOME and keep it")
+    parser.add_argument(
+        "--variant", choices=VARIANTS, default="headings", help="chunk as kbctl does, or a counterfactual (variants.py)"
+    )
     args = parser.parse_args()
+    apply_variant(args.variant)
     modes = [*MODES, RERANK_MODE] if args.rerank else MODES
 
     home = args.keep if args.keep is not None else Path(tempfile.mkdtemp(prefix="kbctl-bench-"))
@@ -243,6 +249,7 @@ def run() -> None:
             stop_server(settings.pgdata)
         if args.keep is None:
             shutil.rmtree(home, ignore_errors=True)
+    print(f"chunking: {args.variant}")
     print_results(args.dataset, result, seconds, chunks, rows, timings)
     if indexed is not None:
         exact, overlap = indexed
