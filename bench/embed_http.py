@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import math
 import os
 import random
 import subprocess
@@ -21,7 +22,8 @@ from kbctl.embedding.http import HttpEmbedder, HttpEmbeddingConfig
 REPO = Path(__file__).resolve().parent.parent
 
 USAGE = """
-    python bench/embed_http.py [--texts 2000] [--model-texts 384] [--latency 0.05] [--server-model none|local|both]
+    python bench/embed_http.py [--texts 2000] [--model-texts 384] [--latency 0.05]
+                               [--server-model canned|none|local|both|all]
 
 Sends deterministic chunk-sized texts (~1,000 characters) through HttpEmbedder to tests/support/embedserver.py, run as
 its own process on 127.0.0.1 (so server and client do not share a GIL) and adding `--latency` seconds to every
@@ -29,9 +31,13 @@ request. Prints, for each (concurrency, batch) pair: requests and the most reque
 once (both counted by the server), wall time, texts/s and the ratio to (concurrency 1, batch 16), all measured in
 one run.
 
-Two server models (default: both, `--both` is the same):
+Server models (default: both = none and local; `--both` is the same; all = the three):
+- canned: one fixed vector for every input, from a response serialized once per batch size, so the server costs
+         next to nothing and the figures are the client's own against per-request latency; each row also
+         shows the ideal (requests / concurrency, rounded up, x latency) and the wall time's ratio to it.
 - none:  deterministic pseudo-vectors, no model runs, so the figures isolate the client's batching and
-         concurrency against per-request latency; `--texts` texts per configuration.
+         concurrency against per-request latency (the server serializes every answer: ~20 ms of its CPU per
+         request of 64); `--texts` texts per configuration.
 - local: the real all-MiniLM-L6-v2 behind the server. It needs the CPU (~17 texts/s of this size on 2 cores),
          so the model, not the client, sets the pace; `--model-texts` texts per configuration keep the run short.
 """
@@ -112,7 +118,11 @@ def run(url: str, texts: list[str], concurrency: int, batch: int) -> tuple[float
 
 def bench(mode: str, texts: list[str], latency: float) -> None:
     """Run every (concurrency, batch) pair against one server process and print the table."""
-    label = {"none": "none (deterministic pseudo-vectors)", "local": f"local/{MODEL} (the real model)"}[mode]
+    label = {
+        "canned": "canned (one vector, answers serialized once)",
+        "none": "none (deterministic pseudo-vectors)",
+        "local": f"local/{MODEL} (the real model)",
+    }[mode]
     with server_process(mode, latency) as url:
         run(url, texts[:4], 1, 4)  # open the code paths once before anything is timed
         print(
@@ -121,7 +131,7 @@ def bench(mode: str, texts: list[str], latency: float) -> None:
         )
         print(
             f"{'concurrency':>11}{'batch':>7}{'requests':>10}{'in flight':>11}{'wall s':>9}{'texts/s':>10}"
-            f"{'vs c1/b16':>11}"
+            f"{'vs c1/b16':>11}{'ideal s':>9}{'x ideal':>9}"
         )
         baseline = None
         for concurrency in CONCURRENCY:
@@ -129,9 +139,10 @@ def bench(mode: str, texts: list[str], latency: float) -> None:
                 elapsed, requests, in_flight = run(url, texts, concurrency, batch)
                 rate = len(texts) / elapsed
                 baseline = baseline or rate
+                ideal = math.ceil(math.ceil(len(texts) / batch) / concurrency) * latency
                 print(
                     f"{concurrency:>11}{batch:>7}{requests:>10}{in_flight:>11}{elapsed:>9.2f}{rate:>10.1f}"
-                    f"{rate / baseline:>10.2f}x"
+                    f"{rate / baseline:>10.2f}x{ideal:>9.2f}{elapsed / ideal if ideal else 0:>8.2f}x"
                 )
     print()
 
@@ -143,13 +154,17 @@ def main() -> None:
     parser.add_argument("--texts", type=int, default=2000, help="texts per configuration with --server-model none")
     parser.add_argument("--model-texts", type=int, default=384, help="texts per configuration with the real model")
     parser.add_argument("--latency", type=float, default=0.05, help="seconds the server adds to every request")
-    parser.add_argument("--server-model", choices=("none", "local", "both"), default="both")
+    parser.add_argument("--server-model", choices=("canned", "none", "local", "both", "all"), default="both")
     parser.add_argument("--both", action="store_true", help="same as --server-model both (the default)")
     args = parser.parse_args()
-    modes = ("none", "local") if args.both or args.server_model == "both" else (args.server_model,)
+    modes: tuple[str, ...] = (args.server_model,)
+    if args.both or args.server_model == "both":
+        modes = ("none", "local")
+    elif args.server_model == "all":
+        modes = ("canned", "none", "local")
     started = time.perf_counter()
     for mode in modes:
-        bench(mode, chunk_texts(args.texts if mode == "none" else args.model_texts), args.latency)
+        bench(mode, chunk_texts(args.model_texts if mode == "local" else args.texts), args.latency)
     print(f"total {time.perf_counter() - started:.1f} s")
 
 

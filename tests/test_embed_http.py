@@ -589,3 +589,14 @@ def test_key_never_leaks(server: EmbeddingServer, caplog: pytest.LogCaptureFixtu
     assert ("connect_tcp.started" in caplog.text) is (path != "input too long")  # the HTTP stack's logs were seen
     if path.startswith(("400", "422")):
         assert "$OPENAI_API_KEY" in str(error)
+
+
+def test_canned_server_answers_every_batch_with_one_vector() -> None:
+    """The benchmark's canned stand-in (bench/embed_http.py): valid answers, serialized once per batch size."""
+    with serve_embeddings(model="canned") as canned:
+        embedder = make(canned, batch_size=4, max_concurrency=2)
+        vectors = embedder.embed(texts(10))
+        assert len(vectors) == 10 and embedder.dimensions == 384
+        assert all(np.allclose(v, vectors[0]) for v in vectors)
+        assert batch_sizes(canned) == [4, 4, 2]
+        assert sorted(canned._canned) == [2, 4]

@@ -73,8 +73,10 @@ class EmbeddingServer(LoopbackServer):
     `model="local"` embeds with the real local model: pass `embedder=` to share one already loaded (e.g.
     `get_embedder("local/all-MiniLM-L6-v2", settings)`), else one is built in `home` (a temporary folder by
     default). `model="none"` returns deterministic pseudo-vectors (a hash of each text seeds them) without running
-    any model. `python -m tests.support.embedserver [--model none] [--latency S] [--require-key K]` serves until
-    interrupted (SIGINT or SIGTERM) and prints its URL once the model is loaded.
+    any model. `model="canned"` answers every input with one fixed unit vector from a response serialized once per
+    batch size (float encoding, no `dimensions`), so the server's own cost per request is reading it: what is left
+    to measure is the client. `python -m tests.support.embedserver [--model none|canned] [--latency S]
+    [--require-key K]` serves until interrupted (SIGINT or SIGTERM) and prints its URL once the model is loaded.
     """
 
     bad_json_body = b'{"object": "list", "data": [{"embedding": [0.1, 0.2'
@@ -82,7 +84,7 @@ class EmbeddingServer(LoopbackServer):
     def __init__(
         self,
         *,
-        model: Literal["local", "none"] = "local",
+        model: Literal["local", "none", "canned"] = "local",
         embedder: Embedder | None = None,
         home: Path | None = None,
         model_name: str = MODEL_NAME,
@@ -102,6 +104,7 @@ class EmbeddingServer(LoopbackServer):
         self.native_dimensions = self._embedder.dimensions if self._embedder is not None else PSEUDO_DIMENSIONS
         self._load_lock = threading.Lock()
         self._loaded = False
+        self._canned: dict[int, bytes] = {}  # model="canned": the serialized answer for n inputs
         self.url = f"{self.origin}/v1"
 
     def _defaults(self) -> None:
@@ -183,9 +186,11 @@ class EmbeddingServer(LoopbackServer):
         encoding = body.get("encoding_format", "float")
         if encoding not in ("float", "base64"):
             return 400, {}, _error_body("'encoding_format' must be 'float' or 'base64'")
-        vectors = self._embed(texts)
         with self._lock:
             size = self.dimensions_override
+        if self.mode == "canned" and dimensions is None and size is None and encoding == "float":
+            return 200, {}, self._canned_answer(len(texts))
+        vectors = self._embed(texts)
         if dimensions is not None:
             vectors = [_resize(v, dimensions) for v in vectors]
         if size is not None:
@@ -210,6 +215,16 @@ class EmbeddingServer(LoopbackServer):
             "usage": {"prompt_tokens": tokens, "total_tokens": tokens},
         }
 
+    def _canned_answer(self, n: int) -> bytes:
+        with self._lock:
+            if n not in self._canned:
+                vector = pseudo_vector("canned", self.native_dimensions).tolist()
+                data = [{"object": "embedding", "index": i, "embedding": vector} for i in range(n)]
+                usage = {"prompt_tokens": n, "total_tokens": n}
+                answer = {"object": "list", "data": data, "model": self.model_name, "usage": usage}
+                self._canned[n] = json.dumps(answer).encode()
+            return self._canned[n]
+
 
 # The server is its own context manager: `with serve_embeddings(...) as server:` starts it and stops it on the way out.
 serve_embeddings = EmbeddingServer
@@ -220,7 +235,7 @@ def main() -> None:
     import argparse
 
     parser = argparse.ArgumentParser(description="A loopback OpenAI-compatible /v1/embeddings server for kbctl tests.")
-    parser.add_argument("--model", choices=("local", "none"), default="local")
+    parser.add_argument("--model", choices=("local", "none", "canned"), default="local")
     parser.add_argument("--model-name", default=MODEL_NAME)
     parser.add_argument("--latency", type=float, default=0.0, help="seconds added to every request")
     parser.add_argument("--require-key", default=None, help="the bearer token to expect (401 otherwise)")
