@@ -12,29 +12,31 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import cast
 
 import httpx
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from kbctl.embedding.http import HttpEmbedder, HttpEmbeddingConfig
+from kbctl.embedding.http import Encoding, HttpEmbedder, HttpEmbeddingConfig
 
 REPO = Path(__file__).resolve().parent.parent
 
 USAGE = """
     python bench/embed_http.py [--texts 2000] [--model-texts 384] [--latency 0.05]
-                               [--server-model canned|none|local|both|all]
+                               [--server-model canned|none|local|both|all] [--encodings base64,float]
 
 Sends deterministic chunk-sized texts (~1,000 characters) through HttpEmbedder to tests/support/embedserver.py, run as
 its own process on 127.0.0.1 (so server and client do not share a GIL) and adding `--latency` seconds to every
 request. Prints, for each (concurrency, batch) pair: requests and the most requests the server had in flight at
 once (both counted by the server), wall time, texts/s and the ratio to (concurrency 1, batch 16), all measured in
-one run.
+one run, once per `--encodings` value (how the vectors travel: base64 float32, kbctl's default, or JSON numbers),
+and the ideal (requests / concurrency, rounded up, x latency) with the wall time's ratio to it.
 
 Server models (default: both = none and local; `--both` is the same; all = the three):
-- canned: one fixed vector for every input, from a response serialized once per batch size, so the server costs
-         next to nothing and the figures are the client's own against per-request latency; each row also
-         shows the ideal (requests / concurrency, rounded up, x latency) and the wall time's ratio to it.
+- canned: bench/canned_server.py, one asyncio process answering every input with one fixed vector from a
+         response serialized once per batch size, so the server costs next to nothing and the figures are the
+         client's own against per-request latency.
 - none:  deterministic pseudo-vectors, no model runs, so the figures isolate the client's batching and
          concurrency against per-request latency (the server serializes every answer: ~20 ms of its CPU per
          request of 64); `--texts` texts per configuration.
@@ -72,9 +74,14 @@ def chunk_texts(n: int, size: int = 1000, seed: int = 7) -> list[str]:
 
 @contextmanager
 def server_process(mode: str, latency: float) -> Iterator[str]:
-    """Run tests/support/embedserver.py in a child process; yields its /v1 URL once its model is loaded."""
-    command = [sys.executable, "-m", "tests.support.embedserver", "--model", mode, "--latency", str(latency)]
-    proc = subprocess.Popen([*command, "--require-key", KEY], cwd=REPO, stdout=subprocess.PIPE, text=True)
+    """Run tests/support/embedserver.py (or, for `canned`, bench/canned_server.py) in a child process; yields its
+    /v1 URL once its model is loaded."""
+    if mode == "canned":
+        command = [sys.executable, str(REPO / "bench" / "canned_server.py"), "--latency", str(latency)]
+    else:
+        command = [sys.executable, "-m", "tests.support.embedserver", "--model", mode, "--latency", str(latency)]
+        command += ["--require-key", KEY]
+    proc = subprocess.Popen(command, cwd=REPO, stdout=subprocess.PIPE, text=True)
     try:
         assert proc.stdout is not None
         url = proc.stdout.readline().strip()
@@ -94,8 +101,11 @@ def stats(url: str) -> dict[str, int]:
     return result
 
 
-def run(url: str, texts: list[str], concurrency: int, batch: int) -> tuple[float, int, int]:
-    """(wall seconds, requests, max in flight) of embedding `texts` once with this concurrency and batch size."""
+def run(
+    url: str, texts: list[str], concurrency: int, batch: int, encoding: Encoding = "base64"
+) -> tuple[float, int, int]:
+    """(wall seconds, requests, max in flight) of embedding `texts` once with this concurrency, batch size and
+    encoding of the vectors."""
     config = HttpEmbeddingConfig(
         base_url=url,
         model=MODEL,
@@ -104,6 +114,7 @@ def run(url: str, texts: list[str], concurrency: int, batch: int) -> tuple[float
         batch_size=batch,
         max_concurrency=concurrency,
         timeout=300,
+        encoding_format=encoding,
     )
     embedder = HttpEmbedder(config, environ={KEY_VAR: KEY})
     stats(url)
@@ -116,7 +127,7 @@ def run(url: str, texts: list[str], concurrency: int, batch: int) -> tuple[float
     return elapsed, seen["request_count"], seen["max_in_flight"]
 
 
-def bench(mode: str, texts: list[str], latency: float) -> None:
+def bench(mode: str, texts: list[str], latency: float, encodings: list[Encoding]) -> None:
     """Run every (concurrency, batch) pair against one server process and print the table."""
     label = {
         "canned": "canned (one vector, answers serialized once)",
@@ -130,20 +141,21 @@ def bench(mode: str, texts: list[str], latency: float) -> None:
             f"+{latency * 1000:.0f} ms per request, {os.cpu_count()} cores"
         )
         print(
-            f"{'concurrency':>11}{'batch':>7}{'requests':>10}{'in flight':>11}{'wall s':>9}{'texts/s':>10}"
-            f"{'vs c1/b16':>11}{'ideal s':>9}{'x ideal':>9}"
+            f"{'encoding':>8}{'concurrency':>12}{'batch':>7}{'requests':>10}{'in flight':>11}{'wall s':>9}"
+            f"{'texts/s':>10}{'vs c1/b16':>11}{'ideal s':>9}{'x ideal':>9}"
         )
-        baseline = None
-        for concurrency in CONCURRENCY:
-            for batch in BATCHES:
-                elapsed, requests, in_flight = run(url, texts, concurrency, batch)
-                rate = len(texts) / elapsed
-                baseline = baseline or rate
-                ideal = math.ceil(math.ceil(len(texts) / batch) / concurrency) * latency
-                print(
-                    f"{concurrency:>11}{batch:>7}{requests:>10}{in_flight:>11}{elapsed:>9.2f}{rate:>10.1f}"
-                    f"{rate / baseline:>10.2f}x{ideal:>9.2f}{elapsed / ideal if ideal else 0:>8.2f}x"
-                )
+        for encoding in encodings:
+            baseline = None
+            for concurrency in CONCURRENCY:
+                for batch in BATCHES:
+                    elapsed, requests, in_flight = run(url, texts, concurrency, batch, encoding)
+                    rate = len(texts) / elapsed
+                    baseline = baseline or rate
+                    ideal = math.ceil(math.ceil(len(texts) / batch) / concurrency) * latency
+                    print(
+                        f"{encoding:>8}{concurrency:>12}{batch:>7}{requests:>10}{in_flight:>11}{elapsed:>9.2f}"
+                        f"{rate:>10.1f}{rate / baseline:>10.2f}x{ideal:>9.2f}{elapsed / ideal if ideal else 0:>8.2f}x"
+                    )
     print()
 
 
@@ -156,6 +168,9 @@ def main() -> None:
     parser.add_argument("--latency", type=float, default=0.05, help="seconds the server adds to every request")
     parser.add_argument("--server-model", choices=("canned", "none", "local", "both", "all"), default="both")
     parser.add_argument("--both", action="store_true", help="same as --server-model both (the default)")
+    parser.add_argument(
+        "--encodings", default="base64,float", help="encoding_format values asked for, each measured in turn"
+    )
     args = parser.parse_args()
     modes: tuple[str, ...] = (args.server_model,)
     if args.both or args.server_model == "both":
@@ -164,7 +179,8 @@ def main() -> None:
         modes = ("canned", "none", "local")
     started = time.perf_counter()
     for mode in modes:
-        bench(mode, chunk_texts(args.model_texts if mode == "local" else args.texts), args.latency)
+        chosen = [cast(Encoding, e) for e in args.encodings.split(",")]
+        bench(mode, chunk_texts(args.model_texts if mode == "local" else args.texts), args.latency, chosen)
     print(f"total {time.perf_counter() - started:.1f} s")
 
 

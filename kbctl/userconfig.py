@@ -234,6 +234,9 @@ class Provider(_Model):
     query_fields: dict[str, Any] = Field(default_factory=dict)
     timeout: float = Field(60.0, gt=0)
     retries: int = Field(4, ge=0, le=20)
+    # base64: float32 vectors, a quarter of the bytes and no number parsing; a server that refuses it is asked
+    # again in float, so only set float to skip that first refused request.
+    encoding_format: Literal["base64", "float"] = "base64"
 
     @field_validator("api_key_env")
     @classmethod

@@ -55,7 +55,8 @@ def server(module_server: EmbeddingServer) -> EmbeddingServer:
 
 
 def make(server: EmbeddingServer, environ: dict[str, str] | None = None, **overrides: Any) -> HttpEmbedder:
-    """An embedder for `server` with test-friendly retries (tiny backoff) and the distinctive key."""
+    """An embedder for `server` with test-friendly retries (tiny backoff) and the distinctive key. It asks for
+    vectors as JSON numbers, so that `mangle_next` can edit them; the base64 tests below ask for the default."""
     fields: dict[str, Any] = {
         "base_url": server.url,
         "model": MODEL,
@@ -63,6 +64,7 @@ def make(server: EmbeddingServer, environ: dict[str, str] | None = None, **overr
         "api_key_env": VAR,
         "retries": 2,
         "backoff_base": 0.01,
+        "encoding_format": "float",
     }
     fields.update(overrides)
     return HttpEmbedder(HttpEmbeddingConfig(**fields), environ={VAR: KEY} if environ is None else environ)
@@ -591,12 +593,78 @@ def test_key_never_leaks(server: EmbeddingServer, caplog: pytest.LogCaptureFixtu
         assert "$OPENAI_API_KEY" in str(error)
 
 
-def test_canned_server_answers_every_batch_with_one_vector() -> None:
-    """The benchmark's canned stand-in (bench/embed_http.py): valid answers, serialized once per batch size."""
-    with serve_embeddings(model="canned") as canned:
-        embedder = make(canned, batch_size=4, max_concurrency=2)
-        vectors = embedder.embed(texts(10))
-        assert len(vectors) == 10 and embedder.dimensions == 384
-        assert all(np.allclose(v, vectors[0]) for v in vectors)
-        assert batch_sizes(canned) == [4, 4, 2]
-        assert sorted(canned._canned) == [2, 4]
+# ---- base64 vectors (the default) ----
+
+
+def encodings(server: EmbeddingServer) -> list[str]:
+    """The encoding_format of each embeddings request, in arrival order."""
+    return [r.body["encoding_format"] for r in server.embedding_requests]
+
+
+def test_base64_is_the_default_and_reads_exactly(server: EmbeddingServer, local: LocalEmbedder) -> None:
+    """By default vectors are asked for as base64 float32: the same vectors as the model's, to float32 precision."""
+    assert HttpEmbeddingConfig(base_url=server.url, model=MODEL, model_id=MODEL_ID).encoding_format == "base64"
+    inputs = texts(5)
+    vectors = make(server, encoding_format="base64", batch_size=2).embed(inputs)
+    assert encodings(server) == ["base64"] * 3
+    assert min(cosines(vectors, local.embed(inputs))) >= 0.9999
+    assert all(v.dtype == np.float32 and abs(float(np.linalg.norm(v)) - 1.0) < 1e-5 for v in vectors)
+
+
+def test_a_server_that_refuses_base64_is_asked_in_float_from_then_on(server: EmbeddingServer) -> None:
+    """A 400 to a base64 request is asked again as float, once; the embedder keeps float for later calls."""
+    server.encodings = {"float"}
+    embedder = make(server, encoding_format="base64", batch_size=4, max_concurrency=1)
+    assert len(embedder.embed(texts(8))) == 8
+    embedder.embed(texts(2, "again"))
+    assert encodings(server) == ["base64", "float", "float", "float"]
+
+
+def test_another_400_is_reported_after_the_float_attempt(server: EmbeddingServer) -> None:
+    """A 400 that float does not cure either is the server's own error, reported once as usual."""
+    server.unknown_models = set()
+    with pytest.raises(EmbeddingError) as info:
+        make(server, encoding_format="base64", dimensions=100_000).embed(texts(1))
+    assert "'dimensions' must be an integer from 1 to 384" in str(info.value)
+    assert encodings(server) == ["base64", "float"]
+
+
+def _base64(values: Any) -> str:
+    import base64
+
+    return base64.b64encode(np.asarray(values, dtype="<f4").tobytes()).decode()
+
+
+BAD_BASE64: dict[str, tuple[Callable[[dict[str, Any]], Any], str]] = {
+    "not base64": (
+        _set(lambda p: p["data"][1].update(embedding="not base64!")),
+        "{url} returned an embedding that is not base64 for input 1",
+    ),
+    "not float32": (
+        _set(lambda p: p["data"][0].update(embedding="AAAAAAAA")),  # 6 bytes
+        "{url} returned a base64 embedding of 6 bytes for input 0, not float32 values (4 bytes each)",
+    ),
+    "NaN": (
+        _set(lambda p: p["data"][2].update(embedding=_base64([float("nan")] + [0.1] * 383))),
+        "{url} returned NaN or infinite values in the vector of input 2",
+    ),
+    "zero vector": (
+        _set(lambda p: p["data"][3].update(embedding=_base64([0.0] * 384))),
+        "{url} returned a zero vector for input 3",
+    ),
+    "mixed dimensions": (
+        _set(lambda p: p["data"][1].update(embedding=_base64([0.1] * 100))),
+        "{url} returned vectors of mixed dimensions (384 and 100) in one response",
+    ),
+}
+
+
+@pytest.mark.parametrize("case", list(BAD_BASE64))
+def test_bad_base64_responses(server: EmbeddingServer, case: str) -> None:
+    """A malformed base64 vector is a one-line EmbeddingError naming the endpoint, without retries."""
+    mangle, message = BAD_BASE64[case]
+    server.mangle_next(mangle)
+    with pytest.raises(EmbeddingError) as info:
+        make(server, encoding_format="base64").embed(texts(4))
+    assert str(info.value) == message.format(url=f"{server.url}/embeddings")
+    assert server.request_count == 1

@@ -76,6 +76,7 @@ def _remote(ref: str, target: ModelRef, provider: Provider) -> Embedder:
         query_fields=provider.query_fields,
         timeout=provider.timeout,
         retries=provider.retries,
+        encoding_format=provider.encoding_format,
     )
     return HttpEmbedder(config)
 

@@ -66,17 +66,16 @@ class EmbeddingServer(LoopbackServer):
     client in another process (it is not recorded itself; `?clear=1` then forgets both).
 
     Knobs a test may change at any time: `latency` (seconds, or a function of the request), `require_key`,
-    `dimensions_override`, `unknown_models`, `model_name`, `strict_model`, and the one-shot queue `fail_next`,
+    `dimensions_override`, `unknown_models`, `model_name`, `strict_model`, `encodings` (the accepted
+    "encoding_format" values), and the one-shot queue `fail_next`,
     `bad_json_next`, `mangle_next`, `disconnect_next` (consumed in order, one entry per request). `reset()`
     restores the knobs and forgets the requests, so one server (and one loaded model) can serve a whole module.
 
     `model="local"` embeds with the real local model: pass `embedder=` to share one already loaded (e.g.
     `get_embedder("local/all-MiniLM-L6-v2", settings)`), else one is built in `home` (a temporary folder by
     default). `model="none"` returns deterministic pseudo-vectors (a hash of each text seeds them) without running
-    any model. `model="canned"` answers every input with one fixed unit vector from a response serialized once per
-    batch size (float encoding, no `dimensions`), so the server's own cost per request is reading it: what is left
-    to measure is the client. `python -m tests.support.embedserver [--model none|canned] [--latency S]
-    [--require-key K]` serves until interrupted (SIGINT or SIGTERM) and prints its URL once the model is loaded.
+    any model. `python -m tests.support.embedserver [--model none] [--latency S] [--require-key K]` serves until
+    interrupted (SIGINT or SIGTERM) and prints its URL once the model is loaded.
     """
 
     bad_json_body = b'{"object": "list", "data": [{"embedding": [0.1, 0.2'
@@ -84,7 +83,7 @@ class EmbeddingServer(LoopbackServer):
     def __init__(
         self,
         *,
-        model: Literal["local", "none", "canned"] = "local",
+        model: Literal["local", "none"] = "local",
         embedder: Embedder | None = None,
         home: Path | None = None,
         model_name: str = MODEL_NAME,
@@ -104,7 +103,6 @@ class EmbeddingServer(LoopbackServer):
         self.native_dimensions = self._embedder.dimensions if self._embedder is not None else PSEUDO_DIMENSIONS
         self._load_lock = threading.Lock()
         self._loaded = False
-        self._canned: dict[int, bytes] = {}  # model="canned": the serialized answer for n inputs
         self.url = f"{self.origin}/v1"
 
     def _defaults(self) -> None:
@@ -114,6 +112,7 @@ class EmbeddingServer(LoopbackServer):
         self.unknown_models: set[str] = set()  # these model names get 404
         self.model_name = self._initial_model_name  # reported in responses; the only one accepted when strict
         self.strict_model = False
+        self.encodings = {"float", "base64"}  # the encoding_format values accepted; others get 400
 
     # ---- what the server saw ----
 
@@ -184,13 +183,11 @@ class EmbeddingServer(LoopbackServer):
             message = f"'dimensions' must be an integer from 1 to {self.native_dimensions}, got {dimensions!r}"
             return 400, {}, _error_body(message)
         encoding = body.get("encoding_format", "float")
-        if encoding not in ("float", "base64"):
-            return 400, {}, _error_body("'encoding_format' must be 'float' or 'base64'")
+        if encoding not in self.encodings:
+            return 400, {}, _error_body(f"'encoding_format' must be one of {sorted(self.encodings)}")
+        vectors = self._embed(texts)
         with self._lock:
             size = self.dimensions_override
-        if self.mode == "canned" and dimensions is None and size is None and encoding == "float":
-            return 200, {}, self._canned_answer(len(texts))
-        vectors = self._embed(texts)
         if dimensions is not None:
             vectors = [_resize(v, dimensions) for v in vectors]
         if size is not None:
@@ -215,16 +212,6 @@ class EmbeddingServer(LoopbackServer):
             "usage": {"prompt_tokens": tokens, "total_tokens": tokens},
         }
 
-    def _canned_answer(self, n: int) -> bytes:
-        with self._lock:
-            if n not in self._canned:
-                vector = pseudo_vector("canned", self.native_dimensions).tolist()
-                data = [{"object": "embedding", "index": i, "embedding": vector} for i in range(n)]
-                usage = {"prompt_tokens": n, "total_tokens": n}
-                answer = {"object": "list", "data": data, "model": self.model_name, "usage": usage}
-                self._canned[n] = json.dumps(answer).encode()
-            return self._canned[n]
-
 
 # The server is its own context manager: `with serve_embeddings(...) as server:` starts it and stops it on the way out.
 serve_embeddings = EmbeddingServer
@@ -235,7 +222,7 @@ def main() -> None:
     import argparse
 
     parser = argparse.ArgumentParser(description="A loopback OpenAI-compatible /v1/embeddings server for kbctl tests.")
-    parser.add_argument("--model", choices=("local", "none", "canned"), default="local")
+    parser.add_argument("--model", choices=("local", "none"), default="local")
     parser.add_argument("--model-name", default=MODEL_NAME)
     parser.add_argument("--latency", type=float, default=0.0, help="seconds added to every request")
     parser.add_argument("--require-key", default=None, help="the bearer token to expect (401 otherwise)")
