@@ -79,7 +79,7 @@ class Canned:
                 if conn.our_state is h11.MUST_CLOSE:
                     return
                 conn.start_next_cycle()
-        except (h11.ProtocolError, ConnectionError):
+        except (h11.ProtocolError, ConnectionError, asyncio.CancelledError):  # cancelled: the server stops
             return
         finally:
             writer.close()
