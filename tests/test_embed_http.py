@@ -428,17 +428,6 @@ BAD_RESPONSES: dict[str, tuple[Callable[[dict[str, Any]], Any], str]] = {
 }
 
 
-@pytest.mark.parametrize("case", list(BAD_RESPONSES))
-def test_bad_responses(server: EmbeddingServer, case: str) -> None:
-    """Each malformed response is a one-line EmbeddingError naming the endpoint, without retries."""
-    mangle, message = BAD_RESPONSES[case]
-    server.mangle_next(mangle)
-    with pytest.raises(EmbeddingError) as info:
-        make(server).embed(texts(4))
-    assert str(info.value) == message.format(url=f"{server.url}/embeddings")
-    assert server.request_count == 1
-
-
 def test_position_of_bad_vector_counts_across_batches(server: EmbeddingServer) -> None:
     """A NaN in the second entry of the second batch is reported as input 3."""
     server.mangle_next(lambda p: p)
@@ -659,12 +648,18 @@ BAD_BASE64: dict[str, tuple[Callable[[dict[str, Any]], Any], str]] = {
 }
 
 
-@pytest.mark.parametrize("case", list(BAD_BASE64))
-def test_bad_base64_responses(server: EmbeddingServer, case: str) -> None:
-    """A malformed base64 vector is a one-line EmbeddingError naming the endpoint, without retries."""
-    mangle, message = BAD_BASE64[case]
+BAD = {("float", case): found for case, found in BAD_RESPONSES.items()} | {
+    ("base64", case): found for case, found in BAD_BASE64.items()
+}
+
+
+@pytest.mark.parametrize(("encoding", "case"), list(BAD), ids=[f"{e}: {c}" for e, c in BAD])
+def test_bad_responses(server: EmbeddingServer, encoding: str, case: str) -> None:
+    """Each malformed response, vectors as JSON numbers or as base64, is a one-line EmbeddingError naming the
+    endpoint, without retries."""
+    mangle, message = BAD[encoding, case]
     server.mangle_next(mangle)
     with pytest.raises(EmbeddingError) as info:
-        make(server, encoding_format="base64").embed(texts(4))
+        make(server, encoding_format=encoding).embed(texts(4))
     assert str(info.value) == message.format(url=f"{server.url}/embeddings")
     assert server.request_count == 1

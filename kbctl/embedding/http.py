@@ -259,7 +259,7 @@ class HttpEmbedder:
         async def run(batch: range) -> None:
             async with slots:
                 response = await self._request(client, [texts[i] for i in batch], purpose, auth)
-            # Read with the slot free: the next batch's request is already on its way (bench/embed_http.py).
+            # The slot bounds the requests in flight; a response is read after its slot is freed.
             vectors = self._vectors(response, len(batch), batch.start)
             for i, vector in zip(batch, vectors, strict=True):
                 results[i] = vector
