@@ -108,6 +108,15 @@ def manifests(texts: dict[tuple[int, int], str], kbs: int) -> str:
     return "---\n".join(docs)
 
 
+def distinct_texts(texts: dict[tuple[int, int], str]) -> list[str]:
+    """Every distinct text a first apply of `texts` sends to the model (chunked as kbctl chunks inline Markdown)."""
+    unique: dict[str, None] = {}
+    for _, text in sorted(texts.items()):
+        for chunk in chunk_document(text, max_chars=1200, overlap_chars=150, markdown=True):
+            unique.setdefault(chunk.embed_text)
+    return list(unique)
+
+
 def embed_directly(
     store: KnowledgeBaseStore, texts: dict[tuple[int, int], str], batch_sizes: list[int]
 ) -> tuple[float, dict[int, float], int]:
@@ -116,10 +125,7 @@ def embed_directly(
     batches mix lengths, and what the batch size costs on this machine, side by side."""
     embedder = store.embedder("local/all-MiniLM-L6-v2")
     assert isinstance(embedder, LocalEmbedder)
-    unique: dict[str, None] = {}
-    for (_, _), text in sorted(texts.items()):
-        for chunk in chunk_document(text, max_chars=1200, overlap_chars=150, markdown=True):
-            unique.setdefault(chunk.embed_text)
+    unique = distinct_texts(texts)
     model = embedder._embedding_model()  # the fastembed TextEmbedding kbctl loaded
 
     def seconds(batch: list[str], size: int) -> float:

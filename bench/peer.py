@@ -38,9 +38,8 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
 
 import psycopg  # noqa: E402
-from apply import manifests, source_text  # noqa: E402
+from apply import distinct_texts, manifests, source_text  # noqa: E402
 
-from kbctl.chunking import chunk_document  # noqa: E402
 from kbctl.client import KnowledgeBaseStore  # noqa: E402
 from kbctl.config import Settings  # noqa: E402
 from kbctl.embedding.local import BATCH_SIZE, MODEL_NAME, LocalEmbedder  # noqa: E402
@@ -70,32 +69,14 @@ def peer_python(folder: Path) -> Path:
     return python
 
 
-def distinct_texts(texts: dict[tuple[int, int], str]) -> list[str]:
-    """Every distinct text kbctl's first apply sends to the model (chunked as it chunks inline Markdown)."""
-    unique: dict[str, None] = {}
-    for _, text in sorted(texts.items()):
-        for chunk in chunk_document(text, max_chars=1200, overlap_chars=150, markdown=True):
-            unique.setdefault(chunk.embed_text)
-    return list(unique)
-
-
 def embed_alone(texts_file: str, folder: str) -> None:
     """(run as a process of its own) fastembed alone on the texts, shortest first: one JSON line of timings."""
-    from fastembed import TextEmbedding
-    from fastembed.common.model_description import ModelSource, PoolingType
+    from fastembed_model import load
 
     begin = time.perf_counter()
     with open(texts_file, encoding="utf-8") as fh:
         texts = sorted(json.load(fh), key=len)
-    TextEmbedding.add_custom_model(
-        "bench/all-MiniLM-L6-v2-int8",
-        pooling=PoolingType.MEAN,
-        normalization=True,
-        sources=ModelSource(hf="sentence-transformers/all-MiniLM-L6-v2"),
-        dim=384,
-        model_file="model.onnx",
-    )
-    model = TextEmbedding("bench/all-MiniLM-L6-v2-int8", specific_model_path=folder)
+    model = load(folder)
     loaded = time.perf_counter()
     count = sum(1 for _ in model.embed(texts, batch_size=BATCH_SIZE))
     print(json.dumps({"model_load": loaded - begin, "embed": time.perf_counter() - loaded, "texts": count}))

@@ -18,8 +18,7 @@ import time
 
 START = time.perf_counter()
 
-from fastembed import TextEmbedding  # noqa: E402
-from fastembed.common.model_description import ModelSource, PoolingType  # noqa: E402
+from fastembed_model import load  # noqa: E402  (bench/fastembed_model.py: the same loader as "embedding alone")
 from langchain_classic.indexes import SQLRecordManager  # noqa: E402
 from langchain_core.documents import Document  # noqa: E402
 from langchain_core.embeddings import Embeddings  # noqa: E402
@@ -27,7 +26,6 @@ from langchain_core.indexing import index  # noqa: E402
 from langchain_postgres import PGVector  # noqa: E402
 from langchain_text_splitters import RecursiveCharacterTextSplitter  # noqa: E402
 
-MODEL = "bench/all-MiniLM-L6-v2-int8"
 BATCH_SIZE = 256  # langchain-community FastEmbedEmbeddings' default
 
 
@@ -35,15 +33,7 @@ class FastEmbedModel(Embeddings):
     """The model files kbctl loads, through fastembed, as a LangChain embeddings object."""
 
     def __init__(self, folder: str) -> None:
-        TextEmbedding.add_custom_model(
-            MODEL,
-            pooling=PoolingType.MEAN,
-            normalization=True,
-            sources=ModelSource(hf="sentence-transformers/all-MiniLM-L6-v2"),
-            dim=384,
-            model_file="model.onnx",
-        )
-        self.model = TextEmbedding(MODEL, specific_model_path=folder)
+        self.model = load(folder)
         self.texts = 0
 
     def embed_documents(self, texts: list[str]) -> list[list[float]]:
