@@ -141,3 +141,35 @@ def test_only_stop_words_or_unknown_words_find_nothing(store: KnowledgeBaseStore
     apply(store, text_source("s0", ZEBRA))
     assert store.db.keyword_search(version_id(store), "english", "the of and", [0.0] * 384, 5) == []
     assert store.db.keyword_search(version_id(store), "english", "quokka", [0.0] * 384, 5) == []
+
+
+def test_every_word_common_scores_the_vector_list(store: KnowledgeBaseStore, monkeypatch: pytest.MonkeyPatch) -> None:
+    """When even the rarest word of the question is held by more chunks than the postings budget, the chunks given
+    (in hybrid mode, the vector list) are the ones scored, by BM25, and come back without being read again; with
+    none given, the budget's worth of chunks holding the rarest word is scored."""
+    apply(store, *(text_source(f"s{i}", text) for i, text in enumerate([ZEBRA, *APPLES])))
+    version = version_id(store)
+    vector = store.embedder("local/all-MiniLM-L6-v2").embed(["apple"], purpose="query")[0]
+    listed = store.db.search(version, vector, 10)
+    by_source = {h.source_name: h for h in listed}
+    among = [by_source["s2"], by_source["s4"], by_source["s0"]]  # s0 holds no apple: it scores nothing
+    expected = reference_scores(store, version, "apple")
+    monkeypatch.setattr(bm25, "MATCH_POSTINGS", 2)  # apple is in 4 chunks
+    found = store.db.keyword_search(version, "english", "apple", vector, 10, among)
+    assert {h.source_name for h in found} == {"s2", "s4"}
+    assert [h.keyword_score for h in found] == [pytest.approx(expected[h.chunk_id]) for h in found]
+    assert all(h.vector is by_source[h.source_name].vector for h in found)  # the vector list's rows, not re-read
+    assert len(store.db.keyword_search(version, "english", "apple", vector, 10)) == 2  # no list: the budget's 2
+
+
+def test_chunks_already_read_come_back_unchanged(store: KnowledgeBaseStore) -> None:
+    """Passing the vector list changes nothing in the keyword list but which rows are read: the same chunks, order,
+    BM25 scores and cosine similarities."""
+    apply(store, *(text_source(f"s{i}", text) for i, text in enumerate([ZEBRA, *APPLES])))
+    version = version_id(store)
+    vector = store.embedder("local/all-MiniLM-L6-v2").embed(["apple pie"], purpose="query")[0]
+    listed = store.db.search(version, vector, 3)
+    alone = store.db.keyword_search(version, "english", "zebra apple pie", vector, 10)
+    beside = store.db.keyword_search(version, "english", "zebra apple pie", vector, 10, listed)
+    assert [(h.chunk_id, h.keyword_score) for h in beside] == [(h.chunk_id, h.keyword_score) for h in alone]
+    assert [h.score for h in beside] == [pytest.approx(h.score, abs=1e-5) for h in alone]

@@ -19,6 +19,7 @@ from kbctl.store.database import ChunkRow, Database, NewRevision, SourceEntry
 from kbctl.store.search import (
     EXACT_SCAN_MAX,
     INDEX_MIN_VECTORS,
+    index_candidates,
     index_settings,
     indexed_query,
     indexed_search,
@@ -122,6 +123,28 @@ def test_index_without_iterative_scans(indexed: tuple[Database, int, np.ndarray]
         setting = db.connection.execute("SELECT current_setting('hnsw.iterative_scan')").fetchone()
     assert hits is not None and len(hits) == 10 and hits[0].content == "chunk 3 of big"
     assert setting == ("off",)
+
+
+def test_index_candidates_cover_the_version_share() -> None:
+    """A version holding every vector of its model reads as many index candidates as chunks asked for; one holding
+    a share of them reads more than limit / share (a margin of three standard deviations), the fewer the share."""
+    assert index_candidates(100, 1.0) == 100
+    half, tenth = index_candidates(100, 0.5), index_candidates(100, 0.1)
+    assert 200 < half < 300 and 1000 < tenth < 1400 and index_candidates(10, 0.5) > 20
+    assert index_candidates(100, 0.99) >= 100
+
+
+def test_ef_search_covers_the_candidates_read(indexed: tuple[Database, int, np.ndarray]) -> None:
+    """Asked for more chunks than ef_search, the indexed plan raises ef_search to the candidates it reads (so the
+    scan answers in its first pass) and still returns every chunk asked for."""
+    db, version, vecs = indexed
+    index = vector_index(db.connection, MODEL)
+    assert index is not None
+    with db.connection.transaction():
+        hits = indexed_search(db.connection, index, MODEL, version, len(vecs), vecs[7], 300, ef_search=40)
+        setting = db.connection.execute("SELECT current_setting('hnsw.ef_search')").fetchone()
+    assert hits is not None and len(hits) == 300 and hits[0].content == "chunk 7 of big"
+    assert setting is not None and int(setting[0]) >= 300
 
 
 def test_a_version_holding_few_of_the_models_vectors_is_searched_exactly(

@@ -22,15 +22,16 @@ sum of the words' df) stay within MATCH_POSTINGS. Beyond that, the most common w
 still score the chunks selected): words are taken rarest first while the postings fit, so the chunks left out
 hold only words whose idf is the lowest of the question (measured on NFCorpus: the same ranking with a budget of
 2,000 as of 20,000). When even the rarest word is in more than MATCH_POSTINGS chunks (every word of the question
-is common), MATCH_POSTINGS of its chunks are scored. If that leaves fewer than the chunks asked for, the first
-LAST_RESORT_RANKED chunks holding any word are scored too.
+is common), any sample of them would be arbitrary: in hybrid mode the vector list's candidates are scored
+instead, and otherwise MATCH_POSTINGS of the rarest word's chunks. If that leaves fewer than the chunks asked for,
+the first LAST_RESORT_RANKED chunks holding any word are scored too.
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
 import psycopg
@@ -159,17 +160,22 @@ def _tsquery(lexemes: Sequence[str]) -> str:
     return " | ".join("'" + lexeme.replace("\\", "\\\\").replace("'", "''") + "'" for lexeme in lexemes)
 
 
-# The BM25 score of the chunks of a version matching %(match)s (at most %(cap)s of them), best first. Each chunk's
-# tsvector is cut to the question's words (setweight marks them, ts_filter keeps the marked) before it is read.
-_SCORED = (
-    "WITH q AS (SELECT * FROM unnest(%(lex)s::text[], %(w)s::float8[]) AS q(lexeme, weight)),"
-    " m AS MATERIALIZED ("
-    " SELECT c.id, c.tsv, c.term_count FROM kb_version_sources vs JOIN kb_chunks c ON c.revision_id = vs.revision_id"
-    " WHERE vs.version_id = %(v)s AND c.tsv @@ %(match)s::tsquery LIMIT %(cap)s)"
-    " SELECT m.id, sum(q.weight * t.tf / (t.tf + %(k1)s * (1 - %(b)s + %(b)s * m.term_count / %(avgdl)s))) AS score"
-    " FROM m CROSS JOIN LATERAL (SELECT u.lexeme, coalesce(array_length(u.positions, 1), 1)::float8 AS tf"
-    " FROM unnest(ts_filter(setweight(m.tsv, 'A', %(lex)s::text[]), '{a}')) u) t JOIN q USING (lexeme)"
-    " GROUP BY m.id ORDER BY score DESC, m.id LIMIT %(n)s"
+# The BM25 score of a chunk `c` for the question's words %(lex)s (weights %(w)s: qtf · idf · (K1 + 1)): its
+# tsvector cut to those words (setweight marks them, ts_filter keeps the marked), each word's tf saturated.
+_SCORE = (
+    "(SELECT sum((%(w)s::float8[])[array_position(%(lex)s::text[], u.lexeme)]"
+    " * u.tf / (u.tf + %(k1)s * (1 - %(b)s + %(b)s * c.term_count / %(avgdl)s)))"
+    " FROM (SELECT lexeme, coalesce(array_length(positions, 1), 1)::float8 AS tf"
+    " FROM unnest(ts_filter(setweight(c.tsv, 'A', %(lex)s::text[]), '{a}'))) u)"
+)
+# Which chunks are scored: those of the version matching %(match)s, at most %(cap)s of them; or those of %(ids)s.
+_IN_VERSION = (
+    "SELECT c.id, c.tsv, c.term_count FROM kb_version_sources vs JOIN kb_chunks c ON c.revision_id = vs.revision_id"
+    " WHERE vs.version_id = %(v)s AND c.tsv @@ %(match)s::tsquery LIMIT %(cap)s"
+)
+_AMONG = (
+    "SELECT c.id, c.tsv, c.term_count FROM kb_chunks c"
+    " WHERE c.id = ANY(%(ids)s::bigint[]) AND c.tsv @@ %(match)s::tsquery"
 )
 
 
@@ -180,23 +186,28 @@ def _scored(
     matching: Sequence[str],
     limit: int,
     cap: int | None,
+    among: Sequence[int] | None = None,
 ) -> list[tuple[int, float]]:
     """The best `limit` (chunk id, BM25 score) of a version's chunks holding any of `matching`, among at most
-    `cap` of them (all when None), scored by every word of the question."""
+    `cap` of them (all when None), or among the chunks `among` when given, scored by every word of the question."""
     weights = [count * idf * (K1 + 1) for count, idf in zip(terms.counts, terms.idf(), strict=True)]
+    chosen = _IN_VERSION if among is None else _AMONG
     rows = conn.execute(
-        _SCORED,
+        f"SELECT c.id, {_SCORE} AS score FROM ({chosen}) c ORDER BY score DESC, c.id LIMIT %(n)s",
         {
             "lex": list(terms.lexemes),
             "w": weights,
             "v": version_id,
             "match": _tsquery(matching),
             "cap": cap,
+            "ids": list(among or ()),
             "k1": K1,
             "b": B,
             "avgdl": max(terms.mean_length, 1.0),
             "n": limit,
         },
+        prepare=False,  # planned for its words: a rare word wants the GIN index, a common one a scan (a prepared
+        # statement's generic plan chose the scan for every word, ~100 ms for a rare one at 100,000 chunks)
     ).fetchall()
     return [(int(i), float(s)) for i, s in rows]
 
@@ -217,31 +228,56 @@ def selecting_words(terms: QuestionTerms, budget: int | None = None) -> list[str
 
 
 def keyword_search(
-    conn: psycopg.Connection[Any], version_id: int, language: str, question: str, vector: Vector, limit: int
+    conn: psycopg.Connection[Any],
+    version_id: int,
+    language: str,
+    question: str,
+    vector: Vector,
+    limit: int,
+    among: Sequence[ChunkHit] = (),
 ) -> list[ChunkHit]:
     """The `limit` chunks of a version with the best BM25 score for `question`, best first, each with its BM25
-    score (`keyword_score`) and its cosine similarity to `vector` (`score`)."""
+    score (`keyword_score`) and its cosine similarity to `vector` (`score`).
+
+    `among` (in hybrid mode, the vector list) are chunks of the version already read: those the keyword search
+    finds too are not read again. When every word of the question is common (even the rarest is in more than
+    MATCH_POSTINGS chunks), no word can select chunks: the chunks `among` are the ones scored, when given;
+    otherwise MATCH_POSTINGS of the chunks holding the rarest word."""
     terms = question_terms(conn, version_id, language, question)
     selecting = selecting_words(terms)
     if not selecting:
         return []  # only stop words, or words no chunk holds
-    ranked = _scored(conn, version_id, terms, selecting, limit, MATCH_POSTINGS)
+    known = {hit.chunk_id: hit for hit in among}
+    if known and min(terms.chunks_with[terms.lexemes.index(word)] for word in selecting) > MATCH_POSTINGS:
+        ranked = _scored(conn, version_id, terms, terms.lexemes, limit, None, list(known))
+    else:
+        ranked = _scored(conn, version_id, terms, selecting, limit, MATCH_POSTINGS)
     if len(ranked) < limit and len(selecting) < sum(df > 0 for df in terms.chunks_with):
         kept = {i for i, _ in ranked}
         more = _scored(conn, version_id, terms, terms.lexemes, limit, LAST_RESORT_RANKED)
         ranked += [(i, s) for i, s in more if i not in kept][: limit - len(ranked)]
         ranked.sort(key=lambda item: (-item[1], item[0]))
+    unread = [(i, s) for i, s in ranked if i not in known]
+    read = {hit.chunk_id: hit for hit in _chunk_hits(conn, version_id, vector, unread)}
+    return [replace(known[i], keyword_score=s) if i in known else read[i] for i, s in ranked]
+
+
+def _chunk_hits(
+    conn: psycopg.Connection[Any], version_id: int, vector: Vector, ranked: Sequence[tuple[int, float]]
+) -> list[ChunkHit]:
+    """The chunks `ranked` (chunk id, BM25 score) of a version, each with its cosine similarity to `vector`."""
+    if not ranked:
+        return []
     with conn.cursor(row_factory=class_row(ChunkHit)) as cur:
         return cur.execute(
             "SELECT c.id AS chunk_id, vs.source_name, r.origin, r.title, c.ordinal, c.char_start,"
             " c.char_end, c.heading_path, c.content, c.token_count, e.embedding AS vector,"
             " 1 - (e.embedding <=> %(q)s) AS score, best.bm25 AS keyword_score"
-            " FROM unnest(%(ids)s::bigint[], %(scores)s::float8[]) WITH ORDINALITY AS best(id, bm25, place)"
+            " FROM unnest(%(ids)s::bigint[], %(scores)s::float8[]) AS best(id, bm25)"
             " JOIN kb_chunks c ON c.id = best.id"
             " JOIN kb_source_revisions r ON r.id = c.revision_id"
             " JOIN kb_version_sources vs ON vs.revision_id = c.revision_id AND vs.version_id = %(v)s"
-            " JOIN kb_embeddings e ON e.id = c.embedding_id"
-            " ORDER BY best.place",
+            " JOIN kb_embeddings e ON e.id = c.embedding_id",
             {
                 "q": as_float32(vector),
                 "v": version_id,

@@ -722,11 +722,18 @@ class Database:
 
     @_store_errors
     def keyword_search(
-        self, version_id: int, language: str, question: str, vector: Vector, limit: int
+        self,
+        version_id: int,
+        language: str,
+        question: str,
+        vector: Vector,
+        limit: int,
+        among: Sequence[ChunkHit] = (),
     ) -> list[ChunkHit]:
         """The `limit` chunks of a version with the best BM25 score for `question` (full text in `language`), best
-        first, each with its cosine similarity to `vector` (see kbctl.store.bm25)."""
-        return keyword_search(self._conn, version_id, language, question, vector, limit)
+        first, each with its cosine similarity to `vector`; `among`: chunks already read (the vector list), the
+        ones scored when every word of the question is common (see kbctl.store.bm25)."""
+        return keyword_search(self._conn, version_id, language, question, vector, limit, among)
 
     @_store_errors
     def containing_all_words(self, chunk_ids: Sequence[int], language: str, question: str) -> set[int]:

@@ -11,9 +11,10 @@ A version's nearest chunks come from one of two plans:
 - exact: every chunk of the version, sorted by cosine distance. Used for versions of at most EXACT_SCAN_MAX
   chunks (a few milliseconds), for models without an index, and as the fallback below.
 - indexed: the index's nearest vectors of the model, over-fetched in proportion to how many of the model's
-  vectors the version holds (`hnsw.iterative_scan = relaxed_order` lets the scan go past `ef_search`), then
-  joined to the version's chunks and re-ranked exactly. When that leaves fewer chunks than asked (a version that
-  holds few of the model's vectors), the exact plan answers instead, so the index never makes an answer shorter.
+  vectors the version holds (`index_candidates`: none beyond the chunks asked for when it holds them all), with
+  `hnsw.ef_search` raised to cover them, then joined to the version's chunks and re-ranked exactly. When that
+  leaves fewer chunks than asked, twice as many candidates are read; past MAX_OVERFETCH of them (a version that
+  holds few of the model's vectors) the exact plan answers instead, so the index never makes an answer shorter.
 
 The index is built in one pass (`build_vector_index`) once a model has INDEX_MIN_VECTORS vectors, after the
 apply that crossed the line published: one bulk build costs a fraction of maintaining the graph row by row
@@ -44,6 +45,7 @@ __all__ = [
     "as_float32",
     "build_vector_index",
     "exact_search",
+    "index_candidates",
     "index_settings",
     "indexed_query",
     "indexed_search",
@@ -55,6 +57,7 @@ EXACT_SCAN_MAX = 5_000  # chunks of a version searched exactly (no index): a few
 INDEX_MIN_VECTORS = 5_000  # vectors of a model before its HNSW index is built
 EF_SEARCH = 100  # hnsw.ef_search unless spec.retrieval.efSearch says otherwise (pgvector's default is 40)
 MAX_OVERFETCH = 4_000  # index candidates read at most before the exact plan is cheaper
+EF_SEARCH_MAX = 1_000  # pgvector's largest hnsw.ef_search
 HALFVEC_MAX_DIMENSIONS = 4_000  # pgvector indexes halfvec up to 4,000 dimensions
 HALFVEC_VERSION = (0, 7, 0)  # the first pgvector with halfvec (older ones: no index, exact scans)
 ITERATIVE_SCAN_VERSION = (0, 8, 0)  # the first pgvector with hnsw.iterative_scan
@@ -193,18 +196,29 @@ def indexed_search(
     """The `limit` chunks of a version nearest to `vector` through the model's HNSW index, best first (exact cosine),
     or None when the index cannot answer in full (then search exactly). Runs inside the caller's transaction."""
     share = min(1.0, version_chunks / max(1, index.vectors))
-    # Twice the chunks asked for, or one layer-0 search's worth (ef_search), spread over the version's share.
-    fetch = math.ceil(max(2 * limit, ef_search) / max(share, 1e-9))
-    if fetch > MAX_OVERFETCH:
-        return None
-    # Without iterative scans (pgvector before 0.8) a scan returns at most ef_search vectors: ask for enough.
+    fetch = index_candidates(limit, share)
     iterative = pgvector >= ITERATIVE_SCAN_VERSION
-    index_settings(conn, ef_search if iterative else min(1000, max(ef_search, fetch)), iterative=iterative)
     query = indexed_query(model, index.dimensions)
-    with conn.cursor(row_factory=class_row(ChunkHit)) as cur:
-        hits = cur.execute(
-            query, {"q": as_float32(vector), "m": fetch, "v": version_id, "n": limit}, binary=True
-        ).fetchall()
-    if len(hits) < min(limit, version_chunks):
-        return None
-    return hits
+    # Past MAX_OVERFETCH candidates, or more candidates than the version has chunks, an exact scan costs less.
+    while fetch <= min(MAX_OVERFETCH, version_chunks):
+        # ef_search covers the candidates read, so the scan need not iterate past its first pass (that costs more
+        # than a wider first pass); an iterative scan (pgvector 0.8 or later) remains the safety net.
+        index_settings(conn, min(EF_SEARCH_MAX, max(ef_search, fetch)), iterative=iterative)
+        with conn.cursor(row_factory=class_row(ChunkHit)) as cur:
+            hits = cur.execute(
+                query, {"q": as_float32(vector), "m": fetch, "v": version_id, "n": limit}, binary=True
+            ).fetchall()
+        if len(hits) >= min(limit, version_chunks):
+            return hits
+        fetch *= 2  # fewer of the candidates belonged to the version than its share promised: read more
+    return None
+
+
+def index_candidates(limit: int, share: float) -> int:
+    """How many of the model's nearest vectors to read so that `limit` of them belong to a version holding a
+    `share` of the model's vectors, but for bad luck: the mean of a binomial draw less three standard deviations
+    reaches `limit`. All of them when the version holds every vector (share 1)."""
+    p = max(share, 1e-9)
+    spread = 3 * math.sqrt(p * (1 - p))
+    root = (spread + math.sqrt(spread * spread + 4 * p * limit)) / (2 * p)
+    return max(limit, math.ceil(root * root))
