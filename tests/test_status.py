@@ -193,3 +193,26 @@ def test_get_lists_what_describe_shows_in_every_state(
     assert counts["unread"][:3] == (None, 0, 2)
     assert counts["waiting"] == (None, 0, 0, "Not yet read.")
     assert counts["notes"] == (1, 1, 1, "Office facts.")  # the serving version's, until the change is reconciled
+
+
+def test_an_unchanged_apply_only_moves_the_checked_time(store: KnowledgeBaseStore) -> None:
+    """A re-apply with nothing changed leaves every source status as it was but for its checked time (one UPDATE
+    for all of them, not a row each); a changed source gets its new status, and one removed loses its row."""
+    two = knowledge_base("notes", text_source("a", "Alpha is first."), text_source("b", "Beta is second."))
+    store.apply(parse_manifests(two, "kb.yaml"))
+
+    def rows() -> dict[str, tuple[Any, ...]]:
+        found = store.db.connection.execute(
+            "SELECT source_name, state, message, origin, etag, last_modified, fetched_at, checked_at"
+            " FROM kb_source_status"
+        ).fetchall()
+        return {str(r[0]): tuple(r[1:]) for r in found}
+
+    before = rows()
+    store.apply(parse_manifests(two, "kb.yaml"))
+    after = rows()
+    assert set(after) == set(before) == {"a", "b"}
+    assert all(after[n][:-1] == before[n][:-1] and after[n][-1] > before[n][-1] for n in after)
+    assert after["a"][-1] == after["b"][-1]
+    store.apply(parse_manifests(knowledge_base("notes", text_source("a", "Alpha is first, now.")), "kb.yaml"))
+    assert set(rows()) == {"a"} and rows()["a"][0] == "ready"

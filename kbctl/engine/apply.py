@@ -228,12 +228,12 @@ class _Reconciler:
         results = [source_result(p, outcomes.get(p.name)) for p in plan.sources]
         statuses = [_status(p, outcomes.get(p.name), state, now) for p in plan.sources]
         if plan.unchanged:
-            db.write_statuses(state.row.id, statuses)
+            db.write_statuses(state.row.id, statuses, state.statuses)
             observe(db, state.row, finished=done)
         elif not any(r.chunks for r in results):
             return self._nothing_to_serve(plan, state, results, statuses, embedder.model_id)
         else:
-            self._publish(plan, run, results, statuses)
+            self._publish(plan, run, results, statuses, state.statuses)
             prune_history(db, state.row.id, kb.spec.version_history)
             observe(db, state.row, finished=done)
         refresh = kb.spec.refresh
@@ -279,7 +279,12 @@ class _Reconciler:
             self.reporter.report(VectorIndexBuilt(name, model, index.vectors, time.perf_counter() - started))
 
     def _publish(
-        self, plan: KnowledgeBasePlan, run: IngestRun, results: Sequence[SourceResult], statuses: list[SourceStatusRow]
+        self,
+        plan: KnowledgeBasePlan,
+        run: IngestRun,
+        results: Sequence[SourceResult],
+        statuses: list[SourceStatusRow],
+        stored: Mapping[str, SourceStatusRow],
     ) -> None:
         language = plan.kb.spec.retrieval.language
         entries = [
@@ -306,6 +311,7 @@ class _Reconciler:
             sources=entries,
             statuses=statuses,
             change_cause=_change_cause(plan),
+            stored_statuses=stored,
         )
 
     def _nothing_to_serve(

@@ -142,8 +142,10 @@ _VERSION_TERMS = (
     " INSERT INTO kb_version_terms (version_id, lexeme, chunks)"
     " SELECT %(v)s, d.lexeme, sum(d.chunks) FROM ("
     " SELECT lexeme, chunks FROM kb_version_terms WHERE version_id = (SELECT id FROM prev)"
-    " UNION ALL SELECT t.lexeme, t.chunks FROM added a JOIN kb_revision_terms t ON t.revision_id = a.revision_id"
-    " UNION ALL SELECT t.lexeme, -t.chunks FROM dropped a JOIN kb_revision_terms t ON t.revision_id = a.revision_id"
+    " UNION ALL SELECT t.lexeme, t.chunks FROM added a CROSS JOIN LATERAL"
+    " (SELECT lexeme, chunks FROM kb_revision_terms WHERE revision_id = a.revision_id OFFSET 0) t"
+    " UNION ALL SELECT t.lexeme, -t.chunks FROM dropped a CROSS JOIN LATERAL"
+    " (SELECT lexeme, chunks FROM kb_revision_terms WHERE revision_id = a.revision_id OFFSET 0) t"
     ") d GROUP BY d.lexeme HAVING sum(d.chunks) > 0"
 )
 

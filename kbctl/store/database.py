@@ -5,7 +5,7 @@ from __future__ import annotations
 import functools
 import hashlib
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager, suppress
 from dataclasses import fields, replace
 from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar
@@ -48,6 +48,8 @@ from kbctl.store.search import (
 from kbctl.store.texts import pack, store_texts, unpack
 
 if TYPE_CHECKING:
+    from datetime import datetime
+
     from kbctl.embedding import Vector
 from kbctl.userconfig import redact
 
@@ -408,16 +410,39 @@ class Database:
         return {r.source_name: r for r in rows}
 
     @_store_errors
-    def write_statuses(self, kb_id: int, statuses: Sequence[SourceStatusRow]) -> None:
-        """Replace the live status rows of a knowledge base (sources not listed lose theirs)."""
+    def write_statuses(
+        self, kb_id: int, statuses: Sequence[SourceStatusRow], stored: Mapping[str, SourceStatusRow] | None = None
+    ) -> None:
+        """Replace the live status rows of a knowledge base (sources not listed lose theirs); `stored`, the rows
+        as read before (`source_statuses`), spares rewriting those that changed only in when they were checked."""
         with self._conn.transaction():
-            self._write_statuses(kb_id, statuses)
+            self._write_statuses(kb_id, statuses, stored)
 
-    def _write_statuses(self, kb_id: int, statuses: Sequence[SourceStatusRow]) -> None:
+    def _write_statuses(
+        self, kb_id: int, statuses: Sequence[SourceStatusRow], stored: Mapping[str, SourceStatusRow] | None = None
+    ) -> None:
         self._conn.execute(
             "DELETE FROM kb_source_status WHERE kb_id = %s AND NOT source_name = ANY(%s)",
             (kb_id, [s.source_name for s in statuses]),
         )
+        if stored:
+            # A row that differs from the stored one only in checked_at (a source read again and found the same)
+            # is one UPDATE per distinct time with the others, not an upsert each: 0.5 s at 9,000 sources.
+            checked: dict[datetime, list[str]] = {}
+            changed = []
+            for s in statuses:
+                before = stored.get(s.source_name)
+                if before is not None and replace(before, checked_at=s.checked_at) == s:
+                    if before.checked_at != s.checked_at:
+                        checked.setdefault(s.checked_at, []).append(s.source_name)
+                else:
+                    changed.append(s)
+            for at, names in checked.items():
+                self._conn.execute(
+                    "UPDATE kb_source_status SET checked_at = %s WHERE kb_id = %s AND source_name = ANY(%s)",
+                    (at, kb_id, names),
+                )
+            statuses = changed
         with self._conn.cursor() as cur:
             cur.executemany(
                 "INSERT INTO kb_source_status (kb_id, source_name, state, message, origin, etag, last_modified,"
@@ -584,11 +609,13 @@ class Database:
         sources: Sequence[SourceEntry],
         statuses: Sequence[SourceStatusRow],
         change_cause: str = "",
+        stored_statuses: Mapping[str, SourceStatusRow] | None = None,
     ) -> int:
         """Write a complete version and make it current, all in one transaction; return its number.
 
         The live source statuses (with the HTTP validators of the content this version serves) are
-        written in the same transaction, so they can never describe content that is not published.
+        written in the same transaction, so they can never describe content that is not published;
+        `stored_statuses`, as read before, spares rewriting those that changed only in when they were checked.
         """
         labels = manifest.get("metadata", {}).get("labels", {})
         packed, texts = pack(manifest)
@@ -647,7 +674,7 @@ class Database:
                     ],
                 )
             version_statistics(self._conn, kb_id, int(vrow[0]))
-            self._write_statuses(kb_id, statuses)
+            self._write_statuses(kb_id, statuses, stored_statuses)
             self._conn.execute("UPDATE kb_knowledge_bases SET current_version = %s WHERE id = %s", (number, kb_id))
         return number
 
