@@ -173,3 +173,29 @@ def test_chunks_already_read_come_back_unchanged(store: KnowledgeBaseStore) -> N
     beside = store.db.keyword_search(version, "english", "zebra apple pie", vector, 10, listed)
     assert [(h.chunk_id, h.keyword_score) for h in beside] == [(h.chunk_id, h.keyword_score) for h in alone]
     assert [h.score for h in beside] == [pytest.approx(h.score, abs=1e-5) for h in alone]
+
+
+def test_deleted_versions_leave_no_statistics(store: KnowledgeBaseStore) -> None:
+    """A version pruned from the history, and every version of a deleted knowledge base, take their term rows
+    with them (kbctl deletes them: no foreign key does, so publishing need not check one per row)."""
+    from kbctl.store.history import prune_history
+
+    def orphans() -> int:
+        row = store.db.connection.execute(
+            "SELECT count(*) FROM kb_version_terms t WHERE NOT EXISTS (SELECT 1 FROM kb_versions v WHERE v.id ="
+            " t.version_id)"
+        ).fetchone()
+        assert row is not None
+        return int(row[0])
+
+    for text in (ZEBRA, *APPLES):
+        apply(store, text_source("s0", text))
+    row = store.db.get_kb("fruit")
+    assert row is not None
+    before = store.db.connection.execute("SELECT count(DISTINCT version_id) FROM kb_version_terms").fetchone()
+    assert before == (5,)
+    assert prune_history(store.db, row.id, 2) == 3
+    assert orphans() == 0
+    assert store.db.connection.execute("SELECT count(DISTINCT version_id) FROM kb_version_terms").fetchone() == (2,)
+    assert store.db.delete_kb("fruit") is not None
+    assert store.db.connection.execute("SELECT count(*) FROM kb_version_terms").fetchone() == (0,)

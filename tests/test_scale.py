@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -239,3 +240,25 @@ def test_a_manifest_stored_before_packing_reads_back(store: KnowledgeBaseStore) 
     again = store.db.get_version(row.id, row.current_version)
     assert again is not None and again.manifest["spec"]["sources"][0]["text"] == "Keys are rotated every month."
     assert store.describe("old").name == "old"
+
+
+def test_a_large_new_version_is_analyzed(store: KnowledgeBaseStore, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Publishing a version of many sources refreshes PostgreSQL's statistics of the versions' sources (so the
+    planner does not take the new version for one of a single source); an unchanged apply does not."""
+    import kbctl.engine.apply as engine_apply
+
+    monkeypatch.setattr(engine_apply, "ANALYZE_AFTER_SOURCES", 2)
+
+    def analyzed() -> Any:
+        row = store.db.connection.execute(
+            "SELECT last_analyze FROM pg_stat_user_tables WHERE relname = 'kb_version_sources'"
+        ).fetchone()
+        return row[0] if row else None
+
+    before = analyzed()
+    manifest = knowledge_base("many", text_source("a", "Alpha is first."), text_source("b", "Beta is second."))
+    store.apply(parse_manifests(manifest, "kb.yaml"))
+    after = analyzed()
+    assert after is not None and after != before
+    store.apply(parse_manifests(manifest, "kb.yaml"))
+    assert analyzed() == after

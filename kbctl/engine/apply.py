@@ -64,6 +64,7 @@ __all__ = [
 
 EmbedderFor = Callable[[str], Embedder]
 ANALYZE_AFTER_CHUNKS = 5_000  # new chunks after which a publish refreshes PostgreSQL's statistics of them
+ANALYZE_AFTER_SOURCES = 1_000  # sources of a published version from which PostgreSQL's estimate of it is refreshed
 CAUSE_ITEMS = 3  # changes named per kind in a version's change cause (`rollout history`'s CHANGE column)
 _T = TypeVar("_T")
 
@@ -245,6 +246,8 @@ class _Reconciler:
             self._index(name, embedder.model_id)
         if sum(len(o.chunked.chunks) for o in outcomes.values() if isinstance(o, Ingested)) >= ANALYZE_AFTER_CHUNKS:
             db.analyze_chunks()  # the planner's estimates of full-text matches in a much larger table
+        if not plan.unchanged and len(plan.sources) >= ANALYZE_AFTER_SOURCES:
+            db.analyze_versions()  # the planner's estimate of the new version's size
         return KnowledgeBaseResult(name=name, action=action, version=version, sources=results)
 
     def _remote_sources(self, kb: KnowledgeBase, state: StoredState) -> dict[str, ReadOutcome]:

@@ -10,6 +10,7 @@ from psycopg.rows import class_row
 from pydantic import BaseModel
 
 from kbctl.errors import NotFoundError, RollbackError
+from kbctl.store.bm25 import delete_version_terms
 from kbctl.store.database import GC_LOCK_KEY, Database, _store_errors
 from kbctl.store.texts import delete_unused_texts
 
@@ -157,14 +158,17 @@ def prune_history(db: Database, kb_id: int, keep: int) -> int:
         raise ValueError(f"keep must be at least 1, got {keep}")
     conn = db.connection
     with conn.transaction():
-        deleted = conn.execute(
+        gone = conn.execute(
             "DELETE FROM kb_versions v USING kb_knowledge_bases k"
             " WHERE v.kb_id = %(kb)s AND k.id = v.kb_id AND v.number IS DISTINCT FROM k.current_version"
             " AND v.number NOT IN"
-            " (SELECT number FROM kb_versions WHERE kb_id = %(kb)s ORDER BY number DESC LIMIT %(keep)s)",
+            " (SELECT number FROM kb_versions WHERE kb_id = %(kb)s ORDER BY number DESC LIMIT %(keep)s)"
+            " RETURNING v.id",
             {"kb": kb_id, "keep": keep},
-        ).rowcount
+        ).fetchall()
+        deleted = len(gone)
         if deleted:
+            delete_version_terms(conn, [int(r[0]) for r in gone])
             conn.execute(
                 "DELETE FROM kb_source_revisions r WHERE r.kb_id = %s"
                 " AND NOT EXISTS (SELECT 1 FROM kb_version_sources vs WHERE vs.revision_id = r.id)",
