@@ -151,13 +151,14 @@ class _Trace:
         self._last_ns = time.time_ns()
 
     def stage(self, name: str, entries: Callable[[], list[TraceEntry]] | None = None, *, count: int = 0) -> None:
-        """End stage `name`; `entries` (what it saw) is called only when explaining."""
+        """End stage `name`; `entries` (what it saw) is called only when explaining, and the time it takes counts
+        toward no stage."""
         now, now_ns = time.perf_counter(), time.time_ns()
         if self.explain:
             seen = entries() if entries is not None else []
             self.stages.append(TraceStage(stage=name, ms=round((now - self._last) * 1000, 2), entries=seen))
         self.timings.append(StageTiming(stage=name, start_ns=self._last_ns, end_ns=now_ns, count=count))
-        self._last, self._last_ns = now, now_ns
+        self._last, self._last_ns = (time.perf_counter(), time.time_ns()) if self.explain else (now, now_ns)
 
 
 def _array(vector: Any) -> Any:

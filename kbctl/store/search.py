@@ -217,7 +217,7 @@ def indexed_search(
 def index_candidates(limit: int, share: float) -> int:
     """How many of the model's nearest vectors to read so that `limit` of them belong to a version holding a
     `share` of the model's vectors, but for bad luck: the mean of a binomial draw less three standard deviations
-    reaches `limit`. All of them when the version holds every vector (share 1)."""
+    reaches `limit`. Exactly `limit` when the version holds every vector of its model (share 1)."""
     p = max(share, 1e-9)
     spread = 3 * math.sqrt(p * (1 - p))
     root = (spread + math.sqrt(spread * spread + 4 * p * limit)) / (2 * p)
