@@ -196,8 +196,8 @@ def test_get_lists_what_describe_shows_in_every_state(
 
 
 def test_an_unchanged_apply_only_moves_the_checked_time(store: KnowledgeBaseStore) -> None:
-    """A re-apply with nothing changed leaves every source status as it was but for its checked time (one UPDATE
-    for all of them, not a row each); a changed source gets its new status, and one removed loses its row."""
+    """A re-apply with nothing changed leaves every source status as it was but for its checked time, the same for
+    all (the rows written by one UPDATE keep what the upserts wrote); a source removed loses its row."""
     two = knowledge_base("notes", text_source("a", "Alpha is first."), text_source("b", "Beta is second."))
     store.apply(parse_manifests(two, "kb.yaml"))
 
