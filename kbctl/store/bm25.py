@@ -154,8 +154,15 @@ _VERSION_TERMS = (
 )
 
 
-def delete_version_terms(conn: psycopg.Connection[Any], version_ids: Sequence[int]) -> None:
-    """Delete the statistics of versions being deleted (no foreign key does it: see migration 12)."""
+def delete_version_terms(
+    conn: psycopg.Connection[Any], version_ids: Sequence[int] = (), *, kb_id: int | None = None
+) -> None:
+    """Delete the statistics of versions being deleted, `version_ids` or every version of the knowledge base
+    `kb_id` (no foreign key does it: see migration 12)."""
+    if kb_id is not None:
+        conn.execute(
+            "DELETE FROM kb_version_terms WHERE version_id IN (SELECT id FROM kb_versions WHERE kb_id = %s)", (kb_id,)
+        )
     if version_ids:
         conn.execute("DELETE FROM kb_version_terms WHERE version_id = ANY(%s)", (list(version_ids),))
 

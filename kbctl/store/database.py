@@ -793,8 +793,7 @@ class Database:
             ).fetchone()
             assert row is not None
             chunks, embedding_ids = int(row[0]), list(row[1])
-            versions = self._conn.execute("SELECT id FROM kb_versions WHERE kb_id = %s", (kb[0],)).fetchall()
-            delete_version_terms(self._conn, [int(v[0]) for v in versions])
+            delete_version_terms(self._conn, kb_id=kb[0])
             self._conn.execute("DELETE FROM kb_knowledge_bases WHERE id = %s", (kb[0],))
             lock = self._conn.execute("SELECT pg_try_advisory_xact_lock(%s)", (GC_LOCK_KEY,)).fetchone()
             if not (lock and lock[0]):  # an apply is running: it may be about to use these vectors
