@@ -1,6 +1,7 @@
 """Scale benchmark: one knowledge base of N generated chunks, embedded through a loopback stand-in, in one run.
 
     python bench/scale.py [--chunks 10000] [--queries 200] [--latency 0] [--changed 0.01] [--keep DIR]
+                          [--layout inline|files]
 
 Generates one knowledge base of inline Markdown (deterministic) holding about `--chunks` chunks of ~1,000
 characters, embedded through an OpenAI-compatible stand-in on 127.0.0.1 (tests/support/embedserver.py with
@@ -11,6 +12,9 @@ and p99 latency, and the recall@10 of the vector search against an exact scan of
 
 Steps and what is printed for each: first apply, no-op re-apply, re-apply with `--changed` of the sources edited
 (one sentence appended): wall seconds, chunks, texts embedded, chunks/s, peak RSS in MB; database size.
+`--layout files` writes each source as a Markdown file instead, in folders of at most 10,000 files (the limit of
+one `path:` source), with one path source per folder: the shape of a knowledge base too large for one manifest
+file (1M chunks inline is ~900 MB of YAML, past the limit of YAML nodes one file may hold).
 `--keep DIR` keeps the store (KBCTL_HOME) in DIR for a later run of the queries alone with `--queries-only`.
 """
 
@@ -45,6 +49,7 @@ WORDS = (
     "subcontractor warranty liability indemnity insurance jurisdiction arbitration governance steering committee"
 ).split()
 SECTIONS_PER_SOURCE = 10
+FILES_PER_FOLDER = 10_000  # the most files one path source lists
 
 
 def sentence(rng: random.Random) -> str:
@@ -63,8 +68,8 @@ def source_text(rng: random.Random, idx: int) -> str:
     return "\n\n".join(parts) + "\n"
 
 
-def manifest(texts: list[str], provider: str) -> str:
-    lines = [
+def header(provider: str) -> list[str]:
+    return [
         "apiVersion: kbctl.dev/v1alpha1",
         "kind: KnowledgeBase",
         f"metadata:\n  name: {KB}",
@@ -73,10 +78,29 @@ def manifest(texts: list[str], provider: str) -> str:
         "  limits: {maxTokensToEmbed: 1000000000}",
         "  sources:",
     ]
+
+
+def manifest(texts: list[str], provider: str) -> str:
+    lines = header(provider)
     for i, text in enumerate(texts):
         lines.append(f"    - name: part-{i:06d}\n      format: markdown\n      text: |")
         lines.extend("        " + line if line else "" for line in text.splitlines())
     return "\n".join(lines) + "\n"
+
+
+def write_files(folder: Path, texts: list[str], provider: str, only: Sequence[int] | None = None) -> Path:
+    """The files layout: source i as folder/docs/NN/part-i.md, one path source per folder of FILES_PER_FOLDER
+    files; only: rewrite just these sources (and the manifest). Returns the manifest's path."""
+    for i in range(len(texts)) if only is None else only:
+        path = folder / "docs" / f"{i // FILES_PER_FOLDER:02d}" / f"part-{i:06d}.md"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(texts[i])
+    lines = header(provider)
+    for n in range((len(texts) + FILES_PER_FOLDER - 1) // FILES_PER_FOLDER):
+        lines.append(f"    - {{name: docs-{n:02d}, path: docs/{n:02d}}}")
+    manifest_path = folder / "kb.yaml"
+    manifest_path.write_text("\n".join(lines) + "\n")
+    return manifest_path
 
 
 def run_cli(env: dict[str, str], *args: str) -> tuple[float, float, str]:
@@ -151,6 +175,7 @@ def main() -> None:
     parser.add_argument("--changed", type=float, default=0.01)
     parser.add_argument("--keep", type=Path, default=None)
     parser.add_argument("--queries-only", action="store_true")
+    parser.add_argument("--layout", choices=("inline", "files"), default="inline")
     args = parser.parse_args()
 
     sources = max(1, round(args.chunks / (SECTIONS_PER_SOURCE + 1)))
@@ -174,11 +199,16 @@ def main() -> None:
                 rng = random.Random(42)
                 started = time.perf_counter()
                 texts = [source_text(rng, i) for i in range(sources)]
-                path = work / "kb.yaml"
-                path.write_text(manifest(texts, "standin"))
-                size = path.stat().st_size / 1e6
+                if args.layout == "files":
+                    path = write_files(work, texts, "standin")
+                    size = sum(len(t.encode()) for t in texts) / 1e6
+                    where = f"{sources} files, {size:.1f} MB"
+                else:
+                    path = work / "kb.yaml"
+                    path.write_text(manifest(texts, "standin"))
+                    where = f"manifest {path.stat().st_size / 1e6:.1f} MB"
                 print(
-                    f"corpus: {sources} sources, manifest {size:.1f} MB (generated in "
+                    f"corpus: {sources} sources, {where} (generated in "
                     f"{time.perf_counter() - started:.1f} s); stand-in embedder +{args.latency * 1000:.0f} ms/request;"
                     f" {os.cpu_count()} cores"
                 )
@@ -205,7 +235,10 @@ def main() -> None:
                 changed = rng.sample(range(sources), max(1, round(sources * args.changed)))
                 for i in changed:
                     texts[i] = texts[i] + "\n" + sentence(rng) + "\n"
-                path.write_text(manifest(texts, "standin"))
+                if args.layout == "files":
+                    write_files(work, texts, "standin", only=changed)
+                else:
+                    path.write_text(manifest(texts, "standin"))
                 step(f"{len(changed)} sources changed")
                 with KnowledgeBaseStore(settings=settings) as store:
                     size_row = store.db.connection.execute("SELECT pg_database_size(current_database())").fetchone()
