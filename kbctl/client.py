@@ -26,14 +26,17 @@ if TYPE_CHECKING:
     from kbctl.engine.explain import DiffReport
     from kbctl.engine.prune import PruneScope
     from kbctl.engine.results import ApplyReport, KnowledgeBaseResult
+    from kbctl.engine.settled import ManifestsToApply
     from kbctl.engine.status import KnowledgeBaseDetail, KnowledgeBaseSummary
-    from kbctl.manifest import KnowledgeBase, LoadedManifest
+    from kbctl.manifest import KnowledgeBase, LoadedManifest, ManifestFile
+    from kbctl.manifest.load import ManifestFiles
     from kbctl.manifest.selectors import Selector
     from kbctl.query.context import GroundedContext
     from kbctl.query.options import QueryOptions
     from kbctl.query.results import QueryResult
     from kbctl.rerank import Reranker
     from kbctl.sources.url import FetchPolicy
+    from kbctl.store.applied import SettledKnowledgeBase
     from kbctl.store.history import GcResult, RollbackResult, VersionInfo
 
 __all__ = ["DeleteResult", "KnowledgeBaseStore"]
@@ -212,6 +215,57 @@ class KnowledgeBaseStore:
 
         pending = self.submit(knowledge_bases)
         return wait_for_controller(self.db, pending, reporter=reporter, timeout=timeout, in_process=in_process)
+
+    def load_settled(self, files: ManifestFiles) -> ManifestsToApply:
+        """Parse manifest files read for `apply`, except those the store applied byte for byte and still serves
+        (kbctl.engine.settled): those are known by name only, and `apply_settled_and_wait` reports them
+        unchanged. Raises ManifestError for the problems of the files parsed."""
+        from kbctl.engine.settled import ManifestsToApply, file_key, settled
+        from kbctl.manifest import load_manifest_set
+
+        keys: dict[str, str] = {}
+        found: dict[str, list[SettledKnowledgeBase]] = {}
+
+        def lookup(readable: list[ManifestFile]) -> dict[int, tuple[str, list[tuple[str, int]]]]:
+            keys.update((f.path, file_key(f.path, f.text or "")) for f in readable)
+            found.update(settled(self.db, list(keys.values()), self.embedder))
+            return {
+                i: (keys[f.path], [(kb.name, kb.line) for kb in found[keys[f.path]]])
+                for i, f in enumerate(readable)
+                if keys[f.path] in found
+            }
+
+        loaded = load_manifest_set(files, settled=lookup)
+        rows = tuple(kb for s in loaded.settled for kb in found[s.key] if kb.name == s.name)
+        return ManifestsToApply(loaded, rows, keys)
+
+    def apply_settled_and_wait(
+        self, to_apply: ManifestsToApply, *, reporter: Reporter | None = None, timeout: float = 600.0
+    ) -> ApplyReport:
+        """`apply_and_wait` for what `load_settled` gave: the settled knowledge bases are reported unchanged, the
+        others applied; then each file applied records its key, so that applying it again is not parsed."""
+        from kbctl.engine.events import NullReporter
+        from kbctl.engine.results import ApplyReport
+        from kbctl.engine.settled import record_applied, report_settled
+
+        manifests = to_apply.manifests.manifests
+        unchanged = report_settled(self.db, to_apply.settled, reporter or NullReporter())
+        report = (
+            self.apply_and_wait(manifests, reporter=reporter, timeout=timeout) if manifests else ApplyReport(results=[])
+        )
+        per_file: dict[str, int] = {}
+        for m in manifests:
+            per_file[m.path] = per_file.get(m.path, 0) + 1
+        record_applied(
+            self.db,
+            [
+                (m.kb, to_apply.keys[m.path], per_file[m.path], m.line, result)
+                for m, result in zip(manifests, report.results, strict=True)
+                if m.path in to_apply.keys
+            ],
+        )
+        by_name = {r.name: r for r in [*unchanged, *report.results]}
+        return ApplyReport(results=[by_name[name] for name in to_apply.manifests.names])
 
     def diff(
         self, knowledge_bases: Sequence[KnowledgeBase | LoadedManifest], *, prune: PruneScope | None = None

@@ -22,6 +22,7 @@ from kbctl.cli._common import (
     parse_duration,
 )
 from kbctl.cli.diff import ApplySetOpt, PruneOpt, SelectorOpt, applyset_name, plan_apply, prune_scope
+from kbctl.errors import KbctlError
 
 if TYPE_CHECKING:
     from kbctl.client import KnowledgeBaseStore
@@ -76,7 +77,7 @@ def apply(
     any failure.
     """
     from kbctl.cli.progress import CliReporter
-    from kbctl.manifest import load_manifests
+    from kbctl.manifest import load_manifest_set, load_manifests, read_manifest_files
 
     applyset = applyset_name(applyset)
     chosen = prune_scope(prune, selector, applyset)
@@ -86,18 +87,28 @@ def apply(
     if dry_run is DryRun.server:
         _dry_run(filename, recursive, chosen, output, exit_code)
         return
-    manifests = load_manifests(filename, recursive=recursive, stdin=sys.stdin)
     if not wait:
-        _submit(manifests, applyset, chosen, output, exit_code, quiet)
+        _submit(
+            load_manifests(filename, recursive=recursive, stdin=sys.stdin), applyset, chosen, output, exit_code, quiet
+        )
         return
+    files = read_manifest_files(filename, recursive=recursive, stdin=sys.stdin)
+    try:
+        opened = open_store()
+    except KbctlError:
+        load_manifest_set(files)  # a manifest's problems come before the store's
+        raise
     reporter = CliReporter(quiet, log=output is None)
-    with open_store() as store:
-        _check_applyset(store, manifests, applyset)
+    with opened as store:
+        # Files the store applied byte for byte and still serves are not parsed again (kbctl.engine.settled).
+        to_apply = store.load_settled(files)
+        names = to_apply.manifests.names
+        _check_applyset(store, names, applyset)
         try:
-            report = store.apply_and_wait(manifests, reporter=reporter, timeout=parse_duration(timeout))
+            report = store.apply_settled_and_wait(to_apply, reporter=reporter, timeout=parse_duration(timeout))
         finally:
             reporter.close()
-        pruned = _join_and_prune(store, manifests, applyset, chosen)
+        pruned = _join_and_prune(store, names, applyset, chosen)
     if not quiet:
         _print_report(report, pruned if chosen else None, output)
     if report.failed:
@@ -106,17 +117,16 @@ def apply(
         raise typer.Exit(2)
 
 
-def _check_applyset(store: KnowledgeBaseStore, manifests: list[LoadedManifest], applyset: str | None) -> None:
+def _check_applyset(store: KnowledgeBaseStore, names: list[str], applyset: str | None) -> None:
     if applyset is not None:
-        store.check_applyset({m.kb.name for m in manifests}, applyset)
+        store.check_applyset(set(names), applyset)
 
 
 def _join_and_prune(
-    store: KnowledgeBaseStore, manifests: list[LoadedManifest], applyset: str | None, chosen: PruneScope | None
+    store: KnowledgeBaseStore, names: list[str], applyset: str | None, chosen: PruneScope | None
 ) -> list[str]:
-    """After an apply: record its knowledge bases as members of the apply set, then prune what the scope covers
-    and the manifests no longer name."""
-    names = [m.kb.name for m in manifests]
+    """After an apply: record its knowledge bases (by name) as members of the apply set, then prune what the
+    scope covers and the manifests no longer name."""
     if applyset is not None:
         store.join_applyset(names, applyset)
     return store.prune(names, chosen.selector, applyset=chosen.applyset) if chosen else []
@@ -148,14 +158,15 @@ def _submit(
                 f"{', '.join(local)}: path: sources are read here (as with --wait), not by a controller", err=True
             )
 
+    names = [m.kb.name for m in manifests]
     with open_store() as store:
-        _check_applyset(store, manifests, applyset)
+        _check_applyset(store, names, applyset)
         try:
             pending, applied = store.submit_or_apply(manifests, reporter=reporter, on_recorded=recorded)
         finally:
             reporter.close()
         alive = store.controller_alive()
-        pruned = _join_and_prune(store, manifests, applyset, chosen)
+        pruned = _join_and_prune(store, names, applyset, chosen)
     if output:
         results: dict[str, object] = {"results": [p.__dict__ for p in pending], "pruned": pruned}
         if applied is not None:

@@ -11,7 +11,16 @@ from typing import TYPE_CHECKING
 from kbctl._lazy import lazy_attributes
 
 if TYPE_CHECKING:
-    from kbctl.manifest.load import LoadedManifest, load_manifests, parse_manifests
+    from kbctl.manifest.load import (
+        LoadedManifest,
+        ManifestFile,
+        ManifestSet,
+        SettledManifest,
+        load_manifest_set,
+        load_manifests,
+        parse_manifests,
+        read_manifest_files,
+    )
     from kbctl.manifest.models import (
         API_VERSION,
         DEFAULT_MODEL,
@@ -37,8 +46,13 @@ if TYPE_CHECKING:
 # YAML loader and its error locating.
 _WHERE = {
     "LoadedManifest": "kbctl.manifest.load",
+    "ManifestFile": "kbctl.manifest.load",
+    "ManifestSet": "kbctl.manifest.load",
+    "SettledManifest": "kbctl.manifest.load",
+    "load_manifest_set": "kbctl.manifest.load",
     "load_manifests": "kbctl.manifest.load",
     "parse_manifests": "kbctl.manifest.load",
+    "read_manifest_files": "kbctl.manifest.load",
     "API_VERSION": "kbctl.manifest.models",
     "DEFAULT_MODEL": "kbctl.manifest.models",
     "KIND": "kbctl.manifest.models",
@@ -71,15 +85,20 @@ __all__ = [
     "KnowledgeBase",
     "Limits",
     "LoadedManifest",
+    "ManifestFile",
+    "ManifestSet",
     "Metadata",
     "Refresh",
     "Rerank",
     "Retrieval",
+    "SettledManifest",
     "Source",
     "Spec",
     "json_schema",
+    "load_manifest_set",
     "load_manifests",
     "parse_manifests",
+    "read_manifest_files",
     "write_schema",
 ]
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Final, TextIO
 
@@ -18,7 +18,17 @@ from kbctl.manifest._problems import problems_from
 from kbctl.manifest._yaml_lines import Document, SyntaxProblem, load_documents, locate
 from kbctl.manifest.models import API_VERSION, KIND, KnowledgeBase, _schema_text, write_schema
 
-__all__ = ["LoadedManifest", "load_manifests", "parse_manifests"]
+__all__ = [
+    "LoadedManifest",
+    "ManifestFile",
+    "ManifestSet",
+    "Settled",
+    "SettledManifest",
+    "load_manifest_set",
+    "load_manifests",
+    "parse_manifests",
+    "read_manifest_files",
+]
 
 MANIFEST_SUFFIXES: Final = (".yaml", ".yml", ".json")
 STDIN_PATH: Final = "<stdin>"
@@ -32,6 +42,41 @@ class LoadedManifest:
     kb: KnowledgeBase
     path: str
     line: int  # 1-based line where the YAML document's content starts
+
+
+@dataclass(frozen=True)
+class ManifestFile:
+    """One manifest file (or stdin) as read: its text, or why it (or the folder it was listed from) could not
+    be read."""
+
+    path: str
+    text: str | None
+    problem: str | None = None
+
+
+@dataclass(frozen=True)
+class SettledManifest:
+    """A KnowledgeBase of a file the store applied byte for byte and still serves (see `load_manifest_set`):
+    known by name and line, not parsed."""
+
+    name: str
+    path: str
+    line: int
+    key: str
+
+
+@dataclass(frozen=True)
+class ManifestSet:
+    """What `-f` names: the manifests parsed, the ones settled (not parsed), and every name in file order."""
+
+    manifests: list[LoadedManifest]
+    settled: list[SettledManifest]
+    names: list[str]
+
+
+Settled = Callable[[list[ManifestFile]], Mapping[int, tuple[str, Sequence[tuple[str, int]]]]]
+"""Given the readable files (not stdin), the settled ones: index in that list -> (key, (name, line) of each
+KnowledgeBase it holds)."""
 
 
 # ---------------------------------------------------------------- documents → KnowledgeBases
@@ -87,8 +132,28 @@ class _Collector:
 
     def __init__(self) -> None:
         self.manifests: list[LoadedManifest] = []
+        self.settled: list[SettledManifest] = []
+        self.names: list[str] = []
         self.problems: list[ManifestProblem] = []
         self._first: dict[str, tuple[str, int]] = {}
+
+    def add_settled(self, file: str, key: str, kbs: Sequence[tuple[str, int]]) -> bool:
+        """Take a settled file's knowledge bases as they are; False (nothing taken) when one of their names is
+        defined already, so that parsing the file reports the duplicate with its line."""
+        if any(name in self._first for name, _ in kbs):
+            return False
+        for name, line in kbs:
+            self._first[name] = (file, line)
+            self.settled.append(SettledManifest(name, file, line, key))
+            self.names.append(name)
+        return True
+
+    def add(self, file: ManifestFile) -> int:
+        """Parse one file as read; a file that could not be read is a problem (counted as one document)."""
+        if file.text is None:
+            self.problems.append(ManifestProblem(file.path, None, "", file.problem or "cannot read"))
+            return 1
+        return self.add_text(file.text, file.path)
 
     def add_text(self, text: str, file: str) -> int:
         """Parse every document of text; return how many non-empty documents it held."""
@@ -114,36 +179,33 @@ class _Collector:
             if kb is not None and not problems:
                 base = os.getcwd() if file == STDIN_PATH else os.path.dirname(os.path.abspath(file))
                 self.manifests.append(LoadedManifest(kb=kb.located(base), path=file, line=item.line))
+                self.names.append(kb.name)
         return count
-
-    def add_file(self, file: str) -> int:
-        """Read and parse one file; a file that cannot be read is a problem (counted as one document).
-
-        Only a regular file (symlinks followed) of at most MAX_FILE_BYTES (or KBCTL_MAX_MANIFEST_MIB) is read.
-        """
-        try:
-            text = read_bounded_text(file, manifest_limit(), expected="a manifest file")
-        except UnreadableFile as error:
-            self.problems.append(ManifestProblem(file, None, "", str(error)))
-            return 1
-        return self.add_text(text, file)
-
-    def add_stream(self, stream: TextIO) -> int:
-        """Read and parse stdin, at most MAX_FILE_BYTES (or KBCTL_MAX_MANIFEST_MIB) of it."""
-        try:
-            text = read_bounded_stream(stream, manifest_limit())
-        except UnreadableFile as error:
-            self.problems.append(ManifestProblem(STDIN_PATH, None, "", str(error)))
-            return 1
-        return self.add_text(text, STDIN_PATH)
 
     def no_manifests(self, where: str) -> None:
         self.problems.append(ManifestProblem(where, None, "", "no manifests found"))
 
-    def result(self) -> list[LoadedManifest]:
+    def result(self) -> ManifestSet:
         if self.problems:
             raise ManifestError(self.problems)
-        return self.manifests
+        return ManifestSet(self.manifests, self.settled, self.names)
+
+
+def _read_file(file: str) -> ManifestFile:
+    """Read one manifest file: only a regular file (symlinks followed) of at most MAX_FILE_BYTES (or
+    KBCTL_MAX_MANIFEST_MIB)."""
+    try:
+        return ManifestFile(file, read_bounded_text(file, manifest_limit(), expected="a manifest file"))
+    except UnreadableFile as error:
+        return ManifestFile(file, None, str(error))
+
+
+def _read_stream(stream: TextIO) -> ManifestFile:
+    """Read stdin, at most MAX_FILE_BYTES (or KBCTL_MAX_MANIFEST_MIB) of it."""
+    try:
+        return ManifestFile(STDIN_PATH, read_bounded_stream(stream, manifest_limit()))
+    except UnreadableFile as error:
+        return ManifestFile(STDIN_PATH, None, str(error))
 
 
 def _manifest_files(directory: str, recursive: bool) -> list[str]:
@@ -178,6 +240,52 @@ def parse_manifests(text: str, path: str) -> list[LoadedManifest]:
     """
     collector = _Collector()
     collector.add_text(text, path)
+    return collector.result().manifests
+
+
+ManifestFiles = list[tuple[str, list[ManifestFile]]]
+"""Each `-f` argument (STDIN_PATH for "-") with the files read for it, in order."""
+
+
+def read_manifest_files(paths: Sequence[str], *, recursive: bool = False, stdin: TextIO | None = None) -> ManifestFiles:
+    """Read what `-f` names, like `kubectl apply -f`: files, directories (recursive: with subdirectories), "-".
+    A file or folder that cannot be read is kept with its problem, reported by `load_manifest_set`."""
+    if isinstance(paths, str):
+        raise TypeError("paths must be a sequence of paths, not a single string")
+    read: ManifestFiles = []
+    for path in paths:
+        if path == "-":
+            read.append((STDIN_PATH, [_read_stream(stdin if stdin is not None else sys.stdin)]))
+        elif os.path.isdir(path):
+            try:
+                names = _manifest_files(path, recursive)
+            except OSError as error:
+                read.append((path, [ManifestFile(path, None, f"cannot read: {error.strerror}")]))
+                continue
+            read.append((path, [_read_file(name) for name in names]))
+        else:
+            read.append((path, [_read_file(path)]))
+    return read
+
+
+def load_manifest_set(files: ManifestFiles, *, settled: Settled | None = None) -> ManifestSet:
+    """Parse the files read (every problem in every file collected first, then raised as one ManifestError in
+    file order). `settled` names the files not to parse, with the knowledge bases each holds: the caller
+    vouches that parsing them would give knowledge bases the store already serves as they are."""
+    readable = [f for _, group in files for f in group if f.text is not None and f.path != STDIN_PATH]
+    found = settled(readable) if settled is not None and readable else {}
+    by_file = {id(readable[i]): entry for i, entry in found.items()}
+    collector = _Collector()
+    for where, group in files:
+        count = 0
+        for file in group:
+            entry = by_file.get(id(file))
+            if entry is not None and collector.add_settled(file.path, entry[0], entry[1]):
+                count += len(entry[1])
+            else:
+                count += collector.add(file)
+        if not count:
+            collector.no_manifests(where)
     return collector.result()
 
 
@@ -188,24 +296,7 @@ def load_manifests(
 
     Every problem in every file is collected first, then raised as one ManifestError in file order.
     """
-    if isinstance(paths, str):
-        raise TypeError("paths must be a sequence of paths, not a single string")
-    collector = _Collector()
-    for path in paths:
-        if path == "-":
-            if not collector.add_stream(stdin if stdin is not None else sys.stdin):
-                collector.no_manifests(STDIN_PATH)
-        elif os.path.isdir(path):
-            try:
-                files = _manifest_files(path, recursive)
-            except OSError as error:
-                collector.problems.append(ManifestProblem(path, None, "", f"cannot read: {error.strerror}"))
-                continue
-            if not sum(collector.add_file(file) for file in files):
-                collector.no_manifests(path)
-        elif not collector.add_file(path):
-            collector.no_manifests(path)
-    return collector.result()
+    return load_manifest_set(read_manifest_files(paths, recursive=recursive, stdin=stdin)).manifests
 
 
 def _main(argv: Sequence[str] | None = None) -> int:

@@ -260,6 +260,16 @@ MIGRATIONS: list[tuple[int, str, str]] = [
         DELETE FROM kb_version_terms t WHERE NOT EXISTS (SELECT 1 FROM kb_versions v WHERE v.id = t.version_id);
         """,
     ),
+    (
+        13,
+        "the manifest file a knowledge base was last applied from, by hash: the same bytes are not parsed again",
+        """
+        ALTER TABLE kb_knowledge_bases ADD COLUMN applied_file_sha256 text, ADD COLUMN applied_file_kbs integer,
+            ADD COLUMN applied_file_line integer, ADD COLUMN applied_manifest_sha256 text;
+        CREATE INDEX kb_knowledge_bases_applied_file ON kb_knowledge_bases (applied_file_sha256)
+            WHERE applied_file_sha256 IS NOT NULL;
+        """,
+    ),
 ]
 
 # Serializes migrations of one database across processes (an arbitrary, fixed 64-bit key).

@@ -1,0 +1,112 @@
+"""Settled manifest files: the same bytes applied again report "unchanged" without being parsed or planned.
+
+Parsing, validating and planning a manifest of 100,000 inline chunks again takes seconds to conclude that
+nothing changed. A file is keyed by everything that decides what applying it does (its bytes, its path,
+kbctl's version, the manifest schema with its defaults, the chunker's version); an apply that leaves each of
+its knowledge bases serving with every source ready records the key (`kbctl.store.applied`), and a later
+apply of a file with that key, while the store still serves exactly that, reports each knowledge base
+unchanged from the store: its sources' checked time moves on, as after any unchanged apply. Only knowledge
+bases of inline sources are recorded: files, repositories and sites must be read to know they are unchanged.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from functools import cache
+from typing import TYPE_CHECKING
+
+from kbctl.embedding import Embedder
+from kbctl.engine.events import ReconcileFinished, ReconcileStarted, Reporter, SourceReconciled
+from kbctl.engine.plan import CHUNKER_VERSION
+from kbctl.engine.results import KnowledgeBaseResult, SourceResult
+from kbctl.errors import KbctlError
+from kbctl.store.applied import AppliedFile, SettledKnowledgeBase, record_applied_files, settled_files, touch_sources
+from kbctl.store.database import Database
+
+if TYPE_CHECKING:
+    from kbctl.manifest import KnowledgeBase, ManifestSet
+
+__all__ = ["ManifestsToApply", "file_key", "record_applied", "report_settled", "settled"]
+
+
+@dataclass(frozen=True)
+class ManifestsToApply:
+    """Manifest files read for `apply`: what was parsed, the knowledge bases of settled files (not parsed), and
+    the key of each file read (stdin has none)."""
+
+    manifests: ManifestSet
+    settled: tuple[SettledKnowledgeBase, ...]
+    keys: Mapping[str, str]  # path -> file_key
+
+
+@cache
+def _context() -> bytes:
+    """What else than a file's bytes decides what applying it does: kbctl's version, schema and chunker."""
+    from kbctl._version import __version__
+    from kbctl.manifest.models import _schema_text
+
+    schema = hashlib.sha256(_schema_text().encode()).hexdigest()
+    return f"kbctl {__version__}\0schema {schema}\0chunker {CHUNKER_VERSION}\0".encode()
+
+
+def file_key(path: str, text: str) -> str:
+    """The key of a manifest file as read: its absolute path and text under this kbctl."""
+    digest = hashlib.sha256(_context())
+    digest.update(os.path.abspath(path).encode("utf-8", "surrogateescape") + b"\0")
+    digest.update(text.encode("utf-8", "surrogatepass"))
+    return digest.hexdigest()
+
+
+def settled(
+    db: Database, keys: Sequence[str], embedder_for: Callable[[str], Embedder]
+) -> dict[str, list[SettledKnowledgeBase]]:
+    """The settled files among `keys` (key -> its knowledge bases, in line order): the store still serves what
+    applying them left, and each knowledge base's embedding model still resolves to the model of its version."""
+    found = settled_files(db, keys)
+    return {key: kbs for key, kbs in found.items() if all(_same_model(kb, embedder_for) for kb in kbs)}
+
+
+def _same_model(kb: SettledKnowledgeBase, embedder_for: Callable[[str], Embedder]) -> bool:
+    try:
+        return embedder_for(kb.embedding_ref).model_id == kb.model
+    except KbctlError:  # a model or profile the configuration no longer has: the full apply says so
+        return False
+
+
+def report_settled(db: Database, kbs: Sequence[SettledKnowledgeBase], reporter: Reporter) -> list[KnowledgeBaseResult]:
+    """Report each knowledge base of a settled file unchanged, as a full apply of it would, and move its sources'
+    checked time on."""
+    results = []
+    for kb in kbs:
+        touch_sources(db, kb.kb_id, datetime.now(UTC))
+        sources = [
+            SourceResult(
+                name=name, state="ready", fetched=False, ingested=False, chunks=chunks, embedded=0, reused=chunks
+            )
+            for name, chunks in kb.sources
+        ]
+        reporter.report(ReconcileStarted(kb.name, "apply", "unchanged", kb.version, 0))
+        for source in sources:
+            reporter.report(SourceReconciled(kb.name, "apply", source, kb.model))
+        reporter.report(ReconcileFinished(kb.name, "apply", "unchanged", kb.version))
+        results.append(KnowledgeBaseResult(name=kb.name, action="unchanged", version=kb.version, sources=sources))
+    return results
+
+
+def record_applied(db: Database, applied: Sequence[tuple[KnowledgeBase, str, int, int, KnowledgeBaseResult]]) -> None:
+    """After an apply: record each (knowledge base, file key, knowledge bases in that file, line, result) whose
+    sources are all inline and that ended with its version serving and every source ready."""
+    record_applied_files(
+        db,
+        [
+            AppliedFile(kb.name, key, count, line, result.version)
+            for kb, key, count, line, result in applied
+            if result.version is not None
+            and not result.failed
+            and all(source.text is not None for source in kb.spec.sources)
+        ],
+    )
