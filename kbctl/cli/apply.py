@@ -64,7 +64,9 @@ def apply(
     done before the command returns (by a running `kbctl controller`, or in-process when none runs);
     without it the desired state is recorded for a controller ("configured (version 3 pending)").
     Exit code 1 when a source or a knowledge base failed (the previous version keeps serving). Knowledge
-    bases with path: sources are always applied by this process, which has the files.
+    bases with path: sources are always applied by this process, which has the files. With --wait, a file applied
+    before byte for byte, while the store still serves what that apply left, is reported unchanged without
+    being parsed again (knowledge bases of inline sources).
 
     --applyset NAME records the knowledge bases of these manifests as one apply set (give each repository
     its own; one that belongs to another set is refused); --prune then deletes the set's members that the
