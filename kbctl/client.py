@@ -253,17 +253,8 @@ class KnowledgeBaseStore:
         report = (
             self.apply_and_wait(manifests, reporter=reporter, timeout=timeout) if manifests else ApplyReport(results=[])
         )
-        per_file: dict[str, int] = {}
-        for m in manifests:
-            per_file[m.path] = per_file.get(m.path, 0) + 1
-        record_applied(
-            self.db,
-            [
-                (m.kb, to_apply.keys[m.path], per_file[m.path], m.line, result)
-                for m, result in zip(manifests, report.results, strict=True)
-                if m.path in to_apply.keys
-            ],
-        )
+        serving = {r.name: r.version for r in report.results if r.version is not None and not r.failed}
+        record_applied(self.db, to_apply, serving)
         by_name = {r.name: r for r in [*unchanged, *report.results]}
         return ApplyReport(results=[by_name[name] for name in to_apply.manifests.names])
 
@@ -300,6 +291,32 @@ class KnowledgeBaseStore:
         from kbctl.engine.controller import record_pending
 
         return [record_pending(self.db, kb) for kb in _knowledge_bases(knowledge_bases)]
+
+    def submit_settled_or_apply(
+        self,
+        to_apply: ManifestsToApply,
+        *,
+        reporter: Reporter | None = None,
+        on_recorded: Callable[[list[PendingResult]], None] | None = None,
+    ) -> tuple[list[PendingResult], ApplyReport | None]:
+        """`submit_or_apply` for what `load_settled` gave: the settled knowledge bases are unchanged (nothing to
+        record); a file whose knowledge bases the store already serves unchanged records its key."""
+        from kbctl.engine.controller import PendingResult
+        from kbctl.engine.settled import record_applied
+
+        unchanged = [PendingResult(kb.name, "unchanged", kb.version, kb.generation, False) for kb in to_apply.settled]
+        recorded: list[PendingResult] = []
+
+        def in_order(pending: list[PendingResult]) -> None:
+            by_name = {p.name: p for p in [*unchanged, *pending]}
+            recorded.extend(by_name[name] for name in to_apply.manifests.names if name in by_name)
+            if on_recorded is not None:
+                on_recorded(recorded)
+
+        _, applied = self.submit_or_apply(to_apply.manifests.manifests, reporter=reporter, on_recorded=in_order)
+        serving = {p.name: p.version for p in recorded if not p.pending and p.version is not None}
+        record_applied(self.db, to_apply, serving)
+        return recorded, applied
 
     def submit_or_apply(
         self,

@@ -157,3 +157,21 @@ def test_cli_apply_twice_prints_unchanged_and_a_broken_file_still_fails(
     kb.write_text(OFFICE_YAML.replace("kind: KnowledgeBase", "kind: KnowledgeBase\nbogus: 1"))
     broken = cli.invoke(app, ["apply", "-f", str(kb), "--wait"])
     assert broken.exit_code == 1 and "bogus" in broken.output
+
+
+def test_apply_without_wait_reports_a_settled_file_unchanged_and_records_an_unchanged_one(
+    cli: CliRunner, store: KnowledgeBaseStore, tmp_path: Path
+) -> None:
+    kb = tmp_path / "kb.yaml"
+    kb.write_text(OFFICE_YAML)
+    assert cli.invoke(app, ["apply", "-f", str(kb), "--wait"]).exit_code == 0
+    settled = cli.invoke(app, ["apply", "-f", str(kb), "-o", "json"])
+    assert settled.exit_code == 0, settled.output
+    assert '"action": "unchanged"' in settled.output and '"pending": false' in settled.output
+    copy = tmp_path / "copy.yaml"
+    copy.write_text(OFFICE_YAML)
+    assert parsed(load(store, copy)) == ["office"]
+    unchanged = cli.invoke(app, ["apply", "-f", str(copy)])
+    assert unchanged.exit_code == 0 and "KnowledgeBase/office unchanged (version 1)" in unchanged.output
+    assert parsed(load(store, copy)) == []  # the store already served it: the copy's key is recorded
+    assert store.db.get_kb("office").generation == 1  # type: ignore[union-attr]

@@ -29,7 +29,7 @@ if TYPE_CHECKING:
     from kbctl.engine.controller import PendingResult
     from kbctl.engine.prune import PruneScope
     from kbctl.engine.results import ApplyReport
-    from kbctl.manifest import LoadedManifest
+    from kbctl.engine.settled import ManifestsToApply
 
 
 @app.command()
@@ -64,9 +64,9 @@ def apply(
     done before the command returns (by a running `kbctl controller`, or in-process when none runs);
     without it the desired state is recorded for a controller ("configured (version 3 pending)").
     Exit code 1 when a source or a knowledge base failed (the previous version keeps serving). Knowledge
-    bases with path: sources are always applied by this process, which has the files. With --wait, a file applied
-    before byte for byte, while the store still serves what that apply left, is reported unchanged without
-    being parsed again (knowledge bases of inline sources).
+    bases with path: sources are always applied by this process, which has the files. A file applied before byte
+    for byte, while the store still serves what that apply left, is reported unchanged without being parsed
+    again (knowledge bases of inline sources).
 
     --applyset NAME records the knowledge bases of these manifests as one apply set (give each repository
     its own; one that belongs to another set is refused); --prune then deletes the set's members that the
@@ -79,7 +79,7 @@ def apply(
     any failure.
     """
     from kbctl.cli.progress import CliReporter
-    from kbctl.manifest import load_manifest_set, load_manifests, read_manifest_files
+    from kbctl.manifest import load_manifest_set, read_manifest_files
 
     applyset = applyset_name(applyset)
     chosen = prune_scope(prune, selector, applyset)
@@ -89,23 +89,21 @@ def apply(
     if dry_run is DryRun.server:
         _dry_run(filename, recursive, chosen, output, exit_code)
         return
-    if not wait:
-        _submit(
-            load_manifests(filename, recursive=recursive, stdin=sys.stdin), applyset, chosen, output, exit_code, quiet
-        )
-        return
     files = read_manifest_files(filename, recursive=recursive, stdin=sys.stdin)
     try:
         opened = open_store()
     except KbctlError:
         load_manifest_set(files)  # a manifest's problems come before the store's
         raise
-    reporter = CliReporter(quiet, log=output is None)
     with opened as store:
         # Files the store applied byte for byte and still serves are not parsed again (kbctl.engine.settled).
         to_apply = store.load_settled(files)
+        if not wait:
+            _submit(store, to_apply, applyset, chosen, output, exit_code, quiet)
+            return
         names = to_apply.manifests.names
         _check_applyset(store, names, applyset)
+        reporter = CliReporter(quiet, log=output is None)
         try:
             report = store.apply_settled_and_wait(to_apply, reporter=reporter, timeout=parse_duration(timeout))
         finally:
@@ -135,7 +133,8 @@ def _join_and_prune(
 
 
 def _submit(
-    manifests: list[LoadedManifest],
+    store: KnowledgeBaseStore,
+    to_apply: ManifestsToApply,
     applyset: str | None,
     chosen: PruneScope | None,
     output: OutputOpt,
@@ -146,7 +145,7 @@ def _submit(
     files (path: sources) are applied here, since a controller has no copy of the files."""
     from kbctl.cli.progress import CliReporter
 
-    local = [m.kb.name for m in manifests if m.kb.reads_files]
+    local = [m.kb.name for m in to_apply.manifests.manifests if m.kb.reads_files]
     reporter = CliReporter(quiet, log=output is None)
 
     def recorded(pending: list[PendingResult]) -> None:
@@ -160,15 +159,14 @@ def _submit(
                 f"{', '.join(local)}: path: sources are read here (as with --wait), not by a controller", err=True
             )
 
-    names = [m.kb.name for m in manifests]
-    with open_store() as store:
-        _check_applyset(store, names, applyset)
-        try:
-            pending, applied = store.submit_or_apply(manifests, reporter=reporter, on_recorded=recorded)
-        finally:
-            reporter.close()
-        alive = store.controller_alive()
-        pruned = _join_and_prune(store, names, applyset, chosen)
+    names = to_apply.manifests.names
+    _check_applyset(store, names, applyset)
+    try:
+        pending, applied = store.submit_settled_or_apply(to_apply, reporter=reporter, on_recorded=recorded)
+    finally:
+        reporter.close()
+    alive = store.controller_alive()
+    pruned = _join_and_prune(store, names, applyset, chosen)
     if output:
         results: dict[str, object] = {"results": [p.__dict__ for p in pending], "pruned": pruned}
         if applied is not None:

@@ -28,7 +28,7 @@ from kbctl.store.applied import AppliedFile, SettledKnowledgeBase, record_applie
 from kbctl.store.database import Database
 
 if TYPE_CHECKING:
-    from kbctl.manifest import KnowledgeBase, ManifestSet
+    from kbctl.manifest import ManifestSet
 
 __all__ = ["ManifestsToApply", "file_key", "record_applied", "report_settled", "settled"]
 
@@ -97,16 +97,20 @@ def report_settled(db: Database, kbs: Sequence[SettledKnowledgeBase], reporter: 
     return results
 
 
-def record_applied(db: Database, applied: Sequence[tuple[KnowledgeBase, str, int, int, KnowledgeBaseResult]]) -> None:
-    """After an apply: record each (knowledge base, file key, knowledge bases in that file, line, result) whose
-    sources are all inline and that ended with its version serving and every source ready."""
+def record_applied(db: Database, to_apply: ManifestsToApply, serving: Mapping[str, int]) -> None:
+    """After an apply of what `to_apply` parsed: `serving` holds the knowledge bases that ended with every source
+    ready (or that a controller already serves unchanged), by name, with the version serving. Each of them
+    whose sources are all inline records the key of its file."""
+    per_file: dict[str, int] = {}
+    for m in to_apply.manifests.manifests:
+        per_file[m.path] = per_file.get(m.path, 0) + 1
     record_applied_files(
         db,
         [
-            AppliedFile(kb.name, key, count, line, result.version)
-            for kb, key, count, line, result in applied
-            if result.version is not None
-            and not result.failed
-            and all(source.text is not None for source in kb.spec.sources)
+            AppliedFile(m.kb.name, to_apply.keys[m.path], per_file[m.path], m.line, serving[m.kb.name])
+            for m in to_apply.manifests.manifests
+            if m.path in to_apply.keys
+            and m.kb.name in serving
+            and all(source.text is not None for source in m.kb.spec.sources)
         ],
     )

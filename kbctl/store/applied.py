@@ -43,6 +43,7 @@ class SettledKnowledgeBase:
     key: str
     line: int
     version: int
+    generation: int
     model: str  # the serving version's embedding model id
     embedding_ref: str  # spec.embedding.model of its manifest (a model id or profile:NAME)
     sources: tuple[tuple[str, int], ...]  # (name, chunks) of each source, in manifest order
@@ -51,7 +52,8 @@ class SettledKnowledgeBase:
 # The knowledge bases recorded under one of the keys that still serve what they recorded: nothing pending or
 # unobserved, the recorded version current and of the recorded manifest, Ready, every source served and ready.
 _SETTLED = """
-SELECT k.id, k.name, k.applied_file_sha256, k.applied_file_line, k.applied_file_kbs, v.number, v.model,
+SELECT k.id, k.name, k.applied_file_sha256, k.applied_file_line, k.applied_file_kbs, v.number, k.generation,
+       v.model,
        coalesce(v.manifest #>> '{spec,embedding,model}', ''),
        (SELECT coalesce(array_agg(vs.source_name ORDER BY vs.position), '{}')
           FROM kb_version_sources vs WHERE vs.version_id = v.id),
@@ -82,11 +84,11 @@ def settled_files(db: Database, keys: Sequence[str]) -> dict[str, list[SettledKn
     ).fetchall()
     found: dict[str, list[SettledKnowledgeBase]] = {}
     expected: dict[str, int] = {}
-    for kb_id, name, key, line, kbs, version, model, ref, names, chunks in rows:
+    for kb_id, name, key, line, kbs, version, generation, model, ref, names, chunks in rows:
         expected[key] = int(kbs)
         sources = tuple(zip(names, (int(c) for c in chunks), strict=True))
         found.setdefault(key, []).append(
-            SettledKnowledgeBase(int(kb_id), name, key, int(line), int(version), model, ref, sources)
+            SettledKnowledgeBase(int(kb_id), name, key, int(line), int(version), int(generation), model, ref, sources)
         )
     return {key: sorted(kbs, key=lambda kb: kb.line) for key, kbs in found.items() if len(kbs) == expected[key]}
 
