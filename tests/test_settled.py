@@ -15,6 +15,7 @@ from typer.testing import CliRunner
 
 from kbctl.cli import app
 from kbctl.client import KnowledgeBaseStore
+from kbctl.config import Settings
 from kbctl.engine.results import ApplyReport
 from kbctl.engine.settled import ManifestsToApply, file_key
 from kbctl.errors import ManifestError
@@ -175,3 +176,26 @@ def test_apply_without_wait_reports_a_settled_file_unchanged_and_records_an_unch
     assert unchanged.exit_code == 0 and "KnowledgeBase/office unchanged (version 1)" in unchanged.output
     assert parsed(load(store, copy)) == []  # the store already served it: the copy's key is recorded
     assert store.db.get_kb("office").generation == 1  # type: ignore[union-attr]
+
+
+def test_a_profile_that_names_another_model_now_reads_the_file_again(
+    database_url: str, kbctl_home: Path, store: KnowledgeBaseStore, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The settled check resolves the manifest's embedding profile: pointed at another model, the file is parsed,
+    and applying it would re-embed (here: fail, the other model's endpoint does not answer)."""
+    config = tmp_path / "config.yaml"
+    config.write_text("embedding:\n  profiles:\n    main: {provider: local, model: all-MiniLM-L6-v2}\n")
+    monkeypatch.setenv("KBCTL_CONFIG", str(config))
+    kb = tmp_path / "kb.yaml"
+    kb.write_text(OFFICE_YAML.replace("spec:\n", "spec:\n  embedding: {profile: main}\n"))
+    with KnowledgeBaseStore(settings=Settings.from_env(home=kbctl_home, database_url=database_url)) as local:
+        assert apply(local, kb)[1].results[0].action == "created"
+        assert parsed(load(local, kb)) == []
+    changed = tmp_path / "changed.yaml"  # models are built once per process and configuration file
+    changed.write_text(
+        "embedding:\n  providers:\n    gateway: {baseURL: 'http://127.0.0.1:9/v1'}\n"
+        "  profiles:\n    main: {provider: gateway, model: text-embedding-3-small}\n"
+    )
+    monkeypatch.setenv("KBCTL_CONFIG", str(changed))
+    with KnowledgeBaseStore(settings=Settings.from_env(home=kbctl_home, database_url=database_url)) as other:
+        assert parsed(load(other, kb)) == ["office"]

@@ -45,7 +45,7 @@ class SettledKnowledgeBase:
     version: int
     generation: int
     model: str  # the serving version's embedding model id
-    embedding_ref: str  # spec.embedding.model of its manifest (a model id or profile:NAME)
+    embedding_ref: str  # what names its embedder in its manifest: `profile:NAME`, or spec.embedding.model
     sources: tuple[tuple[str, int], ...]  # (name, chunks) of each source, in manifest order
 
 
@@ -54,7 +54,8 @@ class SettledKnowledgeBase:
 _SETTLED = """
 SELECT k.id, k.name, k.applied_file_sha256, k.applied_file_line, k.applied_file_kbs, v.number, k.generation,
        v.model,
-       coalesce(v.manifest #>> '{spec,embedding,model}', ''),
+       coalesce('profile:' || nullif(v.manifest #>> '{spec,embedding,profile}', ''),
+                v.manifest #>> '{spec,embedding,model}', ''),
        (SELECT coalesce(array_agg(vs.source_name ORDER BY vs.position), '{}')
           FROM kb_version_sources vs WHERE vs.version_id = v.id),
        (SELECT coalesce(array_agg(coalesce(r.chunk_count, 0) ORDER BY vs.position), '{}')
