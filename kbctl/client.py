@@ -267,6 +267,15 @@ class KnowledgeBaseStore:
         kbs = _knowledge_bases(knowledge_bases)
         return diff_knowledge_bases(self.db, kbs, self.embedder, prune=prune)
 
+    def diff_settled(self, to_apply: ManifestsToApply, *, prune: PruneScope | None = None) -> DiffReport:
+        """`diff` for what `load_settled` gave: the knowledge bases of settled files are unchanged."""
+        from kbctl.engine.explain import diff_knowledge_bases
+
+        kbs = [m.kb for m in to_apply.manifests.manifests]
+        return diff_knowledge_bases(
+            self.db, kbs, self.embedder, prune=prune, settled=to_apply.settled, order=to_apply.manifests.names
+        )
+
     def prune(
         self, keep: Collection[str], selector: Selector | None = None, *, applyset: str | None = None
     ) -> list[str]:

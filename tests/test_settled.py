@@ -199,3 +199,18 @@ def test_a_profile_that_names_another_model_now_reads_the_file_again(
     monkeypatch.setenv("KBCTL_CONFIG", str(changed))
     with KnowledgeBaseStore(settings=Settings.from_env(home=kbctl_home, database_url=database_url)) as other:
         assert parsed(load(other, kb)) == ["office"]
+
+
+def test_diff_and_dry_run_of_a_settled_file_say_what_they_say_of_the_same_text_parsed(
+    cli: CliRunner, store: KnowledgeBaseStore, tmp_path: Path
+) -> None:
+    kb, copy = tmp_path / "kb.yaml", tmp_path / "copy.yaml"
+    kb.write_text(OFFICE_YAML)
+    copy.write_text(OFFICE_YAML)
+    assert cli.invoke(app, ["apply", "-f", str(kb), "--wait"]).exit_code == 0
+    assert parsed(load(store, kb)) == [] and parsed(load(store, copy)) == ["office"]
+    for command in (["diff"], ["diff", "-o", "json"], ["apply", "--dry-run"], ["apply", "--dry-run", "-o", "yaml"]):
+        settled = cli.invoke(app, [*command, "-f", str(kb)])
+        full = cli.invoke(app, [*command, "-f", str(copy)])
+        assert (settled.exit_code, settled.output) == (full.exit_code, full.output), command
+        assert settled.exit_code == 0 and "unchanged" in settled.output

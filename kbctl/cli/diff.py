@@ -89,12 +89,18 @@ def prune_scope(prune: bool, selector: str | None, applyset: str | None) -> Prun
 
 def plan_apply(filename: list[str], recursive: bool, scope: PruneScope | None) -> DiffReport:
     """Load and validate manifests, then diff them against the store (the shared core of diff and apply --dry-run)."""
-    from kbctl.engine.explain import diff_knowledge_bases
-    from kbctl.manifest import load_manifests
+    from kbctl.errors import KbctlError
+    from kbctl.manifest import load_manifest_set, read_manifest_files
 
-    manifests = load_manifests(filename, recursive=recursive, stdin=sys.stdin)
-    with open_store() as store:
-        return diff_knowledge_bases(store.db, [m.kb for m in manifests], store.embedder, prune=scope)
+    files = read_manifest_files(filename, recursive=recursive, stdin=sys.stdin)
+    try:
+        opened = open_store()
+    except KbctlError:
+        load_manifest_set(files)  # a manifest's problems come before the store's
+        raise
+    with opened as store:
+        # A file the store applied byte for byte and still serves is unchanged, not parsed (kbctl.engine.settled).
+        return store.diff_settled(store.load_settled(files), prune=scope)
 
 
 def _errors_exit_2(func: Callable[P, R]) -> Callable[P, R]:
@@ -137,7 +143,8 @@ def diff(
     added chunks longer than the model reads (the local model: 254 tokens), whose ends no vector holds. With --prune,
     the stored members of the apply set (--applyset, narrowed by -l) that the manifests no longer name show as
     pruned.
-    -o json|yaml prints the same plan as data (for pull-request bots).
+    -o json|yaml prints the same plan as data (for pull-request bots). A file applied before byte for byte, while
+    the store still serves what that apply left, is unchanged without being parsed again.
 
     Exit code: 0 no differences, 1 differences (a URL source apply would fetch counts as one),
     2 error (invalid manifest, store or model error, usage error).

@@ -18,6 +18,7 @@ from kbctl.manifest.changes import field_changes, source_changes
 from kbctl.manifest.models import SourceKind
 from kbctl.sources import source_of
 from kbctl.sources.files import read_paths
+from kbctl.store.applied import SettledKnowledgeBase
 from kbctl.store.database import Database
 from kbctl.store.state import StoredState, read_state
 
@@ -272,26 +273,39 @@ def _old_source(manifest: dict[str, Any], name: str) -> dict[str, Any]:
     return next(s for s in manifest["spec"]["sources"] if s["name"] == name)
 
 
+def _settled_diff(kb: SettledKnowledgeBase) -> KnowledgeBaseDiff:
+    """The diff of a knowledge base of a settled file: unchanged, and so is each of its (inline) sources."""
+    sources = [SourceDiff(name=name, kind="text", change="unchanged") for name, _ in kb.sources]
+    return KnowledgeBaseDiff(name=kb.name, action="unchanged", version=kb.version, sources=sources)
+
+
 def diff_knowledge_bases(
     db: Database,
     knowledge_bases: Sequence[KnowledgeBase],
     embedder_for: Callable[[str], Embedder],
     *,
     prune: PruneScope | None = None,
+    settled: Sequence[SettledKnowledgeBase] = (),
+    order: Sequence[str] = (),
 ) -> DiffReport:
     """What applying these knowledge bases would do, writing nothing, fetching nothing, embedding nothing.
 
     Each knowledge base is compared with the manifest and content of its current version: changed
     fields, sources added / changed / removed, chunks added and removed, and the tokens the vector
-    cache lacks (only the tokenizer is loaded, and only when some text is new). With `prune`, the stored
-    knowledge bases it covers that are not among `knowledge_bases` are listed as "pruned". Errors (an
-    unknown model, the store) raise KbctlError.
+    cache lacks (only the tokenizer is loaded, and only when some text is new). The knowledge bases of
+    settled files (kbctl.engine.settled) are unchanged; `order` names every knowledge base in the order of the
+    results. With `prune`, the stored knowledge bases it covers that are not among them are listed as
+    "pruned". Errors (an unknown model, the store) raise KbctlError.
     """
     explainer = _Explainer(db, embedder_for)
     with db.read_only():
         results = [explainer.diff(kb) for kb in knowledge_bases]
+        results += [_settled_diff(kb) for kb in settled]
+        if order:
+            place = {name: i for i, name in enumerate(order)}
+            results.sort(key=lambda r: place.get(r.name, len(place)))
         if prune is not None:
-            keep = {kb.name for kb in knowledge_bases}
+            keep = {r.name for r in results}
             results += [
                 KnowledgeBaseDiff(name=row.name, action="pruned", version=row.current_version)
                 for row in db.list_kbs()
