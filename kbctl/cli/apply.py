@@ -98,6 +98,7 @@ def apply(
     with opened as store:
         # Files the store applied byte for byte and still serves are not parsed again (kbctl.engine.settled).
         to_apply = store.load_settled(files)
+        del files  # the texts read: what was parsed holds what it needs (a large manifest's text is ~100 MB)
         if not wait:
             _submit(store, to_apply, applyset, chosen, output, exit_code, quiet)
             return
