@@ -738,6 +738,14 @@ class Database:
         return build_vector_index(self._conn, model)
 
     @_store_errors
+    def estimated_chunks(self) -> int:
+        """How many chunk rows PostgreSQL's statistics say the store holds (0 before they were ever gathered)."""
+        row = self._conn.execute(
+            "SELECT greatest(reltuples, 0)::bigint FROM pg_class WHERE oid = 'kb_chunks'::regclass"
+        ).fetchone()
+        return int(row[0]) if row is not None else 0
+
+    @_store_errors
     def analyze_chunks(self) -> None:
         """Refresh PostgreSQL's statistics of the chunks (the planner's estimates of full-text matches)."""
         self._conn.execute("ANALYZE kb_chunks")
