@@ -242,6 +242,14 @@ def test_a_manifest_stored_before_packing_reads_back(store: KnowledgeBaseStore) 
     assert store.describe("old").name == "old"
 
 
+def last_analyze(store: KnowledgeBaseStore, table: str) -> Any:
+    """When PostgreSQL's statistics of `table` were last gathered by ANALYZE (None: never)."""
+    row = store.db.connection.execute(
+        "SELECT last_analyze FROM pg_stat_user_tables WHERE relname = %s", (table,)
+    ).fetchone()
+    return row[0] if row else None
+
+
 def test_a_large_new_version_is_analyzed(store: KnowledgeBaseStore, monkeypatch: pytest.MonkeyPatch) -> None:
     """Publishing a version of many sources refreshes PostgreSQL's statistics of the versions' sources (so the
     planner does not take the new version for one of a single source); an unchanged apply does not."""
@@ -249,19 +257,13 @@ def test_a_large_new_version_is_analyzed(store: KnowledgeBaseStore, monkeypatch:
 
     monkeypatch.setattr(engine_apply, "ANALYZE_AFTER_SOURCES", 2)
 
-    def analyzed() -> Any:
-        row = store.db.connection.execute(
-            "SELECT last_analyze FROM pg_stat_user_tables WHERE relname = 'kb_version_sources'"
-        ).fetchone()
-        return row[0] if row else None
-
-    before = analyzed()
+    before = last_analyze(store, "kb_version_sources")
     manifest = knowledge_base("many", text_source("a", "Alpha is first."), text_source("b", "Beta is second."))
     store.apply(parse_manifests(manifest, "kb.yaml"))
-    after = analyzed()
+    after = last_analyze(store, "kb_version_sources")
     assert after is not None and after != before
     store.apply(parse_manifests(manifest, "kb.yaml"))
-    assert analyzed() == after
+    assert last_analyze(store, "kb_version_sources") == after
 
 
 def test_chunks_are_analyzed_after_many_new_ones_relative_to_the_table(
@@ -273,22 +275,16 @@ def test_chunks_are_analyzed_after_many_new_ones_relative_to_the_table(
 
     monkeypatch.setattr(engine_apply, "ANALYZE_AFTER_CHUNKS", 2)
 
-    def analyzed() -> Any:
-        row = store.db.connection.execute(
-            "SELECT last_analyze FROM pg_stat_user_tables WHERE relname = 'kb_chunks'"
-        ).fetchone()
-        return row[0] if row else None
-
-    before = analyzed()
+    before = last_analyze(store, "kb_chunks")
     first = knowledge_base("first", text_source("a", "Alpha is first."), text_source("b", "Beta is second."))
     store.apply(parse_manifests(first, "kb.yaml"))
-    after = analyzed()
+    after = last_analyze(store, "kb_chunks")
     assert after is not None and after != before and store.db.estimated_chunks() == 2
     monkeypatch.setattr(engine_apply, "ANALYZE_CHUNK_SHARE", 1.5)  # 2 new chunks are not 1.5 x the 2 known
     second = knowledge_base("second", text_source("c", "Gamma is third."), text_source("d", "Delta is fourth."))
     store.apply(parse_manifests(second, "kb.yaml"))
-    assert analyzed() == after
+    assert last_analyze(store, "kb_chunks") == after
     monkeypatch.setattr(engine_apply, "ANALYZE_CHUNK_SHARE", 0.5)
     third = knowledge_base("third", text_source("e", "Epsilon is fifth."), text_source("f", "Zeta is sixth."))
     store.apply(parse_manifests(third, "kb.yaml"))
-    assert analyzed() != after
+    assert last_analyze(store, "kb_chunks") != after

@@ -20,6 +20,7 @@ if TYPE_CHECKING:  # the library is imported by the command that uses it, so `--
     from typer import _click  # the click that typer vendors (annotations only)
 
     from kbctl.client import KnowledgeBaseStore
+    from kbctl.manifest.load import ManifestFiles
     from kbctl.manifest.selectors import Selector
     from kbctl.query.results import RerankInfo
 
@@ -227,6 +228,18 @@ def open_store() -> KnowledgeBaseStore:
     from kbctl.client import KnowledgeBaseStore
 
     return KnowledgeBaseStore(database_url=state["database_url"])
+
+
+def open_store_for(files: ManifestFiles) -> KnowledgeBaseStore:
+    """`open_store` for a command given manifest files (read, not yet parsed): when the store cannot be opened,
+    the files' problems, if they have any, are what is reported."""
+    try:
+        return open_store()
+    except KbctlError:
+        from kbctl.manifest import load_manifest_set
+
+        load_manifest_set(files)  # raises ManifestError for the first problem of any file
+        raise
 
 
 def check_resource(resource: str) -> None:

@@ -18,11 +18,10 @@ from kbctl.cli._common import (
     duration_option,
     emit,
     handles_errors,
-    open_store,
+    open_store_for,
     parse_duration,
 )
 from kbctl.cli.diff import ApplySetOpt, PruneOpt, SelectorOpt, applyset_name, plan_apply, prune_scope
-from kbctl.errors import KbctlError
 
 if TYPE_CHECKING:
     from kbctl.client import KnowledgeBaseStore
@@ -79,7 +78,7 @@ def apply(
     any failure.
     """
     from kbctl.cli.progress import CliReporter
-    from kbctl.manifest import load_manifest_set, read_manifest_files
+    from kbctl.manifest import read_manifest_files
 
     applyset = applyset_name(applyset)
     chosen = prune_scope(prune, selector, applyset)
@@ -90,12 +89,7 @@ def apply(
         _dry_run(filename, recursive, chosen, output, exit_code)
         return
     files = read_manifest_files(filename, recursive=recursive, stdin=sys.stdin)
-    try:
-        opened = open_store()
-    except KbctlError:
-        load_manifest_set(files)  # a manifest's problems come before the store's
-        raise
-    with opened as store:
+    with open_store_for(files) as store:
         # Files the store applied byte for byte and still serves are not parsed again (kbctl.engine.settled).
         to_apply = store.load_settled(files)
         del files  # the texts read: what was parsed holds what it needs (a large manifest's text is ~100 MB)

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Annotated, ParamSpec, TypeVar
 
 import typer
 
-from kbctl.cli._common import Files, OutputOpt, Recursive, app, emit, handles_errors, open_store
+from kbctl.cli._common import Files, OutputOpt, Recursive, app, emit, handles_errors, open_store_for
 
 if TYPE_CHECKING:
     from kbctl.engine.explain import DiffReport
@@ -89,16 +89,10 @@ def prune_scope(prune: bool, selector: str | None, applyset: str | None) -> Prun
 
 def plan_apply(filename: list[str], recursive: bool, scope: PruneScope | None) -> DiffReport:
     """Load and validate manifests, then diff them against the store (the shared core of diff and apply --dry-run)."""
-    from kbctl.errors import KbctlError
-    from kbctl.manifest import load_manifest_set, read_manifest_files
+    from kbctl.manifest import read_manifest_files
 
     files = read_manifest_files(filename, recursive=recursive, stdin=sys.stdin)
-    try:
-        opened = open_store()
-    except KbctlError:
-        load_manifest_set(files)  # a manifest's problems come before the store's
-        raise
-    with opened as store:
+    with open_store_for(files) as store:
         # A file the store applied byte for byte and still serves is unchanged, not parsed (kbctl.engine.settled).
         return store.diff_settled(store.load_settled(files), prune=scope)
 
