@@ -246,7 +246,7 @@ class KnowledgeBaseStore:
         others applied; then each file applied records its key, so that applying it again is not parsed."""
         from kbctl.engine.events import NullReporter
         from kbctl.engine.results import ApplyReport
-        from kbctl.engine.settled import record_applied, report_settled
+        from kbctl.engine.settled import in_file_order, record_applied, report_settled
 
         manifests = to_apply.manifests.manifests
         unchanged = report_settled(self.db, to_apply.settled, reporter or NullReporter())
@@ -255,8 +255,7 @@ class KnowledgeBaseStore:
         )
         serving = {r.name: r.version for r in report.results if r.version is not None and not r.failed}
         record_applied(self.db, to_apply, serving)
-        by_name = {r.name: r for r in [*unchanged, *report.results]}
-        return ApplyReport(results=[by_name[name] for name in to_apply.manifests.names])
+        return ApplyReport(results=in_file_order(to_apply.manifests.names, [*unchanged, *report.results]))
 
     def diff(
         self, knowledge_bases: Sequence[KnowledgeBase | LoadedManifest], *, prune: PruneScope | None = None
@@ -311,14 +310,13 @@ class KnowledgeBaseStore:
         """`submit_or_apply` for what `load_settled` gave: the settled knowledge bases are unchanged (nothing to
         record); a file whose knowledge bases the store already serves unchanged records its key."""
         from kbctl.engine.controller import PendingResult
-        from kbctl.engine.settled import record_applied
+        from kbctl.engine.settled import in_file_order, record_applied
 
         unchanged = [PendingResult(kb.name, "unchanged", kb.version, kb.generation, False) for kb in to_apply.settled]
         recorded: list[PendingResult] = []
 
         def in_order(pending: list[PendingResult]) -> None:
-            by_name = {p.name: p for p in [*unchanged, *pending]}
-            recorded.extend(by_name[name] for name in to_apply.manifests.names if name in by_name)
+            recorded.extend(in_file_order(to_apply.manifests.names, [*unchanged, *pending]))
             if on_recorded is not None:
                 on_recorded(recorded)
 

@@ -50,6 +50,14 @@ def parsed(to_apply: ManifestsToApply) -> list[str]:
     return [m.kb.name for m in to_apply.manifests.manifests]
 
 
+def applied_office(cli: CliRunner, folder: Path) -> Path:
+    """OFFICE_YAML written to folder/kb.yaml and applied through the CLI with --wait; the file's path."""
+    kb = folder / "kb.yaml"
+    kb.write_text(OFFICE_YAML)
+    assert cli.invoke(app, ["apply", "-f", str(kb), "--wait"]).exit_code == 0
+    return kb
+
+
 def checked_times(store: KnowledgeBaseStore) -> dict[str, Any]:
     rows = store.db.connection.execute("SELECT source_name, checked_at FROM kb_source_status").fetchall()
     return {str(name): at for name, at in rows}
@@ -150,9 +158,7 @@ def test_the_key_is_the_path_and_the_text() -> None:
 def test_cli_apply_twice_prints_unchanged_and_a_broken_file_still_fails(
     cli: CliRunner, store: KnowledgeBaseStore, tmp_path: Path
 ) -> None:
-    kb = tmp_path / "kb.yaml"
-    kb.write_text(OFFICE_YAML)
-    assert cli.invoke(app, ["apply", "-f", str(kb), "--wait"]).exit_code == 0
+    kb = applied_office(cli, tmp_path)
     again = cli.invoke(app, ["apply", "-f", str(kb), "--wait"])
     assert again.exit_code == 0 and "KnowledgeBase/office unchanged (version 1)" in again.output
     kb.write_text(OFFICE_YAML.replace("kind: KnowledgeBase", "kind: KnowledgeBase\nbogus: 1"))
@@ -163,9 +169,7 @@ def test_cli_apply_twice_prints_unchanged_and_a_broken_file_still_fails(
 def test_apply_without_wait_reports_a_settled_file_unchanged_and_records_an_unchanged_one(
     cli: CliRunner, store: KnowledgeBaseStore, tmp_path: Path
 ) -> None:
-    kb = tmp_path / "kb.yaml"
-    kb.write_text(OFFICE_YAML)
-    assert cli.invoke(app, ["apply", "-f", str(kb), "--wait"]).exit_code == 0
+    kb = applied_office(cli, tmp_path)
     settled = cli.invoke(app, ["apply", "-f", str(kb), "-o", "json"])
     assert settled.exit_code == 0, settled.output
     assert '"action": "unchanged"' in settled.output and '"pending": false' in settled.output
@@ -204,10 +208,8 @@ def test_a_profile_that_names_another_model_now_reads_the_file_again(
 def test_diff_and_dry_run_of_a_settled_file_say_what_they_say_of_the_same_text_parsed(
     cli: CliRunner, store: KnowledgeBaseStore, tmp_path: Path
 ) -> None:
-    kb, copy = tmp_path / "kb.yaml", tmp_path / "copy.yaml"
-    kb.write_text(OFFICE_YAML)
+    kb, copy = applied_office(cli, tmp_path), tmp_path / "copy.yaml"
     copy.write_text(OFFICE_YAML)
-    assert cli.invoke(app, ["apply", "-f", str(kb), "--wait"]).exit_code == 0
     assert parsed(load(store, kb)) == [] and parsed(load(store, copy)) == ["office"]
     for command in (["diff"], ["diff", "-o", "json"], ["apply", "--dry-run"], ["apply", "--dry-run", "-o", "yaml"]):
         settled = cli.invoke(app, [*command, "-f", str(kb)])

@@ -13,6 +13,7 @@ from kbctl.embedding import Embedder
 from kbctl.engine.ingest import Chunked, TokenCounts, chunk_source
 from kbctl.engine.plan import Ingest, SourcePlan, build_plan, fetch_requests, file_stamps
 from kbctl.engine.prune import PruneScope
+from kbctl.engine.settled import in_file_order
 from kbctl.manifest import KnowledgeBase
 from kbctl.manifest.changes import field_changes, source_changes
 from kbctl.manifest.models import SourceKind
@@ -302,8 +303,7 @@ def diff_knowledge_bases(
         results = [explainer.diff(kb) for kb in knowledge_bases]
         results += [_settled_diff(kb) for kb in settled]
         if order:
-            place = {name: i for i, name in enumerate(order)}
-            results.sort(key=lambda r: place.get(r.name, len(place)))
+            results = in_file_order(order, results)
         if prune is not None:
             keep = {r.name for r in results}
             results += [

@@ -13,11 +13,12 @@ from __future__ import annotations
 
 import hashlib
 import os
+from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from functools import cache
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol, TypeVar
 
 from kbctl.embedding import Embedder
 from kbctl.engine.events import ReconcileFinished, ReconcileStarted, Reporter, SourceReconciled
@@ -30,7 +31,7 @@ from kbctl.store.database import Database
 if TYPE_CHECKING:
     from kbctl.manifest import ManifestSet
 
-__all__ = ["ManifestsToApply", "file_key", "record_applied", "report_settled", "settled"]
+__all__ = ["ManifestsToApply", "file_key", "in_file_order", "record_applied", "report_settled", "settled"]
 
 
 @dataclass(frozen=True)
@@ -41,6 +42,21 @@ class ManifestsToApply:
     manifests: ManifestSet
     settled: tuple[SettledKnowledgeBase, ...]
     keys: Mapping[str, str]  # path -> file_key
+
+
+class _Named(Protocol):
+    @property
+    def name(self) -> str: ...
+
+
+_N = TypeVar("_N", bound=_Named)
+
+
+def in_file_order(names: Sequence[str], items: Sequence[_N]) -> list[_N]:
+    """The items (results of the settled and of the parsed knowledge bases) in the order of `names`, the order
+    of the manifests; a name without an item is skipped."""
+    by_name = {item.name: item for item in items}
+    return [by_name[name] for name in names if name in by_name]
 
 
 @cache
@@ -101,9 +117,7 @@ def record_applied(db: Database, to_apply: ManifestsToApply, serving: Mapping[st
     """After an apply of what `to_apply` parsed: `serving` holds the knowledge bases that ended with every source
     ready (or that a controller already serves unchanged), by name, with the version serving. Each of them
     whose sources are all inline records the key of its file."""
-    per_file: dict[str, int] = {}
-    for m in to_apply.manifests.manifests:
-        per_file[m.path] = per_file.get(m.path, 0) + 1
+    per_file = Counter(m.path for m in to_apply.manifests.manifests)
     record_applied_files(
         db,
         [
