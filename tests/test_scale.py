@@ -288,3 +288,15 @@ def test_chunks_are_analyzed_after_many_new_ones_relative_to_the_table(
     third = knowledge_base("third", text_source("e", "Epsilon is fifth."), text_source("f", "Zeta is sixth."))
     store.apply(parse_manifests(third, "kb.yaml"))
     assert last_analyze(store, "kb_chunks") != after
+
+
+def test_store_embeddings_returns_the_id_of_every_vector_new_or_stored_before(store: KnowledgeBaseStore) -> None:
+    """The ids come back from the insert itself; a vector stored before (by another apply) keeps its row and id."""
+    vecs = vectors(6, seed=7)
+    hashes = [bytes([i]) * 32 for i in range(6)]
+    before = store.db.store_embeddings(MODEL, list(zip(hashes[:3], vecs[:3], strict=True)))
+    ids = store.db.store_embeddings(MODEL, list(zip(hashes, vecs, strict=True)) + [(hashes[5], vecs[5])])
+    assert sorted(ids) == sorted(hashes)
+    assert all(ids[h] == before[h] for h in hashes[:3])
+    assert len(set(ids.values())) == 6
+    assert ids == store.db.cached_embeddings(MODEL, hashes)

@@ -586,13 +586,22 @@ class Database:
         """Add vectors to the cache (committed at once, so a later failure loses none); return their ids."""
         if not items:
             return {}
+        ids: dict[bytes, int] = {}
         with self._conn.transaction(), self._conn.cursor() as cur:
             cur.executemany(
                 "INSERT INTO kb_embeddings (model, text_sha256, embedding) VALUES (%s, %s, %s)"
-                " ON CONFLICT (model, text_sha256) DO NOTHING",
+                " ON CONFLICT (model, text_sha256) DO NOTHING RETURNING text_sha256, id",
                 [(model, h, as_float32(v)) for h, v in items],
+                returning=True,
             )
-        return self.cached_embeddings(model, [h for h, _ in items])
+            while True:
+                ids.update((bytes(h), i) for h, i in cur.fetchall())
+                if not cur.nextset():
+                    break
+        # A vector another writer stored meanwhile returns no row here: look those few up (reading back the rows
+        # just inserted would cost a random heap read each, seconds on a cold 100k-vector table).
+        others = [h for h, _ in items if h not in ids]
+        return ids | self.cached_embeddings(model, others) if others else ids
 
     # -- publishing ----------------------------------------------------------------------------
 
