@@ -295,7 +295,7 @@ def test_store_embeddings_returns_the_id_of_every_vector_new_or_stored_before(st
     vecs = vectors(6, seed=7)
     hashes = [bytes([i]) * 32 for i in range(6)]
     before = store.db.store_embeddings(MODEL, list(zip(hashes[:3], vecs[:3], strict=True)))
-    ids = store.db.store_embeddings(MODEL, list(zip(hashes, vecs, strict=True)) + [(hashes[5], vecs[5])])
+    ids = store.db.store_embeddings(MODEL, [*zip(hashes, vecs, strict=True), (hashes[5], vecs[5])])
     assert sorted(ids) == sorted(hashes)
     assert all(ids[h] == before[h] for h in hashes[:3])
     assert len(set(ids.values())) == 6

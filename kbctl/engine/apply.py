@@ -43,7 +43,7 @@ from kbctl.engine.plan import (
 from kbctl.engine.results import ApplyReport, KnowledgeBaseResult, SourceResult
 from kbctl.errors import KbctlError, NotFoundError, SourceError, StoreError
 from kbctl.manifest import KnowledgeBase
-from kbctl.manifest.changes import field_changes, source_changes
+from kbctl.manifest.changes import field_changes
 from kbctl.manifest.digest import sha256_json
 from kbctl.sources.crawl import crawl_site
 from kbctl.sources.files import read_paths
@@ -118,7 +118,7 @@ def _change_cause(plan: KnowledgeBasePlan) -> str:
     old, new = plan.previous_manifest, plan.manifest
     if old is None:
         return "created"
-    added, removed, changed = source_changes(old, new)
+    added, removed, changed = plan.source_changes()
     fields = field_changes(old, new)
     parts = [f"{p.path.removeprefix('spec.')} changed" for p in _first(fields)]
     parts += [f"source {n} added" for n in _first(added)] + [f"source {n} removed" for n in _first(removed)]

@@ -15,7 +15,7 @@ from kbctl.engine.plan import Ingest, SourcePlan, build_plan, fetch_requests, fi
 from kbctl.engine.prune import PruneScope
 from kbctl.engine.settled import in_file_order
 from kbctl.manifest import KnowledgeBase
-from kbctl.manifest.changes import field_changes, source_changes
+from kbctl.manifest.changes import field_changes
 from kbctl.manifest.models import SourceKind
 from kbctl.sources import source_of
 from kbctl.sources.files import read_paths
@@ -137,7 +137,7 @@ class _Explainer:
             read=read_paths(kb, file_stamps(kb, state, embedder.model_id)),  # local files: diff reads them
         )
         old = plan.previous_manifest
-        added, removed, respec = source_changes(old, plan.manifest)
+        added, removed, respec = plan.source_changes()
         chunked = {p.name: chunk_source(p, kb) for p in plan.to_ingest}
         sizes = TokenCounts.of(embedder, chunked.values())
         tokens = self._tokens(embedder, chunked, sizes)

@@ -28,6 +28,7 @@ from typing import Any, Literal
 
 from kbctl.errors import SourceError
 from kbctl.manifest import KnowledgeBase, Source
+from kbctl.manifest.changes import source_changes
 from kbctl.manifest.digest import sha256_json
 from kbctl.sources import Document, read_inline
 from kbctl.sources.files import NotModified
@@ -35,6 +36,7 @@ from kbctl.sources.files import ReadOutcome as FilesRead
 from kbctl.sources.url import FetchRequest, FetchResult, Validators
 from kbctl.store.database import SourceStatusRow, VersionSourceRow
 from kbctl.store.state import StoredState
+from kbctl.store.texts import pack
 
 __all__ = [
     "CHUNKER_VERSION",
@@ -166,6 +168,12 @@ class KnowledgeBasePlan:
         if self.current_version is None:
             return "created"
         return "refreshed" if self.trigger == "refresh" else "configured"
+
+    def source_changes(self) -> tuple[list[str], list[str], list[str]]:
+        """(added, removed, changed) source names against the current version's manifest, in manifest order. Both
+        manifests are compared packed: an inline text by its sha256, as the store keeps the previous one."""
+        old = pack(self.previous_manifest)[0] if self.previous_manifest is not None else None
+        return source_changes(old, pack(self.manifest)[0])
 
     @property
     def to_ingest(self) -> tuple[SourcePlan, ...]:

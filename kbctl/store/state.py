@@ -24,7 +24,8 @@ class StoredState:
     """What the store holds for one knowledge base at one instant.
 
     `row` is None for a knowledge base the store has never seen; `current` is None until a version is
-    published. `served` holds the current version's sources by name (manifest order), `statuses` the
+    published; its manifest is packed (inline texts stand as their sha256, kbctl.store.texts) unless it is
+    the caller's own `known` copy. `served` holds the current version's sources by name (manifest order), `statuses` the
     live state of each source, `revisions` every retained revision by (source name, revision key).
     """
 
@@ -51,7 +52,11 @@ def read_state(db: Database, name: str, known: tuple[str, dict[str, Any]] | None
         row = db.get_kb(name)
         if row is None:
             return StoredState(name=name)
-        current = db.get_version(row.id, row.current_version, known=known) if row.current_version is not None else None
+        current = (
+            db.get_version(row.id, row.current_version, known=known, packed=True)
+            if row.current_version is not None
+            else None
+        )
         served = {s.source_name: s for s in db.version_sources(current.id)} if current is not None else {}
         revisions = {key: StoredRevision(*value) for key, value in db.stored_revisions(row.id).items()}
         return StoredState(
