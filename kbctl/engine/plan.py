@@ -143,7 +143,7 @@ class KnowledgeBasePlan:
     trigger: Trigger
     current_version: int | None
     next_version: int
-    previous_manifest: dict[str, Any] | None
+    previous_manifest: dict[str, Any] | None  # the current version's, packed (see source_changes)
     previous_manifest_sha256: str | None
     sources: tuple[SourcePlan, ...]
     removed: tuple[str, ...]  # sources the current version serves that the manifest no longer has

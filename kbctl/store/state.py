@@ -25,8 +25,9 @@ class StoredState:
 
     `row` is None for a knowledge base the store has never seen; `current` is None until a version is
     published; its manifest is packed (inline texts stand as their sha256, kbctl.store.texts) unless it is
-    the caller's own `known` copy. `served` holds the current version's sources by name (manifest order), `statuses` the
-    live state of each source, `revisions` every retained revision by (source name, revision key).
+    the caller's own `known` copy. `served` holds the current version's sources by name (manifest order),
+    `statuses` the live state of each source, `revisions` every retained revision by (source name, revision
+    key).
     """
 
     name: str
