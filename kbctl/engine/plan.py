@@ -171,7 +171,10 @@ class KnowledgeBasePlan:
 
     def source_changes(self) -> tuple[list[str], list[str], list[str]]:
         """(added, removed, changed) source names against the current version's manifest, in manifest order. Both
-        manifests are compared packed: an inline text by its sha256, as the store keeps the previous one."""
+        manifests are compared packed: an inline text by its sha256, as the store keeps the previous one (none is
+        hashed when the manifests' own hashes agree)."""
+        if self.previous_manifest_sha256 == self.manifest_sha256:
+            return [], [], []
         old = pack(self.previous_manifest)[0] if self.previous_manifest is not None else None
         return source_changes(old, pack(self.manifest)[0])
 

@@ -605,7 +605,7 @@ class Database:
         # A vector another writer stored meanwhile returns no row here: look those few up (reading back the rows
         # just inserted would cost a random heap read each, seconds on a cold 100k-vector table).
         others = [h for h, _ in items if h not in ids]
-        return ids | self.cached_embeddings(model, others) if others else ids
+        return (ids | self.cached_embeddings(model, others)) if others else ids
 
     # -- publishing ----------------------------------------------------------------------------
 
