@@ -1,7 +1,10 @@
 """The `kbctl` command line: parses arguments, calls the Python API, formats the result. No logic.
 
 Each module registers its commands on the one typer app of `_common`; importing them wires the CLI. `main`
-answers `kbctl version` and `kbctl --version` before any of that is imported (they print one constant).
+answers `kbctl version` and `kbctl --version` before any of that is imported (they print one constant), and a
+command line that names a command wires only the module of that command (typer builds every registered
+command's parameters on each run: ~30 ms for all of kbctl's); anything else (`kbctl`, `kbctl --help`, a
+misspelt command, shell completion) wires them all.
 """
 
 from __future__ import annotations
@@ -16,6 +19,35 @@ if TYPE_CHECKING:
 __all__ = ["app", "main"]
 
 _VERSION_ARGS = (["version"], ["--version"])
+_MODULES = ("apply", "ask", "commands", "controller", "diff", "evaluate", "imports", "rollout", "serve")  # help's order
+# The module that registers each top-level command (tests/test_cli_wiring.py keeps this true to the app).
+COMMAND_MODULES: dict[str, str] = {
+    "apply": "apply",
+    "ask": "ask",
+    "refresh": "commands",
+    "validate": "commands",
+    "schema": "commands",
+    "get": "commands",
+    "describe": "commands",
+    "query": "commands",
+    "context": "commands",
+    "delete": "commands",
+    "explain": "commands",
+    "completion": "commands",
+    "version": "commands",
+    "server": "commands",
+    "config": "commands",
+    "controller": "controller",
+    "wait": "controller",
+    "diff": "diff",
+    "eval": "evaluate",
+    "import": "imports",
+    "rollout": "rollout",
+    "gc": "rollout",
+    "serve": "serve",
+    "mcp": "serve",
+}
+_VALUED_GLOBALS = frozenset({"--database-url"})  # the app's options that take a value
 
 
 def main() -> None:
@@ -32,11 +64,33 @@ def main() -> None:
         from typer._completion_classes import completion_init
 
         completion_init()
-    _app()(prog_name="kbctl")
+        _app()(prog_name="kbctl")
+        return
+    _app(COMMAND_MODULES.get(command_name(sys.argv[1:]) or ""))(prog_name="kbctl")
 
 
-def _app() -> typer.Typer:
-    from kbctl.cli import apply, ask, commands, controller, diff, evaluate, imports, rollout, serve  # noqa: F401
+def command_name(args: list[str]) -> str | None:
+    """The command a command line runs: its first word that is neither a global option nor an option's value
+    (None when there is none, or when it asks for the app's own help)."""
+    skip = False
+    for arg in args:
+        if skip:
+            skip = False
+        elif arg in ("-h", "--help", "--"):
+            return None
+        elif arg in _VALUED_GLOBALS:
+            skip = True
+        elif not arg.startswith("-"):
+            return arg
+    return None
+
+
+def _app(module: str | None = None) -> typer.Typer:
+    """The app with the commands of `module` wired (all of them when None)."""
+    import importlib
+
+    for name in (module,) if module else _MODULES:
+        importlib.import_module(f"kbctl.cli.{name}")
     from kbctl.cli._common import app
 
     return app
