@@ -114,6 +114,25 @@ def test_large_version_search_goes_through_the_index(indexed: tuple[Database, in
     assert found / total >= 0.9
 
 
+def test_an_indexed_search_in_a_snapshot_or_alone_answers_alike_and_keeps_its_settings_in(
+    indexed: tuple[Database, int, np.ndarray],
+) -> None:
+    """Inside a query's read-only snapshot the search opens no savepoint of its own; alone it opens a transaction,
+    so its settings end with it. The index it found is remembered: dropped meanwhile, the search still answers."""
+    db, version, vecs = indexed
+    alone = db.search(version, vecs[3], 10, model=MODEL, version_chunks=len(vecs))
+    assert db.connection.execute("SELECT current_setting('enable_seqscan')").fetchone() == ("on",)
+    with db.read_only():
+        inside = db.search(version, vecs[3], 10, model=MODEL, version_chunks=len(vecs))
+    assert [h.chunk_id for h in inside] == [h.chunk_id for h in alone] and len(alone) == 10
+    assert alone[0].content == "chunk 3 of big"
+    index = vector_index(db.connection, MODEL)
+    assert index is not None
+    db.connection.execute(sql.SQL("DROP INDEX {}").format(sql.Identifier(index.name)))
+    again = db.search(version, vecs[3], 10, model=MODEL, version_chunks=len(vecs))
+    assert again[0].content == "chunk 3 of big" and len(again) == 10
+
+
 def test_index_without_iterative_scans(indexed: tuple[Database, int, np.ndarray]) -> None:
     """On a pgvector before 0.8 (no iterative scans) the indexed plan asks ef_search for every candidate it needs."""
     db, version, vecs = indexed

@@ -6,7 +6,7 @@ import functools
 import hashlib
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from contextlib import contextmanager, suppress
+from contextlib import contextmanager, nullcontext, suppress
 from dataclasses import fields, replace
 from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar
 
@@ -95,6 +95,7 @@ def store_error(exc: psycopg.Error) -> StoreError:
 # Garbage collection of cached vectors takes this advisory lock exclusively; every apply holds it shared
 # (its vectors are cached before the chunks that reference them are published).
 GC_LOCK_KEY = 0x6B6263746C_02
+INDEX_LOOKUP_SECONDS = 60.0  # how long a search trusts the HNSW index it found for a model
 
 
 # The columns of a KnowledgeBaseRow: never the manifests themselves (see KnowledgeBaseRow).
@@ -121,6 +122,7 @@ class Database:
         self._resolve = resolve
         self._exact = False
         self._pgvector: tuple[int, ...] | None = None  # the server's pgvector version, read on first need
+        self._indexes: dict[str, tuple[float, VectorIndex]] = {}  # model -> (when looked up, its HNSW index)
         self._migrate = migrate
         self._borrowed = False
         self._conn = self._connect(url, migrate)
@@ -136,6 +138,7 @@ class Database:
         db._resolve = None
         db._exact = False
         db._pgvector = None
+        db._indexes = {}
         db._migrate = False
         db._conn = conn
         db._borrowed = True
@@ -197,6 +200,7 @@ class Database:
         if self._resolve is not None:
             self._url = self._resolve()
         self._pgvector = None
+        self._indexes.clear()
         self._conn = self._connect(self._url, self._migrate)
 
     @property
@@ -717,12 +721,15 @@ class Database:
         """
         if self._exact or model is None or version_chunks is None or version_chunks <= EXACT_SCAN_MAX:
             return exact_search(self._conn, version_id, vector, limit)
-        index = vector_index(self._conn, model)
+        index = self._vector_index(model)
         hits = None
         if index is not None:
             if self._pgvector is None:
                 self._pgvector = pgvector_version(self._conn)
-            with self._conn.transaction():  # the index settings last until the end of this transaction
+            # The index settings last until the end of the transaction: the caller's (a query's snapshot; a
+            # savepoint would not end them sooner, RELEASE keeps them), or else one opened here.
+            inside = self._conn.info.transaction_status != TransactionStatus.IDLE
+            with nullcontext() if inside else self._conn.transaction():
                 hits = indexed_search(
                     self._conn,
                     index,
@@ -735,6 +742,21 @@ class Database:
                     pgvector=self._pgvector,
                 )
         return hits if hits is not None else exact_search(self._conn, version_id, vector, limit)
+
+    def _vector_index(self, model: str) -> VectorIndex | None:
+        """The HNSW index of `model`, as looked up at most INDEX_LOOKUP_SECONDS ago (a catalog query per search
+        costs ~0.4 ms). Only a found index is remembered: one built meanwhile is used by the next search. An index
+        remembered after it was dropped costs nothing wrong: the search names its expression, not the index."""
+        now = time.monotonic()
+        known = self._indexes.get(model)
+        if known is not None and now - known[0] < INDEX_LOOKUP_SECONDS:
+            return known[1]
+        index = vector_index(self._conn, model)
+        if index is None:
+            self._indexes.pop(model, None)
+        else:
+            self._indexes[model] = (now, index)
+        return index
 
     @contextmanager
     def exact_searches(self) -> Iterator[None]:

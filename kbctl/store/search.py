@@ -161,11 +161,11 @@ def index_settings(conn: psycopg.Connection[Any], ef_search: int, *, iterative: 
     """Settings of an indexed search, until the end of the caller's transaction: `ef_search`, an iterative scan (so
     a scan can return more than `ef_search` vectors; pgvector 0.8 or later) and no sequential scan of the vectors:
     the plan was chosen because the version is large, where comparing every vector of the model costs far more."""
+    scan = ", set_config('hnsw.iterative_scan', 'relaxed_order', true)" if iterative else ""
     conn.execute(
-        "SELECT set_config('hnsw.ef_search', %s, true), set_config('enable_seqscan', 'off', true)", (str(ef_search),)
+        "SELECT set_config('hnsw.ef_search', %s, true), set_config('enable_seqscan', 'off', true)" + scan,
+        (str(ef_search),),
     )
-    if iterative:
-        conn.execute("SELECT set_config('hnsw.iterative_scan', 'relaxed_order', true)")
 
 
 def indexed_query(model: str, dimensions: int) -> sql.Composed:
