@@ -1,7 +1,7 @@
 """Retrieval benchmark on a BEIR dataset: ranking quality and query latency per retrieval mode, in one run.
 
     python bench/retrieval.py [BEIR_DIR] [--split test] [--limit-docs N] [--limit-queries N] [--rerank MODEL]
-                              [--keep HOME] [--variant headings|no-headings|merged]
+                              [--keep HOME] [--variant headings|no-headings|merged|window]
 
 Imports the dataset (default examples/beir/policies) into a fresh embedded store (or KBCTL_DATABASE_URL)
 with the real local model, like `kbctl import beir`, then for each mode (vector, keyword = BM25, hybrid, and
@@ -15,7 +15,7 @@ separate loop: one warm-up query per mode, then every query timed around `store.
 local/NAME); the plain modes are then still measured without the reranker. --keep HOME imports into HOME and
 leaves it there (a second run with the same HOME finds the dataset imported and embeds nothing), for
 bench/fusion.py. --variant chunks otherwise than kbctl does (bench/variants.py: no heading path in the embedded
-text, or small sections merged), to measure what kbctl's chunking is worth.
+text, small sections merged, or chunks fitted to the model's window), to measure what kbctl's chunking is worth.
 """
 
 from __future__ import annotations

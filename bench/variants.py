@@ -7,6 +7,10 @@
 - `merged`: a section shorter than MERGE_BELOW characters is merged with the section after it when both sit
   under the same parent heading; the merged chunk's heading path is their common parent (the merged text
   still holds both headings). Fewer, fuller chunks, as a splitter that ignores headings makes.
+- `window`: nothing cut by the model's window. A document whose chunks (heading path and title included, as
+  embedded) would exceed the local model's 254 tokens is chunked again with a smaller `maxChars` (and the
+  overlap in proportion), shrunk by the worst chunk's excess, until every chunk fits or `maxChars` reaches
+  WINDOW_MIN_CHARS. kbctl instead keeps `maxChars` (1,200) and counts the chunks whose ends no vector holds.
 
 They patch kbctl's chunker in this process only, before anything is chunked.
 """
@@ -16,9 +20,15 @@ from __future__ import annotations
 from collections.abc import Callable
 
 import kbctl.chunking as chunking
+import kbctl.engine.ingest as ingest
+from kbctl.config import Settings
+from kbctl.embedding.local import MODEL_NAME, LocalEmbedder
+from kbctl.engine.plan import SourcePlan
+from kbctl.manifest import KnowledgeBase
 
-VARIANTS = ("headings", "no-headings", "merged")
+VARIANTS = ("headings", "no-headings", "merged", "window")
 MERGE_BELOW = 600
+WINDOW_MIN_CHARS = 200
 
 
 def _merged_sections(
@@ -44,6 +54,29 @@ def _merged_sections(
     return sections
 
 
+def _window_fitted(
+    original: Callable[[SourcePlan, KnowledgeBase], ingest.Chunked],
+) -> Callable[[SourcePlan, KnowledgeBase], ingest.Chunked]:
+    counter = LocalEmbedder(MODEL_NAME, Settings.from_env())
+    window = counter.window_tokens
+
+    def chunk_source(plan: SourcePlan, kb: KnowledgeBase) -> ingest.Chunked:
+        chunked = original(plan, kb)
+        size, overlap = kb.spec.chunking.max_chars, kb.spec.chunking.overlap_chars
+        while True:
+            worst = max(counter.count_tokens([c.embed_text for c in chunked.chunks]), default=0)
+            if worst <= window or size <= WINDOW_MIN_CHARS:
+                return chunked
+            smaller = max(WINDOW_MIN_CHARS, min(size - 1, int(size * window / worst * 0.95)))
+            overlap = overlap * smaller // size
+            size = smaller
+            chunking_spec = kb.spec.chunking.model_copy(update={"max_chars": size, "overlap_chars": overlap})
+            kb = kb.model_copy(update={"spec": kb.spec.model_copy(update={"chunking": chunking_spec})})
+            chunked = original(plan, kb)
+
+    return chunk_source
+
+
 def apply_variant(name: str) -> None:
     """Patch the chunker for `name` (one of VARIANTS); `headings` leaves kbctl as it is."""
     if name not in VARIANTS:
@@ -52,3 +85,5 @@ def apply_variant(name: str) -> None:
         chunking.Chunk.embed_text = property(lambda self: self.text)  # type: ignore[method-assign,assignment]
     elif name == "merged":
         chunking._sections = _merged_sections(chunking._sections)  # type: ignore[assignment]
+    elif name == "window":
+        ingest.chunk_source = _window_fitted(ingest.chunk_source)  # type: ignore[assignment]
