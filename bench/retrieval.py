@@ -169,7 +169,11 @@ def print_results(
         f"{result.queries} queries ({result.judgements} relevant judgements, {result.skipped_queries} skipped), "
         f"model local/all-MiniLM-L6-v2, {os.cpu_count()} cores"
     )
-    print(f"import: {seconds:.2f} s, {chunks} chunks, {result.report.embedded} embedded\n")
+    truncated = sum(s.truncated for r in result.report.results for s in r.sources)
+    print(
+        f"import: {seconds:.2f} s, {chunks} chunks, {result.report.embedded} embedded,"
+        f" {truncated} longer than the model reads\n"
+    )
     print(
         f"| mode | recall@{K} | MRR@10 | nDCG@10 | doc nDCG@10 | doc recall@{K} | recall@{DEEP} chunks"
         " | p50 ms | p99 ms |"
