@@ -11,7 +11,7 @@ import sys
 import pytest
 import typer.main
 
-from kbctl.cli import COMMAND_MODULES, app, command_name
+from kbctl.cli import _VALUED_GLOBALS, COMMAND_MODULES, app, command_name
 
 _WIRE_ALONE = """
 import json, sys
@@ -46,6 +46,13 @@ def test_each_module_wires_its_commands_alone(module: str) -> None:
     )
     wired = set(json.loads(done.stdout))  # with the groups of _common and what the module imports
     assert {n for n, m in COMMAND_MODULES.items() if m == module} <= wired
+
+
+def test_the_global_options_that_take_a_value_are_known() -> None:
+    """command_name skips the value of a global option: it must know every one that takes a value."""
+    group = typer.main.get_group(app)
+    valued = {opt for p in group.params if not getattr(p, "is_flag", False) for opt in p.opts}
+    assert valued == _VALUED_GLOBALS
 
 
 @pytest.mark.parametrize(
