@@ -31,7 +31,6 @@ EVAL_SETS = ("client-service-policy", "data-handling-policy")
 
 def measure(variant: str) -> dict[str, object]:
     """(run in a process of its own) apply the examples under `variant` and evaluate them."""
-    apply_variant(variant)
     from kbctl.client import KnowledgeBaseStore
     from kbctl.config import Settings
     from kbctl.eval.evalset import load_evalset
@@ -41,6 +40,7 @@ def measure(variant: str) -> dict[str, object]:
     from kbctl.store.embedded import stop_server
 
     settings = Settings.from_env(home=Path(tempfile.mkdtemp(prefix="kbctl-bench-chunking-")))
+    apply_variant(variant, settings)
     rows: dict[str, object] = {}
     try:
         with KnowledgeBaseStore(settings=settings) as store:

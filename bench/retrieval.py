@@ -219,12 +219,12 @@ def run() -> None:
         "--variant", choices=VARIANTS, default="headings", help="chunk as kbctl does, or a counterfactual (variants.py)"
     )
     args = parser.parse_args()
-    apply_variant(args.variant)
     modes = [*MODES, RERANK_MODE] if args.rerank else MODES
 
     home = args.keep if args.keep is not None else Path(tempfile.mkdtemp(prefix="kbctl-bench-"))
     home.mkdir(parents=True, exist_ok=True)
     settings = Settings.from_env(home=home)
+    apply_variant(args.variant, settings)
     try:
         with KnowledgeBaseStore(settings=settings) as store:
             start = time.perf_counter()

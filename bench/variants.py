@@ -55,9 +55,9 @@ def _merged_sections(
 
 
 def _window_fitted(
-    original: Callable[[SourcePlan, KnowledgeBase], ingest.Chunked],
+    original: Callable[[SourcePlan, KnowledgeBase], ingest.Chunked], settings: Settings
 ) -> Callable[[SourcePlan, KnowledgeBase], ingest.Chunked]:
-    counter = LocalEmbedder(MODEL_NAME, Settings.from_env())
+    counter = LocalEmbedder(MODEL_NAME, settings)  # counts tokens with the model's own tokenizer
     window = counter.window_tokens
 
     def chunk_source(plan: SourcePlan, kb: KnowledgeBase) -> ingest.Chunked:
@@ -77,8 +77,9 @@ def _window_fitted(
     return chunk_source
 
 
-def apply_variant(name: str) -> None:
-    """Patch the chunker for `name` (one of VARIANTS); `headings` leaves kbctl as it is."""
+def apply_variant(name: str, settings: Settings) -> None:
+    """Patch the chunker for `name` (one of VARIANTS); `headings` leaves kbctl as it is. `settings`: the run's
+    (the `window` variant reads the local model's tokenizer through them)."""
     if name not in VARIANTS:
         raise SystemExit(f"unknown variant {name!r}: one of {', '.join(VARIANTS)}")
     if name == "no-headings":
@@ -86,4 +87,4 @@ def apply_variant(name: str) -> None:
     elif name == "merged":
         chunking._sections = _merged_sections(chunking._sections)  # type: ignore[assignment]
     elif name == "window":
-        ingest.chunk_source = _window_fitted(ingest.chunk_source)  # type: ignore[assignment]
+        ingest.chunk_source = _window_fitted(ingest.chunk_source, settings)  # type: ignore[assignment]
