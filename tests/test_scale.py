@@ -18,6 +18,7 @@ from kbctl.manifest import load_manifests, parse_manifests
 from kbctl.manifest._bounds import MAX_FILE_BYTES, manifest_limit
 from kbctl.store.database import ChunkRow, Database, NewRevision, SourceEntry
 from kbctl.store.search import (
+    EF_SEARCH,
     EXACT_SCAN_MAX,
     INDEX_MIN_VECTORS,
     index_candidates,
@@ -117,13 +118,18 @@ def test_large_version_search_goes_through_the_index(indexed: tuple[Database, in
 def test_an_indexed_search_in_a_snapshot_or_alone_answers_alike_and_keeps_its_settings_in(
     indexed: tuple[Database, int, np.ndarray],
 ) -> None:
-    """Inside a query's read-only snapshot the search opens no savepoint of its own; alone it opens a transaction,
-    so its settings end with it. The index it found is remembered: dropped meanwhile, the search still answers."""
+    """Inside a query's read-only snapshot the search's settings last until the snapshot ends (no savepoint of its
+    own); alone it opens a transaction, so its settings end with it. The index it found is remembered: dropped
+    meanwhile, the search still answers."""
     db, version, vecs = indexed
+    ef = "SELECT current_setting('hnsw.ef_search')"
+    default = db.connection.execute(ef).fetchone()
     alone = db.search(version, vecs[3], 10, model=MODEL, version_chunks=len(vecs))
-    assert db.connection.execute("SELECT current_setting('enable_seqscan')").fetchone() == ("on",)
+    assert db.connection.execute(ef).fetchone() == default != (str(EF_SEARCH),)
     with db.read_only():
         inside = db.search(version, vecs[3], 10, model=MODEL, version_chunks=len(vecs))
+        assert db.connection.execute(ef).fetchone() == (str(EF_SEARCH),)
+    assert db.connection.execute(ef).fetchone() == default
     assert [h.chunk_id for h in inside] == [h.chunk_id for h in alone] and len(alone) == 10
     assert alone[0].content == "chunk 3 of big"
     index = vector_index(db.connection, MODEL)
