@@ -19,7 +19,6 @@ if TYPE_CHECKING:
 __all__ = ["app", "main"]
 
 _VERSION_ARGS = (["version"], ["--version"])
-_MODULES = ("apply", "ask", "commands", "controller", "diff", "evaluate", "imports", "rollout", "serve")  # help's order
 # The module that registers each top-level command (tests/test_cli_wiring.py keeps this true to the app).
 COMMAND_MODULES: dict[str, str] = {
     "apply": "apply",
@@ -47,6 +46,7 @@ COMMAND_MODULES: dict[str, str] = {
     "serve": "serve",
     "mcp": "serve",
 }
+_MODULES = tuple(dict.fromkeys(COMMAND_MODULES.values()))  # every module, in the order help lists them
 _VALUED_GLOBALS = frozenset({"--database-url"})  # the app's options that take a value
 
 
