@@ -25,6 +25,7 @@ from kbctl.manifest import (
     parse_manifests,
     write_schema,
 )
+from kbctl.manifest.digest import ManifestDigests, manifest_digests, sha256_json
 from kbctl.manifest.load import _main
 
 SCHEMA_FILE = Path(__file__).resolve().parent.parent / "schemas" / "knowledgebase.schema.json"
@@ -166,6 +167,32 @@ def test_spec_hash_is_stable_and_changes_with_source_text() -> None:
     assert len(first.spec_hash()) == 64
     assert first.spec_hash() == first.spec_hash() == same.spec_hash() == renamed.spec_hash()
     assert changed.spec_hash() != first.spec_hash()
+
+
+def test_manifest_digests_equal_the_digest_of_each_part_encoded_alone() -> None:
+    """manifest_digests assembles the manifest's digest from its sources' encodings: the same digests as
+    sha256_json of the whole manifest and of each source's dump, whatever the text and the kinds of source."""
+    spec = textwrap.dedent(
+        """\
+        spec:
+          description: "Politique d'accès — ünïcode, \\"quotes\\" and a backslash \\\\"
+          sources:
+            - name: faq
+              text: "héllo \\u2603 wörld\\n\\ttabbed"
+            - {name: page, url: "https://example.com/a?b=c"}
+            - {name: docs, path: "notes/**/*.md"}
+            - {name: repo, git: {url: "https://example.com/r.git", ref: main}}
+          chunking: {maxChars: 900, overlapChars: 100}
+          retrieval: {topK: 4, mode: vector}
+        """
+    )
+    kb = parse_manifests(manifest(spec=spec), "kb.yaml")[0].kb
+    data = kb.to_manifest()
+    digests = manifest_digests(data)
+    assert digests.manifest == sha256_json(data)
+    assert digests.sources == tuple(sha256_json(s.model_dump(by_alias=True, mode="json")) for s in kb.spec.sources)
+    assert len(set(digests.sources)) == 4
+    assert manifest_digests({"kind": "x"}) == ManifestDigests(sha256_json({"kind": "x"}), ())
 
 
 # ---------------------------------------------------------------- sources

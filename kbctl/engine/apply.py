@@ -44,7 +44,7 @@ from kbctl.engine.results import ApplyReport, KnowledgeBaseResult, SourceResult
 from kbctl.errors import KbctlError, NotFoundError, SourceError, StoreError
 from kbctl.manifest import KnowledgeBase
 from kbctl.manifest.changes import field_changes
-from kbctl.manifest.digest import sha256_json
+from kbctl.manifest.digest import manifest_digests
 from kbctl.sources.crawl import crawl_site
 from kbctl.sources.files import read_paths
 from kbctl.sources.git import read_repository
@@ -189,7 +189,8 @@ class _Reconciler:
         # In-process apply records the manifest as desired first; a controller (`generation` given) works
         # on a desired state recorded earlier and must not record it again.
         manifest = kb.to_manifest()
-        known = (sha256_json(manifest), manifest)
+        digests = manifest_digests(manifest)  # the manifest's and each source's, from one encoding of their text
+        known = (digests.manifest, manifest)
         if self.trigger == "apply" and self.generation is None:
             recorded = db.record_desired(name, manifest, digest=known[0])
             if recorded.generation > recorded.observed_generation:
@@ -220,6 +221,7 @@ class _Reconciler:
             fetched=fetched,
             read={**read_paths(kb, file_stamps(kb, state, embedder.model_id)), **self._remote_sources(kb, state)},
             known=known,
+            source_sha256s=digests.sources,
         )
         action = plan.action
         version = plan.current_version if action == "unchanged" else plan.next_version

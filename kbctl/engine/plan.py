@@ -21,7 +21,7 @@ keeps what it serves.
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Callable, Collection, Mapping
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Literal
@@ -29,7 +29,7 @@ from typing import Any, Literal
 from kbctl.errors import SourceError
 from kbctl.manifest import KnowledgeBase, Source
 from kbctl.manifest.changes import source_changes
-from kbctl.manifest.digest import sha256_json
+from kbctl.manifest.digest import manifest_digests, sha256_json
 from kbctl.sources import Document, read_inline
 from kbctl.sources.files import NotModified
 from kbctl.sources.files import ReadOutcome as FilesRead
@@ -413,17 +413,21 @@ def build_plan(
     fetched: Fetched | None = None,
     read: ReadFiles | None = None,
     known: tuple[str, dict[str, Any]] | None = None,
+    source_sha256s: Sequence[str] | None = None,
 ) -> KnowledgeBasePlan:
     """The plan of `kb` against `state`; `requested` names the URL sources fetched (or, for diff, that would
     be), `fetched` holds their outcomes (absent for diff). `read` holds the files of each path source read (or
     why it could not be listed); a path source not in it keeps what it serves. `model_id` is part of every
-    revision key. `known` is (sha256_json(manifest), manifest) of `kb.to_manifest()` when the caller computed
-    them already."""
+    revision key. `known` is (sha256_json(manifest), manifest) of `kb.to_manifest()`, and `source_sha256s` each
+    source's digest in order (`manifest_digests`), when the caller computed them already."""
+    if known is None or source_sha256s is None:
+        manifest = known[1] if known is not None else kb.to_manifest()
+        digests = manifest_digests(manifest)
+        known, source_sha256s = (digests.manifest, manifest), digests.sources
     planner = _Planner(kb, state, model_id, now)
     outcomes = fetched or {}
     plans: list[SourcePlan] = []
-    for source in kb.spec.sources:
-        sha = _source_sha256(source)
+    for source, sha in zip(kb.spec.sources, source_sha256s, strict=True):
         if source.path is not None or source.git is not None or source.crawl is not None:
             plans.extend(planner.files(source, sha, (read or {}).get(source.name)))
         elif source.url is None:
@@ -435,12 +439,12 @@ def build_plan(
     served = state.served
     now_serving = [(p.name, p.source_sha256, p.serving.revision_id if p.serving else None) for p in plans]
     before = [(s.source_name, s.source_sha256, s.revision_id) for s in served.values()]
-    manifest_sha256, manifest = known if known is not None else (None, kb.to_manifest())
+    manifest_sha256, manifest = known
     names = {p.name for p in plans}
     return KnowledgeBasePlan(
         kb=kb,
         manifest=manifest,
-        manifest_sha256=manifest_sha256 or sha256_json(manifest),
+        manifest_sha256=manifest_sha256,
         model_id=model_id,
         trigger=trigger,
         current_version=state.current.number if state.current else None,

@@ -670,12 +670,17 @@ class Database:
                 ),
             ).fetchone()
             assert vrow is not None
-            with self._conn.cursor() as cur:
-                cur.executemany(
-                    "INSERT INTO kb_version_sources (version_id, position, source_name, source_sha256,"
-                    " revision_id, state, message, embedded_count, reused_count)"
-                    " VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s)",
-                    [
+            # One COPY: a version of 9,091 sources took ~0.35 s as a pipeline of INSERTs.
+            with (
+                self._conn.cursor() as cur,
+                cur.copy(
+                    "COPY kb_version_sources (version_id, position, source_name, source_sha256, revision_id, state,"
+                    " message, embedded_count, reused_count) FROM STDIN (FORMAT BINARY)"
+                ) as copy,
+            ):
+                copy.set_types(["int8", "int4", "text", "text", "int8", "text", "text", "int4", "int4"])
+                for pos, s in enumerate(sources):
+                    copy.write_row(
                         (
                             vrow[0],
                             pos,
@@ -687,9 +692,7 @@ class Database:
                             s.embedded,
                             s.chunk_count - s.embedded if s.revision else 0,
                         )
-                        for pos, s in enumerate(sources)
-                    ],
-                )
+                    )
             version_statistics(self._conn, kb_id, int(vrow[0]))
             self._write_statuses(kb_id, statuses, stored_statuses)
             self._conn.execute("UPDATE kb_knowledge_bases SET current_version = %s WHERE id = %s", (number, kb_id))
