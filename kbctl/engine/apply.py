@@ -53,6 +53,7 @@ from kbctl.store.database import Database, SourceEntry, SourceStatusRow
 from kbctl.store.history import applying, prune_history
 from kbctl.store.schedule import set_schedule
 from kbctl.store.state import StoredState, read_state
+from kbctl.store.texts import pack
 
 __all__ = [
     "ApplyReport",
@@ -190,9 +191,9 @@ class _Reconciler:
         # on a desired state recorded earlier and must not record it again.
         manifest = kb.to_manifest()
         digests = manifest_digests(manifest)  # the manifest's and each source's, from one encoding of their text
-        known = (digests.manifest, manifest)
+        known, packed = (digests.manifest, manifest), pack(manifest)  # each inline text hashed once
         if self.trigger == "apply" and self.generation is None:
-            recorded = db.record_desired(name, manifest, digest=known[0])
+            recorded = db.record_desired(name, manifest, digest=known[0], packed=packed)
             if recorded.generation > recorded.observed_generation:
                 # Until this reconcile ends the KB says a generation is pending, which stays true if it is killed.
                 observe(db, recorded)
@@ -222,6 +223,7 @@ class _Reconciler:
             read={**read_paths(kb, file_stamps(kb, state, embedder.model_id)), **self._remote_sources(kb, state)},
             known=known,
             source_sha256s=digests.sources,
+            packed=packed,
         )
         action = plan.action
         version = plan.current_version if action == "unchanged" else plan.next_version
@@ -321,6 +323,7 @@ class _Reconciler:
             statuses=statuses,
             change_cause=_change_cause(plan),
             stored_statuses=stored,
+            packed=plan.packed,
         )
 
     def _nothing_to_serve(

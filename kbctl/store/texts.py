@@ -18,9 +18,10 @@ import psycopg
 
 from kbctl.errors import StoreError
 
-__all__ = ["TEXT_KEY", "delete_unused_texts", "pack", "store_texts", "unpack"]
+__all__ = ["TEXT_KEY", "Packed", "delete_unused_texts", "pack", "store_texts", "unpack"]
 
 TEXT_KEY = "textSha256"  # in a packed manifest, the key that stands for an inline source's `text`
+Packed = tuple[dict[str, Any], dict[str, str]]  # what pack returns: the packed manifest, and its texts by sha256
 
 
 def _sources(manifest: Mapping[str, Any]) -> list[Any] | None:
@@ -29,7 +30,7 @@ def _sources(manifest: Mapping[str, Any]) -> list[Any] | None:
     return sources if isinstance(sources, list) else None
 
 
-def pack(manifest: dict[str, Any]) -> tuple[dict[str, Any], dict[str, str]]:
+def pack(manifest: dict[str, Any]) -> Packed:
     """The manifest with each inline text replaced by its sha256, and those texts by sha256 (a new dict: the
     argument is not changed)."""
     sources = _sources(manifest)
