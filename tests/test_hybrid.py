@@ -8,6 +8,7 @@ from typer.testing import CliRunner
 from kbctl.cli import app
 from kbctl.client import KnowledgeBaseStore
 from kbctl.manifest import parse_manifests
+from kbctl.query import retrieve
 from kbctl.query.retrieve import KEYWORD_WEIGHT, RRF_K, fuse, identifiers
 from kbctl.store.rows import ChunkHit
 
@@ -173,3 +174,63 @@ def test_explain_traces_every_stage(runbook: KnowledgeBaseStore, cli: CliRunner)
         and "\nselect (" in out.stdout
         and ("kept as 1 (identifier ERR_4092; every word of the question)" in out.stdout)
     )
+
+
+FACILITIES = [
+    ("Parking", "Staff park in the north lot; visitors use the marked bays by the entrance."),
+    ("Kitchen", "The kitchen is cleaned every Friday; label your food with your name and the date."),
+    ("Printers", "Print jobs are released at the printer with your badge."),
+    ("Lost property", "Lost items are kept at reception for thirty days."),
+    ("Fire drills", "Fire drills happen twice a year; leave by the nearest stairs, never the lift."),
+    ("Meeting rooms", "Book meeting rooms in the calendar; cancel a booking you no longer need."),
+    ("Bicycles", "Bicycles go in the basement rack; the door opens with your badge."),
+    ("Plants", "The plants are watered by a contractor on Mondays."),
+    ("Badge BX-7741", "A badge of series BX-7741 was recalled: swap it at the security desk."),
+]
+
+
+def _facilities(store: KnowledgeBaseStore) -> None:
+    body = "\n".join(f"        ## {title}\n        {text}\n" for title, text in FACILITIES)
+    text = (
+        "apiVersion: kbctl.dev/v1alpha1\nkind: KnowledgeBase\nmetadata: {name: office}\nspec:\n  sources:\n"
+        f"    - name: facilities\n      text: |\n        # Office facilities\n{body}"
+        "  retrieval: {mode: vector}\n"
+    )
+    store.apply(parse_manifests(text, "kb.yaml"))
+
+
+def test_vector_mode_reads_twice_top_k_when_they_decide_the_answer(
+    store: KnowledgeBaseStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An answer that fills topK with chunks at or above the threshold reads 2 x topK candidates; the hits are
+    those of the whole pool read at once, and hybrid mode still reads the whole pool (the 9 chunks). An answer
+    ended by the token budget is decided too."""
+    _facilities(store)
+    question = "where do visitors park their car?"
+    lazy = store.query("office", question, top_k=2, threshold=-1.0)
+    assert lazy.mode == "vector" and lazy.candidates == 4 and len(lazy.hits) == 2
+    assert lazy.hits[0].heading_path[-1] == "Parking"
+    monkeypatch.setattr(retrieve, "FIRST_READ", 1000)  # the whole pool at once
+    whole = store.query("office", question, top_k=2, threshold=-1.0)
+    assert whole.candidates == 9
+    assert [(h.position, h.score) for h in whole.hits] == [(h.position, h.score) for h in lazy.hits]
+    assert store.query("office", question, top_k=2, threshold=-1.0, mode="hybrid").candidates == 9
+    monkeypatch.setattr(retrieve, "FIRST_READ", 2)
+    budget = store.query("office", question, top_k=3, threshold=-1.0, max_tokens=30)  # ended by the budget
+    assert budget.candidates == 6 and budget.over_budget > 0 and len(budget.hits) < 3
+
+
+def test_vector_mode_reads_the_whole_pool_when_the_first_read_leaves_the_answer_short(
+    store: KnowledgeBaseStore,
+) -> None:
+    """A short answer (too few chunks above the threshold) reads the rest of the pool, so a chunk holding the
+    question's identifier is still found below the threshold although it ranks after the first read."""
+    _facilities(store)
+    question = "who waters the plants, BX-7741?"
+    ranks = store.query("office", question, top_k=10, threshold=-1.0)
+    place = next(i for i, h in enumerate(ranks.hits) if "BX-7741" in h.text)
+    assert place >= 2  # ranked after a first read of 2 x topK (topK 1)
+    result = store.query("office", question, top_k=1, threshold=0.99)
+    assert result.candidates == 9 and result.below_threshold == 8
+    [hit] = result.hits
+    assert hit.matched_identifiers == ["BX-7741"] and hit.score < 0.99

@@ -392,7 +392,8 @@ class Retrieval(_Model):
         ge=1,
         le=1000,
         description="How many of the best chunks of each list (vector, keyword) a query gathers and hybrid fuses "
-        "(default 100; at least topK).",
+        "(default 100; at least topK). Vector mode reads 2 x topK first, and the rest only when those leave the "
+        "answer short.",
     )
     fusion: Fusion | None = Field(
         default=None,
