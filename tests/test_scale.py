@@ -160,6 +160,25 @@ def test_index_candidates_cover_the_version_share() -> None:
     assert index_candidates(100, 0.99) >= 100
 
 
+def test_the_index_size_counts_vectors_stored_since_it_was_last_analyzed(
+    indexed: tuple[Database, int, np.ndarray],
+) -> None:
+    """Vectors stored after the index's last ANALYZE count toward its size (the table's live rows, scaled), so a
+    version holding all but those reads more candidates than it asks for instead of coming back short."""
+    db, _, vecs = indexed
+    conn = db.connection
+    before = vector_index(conn, MODEL)
+    assert before is not None and before.vectors == len(vecs)
+    publish(db, "newer", vectors(500, seed=5), offset=20_000)  # not in the big version; no ANALYZE runs
+    conn.execute("SELECT pg_stat_force_next_flush()")  # the live-row counts of this session reach the statistics
+    conn.execute("SELECT 1")
+    counted = conn.execute("SELECT reltuples FROM pg_class WHERE relname = %s", (before.name,)).fetchone()
+    assert counted is not None and counted[0] == len(vecs)  # the catalog's count has not moved
+    after = vector_index(conn, MODEL)
+    assert after is not None and after.vectors == len(vecs) + 500
+    assert index_candidates(10, len(vecs) / after.vectors) > 10
+
+
 def test_ef_search_covers_the_candidates_read(indexed: tuple[Database, int, np.ndarray]) -> None:
     """Asked for more chunks than ef_search, the indexed plan raises ef_search to the candidates it reads (so the
     scan answers in its first pass) and still returns every chunk asked for."""

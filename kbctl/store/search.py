@@ -94,16 +94,25 @@ def as_float32(vector: Vector) -> Any:
 
 
 def vector_index(conn: psycopg.Connection[Any], model: str) -> VectorIndex | None:
-    """The valid HNSW index of `model`'s vectors, or None (not built yet, or a build that did not finish)."""
+    """The valid HNSW index of `model`'s vectors, or None (not built yet, or a build that did not finish).
+
+    Its size is estimated from the catalog, without counting: the index's row count as of the last VACUUM or
+    ANALYZE, scaled by how much the table has grown since (its live rows, which the statistics system keeps
+    current). The count alone lags: after applies that added 1.6% more vectors, the searches of a version
+    holding 98.4% of them read the 100 nearest expecting all to be its own, came back short and read 200 again
+    (p50 40 ms instead of 15 at 90,910 chunks); `count(*)` costs ~50 ms there."""
     row = conn.execute(
-        "SELECT c.relname, greatest(c.reltuples, 0)::bigint FROM pg_class c JOIN pg_index i ON i.indexrelid = c.oid"
+        "SELECT c.relname, greatest(c.reltuples, 0)::bigint, greatest(t.reltuples, 0)::bigint,"
+        " coalesce(s.n_live_tup, 0) FROM pg_class c JOIN pg_index i ON i.indexrelid = c.oid"
+        " JOIN pg_class t ON t.oid = i.indrelid LEFT JOIN pg_stat_user_tables s ON s.relid = t.oid"
         " WHERE c.relname LIKE %s AND i.indisvalid AND i.indisready ORDER BY c.relname LIMIT 1",
         (_index_prefix(model) + "%",),
     ).fetchone()
     if row is None:
         return None
-    name = str(row[0])
-    return VectorIndex(name, int(name.rsplit("_", 1)[1]), int(row[1]))
+    name, counted, table, live = str(row[0]), int(row[1]), int(row[2]), int(row[3])
+    grown = round(live * counted / table) if table > 0 else live  # the model's share of the table, kept
+    return VectorIndex(name, int(name.rsplit("_", 1)[1]), max(counted, grown))
 
 
 def build_vector_index(conn: psycopg.Connection[Any], model: str) -> VectorIndex | None:
