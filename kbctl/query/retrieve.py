@@ -1,8 +1,8 @@
 """Query a knowledge base: BM25 keyword and vector candidates fused, cut by threshold and budget.
 
 Modes: `vector` ranks by cosine similarity (reading 2 x topK candidates first, and the rest of the pool only
-when those do not decide the answer: vector_candidates); `keyword` by Okapi BM25 over PostgreSQL full text (any word of
-the question, weighted by its rarity in the version: kbctl.store.bm25); `hybrid` (the default) takes the
+when those do not decide the answer: vector_candidates); `keyword` by Okapi BM25 over PostgreSQL full text
+(any word of the question, weighted by its rarity in the version: kbctl.store.bm25); `hybrid` (the default) takes the
 best `candidates` (default 100) of each and fuses them (`spec.retrieval.fusion`): by default weighted
 reciprocal rank fusion, 1/(10 + rank) in the vector list plus keywordWeight/(10 + rank) in the keyword
 list (keywordWeight 1); or a convex combination of each list's scores scaled to 0-1 within the list. The

@@ -675,7 +675,7 @@ class Database:
                 ),
             ).fetchone()
             assert vrow is not None
-            # One COPY: a version of 9,091 sources took ~0.35 s as a pipeline of INSERTs.
+            # One COPY: the pipeline of INSERTs it replaces took ~0.35 s (profiled) for a version of 9,091 sources.
             with (
                 self._conn.cursor() as cur,
                 cur.copy(
