@@ -137,6 +137,40 @@ def test_common_words_stop_selecting_beyond_the_postings_budget(
     assert next(h.source_name for h in found) == "s0" and len(found) == 3  # two apples from the last resort
 
 
+def test_selected_chunks_are_found_through_the_index_and_the_scan_setting_is_left_as_it_was(
+    store: KnowledgeBaseStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Words selected within the postings budget find their chunks through the full-text index (no scan is
+    allowed while they are read), with the same ranking as the planner's own choice; afterwards the scan setting
+    is what it was, inside a caller's transaction (on or off) and outside one."""
+    apply(store, *(text_source(f"s{i}", text) for i, text in enumerate([ZEBRA, *APPLES])))
+    version, conn = version_id(store), store.db.connection
+    question = "zebra apple pie"
+
+    def setting() -> str:
+        row = conn.execute("SELECT current_setting('enable_seqscan')").fetchone()
+        assert row is not None
+        return str(row[0])
+
+    seen: list[str] = []  # the setting each selecting statement runs under (noted as the statement is built)
+    tsquery = bm25._tsquery
+    monkeypatch.setattr(bm25, "_tsquery", lambda lexemes: seen.append(setting()) or tsquery(lexemes))
+    through_index = store.db.keyword_search(version, "english", question, [0.0] * 384, 10)
+    assert seen == ["off"] and setting() == "on"
+    with conn.transaction():
+        store.db.keyword_search(version, "english", question, [0.0] * 384, 10)
+        assert seen[-1] == "off" and setting() == "on"
+        conn.execute("SET LOCAL enable_seqscan = off")  # as an indexed vector search leaves it in hybrid mode
+        store.db.keyword_search(version, "english", question, [0.0] * 384, 10)
+        assert setting() == "off"
+    scored = bm25._scored
+    monkeypatch.setattr(bm25, "_scored", lambda *args, by_index=False, **kwargs: scored(*args, **kwargs))
+    planned = store.db.keyword_search(version, "english", question, [0.0] * 384, 10)
+    assert seen[-1] == "on"  # the planner's own choice
+    assert [(h.chunk_id, h.keyword_score) for h in planned] == [(h.chunk_id, h.keyword_score) for h in through_index]
+    assert len(planned) == 5
+
+
 def test_only_stop_words_or_unknown_words_find_nothing(store: KnowledgeBaseStore) -> None:
     apply(store, text_source("s0", ZEBRA))
     assert store.db.keyword_search(version_id(store), "english", "the of and", [0.0] * 384, 5) == []
