@@ -148,7 +148,7 @@ class KnowledgeBasePlan:
     sources: tuple[SourcePlan, ...]
     removed: tuple[str, ...]  # sources the current version serves that the manifest no longer has
     content_changed: bool  # some source would serve other content than the current version does
-    packed: Packed  # pack(manifest): the manifest as the store keeps it, and its inline texts by sha256
+    packed: Packed | None  # pack(manifest) when the caller made it (the manifest as the store keeps it, and its texts)
 
     @property
     def name(self) -> str:
@@ -177,7 +177,7 @@ class KnowledgeBasePlan:
         if self.previous_manifest_sha256 == self.manifest_sha256:
             return [], [], []
         old = pack(self.previous_manifest)[0] if self.previous_manifest is not None else None
-        return source_changes(old, self.packed[0])
+        return source_changes(old, (self.packed or pack(self.manifest))[0])
 
     @property
     def to_ingest(self) -> tuple[SourcePlan, ...]:
@@ -456,5 +456,5 @@ def build_plan(
         sources=tuple(plans),
         removed=tuple(n for n in served if n not in names),
         content_changed=any(isinstance(p.decision, Ingest) for p in plans) or now_serving != before,
-        packed=packed or pack(manifest),
+        packed=packed,
     )
