@@ -100,7 +100,7 @@ def vector_index(conn: psycopg.Connection[Any], model: str) -> VectorIndex | Non
     ANALYZE, scaled by how much the table has grown since (its live rows, which the statistics system keeps
     current). The count alone lags: after applies that added 1.6% more vectors, the searches of a version
     holding 98.4% of them read the 100 nearest expecting all to be its own, came back short and read 200 again
-    (p50 40 ms instead of 15 at 90,910 chunks); `count(*)` costs ~50 ms there."""
+    (vector p50 ~40 ms instead of ~22 at 90,910 chunks); `count(*)` costs ~50 ms there."""
     row = conn.execute(
         "SELECT c.relname, greatest(c.reltuples, 0)::bigint, greatest(t.reltuples, 0)::bigint,"
         " coalesce(s.n_live_tup, 0) FROM pg_class c JOIN pg_index i ON i.indexrelid = c.oid"
