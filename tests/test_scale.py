@@ -16,6 +16,7 @@ from kbctl.config import Settings
 from kbctl.errors import KbctlError
 from kbctl.manifest import load_manifests, parse_manifests
 from kbctl.manifest._bounds import MAX_FILE_BYTES, manifest_limit
+from kbctl.store import texts
 from kbctl.store.database import ChunkRow, Database, NewRevision, SourceEntry
 from kbctl.store.search import (
     EF_SEARCH,
@@ -169,10 +170,14 @@ def test_the_index_size_counts_vectors_stored_since_it_was_last_analyzed(
     conn = db.connection
     before = vector_index(conn, MODEL)
     assert before is not None and before.vectors == len(vecs)
-    publish(db, "newer", vectors(500, seed=5), offset=20_000)  # not in the big version; no ANALYZE runs
-    conn.execute("SELECT pg_stat_force_next_flush()")  # the live-row counts of this session reach the statistics
-    conn.execute("SELECT 1")
-    counted = conn.execute("SELECT reltuples FROM pg_class WHERE relname = %s", (before.name,)).fetchone()
+    conn.execute("ALTER TABLE kb_embeddings SET (autovacuum_enabled = false)")  # no VACUUM updates the count now
+    try:
+        publish(db, "newer", vectors(500, seed=5), offset=20_000)  # not in the big version; no ANALYZE runs
+        conn.execute("SELECT pg_stat_force_next_flush()")  # the live-row counts of this session reach the statistics
+        conn.execute("SELECT 1")
+        counted = conn.execute("SELECT reltuples FROM pg_class WHERE relname = %s", (before.name,)).fetchone()
+    finally:
+        conn.execute("ALTER TABLE kb_embeddings RESET (autovacuum_enabled)")
     assert counted is not None and counted[0] == len(vecs)  # the catalog's count has not moved
     after = vector_index(conn, MODEL)
     assert after is not None and after.vectors == len(vecs) + 500
@@ -267,6 +272,29 @@ def test_inline_texts_are_stored_once(store: KnowledgeBaseStore) -> None:
     assert row is not None and row.current_version is not None
     version = store.db.get_version(row.id, row.current_version)
     assert version is not None and [s["text"] for s in version.manifest["spec"]["sources"]] == [text, text]
+
+
+def test_an_apply_packs_its_manifest_once_and_an_unchanged_one_not_at_all(
+    store: KnowledgeBaseStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Recording, the change cause and publishing share one pack of the manifest (each inline text hashed once);
+    an apply that finds the manifest unchanged packs it not at all."""
+    calls: list[int] = []  # packs that hashed inline texts (a stored manifest, packed already, holds none)
+    real = texts.pack
+
+    def counted(manifest: dict[str, Any]) -> texts.Packed:
+        packed = real(manifest)
+        calls.extend([1] if packed[1] else [])
+        return packed
+
+    monkeypatch.setattr(texts, "pack", counted)
+    kb = knowledge_base("once", text_source("a", "Invoices are kept for seven years."))
+    store.apply(parse_manifests(kb, "kb.yaml"))
+    assert len(calls) == 1
+    store.apply(parse_manifests(kb.replace("seven", "ten"), "kb.yaml"))  # recorded, compared, published
+    assert len(calls) == 2
+    store.apply(parse_manifests(kb.replace("seven", "ten"), "kb.yaml"))
+    assert len(calls) == 2
 
 
 def test_a_manifest_stored_before_packing_reads_back(store: KnowledgeBaseStore) -> None:

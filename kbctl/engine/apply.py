@@ -53,7 +53,7 @@ from kbctl.store.database import Database, SourceEntry, SourceStatusRow
 from kbctl.store.history import applying, prune_history
 from kbctl.store.schedule import set_schedule
 from kbctl.store.state import StoredState, read_state
-from kbctl.store.texts import pack
+from kbctl.store.texts import packing
 
 __all__ = [
     "ApplyReport",
@@ -191,7 +191,7 @@ class _Reconciler:
         # on a desired state recorded earlier and must not record it again.
         manifest = kb.to_manifest()
         digests = manifest_digests(manifest)  # the manifest's and each source's, from one encoding of their text
-        known, packed = (digests.manifest, manifest), pack(manifest)  # each inline text hashed once
+        known, packed = (digests.manifest, manifest), packing(manifest)  # inline texts hashed once, when needed
         if self.trigger == "apply" and self.generation is None:
             recorded = db.record_desired(name, manifest, digest=known[0], packed=packed)
             if recorded.generation > recorded.observed_generation:

@@ -36,7 +36,7 @@ from kbctl.sources.files import ReadOutcome as FilesRead
 from kbctl.sources.url import FetchRequest, FetchResult, Validators
 from kbctl.store.database import SourceStatusRow, VersionSourceRow
 from kbctl.store.state import StoredState
-from kbctl.store.texts import Packed, pack
+from kbctl.store.texts import Packing, pack, packing
 
 __all__ = [
     "CHUNKER_VERSION",
@@ -148,7 +148,7 @@ class KnowledgeBasePlan:
     sources: tuple[SourcePlan, ...]
     removed: tuple[str, ...]  # sources the current version serves that the manifest no longer has
     content_changed: bool  # some source would serve other content than the current version does
-    packed: Packed | None  # pack(manifest) when the caller made it (the manifest as the store keeps it, and its texts)
+    packed: Packing  # pack(manifest), made once when first needed: the manifest as the store keeps it, and its texts
 
     @property
     def name(self) -> str:
@@ -177,7 +177,7 @@ class KnowledgeBasePlan:
         if self.previous_manifest_sha256 == self.manifest_sha256:
             return [], [], []
         old = pack(self.previous_manifest)[0] if self.previous_manifest is not None else None
-        return source_changes(old, (self.packed or pack(self.manifest))[0])
+        return source_changes(old, self.packed()[0])
 
     @property
     def to_ingest(self) -> tuple[SourcePlan, ...]:
@@ -415,13 +415,13 @@ def build_plan(
     read: ReadFiles | None = None,
     known: tuple[str, dict[str, Any]] | None = None,
     source_sha256s: Sequence[str] | None = None,
-    packed: Packed | None = None,
+    packed: Packing | None = None,
 ) -> KnowledgeBasePlan:
     """The plan of `kb` against `state`; `requested` names the URL sources fetched (or, for diff, that would
     be), `fetched` holds their outcomes (absent for diff). `read` holds the files of each path source read (or
     why it could not be listed); a path source not in it keeps what it serves. `model_id` is part of every
     revision key. `known` is (sha256_json(manifest), manifest) of `kb.to_manifest()`, and `source_sha256s` each
-    source's digest in order (`manifest_digests`), and `packed` its `pack`, when the caller computed them already."""
+    source's digest in order (`manifest_digests`), and `packed` its `packing`, when the caller has them already."""
     if known is None or source_sha256s is None:
         manifest = known[1] if known is not None else kb.to_manifest()
         digests = manifest_digests(manifest)
@@ -456,5 +456,5 @@ def build_plan(
         sources=tuple(plans),
         removed=tuple(n for n in served if n not in names),
         content_changed=any(isinstance(p.decision, Ingest) for p in plans) or now_serving != before,
-        packed=packed,
+        packed=packed or packing(manifest),
     )

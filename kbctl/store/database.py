@@ -45,7 +45,7 @@ from kbctl.store.search import (
     pgvector_version,
     vector_index,
 )
-from kbctl.store.texts import Packed, pack, store_texts, unpack
+from kbctl.store.texts import Packing, pack, store_texts, unpack
 
 if TYPE_CHECKING:
     from datetime import datetime
@@ -513,14 +513,14 @@ class Database:
 
     @_store_errors
     def record_desired(
-        self, name: str, manifest: dict[str, Any], *, digest: str | None = None, packed: Packed | None = None
+        self, name: str, manifest: dict[str, Any], *, digest: str | None = None, packed: Packing | None = None
     ) -> KnowledgeBaseRow:
         """Record `manifest` as the desired state of `name`; a change bumps the generation.
 
         The desired state is compared with what is desired already: a pending manifest, or the manifest
         of the serving version, by hash (`digest`: `sha256_json(manifest)`, computed here when not given). A new
-        knowledge base gets a row with generation 1 and no version yet. `packed` is `pack(manifest)` when the caller
-        has it (hashing every inline text again costs ~0.15 s per 90 MB).
+        knowledge base gets a row with generation 1 and no version yet. `packed` makes `pack(manifest)` when the caller
+        has it (`packing`) (hashing every inline text again costs ~0.15 s per 90 MB).
         """
         labels = Jsonb(manifest.get("metadata", {}).get("labels", {}))
         digest = digest or sha256_json(manifest)
@@ -542,7 +542,7 @@ class Database:
             else:
                 changed = row is not None and row[1] != digest
             if row is None or changed:
-                desired, texts = packed or pack(manifest)
+                desired, texts = packed() if packed is not None else pack(manifest)
                 store_texts(self._conn, texts)
             if row is None:
                 self._conn.execute(
@@ -630,17 +630,17 @@ class Database:
         statuses: Sequence[SourceStatusRow],
         change_cause: str = "",
         stored_statuses: Mapping[str, SourceStatusRow] | None = None,
-        packed: Packed | None = None,
+        packed: Packing | None = None,
     ) -> int:
         """Write a complete version and make it current, all in one transaction; return its number.
 
         The live source statuses (with the HTTP validators of the content this version serves) are
         written in the same transaction, so they can never describe content that is not published;
         `stored_statuses`, as read before, spares rewriting those that changed only in when they were checked;
-        `packed`, `pack(manifest)` when the caller has it, spares hashing every inline text again.
+        `packed`, making `pack(manifest)` when the caller has one (`packing`), spares hashing every inline text again.
         """
         labels = manifest.get("metadata", {}).get("labels", {})
-        packed_manifest, texts = packed or pack(manifest)
+        packed_manifest, texts = packed() if packed is not None else pack(manifest)
         with self._conn.transaction():
             store_texts(self._conn, texts)
             row = self._conn.execute(

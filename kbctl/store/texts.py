@@ -11,17 +11,19 @@ existed) are read as they are.
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
+from functools import cache
 from typing import Any
 
 import psycopg
 
 from kbctl.errors import StoreError
 
-__all__ = ["TEXT_KEY", "Packed", "delete_unused_texts", "pack", "store_texts", "unpack"]
+__all__ = ["TEXT_KEY", "Packed", "Packing", "delete_unused_texts", "pack", "packing", "store_texts", "unpack"]
 
 TEXT_KEY = "textSha256"  # in a packed manifest, the key that stands for an inline source's `text`
 Packed = tuple[dict[str, Any], dict[str, str]]  # what pack returns: the packed manifest, and its texts by sha256
+Packing = Callable[[], Packed]  # pack of one manifest, made on first call (see packing)
 
 
 def _sources(manifest: Mapping[str, Any]) -> list[Any] | None:
@@ -46,6 +48,12 @@ def pack(manifest: dict[str, Any]) -> Packed:
             source = {(TEXT_KEY if k == "text" else k): (sha if k == "text" else v) for k, v in source.items()}
         packed.append(source)
     return {**manifest, "spec": {**manifest["spec"], "sources": packed}}, texts
+
+
+def packing(manifest: dict[str, Any]) -> Packing:
+    """`pack(manifest)`, made when first asked for and then kept: an apply that records, compares and publishes a
+    manifest hashes its inline texts (~0.15 s per 90 MB) once, and one that finds it unchanged not at all."""
+    return cache(lambda: pack(manifest))
 
 
 def store_texts(conn: psycopg.Connection[Any], texts: Mapping[str, str]) -> None:
