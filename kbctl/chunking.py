@@ -24,6 +24,7 @@ from __future__ import annotations
 import re
 from bisect import bisect_left, bisect_right
 from dataclasses import dataclass
+from functools import cached_property
 
 __all__ = ["Chunk", "chunk_document"]
 
@@ -71,13 +72,35 @@ class _Section:
     path: tuple[str, ...]
 
 
-@dataclass(frozen=True)
 class _Cuts:
-    """Where a section may be cut, by kind in order of preference, and where its words start."""
+    """Where a section may be cut, by kind in order of preference, and where its words start.
 
-    levels: tuple[list[int], list[int], list[int], list[int]]  # paragraph, line, sentence, word ends
-    word_starts: list[int]
-    last: int  # end of the section's last non-whitespace character
+    `last` is known at once; the candidates are collected on first use, so a section that fits in one chunk
+    (most of them) never lists its words.
+    """
+
+    def __init__(self, text: str, section: _Section) -> None:
+        self._text = text
+        self._section = section
+        self.last = section.start + len(text[section.start : section.end].rstrip())  # end of its last non-space
+
+    @cached_property
+    def _words(self) -> list[tuple[int, int]]:
+        return [m.span() for m in _WORD.finditer(self._text, self._section.start, self._section.end)]
+
+    @cached_property
+    def levels(self) -> tuple[list[int], list[int], list[int], list[int]]:
+        """Candidate cuts: paragraph ends, line ends, sentence ends, word ends."""
+        text, start, end = self._text, self._section.start, self._section.end
+        paragraphs = [m.start() for m in _PARAGRAPH_END.finditer(text, start, end)]
+        lines = [m.start() for m in _LINE_END.finditer(text, start, end)]
+        # Only a word whose last character is a stop or a closer can end a sentence: test the others no further.
+        sentences = [e for s, e in self._words if text[e - 1] in _SENTENCE_TAIL and _ends_sentence(text, s, e)]
+        return paragraphs, lines, sentences, [e for _, e in self._words]
+
+    @cached_property
+    def word_starts(self) -> list[int]:
+        return [s for s, _ in self._words]
 
 
 def chunk_document(text: str, *, max_chars: int = 1200, overlap_chars: int = 150, markdown: bool = True) -> list[Chunk]:
@@ -156,18 +179,6 @@ def _ends_sentence(text: str, start: int, end: int) -> bool:
     return not (core.isdigit() and not text[line_start:start].strip())
 
 
-def _find_cuts(text: str, section: _Section) -> _Cuts:
-    """Collect every candidate cut of `section`, and where its words start, once."""
-    words = [(m.start(), m.end()) for m in _WORD.finditer(text, section.start, section.end)]
-    paragraphs = [m.start() for m in _PARAGRAPH_END.finditer(text, section.start, section.end)]
-    lines = [m.start() for m in _LINE_END.finditer(text, section.start, section.end)]
-    # Only a word whose last character is a stop or a closer can end a sentence: test the others no further.
-    sentences = [end for start, end in words if text[end - 1] in _SENTENCE_TAIL and _ends_sentence(text, start, end)]
-    word_ends = [end for _, end in words]
-    last = words[-1][1] if words else section.start
-    return _Cuts((paragraphs, lines, sentences, word_ends), [start for start, _ in words], last)
-
-
 def _first_between(positions: list[int], low: int, high: int) -> int | None:
     """The smallest position p with low <= p < high, if any."""
     i = bisect_left(positions, low)
@@ -182,7 +193,7 @@ class _SectionSplitter:
         self.section = section
         self.max_chars = max_chars
         self.overlap_chars = overlap_chars
-        self.cuts = _find_cuts(text, section)
+        self.cuts = _Cuts(text, section)
 
     def spans(self) -> list[tuple[int, int]]:
         """The section's chunks as (start, end) offsets, trimmed, in order."""
