@@ -37,13 +37,14 @@ def chunker_at(rev: str) -> ModuleType:
     code = subprocess.run(
         ["git", "-C", str(ROOT), "show", f"{rev}:kbctl/chunking.py"], check=True, capture_output=True, text=True
     ).stdout
-    path = Path(tempfile.mkdtemp(prefix="kbctl-chunker-")) / "chunking_at_rev.py"
-    path.write_text(code)
-    spec = importlib.util.spec_from_file_location("chunking_at_rev", path)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # dataclasses look their module up while the class is made
-    spec.loader.exec_module(module)
+    with tempfile.TemporaryDirectory(prefix="kbctl-chunker-") as folder:
+        path = Path(folder) / "chunking_at_rev.py"
+        path.write_text(code)
+        spec = importlib.util.spec_from_file_location("chunking_at_rev", path)
+        assert spec is not None and spec.loader is not None
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[spec.name] = module  # dataclasses look their module up while the class is made
+        spec.loader.exec_module(module)
     return module
 
 
@@ -63,9 +64,10 @@ def main() -> None:
     texts = [source_text(rng, i) for i in range(args.sources)]
     megabytes = sum(len(t.encode()) for t in texts) / 1e6
     other = chunker_at(args.against)
-    if cut(other, texts) != cut(chunking, texts):
+    ours = cut(chunking, texts)
+    if cut(other, texts) != ours:
         raise SystemExit(f"the chunker at {args.against} cuts this corpus differently: compare quality, not speed")
-    chunks = sum(len(c) for c in cut(chunking, texts))
+    chunks = sum(len(c) for c in ours)
     print(f"corpus: {args.sources} sources, {megabytes:.1f} MB, {chunks} chunks; {args.rounds} rounds alternating")
     times: dict[str, list[float]] = {args.against: [], "working tree": []}
     for _ in range(args.rounds):
