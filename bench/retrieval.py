@@ -2,6 +2,7 @@
 
     python bench/retrieval.py [BEIR_DIR] [--split test] [--limit-docs N] [--limit-queries N] [--rerank MODEL]
                               [--keep HOME] [--variant headings|no-headings|merged|window]
+                              [--model local/bge-small-en-v1.5] [--modes vector,hybrid] [--no-timing]
 
 Imports the dataset (default examples/beir/policies) into a fresh embedded store (or KBCTL_DATABASE_URL)
 with the real local model, like `kbctl import beir`, then for each mode (vector, keyword = BM25, hybrid, and
@@ -16,6 +17,8 @@ local/NAME); the plain modes are then still measured without the reranker. --kee
 leaves it there (a second run with the same HOME finds the dataset imported and embeds nothing), for
 bench/fusion.py. --variant chunks otherwise than kbctl does (bench/variants.py: no heading path in the embedded
 text, small sections merged, or chunks fitted to the model's window), to measure what kbctl's chunking is worth.
+--model embeds with another model (`spec.embedding.model`); --modes measures only those modes (hybrid at the
+defaults is always measured); --no-timing skips the latency loops and the index comparison (quality only).
 """
 
 from __future__ import annotations
@@ -40,7 +43,7 @@ from kbctl.errors import KbctlError
 from kbctl.eval.beir import RANKING_RETRIEVAL, BeirImport, import_beir
 from kbctl.eval.evalset import EvalQuery, EvalSet, load_evalset
 from kbctl.eval.run import QueryOutcome, evaluate, evaluate_store, split_mode
-from kbctl.manifest import Retrieval
+from kbctl.manifest import Embedding, Retrieval
 from kbctl.query.options import QueryOptions
 from kbctl.store.embedded import stop_server
 
@@ -163,11 +166,12 @@ def print_results(
     chunks: int,
     rows: Sequence[Figures],
     timings: dict[str, list[float]],
+    model: str = MODEL,
 ) -> None:
     print(
         f"dataset: {dataset.name} ({result.split}): {result.documents} of {result.corpus_documents} documents, "
         f"{result.queries} queries ({result.judgements} relevant judgements, {result.skipped_queries} skipped), "
-        f"model local/all-MiniLM-L6-v2, {os.cpu_count()} cores"
+        f"model {model}, {os.cpu_count()} cores"
     )
     truncated = sum(s.truncated for r in result.report.results for s in r.sources)
     print(
@@ -180,11 +184,11 @@ def print_results(
     )
     print("|---|---:|---:|---:|---:|---:|---:|---:|---:|")
     for row in rows:
-        times = timings[row.label]
+        times = timings.get(row.label)
         metrics = (row.recall, row.mrr, row.ndcg, row.doc_ndcg, row.doc_recall, row.recall_100)
         cells = " | ".join(f"{x:.3f}" for x in metrics)
-        p50, p99 = percentile(times, 50) * 1000, percentile(times, 99) * 1000
-        print(f"| {row.label} | {cells} | {p50:.1f} | {p99:.1f} |")
+        latency = f"{percentile(times, 50) * 1000:.1f} | {percentile(times, 99) * 1000:.1f}" if times else "- | -"
+        print(f"| {row.label} | {cells} | {latency} |")
     spec = Retrieval()
     published = PUBLISHED_BM25.get(dataset.name.lower())
     print(
@@ -218,8 +222,12 @@ def run() -> None:
     parser.add_argument(
         "--variant", choices=VARIANTS, default="headings", help="chunk as kbctl does, or a counterfactual (variants.py)"
     )
+    parser.add_argument("--model", default=MODEL, help="the knowledge base's embedding model (spec.embedding.model)")
+    parser.add_argument("--modes", default=",".join(MODES), help="modes to measure, comma-separated")
+    parser.add_argument("--no-timing", action="store_true", help="quality only: no latency loops, no index comparison")
     args = parser.parse_args()
-    modes = [*MODES, RERANK_MODE] if args.rerank else MODES
+    chosen = [m for m in args.modes.split(",") if m]
+    modes = [*chosen, RERANK_MODE] if args.rerank else chosen
 
     home = args.keep if args.keep is not None else Path(tempfile.mkdtemp(prefix="kbctl-bench-"))
     home.mkdir(parents=True, exist_ok=True)
@@ -237,6 +245,7 @@ def run() -> None:
                 limit_docs=args.limit_docs,
                 limit_queries=args.limit_queries,
                 retrieval=retrieval_settings(args.rerank),
+                embedding=Embedding(model=args.model),
             )
             seconds = time.perf_counter() - start
             if result.report.failed:
@@ -244,17 +253,21 @@ def run() -> None:
             evalset = load_evalset(result.eval_file)
             limits = QueryOptions(threshold=THRESHOLD, max_tokens=MAX_TOKENS)
             rows = measure(store, evalset, modes)
-            timings = {mode: time_queries(store, evalset, mode) for mode in modes}
-            timings[DEFAULTS] = time_queries(store, evalset, "hybrid", defaults=True)
+            timings: dict[str, list[float]] = {}
+            indexed = None
+            if not args.no_timing:
+                timings = {mode: time_queries(store, evalset, mode) for mode in modes}
+                timings[DEFAULTS] = time_queries(store, evalset, "hybrid", defaults=True)
+                if store.db.vector_index(args.model) is not None:
+                    indexed = index_comparison(store, evalset, limits)
             chunks = store.describe(NAME).chunks
-            indexed = index_comparison(store, evalset, limits) if store.db.vector_index(MODEL) is not None else None
     finally:
         if not settings.database_url:
             stop_server(settings.pgdata)
         if args.keep is None:
             shutil.rmtree(home, ignore_errors=True)
     print(f"chunking: {args.variant}")
-    print_results(args.dataset, result, seconds, chunks, rows, timings)
+    print_results(args.dataset, result, seconds, chunks, rows, timings, args.model)
     if indexed is not None:
         exact, overlap = indexed
         print(

