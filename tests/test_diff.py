@@ -217,7 +217,7 @@ def test_diff_errors_exit_2(cli: CliRunner, tmp_path: Path) -> None:
     unknown = cli.invoke(app, ["diff", "-f", write(tmp_path, model)])
     assert (unknown.exit_code, unknown.stderr) == (
         2,
-        "Error: unknown local model 'no-such-model': the local provider has all-MiniLM-L6-v2\n",
+        "Error: unknown local model 'no-such-model': the local provider has all-MiniLM-L6-v2, bge-small-en-v1.5\n",
     )
     selector = cli.invoke(app, ["diff", "-f", str(tmp_path), "--prune", "-l", "team in (web"])
     assert (selector.exit_code, usage_error(selector.output)) == (
