@@ -1,7 +1,7 @@
 """What the similarity threshold costs and buys, per local model, in one run.
 
     python bench/thresholds.py [--thresholds 0.3,0.35,...] [--models local/all-MiniLM-L6-v2,local/bge-small-en-v1.5]
-                               [--beir HOME ...]
+                               [--beir HOME ...] [--limit-queries N] [--no-examples]
 
 1. The example knowledge bases (examples/kb), applied once per model into a fresh embedded store, scored by both eval
    sets of examples/eval in hybrid mode at each threshold: recall@5 and nDCG@10 of the answerable questions, and the
@@ -69,16 +69,21 @@ def examples(models: list[str], thresholds: list[float]) -> None:
             shutil.rmtree(home, ignore_errors=True)
 
 
-def beir(home: Path, thresholds: list[float]) -> None:
-    """Part 2: a kept BEIR store, hybrid at the manifest's topK and budget at each threshold."""
+def beir(home: Path, thresholds: list[float], limit: int | None = None) -> None:
+    """Part 2: a kept BEIR store, hybrid at the manifest's topK and budget at each threshold (the first `limit`
+    questions, or all)."""
     settings = Settings.from_env(home=home)
     evalset: EvalSet = load_evalset(str(home / "eval.jsonl"))
+    evalset = EvalSet(queries=evalset.queries[:limit])
     queries = {q.id: q for q in evalset.queries}
     spec = Retrieval()
     try:
         with KnowledgeBaseStore(settings=settings) as store:
             model = store.describe(NAME).model
-            print(f"\n{home.name}: {model}, hybrid, topK {spec.top_k}, {spec.max_context_tokens} tokens")
+            print(
+                f"\n{home.name}: {model}, hybrid, topK {spec.top_k}, {spec.max_context_tokens} tokens, "
+                f"{len(evalset.queries)} questions"
+            )
             print("| threshold | doc nDCG@10 | doc recall@10 | answerable questions left empty |")
             print("|---:|---:|---:|---:|")
             rows = [(None, QueryOptions(top_k=DEEP, threshold=-1.0, max_tokens=1_000_000))]
@@ -107,12 +112,13 @@ def main() -> None:
     parser.add_argument("--models", default=MODELS)
     parser.add_argument("--beir", type=Path, action="append", default=[], metavar="HOME")
     parser.add_argument("--no-examples", action="store_true", help="skip part 1")
+    parser.add_argument("--limit-queries", type=int, default=None, metavar="N", help="part 2: the first N questions")
     args = parser.parse_args()
     thresholds = [float(t) for t in args.thresholds.split(",")]
     if not args.no_examples:
         examples(args.models.split(","), thresholds)
     for home in args.beir:
-        beir(home, thresholds)
+        beir(home, thresholds, args.limit_queries)
 
 
 if __name__ == "__main__":
