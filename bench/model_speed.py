@@ -11,7 +11,6 @@ tokens counted by its own tokenizer, up to its window) and the median ratio bge 
 from __future__ import annotations
 
 import argparse
-import json
 import statistics
 import sys
 import tempfile
@@ -23,21 +22,18 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from kbctl.chunking import chunk_document
 from kbctl.config import Settings
 from kbctl.embedding.local import LOCAL_MODELS, LocalEmbedder
+from kbctl.eval.beir import read_beir
 
 ROOT = Path(__file__).resolve().parent.parent
 
 
 def chunks_of(folder: Path, limit: int) -> list[str]:
-    """The first `limit` chunks of the corpus's documents ("# title", then the text, as `kbctl import beir` does)."""
+    """The first `limit` chunks of the corpus's documents, each document's text as `kbctl import beir` makes it."""
     texts: list[str] = []
-    with (folder / "corpus.jsonl").open(encoding="utf-8") as fh:
-        for line in fh:
-            doc = json.loads(line)
-            title = (doc.get("title") or "").strip()
-            text = f"# {title}\n\n{doc['text']}" if title else doc["text"]
-            texts += [c.text for c in chunk_document(text)]
-            if len(texts) >= limit:
-                break
+    for document in read_beir(folder).documents:
+        texts += [c.text for c in chunk_document(document.markdown)]
+        if len(texts) >= limit:
+            break
     return sorted(texts[:limit], key=len)
 
 

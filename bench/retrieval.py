@@ -145,18 +145,24 @@ def measure(store: KnowledgeBaseStore, evalset: EvalSet, modes: Sequence[str]) -
     queries = {q.id: q for q in evalset.queries}
     found: list[Figures] = []
     for mode in [*modes, DEFAULTS]:
-        base, rerank = split_mode("hybrid" if mode == DEFAULTS else mode)
         limits = (
             at_defaults() if mode == DEFAULTS else QueryOptions(top_k=DEEP, threshold=THRESHOLD, max_tokens=MAX_TOKENS)
         )
-        options = QueryOptions.build(limits, mode=base, rerank=rerank)
-
-        def ask(question: str, _: str | None, options: QueryOptions = options) -> Sequence[Any]:
-            return store.query(NAME, question, options).hits
-
-        [report] = evaluate(ask, evalset, k=DEEP, modes=[mode]).modes
-        found.append(figures(mode, report.results, queries))
+        found.append(figures(mode, outcomes(store, evalset, "hybrid" if mode == DEFAULTS else mode, limits), queries))
     return found
+
+
+def outcomes(store: KnowledgeBaseStore, evalset: EvalSet, mode: str, limits: QueryOptions) -> list[QueryOutcome]:
+    """Every question of the eval set asked in `mode` (`hybrid+rerank` with the spec's reranker) with these
+    limits, each outcome scored at k = DEEP."""
+    base, rerank = split_mode(mode)
+    options = QueryOptions.build(limits, mode=base, rerank=rerank)
+
+    def ask(question: str, _: str | None) -> Sequence[Any]:
+        return store.query(NAME, question, options).hits
+
+    [report] = evaluate(ask, evalset, k=DEEP, modes=[mode]).modes
+    return report.results
 
 
 def print_results(

