@@ -6,6 +6,7 @@ import asyncio
 import logging
 import socket
 import tempfile
+import threading
 import time
 import traceback
 from collections.abc import Callable, Iterator
@@ -352,6 +353,35 @@ def test_bad_request_shows_server_message(server: EmbeddingServer) -> None:
         f"HTTP 400 Bad Request from {server.url}/embeddings: 'dimensions' must be an integer from 1 to 384, got 999"
     )
     assert server.request_count == 1
+
+
+def test_a_refused_batch_fails_the_call_without_waiting_for_the_one_in_flight(server: EmbeddingServer) -> None:
+    """Two request threads: batch "bad" is refused (400) while batch "slow" is held by the server. The call fails
+    with the refusal while "slow" is still in flight, and no batch after them is sent."""
+    arrived, release = threading.Event(), threading.Event()
+
+    def latency(request: Any) -> float:
+        if request.body["input"] == ["slow"]:
+            arrived.set()
+            release.wait(30)
+        else:
+            arrived.wait(30)  # "bad" is answered only once "slow" is held, whichever thread sent first
+        return 0.0
+
+    server.refused_inputs = {"bad"}
+    server.latency = latency
+    try:
+        with pytest.raises(EmbeddingError) as info:
+            make(server, batch_size=1, max_concurrency=2).embed(["slow", "bad", "c", "d", "e", "f"])
+        held = server.in_flight
+    finally:
+        release.set()
+    assert str(info.value) == f"HTTP 400 Bad Request from {server.url}/embeddings: input 'bad' is refused"
+    assert held == 1  # "slow" was still being answered when the call failed
+    deadline = time.monotonic() + 10
+    while server.in_flight and time.monotonic() < deadline:  # "slow" answered; its thread sends nothing more
+        time.sleep(0.02)
+    assert sorted(r.body["input"][0] for r in server.embedding_requests) == ["bad", "slow"]
 
 
 def test_long_error_message_truncated(server: EmbeddingServer) -> None:

@@ -2,21 +2,19 @@
 
 from __future__ import annotations
 
-import asyncio
 import binascii
 import json
 import os
+import queue
 import threading
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal, cast
 
 import httpx
 import numpy as np
 import numpy.typing as npt
-from tenacity import (
-    AsyncRetrying,
-)
+from tenacity import Retrying
 
 from kbctl._http import (
     BearerAuth,
@@ -117,6 +115,54 @@ class _Base64Refused(Exception):
     """The server answered a request for base64 vectors with 400/422: it is asked again in float."""
 
 
+class _Stopped(Exception):
+    """Another batch of the same call failed (or the caller was interrupted): this one sends nothing more."""
+
+
+def _waiter(stop: threading.Event) -> Callable[[float], None]:
+    """A tenacity `sleep` that ends early when `stop` is set."""
+
+    def wait(seconds: float) -> None:
+        stop.wait(seconds)
+
+    return wait
+
+
+class _Work:
+    """The batches of one `embed` call, shared by its request threads: the next batch to send, the first failure,
+    and how many threads are still running."""
+
+    def __init__(self, batches: int) -> None:
+        self.stop = threading.Event()  # set on the first failure: no thread starts another request
+        self._batches = iter(range(batches))
+        self._lock = threading.Lock()
+        self._events: queue.SimpleQueue[BaseException | None] = queue.SimpleQueue()
+
+    def take(self) -> int | None:
+        """The next batch to send, or None when all are taken or the call has failed."""
+        with self._lock:
+            return None if self.stop.is_set() else next(self._batches, None)
+
+    def fail(self, failure: BaseException) -> None:
+        if not isinstance(failure, _Stopped):
+            self._events.put(failure)
+        self.stop.set()
+
+    def leave(self) -> None:
+        self._events.put(None)
+
+    def wait(self, threads: int) -> BaseException | None:
+        """The first failure as soon as it happens (requests still in flight are left to finish on their own), or
+        None once all `threads` have left with every batch answered."""
+        left = 0
+        while left < threads:
+            event = self._events.get()
+            if event is not None:
+                return event
+            left += 1
+        return None
+
+
 class HttpEmbedder:
     """Embeds through an OpenAI-compatible `/embeddings` endpoint; satisfies `kbctl.embedding.Embedder`.
 
@@ -133,7 +179,8 @@ class HttpEmbedder:
       and a key with control characters, which the HTTP stack would quote back, is refused before any request).
     - 429 / 500 / 502 / 503 / 504, timeouts and connection errors are retried with jittered exponential backoff,
       or after the server's `Retry-After` / `retry-after-ms` (capped at `max_retry_after`); everything else fails
-      at once. When one batch fails for good, the batches still in flight are cancelled.
+      at once. When one batch fails for good, the call fails at once and no further batch is sent (a request
+      already in flight finishes in the background, and its answer is dropped).
     - Vectors are asked for as base64 float32 (`encoding_format`), which a server may ignore (lists of numbers are
       read too); a server that refuses base64 with 400/422 is asked again in float, and float is kept.
     - Every response is validated (shape, count, `index` order, dimensions, finite numbers) and every vector is
@@ -148,9 +195,8 @@ class HttpEmbedder:
         self.url = config.url
         self._environ: Mapping[str, str] = os.environ if environ is None else environ
         self._lock = threading.Lock()
-        self._loop_lock = threading.Lock()
-        self._loop: asyncio.AbstractEventLoop | None = None
-        self._client: httpx.AsyncClient | None = None
+        self._client_lock = threading.Lock()
+        self._client: httpx.Client | None = None
         self._encoding: Encoding = config.encoding_format  # float once a server refused base64
         # Texts the engine hands over per call: enough batches for every request slot, twice over.
         self.texts_per_call = config.batch_size * config.max_concurrency * 2
@@ -183,14 +229,7 @@ class HttpEmbedder:
                 )
         auth = self._auth()
         batches = self._batches(sizes)
-        # On the embedder's own event loop, in its own thread: one client whose connections serve every call, and a
-        # caller that is itself inside an event loop (an async agent) is not blocked by a nested loop.
-        future = asyncio.run_coroutine_threadsafe(self._embed_all(items, batches, purpose, auth), self._event_loop())
-        try:
-            return future.result()
-        except BaseException:  # e.g. KeyboardInterrupt in the caller: stop the requests of this call
-            future.cancel()
-            raise
+        return self._embed_all(items, batches, purpose, auth)
 
     def count_tokens(self, texts: Sequence[str]) -> list[int]:
         """Estimated tokens per text (`estimate_tokens`: ceil(characters / 3)), no tokenizer involved."""
@@ -223,76 +262,82 @@ class HttpEmbedder:
 
     # ---- requests ----
 
-    def _event_loop(self) -> asyncio.AbstractEventLoop:
-        """The embedder's event loop, running in a daemon thread started on first use."""
-        with self._loop_lock:
-            if self._loop is None:
-                loop = asyncio.new_event_loop()
-                threading.Thread(target=loop.run_forever, name="kbctl-embed", daemon=True).start()
-                self._loop = loop
-            return self._loop
+    def _sync_client(self) -> httpx.Client:
+        """The one client of this embedder, shared by its request threads (httpx clients are thread-safe): its
+        keep-alive connections, up to `max_concurrency`, serve every call. The key goes with each request, read from
+        the environment at each call."""
+        with self._client_lock:
+            if self._client is None:
+                config = self.config
+                self._client = httpx.Client(
+                    headers={"User-Agent": user_agent(), "Accept": "application/json"},
+                    timeout=httpx.Timeout(config.timeout),
+                    limits=httpx.Limits(
+                        max_connections=config.max_concurrency, max_keepalive_connections=config.max_concurrency
+                    ),
+                    follow_redirects=False,
+                    verify=tls_context(),
+                )
+            return self._client
 
-    def _async_client(self) -> httpx.AsyncClient:
-        """The one client of this embedder (made on its loop's thread, used only there): its keep-alive connections,
-        up to `max_concurrency`, serve every call. The key goes with each request, read from the environment."""
-        if self._client is None:
-            config = self.config
-            self._client = httpx.AsyncClient(
-                headers={"User-Agent": user_agent(), "Accept": "application/json"},
-                timeout=httpx.Timeout(config.timeout),
-                limits=httpx.Limits(
-                    max_connections=config.max_concurrency, max_keepalive_connections=config.max_concurrency
-                ),
-                follow_redirects=False,
-                verify=tls_context(),
-            )
-        return self._client
-
-    async def _embed_all(
+    def _embed_all(
         self, texts: list[str], batches: list[range], purpose: Purpose, auth: BearerAuth | None
     ) -> list[Vector]:
-        config = self.config
-        results: list[Vector | None] = [None] * len(texts)
-        slots = asyncio.Semaphore(config.max_concurrency)
-        client = self._async_client()
+        """Every batch's vectors, in input order. One batch is sent from the caller's thread; more go through up to
+        `max_concurrency` request threads, each sending the next unsent batch as soon as its last answer is read.
+        Synchronous requests in threads cost a fraction of the CPU of an event loop's per request (~0.7 ms against
+        ~2.6 ms for 64 texts), which decides how close four overlapping requests come to a quarter of the wall time."""
+        client = self._sync_client()
+        if len(batches) == 1:
+            return self._embed_batch(client, texts, batches[0], purpose, auth, threading.Event())
+        work = _Work(len(batches))
+        results: list[list[Vector] | None] = [None] * len(batches)
 
-        async def run(batch: range) -> None:
-            async with slots:
-                response = await self._request(client, [texts[i] for i in batch], purpose, auth)
-            # The slot bounds the requests in flight; a response is read after its slot is freed.
-            vectors = self._vectors(response, len(batch), batch.start)
-            for i, vector in zip(batch, vectors, strict=True):
-                results[i] = vector
+        def slot() -> None:
+            try:
+                while (n := work.take()) is not None:
+                    results[n] = self._embed_batch(client, texts, batches[n], purpose, auth, work.stop)
+            except BaseException as failure:  # the call reports it; the other slots stop before their next request
+                work.fail(failure)
+            finally:
+                work.leave()
 
-        tasks = [asyncio.create_task(run(batch)) for batch in batches]
+        slots = min(self.config.max_concurrency, len(batches))
+        for _ in range(slots):  # daemon threads: a request still in flight when the call fails never holds up exit
+            threading.Thread(target=slot, name="kbctl-embed", daemon=True).start()
         try:
-            await asyncio.wait(tasks, return_when=asyncio.FIRST_EXCEPTION)
-        finally:  # one batch failed for good (or we were cancelled): stop the others
-            for task in tasks:
-                task.cancel()
-            await asyncio.gather(*tasks, return_exceptions=True)
-        for task in tasks:
-            failure = None if task.cancelled() else task.exception()
-            if failure is not None:
-                raise failure
-        vectors = [vector for vector in results if vector is not None]
-        assert len(vectors) == len(texts), "every batch filled its slots"
-        return vectors
+            failure = work.wait(slots)
+        except BaseException:  # e.g. KeyboardInterrupt in the caller: no slot starts another request
+            work.stop.set()
+            raise
+        if failure is not None:
+            raise failure
+        return [vector for vectors in results if vectors is not None for vector in vectors]
 
-    async def _request(
-        self, client: httpx.AsyncClient, inputs: list[str], purpose: Purpose, auth: BearerAuth | None
-    ) -> httpx.Response:
-        """One batch's POST with its retries (asked again in float when base64 is refused): its response."""
+    def _embed_batch(
+        self,
+        client: httpx.Client,
+        texts: list[str],
+        batch: range,
+        purpose: Purpose,
+        auth: BearerAuth | None,
+        stop: threading.Event,
+    ) -> list[Vector]:
+        """One batch's validated vectors: its POST with its retries (asked again in float when base64 is refused).
+        A set `stop` ends the retries' waits and prevents another attempt."""
+        inputs = [texts[i] for i in batch]
         while True:
             encoding = self._encoding
             body = self._body(inputs, purpose, encoding)
             attempts = 0
-            retrying = AsyncRetrying(**retry_policy(self.config.retries, self._wait))
+            retrying = Retrying(**retry_policy(self.config.retries, self._wait), sleep=_waiter(stop))
             try:
-                async for attempt in retrying:
+                for attempt in retrying:
                     with attempt:
+                        if stop.is_set():
+                            raise _Stopped
                         attempts = attempt.retry_state.attempt_number
-                        response = await self._post(client, body, auth)
+                        response = self._post(client, body, auth)
             except Retryable as failure:
                 raise EmbeddingError(
                     f"embedding request to {self.url} failed: {failure.reason} (after {plural(attempts, 'attempt')})"
@@ -300,15 +345,13 @@ class HttpEmbedder:
             except _Base64Refused:
                 self._encoding = "float"
                 continue
-            return response
+            return self._vectors(response, len(batch), batch.start)
 
-    async def _post(self, client: httpx.AsyncClient, body: dict[str, Any], auth: BearerAuth | None) -> httpx.Response:
+    def _post(self, client: httpx.Client, body: dict[str, Any], auth: BearerAuth | None) -> httpx.Response:
         """One attempt; a retryable failure raises Retryable, a refusal of base64 _Base64Refused, any other
         EmbeddingError."""
         try:
-            response = await client.post(
-                self.url, json=body, auth=auth if auth is not None else httpx.USE_CLIENT_DEFAULT
-            )
+            response = client.post(self.url, json=body, auth=auth if auth is not None else httpx.USE_CLIENT_DEFAULT)
         except httpx.HTTPError as exc:
             raise transport_failure(exc, self.url, client.timeout, EmbeddingError, what="embedding", auth=auth) from exc
         if response.status_code in _REFUSALS and body["encoding_format"] == "base64":

@@ -67,7 +67,7 @@ class EmbeddingServer(LoopbackServer):
 
     Knobs a test may change at any time: `latency` (seconds, or a function of the request), `require_key`,
     `dimensions_override`, `unknown_models`, `model_name`, `strict_model`, `encodings` (the accepted
-    "encoding_format" values), and the one-shot queue `fail_next`,
+    "encoding_format" values), `refused_inputs` (texts answered with 400), and the one-shot queue `fail_next`,
     `bad_json_next`, `mangle_next`, `disconnect_next` (consumed in order, one entry per request). `reset()`
     restores the knobs and forgets the requests, so one server (and one loaded model) can serve a whole module.
 
@@ -113,6 +113,7 @@ class EmbeddingServer(LoopbackServer):
         self.model_name = self._initial_model_name  # reported in responses; the only one accepted when strict
         self.strict_model = False
         self.encodings = {"float", "base64"}  # the encoding_format values accepted; others get 400
+        self.refused_inputs: set[str] = set()  # a request holding any of these texts gets 400
 
     # ---- what the server saw ----
 
@@ -178,6 +179,9 @@ class EmbeddingServer(LoopbackServer):
             texts = [texts]
         if not isinstance(texts, list) or not texts or not all(isinstance(t, str) for t in texts):
             return 400, {}, _error_body("'input' must be a string or a non-empty list of strings")
+        refused = sorted(self.refused_inputs.intersection(texts))
+        if refused:
+            return 400, {}, _error_body(f"input {refused[0]!r} is refused")
         dimensions = body.get("dimensions")
         if dimensions is not None and (type(dimensions) is not int or not 1 <= dimensions <= self.native_dimensions):
             message = f"'dimensions' must be an integer from 1 to {self.native_dimensions}, got {dimensions!r}"
