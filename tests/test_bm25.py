@@ -210,26 +210,35 @@ def test_chunks_already_read_come_back_unchanged(store: KnowledgeBaseStore) -> N
 
 
 def test_deleted_versions_leave_no_statistics(store: KnowledgeBaseStore) -> None:
-    """A version pruned from the history, and every version of a deleted knowledge base, take their term rows
-    with them (kbctl deletes them: no foreign key does, so publishing need not check one per row)."""
+    """A version pruned from the history, the revisions no version serves any more, and everything of a deleted
+    knowledge base take their term rows with them (kbctl deletes them: no foreign key does, so publishing need not
+    check one per row)."""
     from kbctl.store.history import prune_history
 
-    def orphans() -> int:
-        row = store.db.connection.execute(
-            "SELECT count(*) FROM kb_version_terms t WHERE NOT EXISTS (SELECT 1 FROM kb_versions v WHERE v.id ="
-            " t.version_id)"
-        ).fetchone()
+    def count(sql: str) -> int:
+        row = store.db.connection.execute(sql).fetchone()
         assert row is not None
         return int(row[0])
+
+    def orphans() -> int:
+        return count(
+            "SELECT count(*) FROM kb_version_terms t WHERE NOT EXISTS (SELECT 1 FROM kb_versions v WHERE v.id ="
+            " t.version_id)"
+        ) + count(
+            "SELECT count(*) FROM kb_revision_terms t WHERE NOT EXISTS (SELECT 1 FROM kb_source_revisions r WHERE"
+            " r.id = t.revision_id)"
+        )
 
     for text in (ZEBRA, *APPLES):
         apply(store, text_source("s0", text))
     row = store.db.get_kb("fruit")
     assert row is not None
-    before = store.db.connection.execute("SELECT count(DISTINCT version_id) FROM kb_version_terms").fetchone()
-    assert before == (5,)
+    assert count("SELECT count(DISTINCT version_id) FROM kb_version_terms") == 5
+    assert count("SELECT count(DISTINCT revision_id) FROM kb_revision_terms") == 5
     assert prune_history(store.db, row.id, 2) == 3
     assert orphans() == 0
-    assert store.db.connection.execute("SELECT count(DISTINCT version_id) FROM kb_version_terms").fetchone() == (2,)
+    assert count("SELECT count(DISTINCT version_id) FROM kb_version_terms") == 2
+    assert count("SELECT count(DISTINCT revision_id) FROM kb_revision_terms") == 2  # the two the kept versions serve
     assert store.db.delete_kb("fruit") is not None
-    assert store.db.connection.execute("SELECT count(*) FROM kb_version_terms").fetchone() == (0,)
+    assert count("SELECT count(*) FROM kb_version_terms") == 0
+    assert count("SELECT count(*) FROM kb_revision_terms") == 0

@@ -53,6 +53,7 @@ __all__ = [
     "B",
     "QuestionTerms",
     "containing_all_words",
+    "delete_revision_terms",
     "delete_version_terms",
     "keyword_search",
     "question_terms",
@@ -75,7 +76,7 @@ _REVISION_LENGTHS = (
 _REVISION_TERMS = (
     "INSERT INTO kb_revision_terms (lexeme, revision_id, chunks)"
     " SELECT u.lexeme, c.revision_id, count(*) FROM kb_chunks c, unnest(c.tsv) u"
-    " WHERE c.revision_id = ANY(%(ids)s) GROUP BY u.lexeme, c.revision_id"
+    " WHERE c.revision_id = ANY(%(ids)s) GROUP BY u.lexeme, c.revision_id ORDER BY 1, 2"  # in the primary key's order
 )
 
 # The analyzed length of a tsvector `tsv`: every occurrence of every lexeme (a lexeme stored without positions
@@ -167,6 +168,20 @@ def delete_version_terms(
         )
     if version_ids:
         conn.execute("DELETE FROM kb_version_terms WHERE version_id = ANY(%s)", (list(version_ids),))
+
+
+def delete_revision_terms(
+    conn: psycopg.Connection[Any], revision_ids: Sequence[int] = (), *, kb_id: int | None = None
+) -> None:
+    """Delete the statistics of revisions being deleted, `revision_ids` or every revision of the knowledge base
+    `kb_id` (no foreign key does it: see migration 14)."""
+    if kb_id is not None:
+        conn.execute(
+            "DELETE FROM kb_revision_terms WHERE revision_id IN (SELECT id FROM kb_source_revisions WHERE kb_id = %s)",
+            (kb_id,),
+        )
+    if revision_ids:
+        conn.execute("DELETE FROM kb_revision_terms WHERE revision_id = ANY(%s)", (list(revision_ids),))
 
 
 def version_statistics(conn: psycopg.Connection[Any], kb_id: int, version_id: int) -> None:

@@ -74,14 +74,16 @@ def insert_revisions(
                         rev.language,
                     )
                 )
-    # Full-text vectors beside the embeddings, in each knowledge base's text search language.
+    # Full-text vectors beside the embeddings, in each knowledge base's text search language. OFFSET 0 keeps the
+    # planner from inlining the lateral subquery: inlined, `to_tsvector` ran twice per chunk, once for the column and
+    # once more inside TERM_COUNT (26.5 s instead of 16.1 s for 90,910 chunks).
     conn.execute(
         "INSERT INTO kb_chunks (revision_id, ordinal, content, char_start, char_end, heading_path, token_count,"
         " embedding_id, tsv, term_count)"
         " SELECT s.revision_id, s.ordinal, s.content, s.char_start, s.char_end, s.heading_path, s.token_count,"
         " s.embedding_id, t.tsv, " + TERM_COUNT + " FROM kb_chunk_stage s CROSS JOIN LATERAL"
         " (SELECT to_tsvector(s.language::regconfig, array_to_string(s.heading_path, ' ') || ' ' || s.content)"
-        " AS tsv) t"
+        " AS tsv OFFSET 0) t"
     )
     revision_statistics(conn, list(ids.values()))
     return ids

@@ -19,7 +19,13 @@ from psycopg.types.json import Jsonb
 
 from kbctl.errors import StoreError
 from kbctl.manifest.digest import sha256_json
-from kbctl.store.bm25 import containing_all_words, delete_version_terms, keyword_search, version_statistics
+from kbctl.store.bm25 import (
+    containing_all_words,
+    delete_revision_terms,
+    delete_version_terms,
+    keyword_search,
+    version_statistics,
+)
 from kbctl.store.bulk import insert_revisions
 from kbctl.store.migrations import migrate
 from kbctl.store.rows import (
@@ -845,6 +851,7 @@ class Database:
             assert row is not None
             chunks, embedding_ids = int(row[0]), list(row[1])
             delete_version_terms(self._conn, kb_id=kb[0])
+            delete_revision_terms(self._conn, kb_id=kb[0])
             self._conn.execute("DELETE FROM kb_knowledge_bases WHERE id = %s", (kb[0],))
             lock = self._conn.execute("SELECT pg_try_advisory_xact_lock(%s)", (GC_LOCK_KEY,)).fetchone()
             if not (lock and lock[0]):  # an apply is running: it may be about to use these vectors

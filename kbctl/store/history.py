@@ -10,7 +10,7 @@ from psycopg.rows import class_row
 from pydantic import BaseModel
 
 from kbctl.errors import NotFoundError, RollbackError
-from kbctl.store.bm25 import delete_version_terms
+from kbctl.store.bm25 import delete_revision_terms, delete_version_terms
 from kbctl.store.database import GC_LOCK_KEY, Database, _store_errors
 from kbctl.store.texts import delete_unused_texts
 
@@ -169,11 +169,12 @@ def prune_history(db: Database, kb_id: int, keep: int) -> int:
         deleted = len(gone)
         if deleted:
             delete_version_terms(conn, [int(r[0]) for r in gone])
-            conn.execute(
+            dropped = conn.execute(
                 "DELETE FROM kb_source_revisions r WHERE r.kb_id = %s"
-                " AND NOT EXISTS (SELECT 1 FROM kb_version_sources vs WHERE vs.revision_id = r.id)",
+                " AND NOT EXISTS (SELECT 1 FROM kb_version_sources vs WHERE vs.revision_id = r.id) RETURNING r.id",
                 (kb_id,),
-            )
+            ).fetchall()
+            delete_revision_terms(conn, [int(r[0]) for r in dropped])
     return deleted
 
 

@@ -270,6 +270,17 @@ MIGRATIONS: list[tuple[int, str, str]] = [
             WHERE applied_file_sha256 IS NOT NULL;
         """,
     ),
+    (
+        14,
+        "a revision's BM25 term rows are deleted with it by kbctl, not by a foreign key checked per inserted row",
+        # A first apply of 100,000 chunks writes ~790,000 of these rows; checking the key row by row cost ~4 s of
+        # it (11.4 s with the key, 6.8 s without, sorted). prune_history and delete_kb delete the rows instead.
+        """
+        ALTER TABLE kb_revision_terms DROP CONSTRAINT IF EXISTS kb_revision_terms_revision_id_fkey;
+        DELETE FROM kb_revision_terms t
+            WHERE NOT EXISTS (SELECT 1 FROM kb_source_revisions r WHERE r.id = t.revision_id);
+        """,
+    ),
 ]
 
 # Serializes migrations of one database across processes (an arbitrary, fixed 64-bit key).
