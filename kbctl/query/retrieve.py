@@ -423,14 +423,16 @@ def select_hits(candidates: Sequence[_Candidate], top_k: int, max_tokens: int) -
     """Stage `select`: candidates kept in order up to `top_k`, a near-duplicate (cosine >= 0.99) of a kept
     chunk dropped, and ended by the first chunk that would exceed the token budget `max_tokens`."""
     selection = _Selection()
-    kept: list[Any] = []
+    kept: Any = None  # the kept chunks' vectors, one row each (made at the first one: its length is the model's)
     for rank, cand in enumerate(candidates, start=1):
         c, matched = cand.chunk, cand.matched
         why = [f"identifier {', '.join(matched)}"] if matched else []
         why += ["every word of the question"] if cand.all_words else []
-        if len(selection.hits) >= top_k:
+        n = len(selection.hits)
+        vector = _array(c.vector) if n < top_k else None
+        if vector is None:
             verdict = f"cut: beyond topK {top_k}"
-        elif any(float(np.dot(_array(c.vector), v)) >= DUPLICATE_COSINE for v in kept):
+        elif n and float((kept[:n] @ vector).max()) >= DUPLICATE_COSINE:
             selection.duplicates += 1
             verdict = f"cut: near-duplicate (cosine >= {DUPLICATE_COSINE}) of a kept chunk"
         elif selection.over_budget or selection.tokens + c.token_count > max_tokens:
@@ -438,7 +440,9 @@ def select_hits(candidates: Sequence[_Candidate], top_k: int, max_tokens: int) -
             verdict = f"cut: token budget {max_tokens}"
         else:
             selection.tokens += c.token_count
-            kept.append(_array(c.vector))
+            if kept is None:
+                kept = np.empty((top_k, len(vector)), dtype=np.float32)
+            kept[n] = vector
             verdict = f"kept as {len(selection.hits) + 1}" + (f" ({'; '.join(why)})" if why else "")
             selection.hits.append(_hit(cand, len(selection.hits) + 1))
         selection.verdicts.append((c, rank, verdict))
