@@ -39,6 +39,7 @@ from variants import VARIANTS, apply_variant  # bench/variants.py: chunking coun
 
 from kbctl.client import KnowledgeBaseStore
 from kbctl.config import Settings
+from kbctl.embedding.local import calibrated_threshold
 from kbctl.errors import KbctlError
 from kbctl.eval.beir import RANKING_RETRIEVAL, BeirImport, import_beir
 from kbctl.eval.evalset import EvalQuery, EvalSet, load_evalset
@@ -75,17 +76,18 @@ def retrieval_settings(rerank: str | None) -> Retrieval:
     return Retrieval.model_validate({**RANKING_RETRIEVAL.model_dump(by_alias=True), "rerank": {"model": rerank}})
 
 
-def at_defaults() -> QueryOptions:
-    """The manifest defaults' topK, threshold and token budget."""
+def at_defaults(model: str) -> QueryOptions:
+    """The manifest defaults' topK and token budget, and the threshold a manifest that sets none gets with `model`."""
     spec = Retrieval()
-    return QueryOptions(top_k=spec.top_k, threshold=spec.similarity_threshold, max_tokens=spec.max_context_tokens)
+    return QueryOptions(top_k=spec.top_k, threshold=calibrated_threshold(model), max_tokens=spec.max_context_tokens)
 
 
 def time_queries(store: KnowledgeBaseStore, evalset: EvalSet, mode: str, *, defaults: bool = False) -> list[float]:
     """Seconds per query over the whole eval set in one mode, after one warm-up query; with `defaults`, at
     the manifest defaults (threshold, token budget, topK) instead of the ranking settings."""
     base, rerank = split_mode(mode)  # a plain mode runs without the reranker, as in evaluate_store
-    limits = at_defaults() if defaults else QueryOptions(top_k=K, threshold=THRESHOLD, max_tokens=MAX_TOKENS)
+    ranking = QueryOptions(top_k=K, threshold=THRESHOLD, max_tokens=MAX_TOKENS)
+    limits = at_defaults(store.describe(NAME).model) if defaults else ranking
     options = QueryOptions.build(limits, mode=base, rerank=rerank)
 
     def ask(question: str) -> None:
@@ -144,10 +146,9 @@ def measure(store: KnowledgeBaseStore, evalset: EvalSet, modes: Sequence[str]) -
     """Every mode's figures, then hybrid's at the manifest defaults."""
     queries = {q.id: q for q in evalset.queries}
     found: list[Figures] = []
+    defaults = at_defaults(store.describe(NAME).model)
     for mode in [*modes, DEFAULTS]:
-        limits = (
-            at_defaults() if mode == DEFAULTS else QueryOptions(top_k=DEEP, threshold=THRESHOLD, max_tokens=MAX_TOKENS)
-        )
+        limits = defaults if mode == DEFAULTS else QueryOptions(top_k=DEEP, threshold=THRESHOLD, max_tokens=MAX_TOKENS)
         found.append(figures(mode, outcomes(store, evalset, "hybrid" if mode == DEFAULTS else mode, limits), queries))
     return found
 
@@ -198,7 +199,8 @@ def print_results(
     spec = Retrieval()
     published = PUBLISHED_BM25.get(dataset.name.lower())
     print(
-        f"\n{DEFAULTS}: threshold {spec.similarity_threshold}, topK {spec.top_k}, {spec.max_context_tokens} tokens."
+        f"\n{DEFAULTS}: threshold {calibrated_threshold(model)} (the model's), topK {spec.top_k},"
+        f" {spec.max_context_tokens} tokens."
         + (f" Published BM25 nDCG@10 (documents): {published:.3f}." if published is not None else "")
     )
 

@@ -14,6 +14,7 @@ from kbctl.client import KnowledgeBaseStore
 from kbctl.config import Settings
 from kbctl.embedding.local import BGE_SMALL, LOCAL_MODELS, LocalEmbedder, _prepare_folder
 from kbctl.errors import EmbeddingError
+from kbctl.manifest import parse_manifests
 
 BGE = "bge-small-en-v1.5"
 QUESTION = "how do I cancel the contract?"
@@ -86,3 +87,32 @@ def test_import_beir_with_bge_embeds_and_queries_with_it(
     assert store.describe("tiny-bge").model == "local/bge-small-en-v1.5"
     hits = store.query("tiny-bge", QUESTION).hits
     assert [h.source for h in hits][:1] == ["terms"]
+
+
+def test_an_unset_threshold_is_the_calibrated_one_of_the_model(store: KnowledgeBaseStore) -> None:
+    """Unset, similarityThreshold is the calibrated value of the model a version was embedded with. bge scores an
+    unrelated question 0.38 against the clause, which the default model's 0.35 would return: at bge's 0.6 the answer
+    is empty, and the question the clause answers still finds it. Set in the spec, or asked for, a threshold wins."""
+    sources = f'    - {{name: terms, text: "{CLAUSE}"}}\n    - {{name: kitchen, text: "{UNRELATED}"}}\n'
+
+    def kb(name: str, spec: str) -> str:
+        head = "apiVersion: kbctl.dev/v1alpha1\nkind: KnowledgeBase\n"
+        return f"{head}metadata: {{name: {name}}}\nspec:\n{spec}  sources:\n"
+
+    text = "\n---\n".join(
+        [
+            kb("with-bge", "  embedding: {model: local/bge-small-en-v1.5}\n") + sources,
+            kb("with-minilm", "") + sources,
+            kb("bge-set", "  embedding: {model: local/bge-small-en-v1.5}\n  retrieval: {similarityThreshold: 0.3}\n")
+            + sources,
+        ]
+    )
+    store.apply(parse_manifests(text, "kb.yaml"))
+    unrelated = "How much does the Acme RoboVac 3000 cost?"
+    refused = store.query("with-bge", unrelated)
+    assert refused.similarity_threshold == pytest.approx(0.6) and refused.hits == []
+    assert [h.source for h in store.query("with-bge", unrelated, threshold=0.35).hits] == ["terms"]
+    assert [h.source for h in store.query("with-bge", QUESTION).hits] == ["terms"]
+    minilm = store.query("with-minilm", unrelated)
+    assert minilm.similarity_threshold == pytest.approx(0.35) and minilm.hits == []
+    assert store.query("bge-set", unrelated).similarity_threshold == pytest.approx(0.3)

@@ -96,7 +96,7 @@ def test_defaults_are_filled_in() -> None:
             "chunking": {"maxChars": 1200, "overlapChars": 150},
             "retrieval": {
                 "topK": 8,
-                "similarityThreshold": 0.35,
+                "similarityThreshold": None,  # the model's calibrated value, when queried
                 "maxContextTokens": 3000,
                 "mode": "hybrid",
                 "language": "english",

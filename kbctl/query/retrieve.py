@@ -40,6 +40,7 @@ from typing import Any
 import numpy as np
 
 from kbctl.embedding import Embedder, Vector
+from kbctl.embedding.local import calibrated_threshold
 from kbctl.engine.conditions import condition
 from kbctl.errors import NotFoundError, RerankError
 from kbctl.manifest import Rerank, Retrieval
@@ -106,7 +107,8 @@ Visible = Callable[[str, Mapping[str, str]], bool]  # may the caller see the kno
 
 def plan_query(db: Database, name: str, options: QueryOptions, visible: Visible | None = None) -> QueryPlan:
     """The plan of a query of `name`: its serving version, with the options that are unset taken from the
-    version's `spec.retrieval` (validated by `kbctl.manifest.Retrieval`, which holds the defaults). A knowledge
+    version's `spec.retrieval` (validated by `kbctl.manifest.Retrieval`, which holds the defaults; a threshold set
+    nowhere is the calibrated one of the model the version was embedded with, `calibrated_threshold`). A knowledge
     base that `visible` refuses is not found, exactly as one that does not exist."""
     target = db.query_target(name)
     if target is None or (visible is not None and not visible(name, target.labels)):
@@ -119,6 +121,7 @@ def plan_query(db: Database, name: str, options: QueryOptions, visible: Visible 
     spec = Retrieval.model_validate(target.retrieval or {})
     if options.rerank and spec.rerank is None:
         raise ValueError(f"KnowledgeBase/{name} (version {target.number}) has no spec.retrieval.rerank")
+    threshold = options.threshold if options.threshold is not None else spec.similarity_threshold
     return QueryPlan(
         name=name,
         version_id=target.version_id,
@@ -131,7 +134,7 @@ def plan_query(db: Database, name: str, options: QueryOptions, visible: Visible 
         keyword_weight=KEYWORD_WEIGHT if spec.keyword_weight is None else spec.keyword_weight,
         mode=options.mode if options.mode is not None else spec.mode,
         top_k=options.top_k if options.top_k is not None else spec.top_k,
-        threshold=options.threshold if options.threshold is not None else spec.similarity_threshold,
+        threshold=threshold if threshold is not None else calibrated_threshold(target.model),
         max_tokens=options.max_tokens if options.max_tokens is not None else spec.max_context_tokens,
         language=spec.language,
         rerank=spec.rerank if options.rerank is not False else None,
