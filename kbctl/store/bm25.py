@@ -33,9 +33,10 @@ import math
 from collections.abc import Sequence
 from contextlib import nullcontext
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
 import psycopg
+from psycopg import sql
 from psycopg.pq import TransactionStatus
 from psycopg.rows import class_row
 
@@ -157,31 +158,41 @@ _VERSION_TERMS = (
 )
 
 
+# The statistics deleted with their owner (no foreign key does it, so publishing checks none per row: migrations 12
+# and 14): table, its key, and the owner's table, which names its knowledge base by kb_id.
+_TERMS_OF = {
+    "version": ("kb_version_terms", "version_id", "kb_versions"),
+    "revision": ("kb_revision_terms", "revision_id", "kb_source_revisions"),
+}
+
+
+def _delete_terms(
+    conn: psycopg.Connection[Any], owner: Literal["version", "revision"], ids: Sequence[int], kb_id: int | None
+) -> None:
+    table, key, owners = (sql.Identifier(name) for name in _TERMS_OF[owner])
+    if kb_id is not None:
+        conn.execute(
+            sql.SQL("DELETE FROM {} WHERE {} IN (SELECT id FROM {} WHERE kb_id = %s)").format(table, key, owners),
+            (kb_id,),
+        )
+    if ids:
+        conn.execute(sql.SQL("DELETE FROM {} WHERE {} = ANY(%s)").format(table, key), (list(ids),))
+
+
 def delete_version_terms(
     conn: psycopg.Connection[Any], version_ids: Sequence[int] = (), *, kb_id: int | None = None
 ) -> None:
     """Delete the statistics of versions being deleted, `version_ids` or every version of the knowledge base
-    `kb_id` (no foreign key does it: see migration 12)."""
-    if kb_id is not None:
-        conn.execute(
-            "DELETE FROM kb_version_terms WHERE version_id IN (SELECT id FROM kb_versions WHERE kb_id = %s)", (kb_id,)
-        )
-    if version_ids:
-        conn.execute("DELETE FROM kb_version_terms WHERE version_id = ANY(%s)", (list(version_ids),))
+    `kb_id`."""
+    _delete_terms(conn, "version", version_ids, kb_id)
 
 
 def delete_revision_terms(
     conn: psycopg.Connection[Any], revision_ids: Sequence[int] = (), *, kb_id: int | None = None
 ) -> None:
     """Delete the statistics of revisions being deleted, `revision_ids` or every revision of the knowledge base
-    `kb_id` (no foreign key does it: see migration 14)."""
-    if kb_id is not None:
-        conn.execute(
-            "DELETE FROM kb_revision_terms WHERE revision_id IN (SELECT id FROM kb_source_revisions WHERE kb_id = %s)",
-            (kb_id,),
-        )
-    if revision_ids:
-        conn.execute("DELETE FROM kb_revision_terms WHERE revision_id = ANY(%s)", (list(revision_ids),))
+    `kb_id`."""
+    _delete_terms(conn, "revision", revision_ids, kb_id)
 
 
 def version_statistics(conn: psycopg.Connection[Any], kb_id: int, version_id: int) -> None:
