@@ -312,7 +312,9 @@ class HttpEmbedder:
             raise
         if failure is not None:
             raise failure
-        return [vector for vectors in results if vectors is not None for vector in vectors]
+        vectors = [vector for answered in results if answered is not None for vector in answered]
+        assert len(vectors) == len(texts), "every batch was answered"
+        return vectors
 
     def _embed_batch(
         self,
