@@ -82,12 +82,13 @@ def at_defaults(model: str) -> QueryOptions:
     return QueryOptions(top_k=spec.top_k, threshold=calibrated_threshold(model), max_tokens=spec.max_context_tokens)
 
 
-def time_queries(store: KnowledgeBaseStore, evalset: EvalSet, mode: str, *, defaults: bool = False) -> list[float]:
-    """Seconds per query over the whole eval set in one mode, after one warm-up query; with `defaults`, at
-    the manifest defaults (threshold, token budget, topK) instead of the ranking settings."""
+def time_queries(
+    store: KnowledgeBaseStore, evalset: EvalSet, mode: str, defaults: QueryOptions | None = None
+) -> list[float]:
+    """Seconds per query over the whole eval set in one mode, after one warm-up query; with `defaults`
+    (`at_defaults`), at the manifest defaults (threshold, token budget, topK) instead of the ranking settings."""
     base, rerank = split_mode(mode)  # a plain mode runs without the reranker, as in evaluate_store
-    ranking = QueryOptions(top_k=K, threshold=THRESHOLD, max_tokens=MAX_TOKENS)
-    limits = at_defaults(store.describe(NAME).model) if defaults else ranking
+    limits = defaults or QueryOptions(top_k=K, threshold=THRESHOLD, max_tokens=MAX_TOKENS)
     options = QueryOptions.build(limits, mode=base, rerank=rerank)
 
     def ask(question: str) -> None:
@@ -142,11 +143,10 @@ def figures(label: str, outcomes: Sequence[QueryOutcome], queries: dict[str, Eva
     )
 
 
-def measure(store: KnowledgeBaseStore, evalset: EvalSet, modes: Sequence[str]) -> list[Figures]:
-    """Every mode's figures, then hybrid's at the manifest defaults."""
+def measure(store: KnowledgeBaseStore, evalset: EvalSet, modes: Sequence[str], defaults: QueryOptions) -> list[Figures]:
+    """Every mode's figures, then hybrid's at the manifest defaults (`at_defaults`)."""
     queries = {q.id: q for q in evalset.queries}
     found: list[Figures] = []
-    defaults = at_defaults(store.describe(NAME).model)
     for mode in [*modes, DEFAULTS]:
         limits = defaults if mode == DEFAULTS else QueryOptions(top_k=DEEP, threshold=THRESHOLD, max_tokens=MAX_TOKENS)
         found.append(figures(mode, outcomes(store, evalset, "hybrid" if mode == DEFAULTS else mode, limits), queries))
@@ -260,12 +260,13 @@ def run() -> None:
                 raise SystemExit(f"import failed: {result.report.model_dump_json()}")
             evalset = load_evalset(result.eval_file)
             limits = QueryOptions(threshold=THRESHOLD, max_tokens=MAX_TOKENS)
-            rows = measure(store, evalset, modes)
+            defaults = at_defaults(args.model)
+            rows = measure(store, evalset, modes, defaults)
             timings: dict[str, list[float]] = {}
             indexed = None
             if not args.no_timing:
                 timings = {mode: time_queries(store, evalset, mode) for mode in modes}
-                timings[DEFAULTS] = time_queries(store, evalset, "hybrid", defaults=True)
+                timings[DEFAULTS] = time_queries(store, evalset, "hybrid", defaults)
                 if store.db.vector_index(args.model) is not None:
                     indexed = index_comparison(store, evalset, limits)
             chunks = store.describe(NAME).chunks

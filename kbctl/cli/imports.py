@@ -97,7 +97,8 @@ def beir(
         typer.Option(
             "--model",
             metavar="MODEL",
-            help="spec.embedding.model of the knowledge base, e.g. local/bge-small-en-v1.5 (default: the default).",
+            help="spec.embedding.model of the knowledge base: local/all-MiniLM-L6-v2 (the default),"
+            " local/bge-small-en-v1.5, or a provider's model.",
         ),
     ] = None,
     output: OutputOpt = None,

@@ -431,9 +431,8 @@ def select_hits(candidates: Sequence[_Candidate], top_k: int, max_tokens: int) -
         c, matched = cand.chunk, cand.matched
         why = [f"identifier {', '.join(matched)}"] if matched else []
         why += ["every word of the question"] if cand.all_words else []
-        n = len(selection.hits)
-        vector = _array(c.vector) if n < top_k else None
-        if vector is None:
+        n, vector = len(selection.hits), _array(c.vector)
+        if n >= top_k:
             verdict = f"cut: beyond topK {top_k}"
         elif n and float((kept[:n] @ vector).max()) >= DUPLICATE_COSINE:
             selection.duplicates += 1
