@@ -238,6 +238,11 @@ def test_fast_path_gives_ruamels_data_types_and_lines(text: str) -> None:
         "a: b\n  \t\nc: d\n",  # ... a tab on a blank line
         "- 'a'\t# c\n",
         "a: |\n  x\t\n  \ty\n",  # tabs inside a block scalar: both read them
+        "|\n \n  indented more\n",  # ruamel refuses a blank first line less indented than the next, libyaml reads it
+        "a: >-\n  \n   x\n",
+        "a: |2\n  \n   x\n",  # ... but not with an indentation indicator
+        "a: |\n\n  x\n",  # ... nor after an empty first line
+        "|\n# y\n",  # a document that is one block scalar: ruamel reads a `#` line at column 0 as its text
         "a: 'x\ty'\nb: \"x\\ty\"\n",  # ... and inside quotes
         '["a":1]\n',  # ruamel refuses a JSON-style pair in a flow list, libyaml reads it
         "[a: 1, b: 2]\n",

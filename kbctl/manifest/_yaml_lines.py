@@ -418,6 +418,33 @@ def _fast_load(text: str, nodes: int) -> tuple[Any, int, int | None] | None:
         return None
 
 
+_BLOCK_HEADER = re.compile(r"[|>][-+0-9]{0,2}")
+_BLOCK_BLANKS = " \r\n\x85\u2028\u2029"
+
+
+def _blank_lines_ruamel_refuses(text: str, start: int, end: int) -> bool:
+    """Whether ruamel refuses the block scalar at `start` (its `|` or `>`) that libyaml read: with no indentation
+    indicator, a first line of spaces only, then a line indented further ("more indented follow up line than first
+    in a block scalar"; YAML allows it). The scan of ruamel's `scan_block_scalar_indentation`."""
+    header = _BLOCK_HEADER.match(text, start)
+    if header is None or any(c.isdigit() for c in header.group()):
+        return False
+    line_break = _LINE_BREAK.search(text, start, end)
+    if line_break is None:
+        return False
+    at, column, first, deepest = line_break.end(), 0, -1, 0
+    while at < len(text) and text[at] in _BLOCK_BLANKS:
+        if text[at] == " ":
+            at, column = at + 1, column + 1
+            deepest = max(deepest, column)
+            continue
+        if first < 0:
+            first = column
+        at += 2 if text.startswith("\r\n", at) else 1
+        column = 0
+    return first > 0 and deepest > first
+
+
 def _tabs_outside(text: str, spans: list[tuple[int, int]]) -> bool:
     """Whether text has a tab outside the given sorted, disjoint spans (the quoted and block scalars' text)."""
     spans_iter = iter(spans)
@@ -455,6 +482,11 @@ def _build(events: Iterator[Any], nodes: int, text: str) -> tuple[Any, int, int 
                 value = _plain_scalar(event.value) if event.style in _PLAIN_STYLES else _plain_str(event.value)
                 if value is _UNCERTAIN:
                     return None
+                if event.style in _BLOCK_STYLES and (
+                    not stack  # a document that is one block scalar: a `#` line at column 0 is text to ruamel
+                    or _blank_lines_ruamel_refuses(text, int(event.start_mark.index), int(event.end_mark.index))
+                ):
+                    return None  # not a manifest anyway, or what ruamel refuses
                 if tab_spans is not None and event.style not in _PLAIN_STYLES:
                     start, end = int(event.start_mark.index), int(event.end_mark.index)
                     if event.style in _BLOCK_STYLES:  # its lines, not its header (`|<tab>` is refused)
