@@ -9,8 +9,9 @@ with the real local model, like `kbctl import beir`, then for each mode (vector,
 hybrid+rerank with --rerank) measures, over the eval set, with the similarity threshold and token budget out of
 the way so only the ranking counts: chunk-level recall@10, MRR@10 and nDCG@10; document-level nDCG@10 and
 recall@10 (a document ranks at its best chunk, as published BEIR figures rank documents); and recall@100 over
-the first 100 chunks. Then hybrid at the manifest defaults (threshold, topK, token budget). Latency is a
-separate loop: one warm-up query per mode, then every query timed around `store.query(...)`.
+the first 100 chunks. Then hybrid at the manifest defaults (threshold, topK, token budget), after hybrid at the
+defaults' topK with no threshold or budget: the difference is what those two cut. Latency is a separate loop:
+one warm-up query per mode, then every query timed around `store.query(...)`.
 
 --rerank MODEL sets `spec.retrieval.rerank.model` (a rerank provider of the kbctl configuration, or
 local/NAME); the plain modes are then still measured without the reranker. --keep HOME imports into HOME and
@@ -61,6 +62,7 @@ DEEP = 100  # chunks asked per query: recall@100 over chunks (within the default
 # Published nDCG@10 of BM25 in the BEIR paper (Thakur et al., 2021, table 2), by dataset folder name.
 PUBLISHED_BM25 = {"nfcorpus": 0.325, "arguana": 0.315, "scidocs": 0.158, "fiqa": 0.236, "trec-covid": 0.656}
 DEFAULTS = "hybrid at defaults"
+TOP_K_ONLY = "hybrid at topK, uncut"  # the defaults' topK, no threshold or budget: what the two cut, side by side
 
 
 def percentile(values: Sequence[float], q: float) -> float:
@@ -144,12 +146,16 @@ def figures(label: str, outcomes: Sequence[QueryOutcome], queries: dict[str, Eva
 
 
 def measure(store: KnowledgeBaseStore, evalset: EvalSet, modes: Sequence[str], defaults: QueryOptions) -> list[Figures]:
-    """Every mode's figures, then hybrid's at the manifest defaults (`at_defaults`)."""
+    """Every mode's figures, then hybrid's at the defaults' topK alone and at the manifest defaults (`at_defaults`)."""
     queries = {q.id: q for q in evalset.queries}
     found: list[Figures] = []
-    for mode in [*modes, DEFAULTS]:
-        limits = defaults if mode == DEFAULTS else QueryOptions(top_k=DEEP, threshold=THRESHOLD, max_tokens=MAX_TOKENS)
-        found.append(figures(mode, outcomes(store, evalset, "hybrid" if mode == DEFAULTS else mode, limits), queries))
+    for mode in [*modes, TOP_K_ONLY, DEFAULTS]:
+        limits = {
+            DEFAULTS: defaults,
+            TOP_K_ONLY: QueryOptions(top_k=defaults.top_k, threshold=THRESHOLD, max_tokens=MAX_TOKENS),
+        }.get(mode, QueryOptions(top_k=DEEP, threshold=THRESHOLD, max_tokens=MAX_TOKENS))
+        asked = "hybrid" if mode in (DEFAULTS, TOP_K_ONLY) else mode
+        found.append(figures(mode, outcomes(store, evalset, asked, limits), queries))
     return found
 
 
@@ -200,7 +206,7 @@ def print_results(
     published = PUBLISHED_BM25.get(dataset.name.lower())
     print(
         f"\n{DEFAULTS}: threshold {calibrated_threshold(model)} (the model's), topK {spec.top_k},"
-        f" {spec.max_context_tokens} tokens."
+        f" {spec.max_context_tokens} tokens; {TOP_K_ONLY}: topK {spec.top_k} alone."
         + (f" Published BM25 nDCG@10 (documents): {published:.3f}." if published is not None else "")
     )
 

@@ -266,7 +266,7 @@ def test_explain_documents_fields_from_the_schema() -> None:
     assert result.exit_code == 0, result.output
     lines = result.stdout.splitlines()
     assert lines[:2] == ["KIND:     KnowledgeBase", "VERSION:  kbctl.dev/v1alpha1"]
-    assert "  topK  <integer>  (default 8, 1..200)" in lines
+    assert "  topK  <integer>  (default 10, 1..200)" in lines
     assert '  mode  <string>  (default "hybrid", one of hybrid, vector, keyword)' in lines
     leaf = CliRunner().invoke(app, ["explain", "kb.spec.sources.name"]).stdout
     assert "FIELD: name <string>  (required" in leaf

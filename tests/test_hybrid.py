@@ -2,14 +2,17 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 from typer.testing import CliRunner
 
 from kbctl.cli import app
 from kbctl.client import KnowledgeBaseStore
-from kbctl.manifest import parse_manifests
+from kbctl.embedding.local import DEFAULT_THRESHOLD
+from kbctl.manifest import load_manifests, parse_manifests
 from kbctl.query import retrieve
-from kbctl.query.retrieve import KEYWORD_WEIGHT, RRF_K, fuse, identifiers
+from kbctl.query.retrieve import AGREEMENT_MARGIN, KEYWORD_WEIGHT, RRF_K, fuse, identifiers
 from kbctl.store.rows import ChunkHit
 
 RUNBOOK = """# Payment errors
@@ -155,6 +158,25 @@ spec:
     assert {s.name: s.chunks for s in store.describe("dup").source_status} == {"a": 1, "b": 1, "c": 1}
     revisions = store.db.connection.execute("SELECT count(*) FROM kb_source_revisions").fetchone()
     assert revisions == (3,)  # one per source, none orphaned
+
+
+def test_the_chunk_first_in_both_lists_passes_a_little_below_the_threshold(store: KnowledgeBaseStore) -> None:
+    """In hybrid mode the chunk nearest by meaning and best by BM25 passes down to AGREEMENT_MARGIN below the
+    threshold: this question of examples/eval scores its answer under the default model's 0.35, and vector mode,
+    where no second list agrees, still answers nothing."""
+    examples = Path(__file__).resolve().parent.parent / "examples" / "kb" / "client-service-policy.yaml"
+    store.apply([m.kb for m in load_manifests([str(examples)])])
+    question = "Can consultants fly business class when travelling for a client?"
+    hybrid = store.query("client-service-policy", question, explain=True)
+    assert hybrid.hits, "the answer passed by agreement"
+    top = hybrid.hits[0]
+    assert (top.source, top.vector_rank, top.keyword_rank) == ("invoicing-payment", 1, 1)
+    assert DEFAULT_THRESHOLD - AGREEMENT_MARGIN <= top.score < DEFAULT_THRESHOLD
+    assert all(h.score >= DEFAULT_THRESHOLD or h.matched_identifiers or h.all_words for h in hybrid.hits[1:])
+    assert hybrid.trace is not None and hybrid.trace[-1].entries[0].detail == "kept as 1 (first in both lists)"
+    assert store.query("client-service-policy", question, mode="vector").hits == []
+    # More than the margin below the threshold, agreement is not enough.
+    assert store.query("client-service-policy", question, threshold=top.score + AGREEMENT_MARGIN + 0.01).hits == []
 
 
 def test_explain_traces_every_stage(runbook: KnowledgeBaseStore, cli: CliRunner) -> None:

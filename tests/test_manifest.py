@@ -95,7 +95,7 @@ def test_defaults_are_filled_in() -> None:
             "sources": [{"name": "faq", "url": None, "text": "hello", "format": "markdown"}],
             "chunking": {"maxChars": 1200, "overlapChars": 150},
             "retrieval": {
-                "topK": 8,
+                "topK": 10,
                 "similarityThreshold": None,  # the model's calibrated value, when queried
                 "maxContextTokens": 3000,
                 "mode": "hybrid",
