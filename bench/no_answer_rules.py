@@ -10,6 +10,14 @@ it is set at the lowest value that keeps every no-answer question of examples/ev
 many answerable questions it would then leave empty, per set. The absolute rule is the best chunk's similarity (the
 manifest's threshold); the relative ones are its z-score against the rest of the pool, its gap to the second, and its
 margin over the mean of the next 9 or of the rest.
+
+A second table weighs agreement between the two hybrid lists: each question is also asked in hybrid mode, uncut
+(its fused list of `--pool`, with each chunk's rank in the vector and in the keyword list) and at the model's
+threshold with the agreement rule switched off. A rule "within the first N of both lists" answers a question the
+threshold left empty when a chunk ranks within the first N of both lists and scores at least the threshold minus
+AGREEMENT_MARGIN (or at any similarity); kbctl's rule is N = 1 with the margin (kbctl.query.retrieve). The table
+says how many no-answer questions of examples/eval each rule answers, and how many answerable questions per set
+it leaves empty.
 """
 
 from __future__ import annotations
@@ -29,26 +37,44 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from kbctl.client import KnowledgeBaseStore
 from kbctl.config import Settings
+from kbctl.embedding.local import calibrated_threshold
 from kbctl.eval.evalset import load_evalset
 from kbctl.manifest import load_manifests
+from kbctl.query import retrieve
 from kbctl.query.options import QueryOptions
 from kbctl.store.embedded import stop_server
 
 ROOT = Path(__file__).resolve().parent.parent
+BIG = 10**9  # a token budget that cuts nothing
 
 
 @dataclass(frozen=True)
 class Asked:
-    """One question's pool of similarities, best first, and whether it has an answer."""
+    """One question's pool of similarities (vector mode), best first; its hybrid list, uncut, as (vector rank,
+    keyword rank, similarity) of each chunk; whether the threshold without agreement leaves it an answer; whether
+    it has an answer; and the threshold it was asked at."""
 
     where: str
     no_answer: bool
     scores: list[float]
+    fused: list[tuple[int | None, int | None, float]]
+    answered: bool
+    threshold: float
 
 
-def pool_scores(store: KnowledgeBaseStore, kb: str, question: str, pool: int) -> list[float]:
-    options = QueryOptions(mode="vector", top_k=pool, threshold=-1.0, max_tokens=10**9)
-    return [h.score for h in store.query(kb, question, options=options).hits]
+def ask(store: KnowledgeBaseStore, where: str, kb: str, question: str, no_answer: bool, pool: int) -> Asked:
+    """One question asked in vector mode and in hybrid mode, uncut, and in hybrid mode at the model's threshold
+    without the agreement rule."""
+    threshold = calibrated_threshold(store.describe(kb).model)
+    vector = store.query(kb, question, options=QueryOptions(mode="vector", top_k=pool, threshold=-1.0, max_tokens=BIG))
+    fused = store.query(kb, question, options=QueryOptions(mode="hybrid", top_k=pool, threshold=-1.0, max_tokens=BIG))
+    margin, retrieve.AGREEMENT_MARGIN = retrieve.AGREEMENT_MARGIN, 0.0
+    try:
+        plain = store.query(kb, question, options=QueryOptions(mode="hybrid", threshold=threshold, max_tokens=BIG))
+    finally:
+        retrieve.AGREEMENT_MARGIN = margin
+    ranked = [(h.vector_rank, h.keyword_rank, h.score) for h in fused.hits]
+    return Asked(where, no_answer, [h.score for h in vector.hits], ranked, bool(plain.hits), threshold)
 
 
 def z_score(s: list[float]) -> float:
@@ -74,9 +100,8 @@ def examples(pool: int) -> list[Asked]:
             store.apply([m.kb for m in load_manifests([str(ROOT / "examples" / "kb")])])
             for path in sorted((ROOT / "examples" / "eval").glob("*.yaml")):
                 evalset = load_evalset(str(path))
-                for q in evalset.queries:
-                    scores = pool_scores(store, evalset.knowledge_base or path.stem, q.question, pool)
-                    asked.append(Asked("examples/eval", bool(q.no_answer), scores))
+                kb = evalset.knowledge_base or path.stem
+                asked += [ask(store, "examples/eval", kb, q.question, bool(q.no_answer), pool) for q in evalset.queries]
     finally:
         stop_server(settings.pgdata)
         shutil.rmtree(home, ignore_errors=True)
@@ -89,10 +114,38 @@ def beir(home: Path, limit: int, pool: int) -> list[Asked]:
     queries = load_evalset(str(home / "eval.jsonl")).queries[:limit]
     try:
         with KnowledgeBaseStore(settings=settings) as store:
-            return [Asked(home.name, False, pool_scores(store, NAME, q.question, pool)) for q in queries]
+            return [ask(store, home.name, NAME, q.question, False, pool) for q in queries]
     finally:
         if not settings.database_url:
             stop_server(settings.pgdata)
+
+
+def agreeing(a: Asked, depth: int, floor: bool) -> bool:
+    """Whether a chunk ranks within the first `depth` of both lists (at least the threshold minus AGREEMENT_MARGIN
+    when `floor`)."""
+    low = a.threshold - retrieve.AGREEMENT_MARGIN if floor else -1.0
+    return any(v is not None and k is not None and max(v, k) <= depth and s >= low for v, k, s in a.fused)
+
+
+def print_agreement(asked: list[Asked], sets: list[str]) -> None:
+    refused = [a for a in asked if a.no_answer]
+    print(f"\nAgreement of the hybrid lists: no-answer questions answered (of {len(refused)}), answerable left empty")
+    print(f"| rule | no-answer answered | {' | '.join(sets)} |")
+    print("|---|---:|" + "---:|" * len(sets))
+    rules = [("the threshold alone", 0, True)]
+    rules += [
+        (f"within the first {n} of both{'' if floor else ', any similarity'}", n, floor)
+        for floor in (True, False)
+        for n in (1, 2, 3, 5, 10)
+    ]
+    for label, depth, floor in rules:
+        answered = [a.answered or (depth > 0 and agreeing(a, depth, floor)) for a in asked]
+        cells = []
+        for where in sets:
+            answerable = [ok for a, ok in zip(asked, answered, strict=True) if a.where == where and not a.no_answer]
+            cells.append(f"{sum(not ok for ok in answerable)} of {len(answerable)}")
+        through = sum(ok for a, ok in zip(asked, answered, strict=True) if a.no_answer)
+        print(f"| {label} | {through} | {' | '.join(cells)} |")
 
 
 def main() -> None:
@@ -116,6 +169,7 @@ def main() -> None:
             answerable = [a for a in asked if a.where == where and not a.no_answer]
             cells.append(f"{sum(score(a.scores) < line for a in answerable)} of {len(answerable)}")
         print(f"| {rule} | {line:.3f} | {' | '.join(cells)} |")
+    print_agreement(asked, sets)
 
 
 if __name__ == "__main__":

@@ -126,7 +126,8 @@ MINILM = LocalModel(
     packaged=_packaged_files,
     extra="offline-model",
     # examples/eval: every no-answer question comes back empty (their best chunk scores at most 0.339) at recall@5
-    # 0.97 / 0.91; at 0.2 half of them got hits.
+    # 1.00 / 0.93 in hybrid mode (0.97 / 0.91 before the agreement rule of kbctl.query.retrieve); at 0.2 half of them
+    # got hits.
     threshold=DEFAULT_THRESHOLD,
 )
 BGE_SMALL = LocalModel(
@@ -138,8 +139,9 @@ BGE_SMALL = LocalModel(
     max_tokens=512,
     packaged=_bge_files,
     extra="bge-small",
-    # bge scores unrelated text 0.3-0.5. examples/eval at 0.6: recall@5 0.97 / 0.93 and 7 of its 8 no-answer
-    # questions empty (one scores 0.651); 0.66 empties all 8 at recall@5 0.83 / 0.76 (bench/thresholds.py).
+    # bge scores unrelated text 0.3-0.5. examples/eval at 0.6, hybrid: recall@5 1.00 / 0.98 and 7 of its 8 no-answer
+    # questions empty (one scores 0.651, first in both lists); 0.76 empties all 8 at recall@5 0.60 / 0.62
+    # (bench/thresholds.py).
     threshold=0.6,
     query_prefix="Represent this sentence for searching relevant passages: ",
 )
