@@ -1,0 +1,69 @@
+"""The vector index's recall and a vector query's latency at several `ef_search` values, side by side, on a kept store.
+
+    python bench/ef_search.py HOME NAME [--ef 40,64,100] [--rounds 2] [--limit-queries N]
+
+HOME is a store kept by `bench/retrieval.py DIR --keep HOME` or imported with `KBCTL_HOME=HOME kbctl import beir`
+(its eval set in HOME/eval.jsonl), NAME its knowledge base (`beir-bench` for bench/retrieval.py). Each question of
+the eval set is asked in vector mode (topK 10, nothing cut) once with every chunk compared (the exact top 10), then
+through the HNSW index at each `ef_search` value, alternating for `--rounds` rounds: the share of the exact top 10
+found, and p50 / p99 of `store.query(...)`, the question's embedding by the real model included. The version must
+hold more than 5,000 chunks (smaller ones are always searched exactly).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from kbctl.client import KnowledgeBaseStore
+from kbctl.config import Settings
+from kbctl.eval.evalset import load_evalset
+from kbctl.query import retrieve
+from kbctl.query.options import QueryOptions
+from kbctl.store.embedded import stop_server
+
+OPTIONS = QueryOptions(mode="vector", threshold=-1.0, top_k=10, max_tokens=10**9)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("home", type=Path)
+    parser.add_argument("name")
+    parser.add_argument("--ef", default="40,64,100", help="ef_search values, comma-separated")
+    parser.add_argument("--rounds", type=int, default=2)
+    parser.add_argument("--limit-queries", type=int, default=None, metavar="N")
+    args = parser.parse_args()
+    settings = Settings.from_env(home=args.home)
+    questions = [q.question for q in load_evalset(str(args.home / "eval.jsonl")).queries[: args.limit_queries]]
+    try:
+        with KnowledgeBaseStore(settings=settings) as store:
+            chunks = sum(s.chunks for s in store.describe(args.name).source_status)
+            with store.db.exact_searches():
+                exact = [{(h.source, h.position) for h in store.query(args.name, q, OPTIONS).hits} for q in questions]
+            print(f"{args.name}: {chunks} chunks, {len(questions)} questions, vector mode, top 10")
+            print("| round | ef_search | recall@10 against exact | p50 ms | p99 ms |")
+            print("|---:|---:|---:|---:|---:|")
+            for round_ in range(1, args.rounds + 1):
+                for ef in (int(v) for v in args.ef.split(",")):
+                    retrieve.EF_SEARCH = ef  # type: ignore[attr-defined]  # what a spec without efSearch gets
+                    found, times = 0, []
+                    for question, best in zip(questions, exact, strict=True):
+                        start = time.perf_counter()
+                        hits = store.query(args.name, question, OPTIONS).hits
+                        times.append(time.perf_counter() - start)
+                        found += len({(h.source, h.position) for h in hits} & best)
+                    times.sort()
+                    recall = found / max(1, sum(len(b) for b in exact))
+                    p50, p99 = times[len(times) // 2] * 1000, times[min(len(times) - 1, int(len(times) * 0.99))] * 1000
+                    print(f"| {round_} | {ef} | {recall:.4f} | {p50:.1f} | {p99:.1f} |")
+    finally:
+        if not settings.database_url:
+            stop_server(settings.pgdata)
+
+
+if __name__ == "__main__":
+    main()
