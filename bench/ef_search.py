@@ -17,6 +17,8 @@ import sys
 import time
 from pathlib import Path
 
+from retrieval import percentile  # bench/retrieval.py
+
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from kbctl.client import KnowledgeBaseStore
@@ -56,9 +58,8 @@ def main() -> None:
                         hits = store.query(args.name, question, OPTIONS).hits
                         times.append(time.perf_counter() - start)
                         found += len({(h.source, h.position) for h in hits} & best)
-                    times.sort()
                     recall = found / max(1, sum(len(b) for b in exact))
-                    p50, p99 = times[len(times) // 2] * 1000, times[min(len(times) - 1, int(len(times) * 0.99))] * 1000
+                    p50, p99 = percentile(times, 50) * 1000, percentile(times, 99) * 1000
                     print(f"| {round_} | {ef} | {recall:.4f} | {p50:.1f} | {p99:.1f} |")
     finally:
         if not settings.database_url:

@@ -62,10 +62,11 @@ class Asked:
     threshold: float
 
 
-def ask(store: KnowledgeBaseStore, where: str, kb: str, question: str, no_answer: bool, pool: int) -> Asked:
-    """One question asked in vector mode and in hybrid mode, uncut, and in hybrid mode at the model's threshold
+def ask(
+    store: KnowledgeBaseStore, where: str, kb: str, question: str, no_answer: bool, pool: int, threshold: float
+) -> Asked:
+    """One question asked in vector mode and in hybrid mode, uncut, and in hybrid mode at `threshold` (the model's)
     without the agreement rule."""
-    threshold = calibrated_threshold(store.describe(kb).model)
     vector = store.query(kb, question, options=QueryOptions(mode="vector", top_k=pool, threshold=-1.0, max_tokens=BIG))
     fused = store.query(kb, question, options=QueryOptions(mode="hybrid", top_k=pool, threshold=-1.0, max_tokens=BIG))
     margin, retrieve.AGREEMENT_MARGIN = retrieve.AGREEMENT_MARGIN, 0.0
@@ -101,7 +102,11 @@ def examples(pool: int) -> list[Asked]:
             for path in sorted((ROOT / "examples" / "eval").glob("*.yaml")):
                 evalset = load_evalset(str(path))
                 kb = evalset.knowledge_base or path.stem
-                asked += [ask(store, "examples/eval", kb, q.question, bool(q.no_answer), pool) for q in evalset.queries]
+                threshold = calibrated_threshold(store.describe(kb).model)
+                asked += [
+                    ask(store, "examples/eval", kb, q.question, bool(q.no_answer), pool, threshold)
+                    for q in evalset.queries
+                ]
     finally:
         stop_server(settings.pgdata)
         shutil.rmtree(home, ignore_errors=True)
@@ -114,7 +119,8 @@ def beir(home: Path, limit: int, pool: int) -> list[Asked]:
     queries = load_evalset(str(home / "eval.jsonl")).queries[:limit]
     try:
         with KnowledgeBaseStore(settings=settings) as store:
-            return [ask(store, home.name, NAME, q.question, False, pool) for q in queries]
+            threshold = calibrated_threshold(store.describe(NAME).model)
+            return [ask(store, home.name, NAME, q.question, False, pool, threshold) for q in queries]
     finally:
         if not settings.database_url:
             stop_server(settings.pgdata)
