@@ -10,6 +10,9 @@ __all__ = [
     "DNS_LABEL",
     "NAME_MAX",
     "SOURCE_NAME",
+    "GIT_URL_FORMS",
+    "check_git_ref",
+    "check_git_url",
     "check_label_key",
     "check_label_value",
     "check_name",
@@ -128,3 +131,63 @@ def duration_seconds(text: str) -> float:
     if seconds < 0 or seconds != seconds or seconds == float("inf"):
         raise ValueError(f"invalid duration {text!r}; use e.g. 90s, 10m, 1h30m or a number of seconds")
     return seconds
+
+
+# A host name or address as git is handed it: letters, digits, '.', '-' (never first), or a bracketed IPv6.
+_GIT_HOST = r"(?:[A-Za-z0-9](?:[A-Za-z0-9.-]{0,252})|\[[0-9A-Fa-f:.]{2,45}\])"
+_GIT_USER = r"[A-Za-z0-9_][A-Za-z0-9._-]{0,63}"
+_GIT_NETWORK_URL = re.compile(
+    rf"^(?:https://(?:{_GIT_USER}@)?|ssh://(?:{_GIT_USER}@)?)(?P<host>{_GIT_HOST})(?::[0-9]{{1,5}})?(?P<path>/.*)?$"
+)
+_GIT_SCP_URL = re.compile(rf"^(?:{_GIT_USER}@)?(?P<host>{_GIT_HOST}):(?!//)(?P<path>.+)$")
+_GIT_REF = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9._/-]{0,199}$")
+GIT_URL_FORMS: Final = "https://host/org/repo, ssh://user@host/org/repo or user@host:org/repo"
+
+
+def check_git_url(value: str) -> str:
+    """Validate a `git:` source's URL for the git program: https, ssh, scp-like `user@host:path`, or an absolute
+    local folder / `file:///` URL (whether local repositories may be read is decided where they are fetched).
+
+    No part may start with '-' (git would read it as an option: `--upload-pack=...`, `ssh://-oProxyCommand=...`),
+    and no `transport::address` form (`ext::`, `fd::`) nor control character or space passes."""
+    if not value or len(value) > 2048:
+        raise ValueError("must be a repository URL of at most 2048 characters")
+    if any(c.isspace() or ord(c) < 0x20 or ord(c) == 0x7F for c in value):
+        raise ValueError("must be a repository URL without spaces or control characters")
+    if value.startswith("-"):
+        raise ValueError(f"must not start with '-' (git would read it as an option); use {GIT_URL_FORMS}")
+    if re.search(r"(?:://|@)-", value):
+        raise ValueError("must not name a host or user starting with '-' (git or ssh would read it as an option)")
+    if "::" in value.split("/", 1)[0] or re.match(r"^[A-Za-z][A-Za-z0-9+.-]*::", value):
+        raise ValueError(f"must not name a git transport ('<transport>::<address>'); use {GIT_URL_FORMS}")
+    if re.match(r"^https?://[^/@]*:[^/@]*@", value) or re.match(r"^ssh://[^/@]*:[^/@]*@", value):
+        raise ValueError("must not hold a password: git takes credentials from the environment")
+    if value.startswith("http://"):
+        raise ValueError("must be https, ssh or git@host:path (http is not fetched)")
+    if value.startswith("file://"):
+        if not value.startswith("file:///") or "/-" in value:
+            raise ValueError("must be a file:/// URL of an absolute path with no part starting with '-'")
+        return value
+    if value.startswith("/"):
+        if "/-" in value:
+            raise ValueError("must be an absolute path with no part starting with '-'")
+        return value
+    network = _GIT_NETWORK_URL.match(value)
+    scp = None if "://" in value else _GIT_SCP_URL.match(value)
+    if network is None and scp is None:
+        if "://" in value and value.split("://", 1)[0] not in ("https", "ssh"):
+            raise ValueError(f"unsupported scheme '{value.split('://', 1)[0]}': use {GIT_URL_FORMS}")
+        raise ValueError(f"must be {GIT_URL_FORMS} (or, for local mirrors, an absolute path)")
+    path = (network or scp).group("path") or ""  # type: ignore[union-attr]
+    if path.startswith("-") or "/-" in path:
+        raise ValueError("must not hold a path part starting with '-' (git would read it as an option)")
+    return value
+
+
+def check_git_ref(value: str) -> str:
+    """Validate a `git:` source's ref: a branch or tag name that git cannot read as an option."""
+    if not _GIT_REF.match(value) or ".." in value or value.endswith((".lock", "/", ".")) or "//" in value:
+        raise ValueError(
+            "must be a branch or tag name (letters, digits, '.', '_', '/', '-'; not starting with '-' or '.')"
+        )
+    return value

@@ -30,6 +30,8 @@ from kbctl.manifest._field_checks import (
     DNS_LABEL,
     NAME_MAX,
     SOURCE_NAME,
+    check_git_ref,
+    check_git_url,
     check_label_key,
     check_label_value,
     check_name,
@@ -122,8 +124,9 @@ class GitRepository(_Model):
     """A ref of a git repository whose files are the documents (`spec.sources[].git`)."""
 
     url: str = Field(
-        description="https://host/org/repo(.git), ssh://git@host/org/repo or git@host:org/repo; credentials come "
-        "from the environment (SSH agent, credential helpers), never from the manifest.",
+        description="https://host/org/repo(.git), ssh://git@host/org/repo or git@host:org/repo (an absolute folder "
+        "or file:/// URL only with KBCTL_ALLOW_LOCAL_GIT=1); no part may start with '-' and no 'transport::' form "
+        "is read. Credentials come from the environment (SSH agent, credential helpers), never from the manifest.",
     )
     ref: str | None = Field(default=None, description="A branch or tag (default: the repository's default branch).")
     paths: list[str] = Field(
@@ -136,26 +139,20 @@ class GitRepository(_Model):
     @field_validator("url")
     @classmethod
     def _valid_url(cls, value: str) -> str:
-        if not value.strip() or any(c.isspace() for c in value):
-            raise ValueError("must be a repository URL without spaces")
-        if re.match(r"^https?://[^/@]*:[^/@]*@", value):
-            raise ValueError("must not hold a password: git takes credentials from the environment")
-        if value.startswith("http://"):
-            raise ValueError("must be https, ssh or git@host:path (http is not fetched)")
-        return value
+        return check_git_url(value)
 
     @field_validator("ref")
     @classmethod
     def _valid_ref(cls, value: str | None) -> str | None:
-        if value is not None and (not re.fullmatch(r"[A-Za-z0-9._/-]{1,200}", value) or value.startswith("-")):
-            raise ValueError("must be a branch or tag name (letters, digits, '.', '_', '/', '-')")
-        return value
+        return None if value is None else check_git_ref(value)
 
     @field_validator("paths")
     @classmethod
     def _valid_paths(cls, value: list[str]) -> list[str]:
         for path in value:
             check_relative_path(path)
+            if path.startswith("-") or "/-" in path:
+                raise ValueError("must not hold a path part starting with '-'")
         return value
 
 

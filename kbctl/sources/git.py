@@ -5,9 +5,14 @@ prompt) into `<cache>/<sha256 of the URL>`, one checkout per URL under a file lo
 commit fetched; the documents are the files of `paths` in it, read like those of a `path:` source (formats,
 include / exclude, hidden files skipped, nothing read outside the checkout), each named by its path in the
 repository. URLs are https, ssh (`ssh://`, `git@host:path`) or, only with KBCTL_ALLOW_LOCAL_GIT=1 (tests,
-local mirrors), local folders and `file://`; credentials never come from a manifest (a URL with a password is
-refused): git takes them from the environment as always (SSH agent, credential helpers, GIT_ASKPASS). The
-host of an https or ssh URL must pass the same network guard as URL sources before git runs.
+local mirrors), absolute local folders and `file:///`; credentials never come from a manifest (a URL with a
+password is refused): git takes them from the environment as always (SSH agent, credential helpers, GIT_ASKPASS).
+The host of an https or ssh URL must pass the same network guard as URL sources before git runs.
+
+A manifest is hostile input, and its URL and ref reach the git program: both are checked again here (the
+manifest's own checks: nothing starting with '-', no `transport::` form), passed after `--`, and git may use
+only the protocols of the allow-list (`GIT_ALLOW_PROTOCOL`: https and ssh; file with KBCTL_ALLOW_LOCAL_GIT=1),
+without following HTTP redirects (which could lead past the network guard).
 """
 
 from __future__ import annotations
@@ -27,6 +32,7 @@ from urllib.parse import urlsplit
 
 from kbctl.errors import SourceError
 from kbctl.manifest import Source
+from kbctl.manifest._field_checks import check_git_ref, check_git_url
 from kbctl.sources import Document
 from kbctl.sources._guard import Guard
 from kbctl.sources.files import ListedDocument, NotModified, ReadOutcome, list_files, read_entry
@@ -71,6 +77,16 @@ def _host_port(url: str) -> tuple[str, int] | None:
     raise SourceError(f"unsupported repository URL scheme '{parts.scheme}' (https and ssh are fetched)")
 
 
+def _check_arguments(url: str, ref: str | None) -> None:
+    """The manifest's checks once more, for callers that did not come through a manifest."""
+    try:
+        check_git_url(url)
+        if ref is not None:
+            check_git_ref(ref)
+    except ValueError as exc:
+        raise SourceError(f"refused git repository {redact(url)!r}{'' if ref is None else f' ref {ref!r}'}: {exc}") from None
+
+
 def _check_host(url: str, guard: Guard) -> None:
     target = _host_port(url)
     if target is None:
@@ -87,9 +103,13 @@ def _git(folder: Path, *args: str) -> str:
         **os.environ,
         "GIT_TERMINAL_PROMPT": "0",  # never wait for a password on a terminal
         "GIT_CONFIG_NOSYSTEM": "1",
+        # the allow-list of transports, which overrides every protocol.*.allow setting: no ext::, fd::, git://
+        "GIT_ALLOW_PROTOCOL": "https:ssh:file" if _local_allowed() else "https:ssh",
+        "GIT_PROTOCOL_FROM_USER": "0",
         "LC_ALL": "C",
     }
     command = ["git", "-C", str(folder), "-c", "core.hooksPath=/dev/null", "-c", "protocol.ext.allow=never"]
+    command += ["-c", "http.followRedirects=false", "-c", "submodule.recurse=false"]
     if not _local_allowed():
         command += ["-c", "protocol.file.allow=never"]
     try:
@@ -120,14 +140,18 @@ def _locked(folder: Path) -> Iterator[None]:
 def fetch_repository(url: str, ref: str | None, cache: Path, guard: Guard) -> Checkout:
     """Fetch `ref` (a branch or tag; None: the remote's default branch) of `url` into `cache`, shallow, and check
     out the commit it names; SourceError when the host is refused or git fails."""
+    _check_arguments(url, ref)
     _check_host(url, guard)
     folder = cache / hashlib.sha256(url.encode()).hexdigest()[:24]
     with _locked(folder):
         if not (folder / ".git").is_dir():
             folder.mkdir(parents=True, exist_ok=True)
             _git(folder, "init", "--quiet")
-        _git(folder, "fetch", "--quiet", "--depth", "1", "--no-tags", "--no-recurse-submodules", url, ref or "HEAD")
-        commit = _git(folder, "rev-parse", "FETCH_HEAD")
+        fetch = ("fetch", "--quiet", "--depth", "1", "--no-tags", "--no-recurse-submodules")
+        _git(folder, *fetch, "--", url, ref or "HEAD")
+        commit = _git(folder, "rev-parse", "--verify", "--end-of-options", "FETCH_HEAD^{commit}")
+        if not re.fullmatch(r"[0-9a-f]{40}|[0-9a-f]{64}", commit):
+            raise SourceError(f"git rev-parse gave {commit[:80]!r}, not a commit id")
         _git(folder, "checkout", "--quiet", "--force", "--detach", commit)
         _git(folder, "clean", "--quiet", "-ffdx")
     return Checkout(url=url, commit=commit, folder=folder)
