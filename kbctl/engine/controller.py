@@ -3,7 +3,12 @@
 `apply` without `--wait` records the desired manifest (a new generation) and sends a NOTIFY; every
 controller LISTENs, claims one pending knowledge base at a time with `FOR UPDATE SKIP LOCKED` and a
 lease, reconciles it in-process, and releases it. Several controllers can share one database without
-processing the same generation twice; a crashed controller's claim expires with its lease.
+processing the same generation twice; a crashed controller's claim expires with its lease, and one that lost its
+connection releases its claims as soon as it reconnects, so the work it lost is taken up again at once.
+
+A controller heartbeats only while it makes progress: its loop ticks while idle, and while it reconciles, an
+event (a page fetched, a batch embedded, a source done) or a statement the server is running for it counts.
+A controller stuck for STALL_SECONDS stops heartbeating, so `apply --wait` stops waiting for it.
 """
 
 from __future__ import annotations
@@ -57,6 +62,7 @@ LEASE_SECONDS = 600
 HEARTBEAT_SECONDS = 5
 HEARTBEAT_TTL_SECONDS = 15
 RETRY_SECONDS = 30
+STALL_SECONDS = 120.0  # a reconcile that reports nothing and runs no statement for this long is stuck
 
 
 @dataclass(frozen=True)
@@ -98,21 +104,38 @@ class Controller:
         reporter: Reporter | None = None,
         policy: FetchPolicy | None = None,
         lease_seconds: int = LEASE_SECONDS,
+        stall_seconds: float = STALL_SECONDS,
+        heartbeat_seconds: float = HEARTBEAT_SECONDS,
     ) -> None:
         self.db = db
         self.id = f"{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:8]}"
         self._embedder_for = embedder_for
-        self._reporter = reporter
+        self._reporter = _ProgressReporter(reporter, self._progressed)
         self._policy = policy
         self._lease = lease_seconds
+        self._stall = stall_seconds
+        self._beat_seconds = heartbeat_seconds
         self.processed: list[KnowledgeBaseResult] = []
-        # For a health check on another thread: when the loop last completed a pass, and whether it is working.
+        # Read by other threads (heartbeat, health check): when the loop last completed a pass or made progress,
+        # whether it is working, and whether the server was last seen running a statement of its reconcile.
         self.last_pass = time.monotonic()
+        self.last_progress = time.monotonic()
         self.working = False
+        self._statement_running = False
+        self._backend = 0  # the server process of the loop's connection, set when a reconcile starts
+
+    def _progressed(self) -> None:
+        self.last_progress = time.monotonic()
+
+    def making_progress(self, stalled_after: float | None = None) -> bool:
+        """Whether the loop moved (a tick, an event) less than `stalled_after` (default: the stall limit) seconds
+        ago, or is working while the server runs a statement for it."""
+        window = self._stall if stalled_after is None else stalled_after
+        return time.monotonic() - self.last_progress < window or (self.working and self._statement_running)
 
     def alive(self, stalled_after: float) -> bool:
-        """Whether the loop is working now or completed a pass less than `stalled_after` seconds ago."""
-        return self.working or time.monotonic() - self.last_pass < stalled_after
+        """Whether the loop made progress less than `stalled_after` seconds ago (see `making_progress`)."""
+        return self.making_progress(stalled_after)
 
     def heartbeat(self) -> None:
         """Announce this controller as alive."""
@@ -129,6 +152,8 @@ class Controller:
     def process(self, claim: Claim) -> KnowledgeBaseResult:
         """Reconcile one claimed knowledge base and release the claim."""
         retry_after: int | None = None
+        self._progressed()
+        self._backend = self.db.connection.info.backend_pid  # whose statements count as progress
         try:
             kb = KnowledgeBase.from_manifest(claim.manifest)
             [result] = apply_knowledge_bases(
@@ -152,6 +177,7 @@ class Controller:
         """Process pending knowledge bases until none is left, then the scheduled refreshes that are due
         (`spec.refresh`); return how many knowledge bases were processed."""
         self.heartbeat()
+        self._progressed()
         done = 0
         self.working = True
         try:
@@ -166,6 +192,7 @@ class Controller:
         finally:
             self.working = False
             self.last_pass = time.monotonic()
+            self._progressed()
         return done
 
     def refresh(self, name: str) -> KnowledgeBaseResult:
@@ -201,6 +228,7 @@ class Controller:
                     backoff = min(backoff * 2, max_backoff)
                     try:
                         self.db.reconnect()
+                        claims.release_held(self.db, self.id)
                         backoff = 1.0
                     except StoreError:
                         continue
@@ -218,16 +246,20 @@ class Controller:
             self.run_once()
             deadline = time.monotonic() + poll_seconds
             while not stop.is_set() and time.monotonic() < deadline:
+                self._progressed()
                 if any(True for _ in claims.wake_ups(self.db, 0.5)):
                     break
 
     def _beat(self, stop: threading.Event) -> None:
-        """Heartbeat every HEARTBEAT_SECONDS on a connection of its own, even while a reconcile runs."""
+        """Heartbeat every few seconds on a connection of its own while the loop makes progress, even while a
+        long reconcile runs; a loop stuck for the stall limit (see `making_progress`) is no longer announced."""
         db: Database | None = None
-        while not stop.wait(HEARTBEAT_SECONDS):
+        while not stop.wait(self._beat_seconds):
             try:
-                db = db or Database(self.db.url)
-                claims.heartbeat(db, self.id)
+                db = db or Database(self.db.url, migrate=False)
+                self._statement_running = self.working and claims.backend_active(db, self._backend)
+                if self.making_progress():
+                    claims.heartbeat(db, self.id)
             except KbctlError:
                 if db is not None:
                     db.close()
@@ -236,8 +268,21 @@ class Controller:
             db.close()
 
     def _report(self, event: Event) -> None:
-        if self._reporter is not None:
-            self._reporter.report(event)
+        self._reporter.report(event)
+
+
+class _ProgressReporter:
+    """Forwards the engine's events to the controller's reporter, noting each as progress of its loop."""
+
+    def __init__(self, inner: Reporter | None, progressed: Callable[[], None]) -> None:
+        self._inner = inner
+        self._progressed = progressed
+
+    def report(self, event: Event) -> None:
+        """Note progress, then hand the event on."""
+        self._progressed()
+        if self._inner is not None:
+            self._inner.report(event)
 
 
 def wait_for(

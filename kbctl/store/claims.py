@@ -16,6 +16,7 @@ from kbctl.store.texts import unpack
 __all__ = [
     "CHANNEL",
     "Claim",
+    "backend_active",
     "claim_next",
     "controllers_alive",
     "deregister",
@@ -23,6 +24,7 @@ __all__ = [
     "listen",
     "notify_work",
     "release",
+    "release_held",
     "unlisten",
     "wake_ups",
 ]
@@ -118,3 +120,21 @@ def release(db: Database, claim: Claim, controller_id: str, *, retry_after: int 
         " WHERE id = %s AND claimed_by = %s",
         (retry_after is not None, retry_after or 0, claim.kb_id, controller_id),
     )
+
+
+@_store_errors
+def release_held(db: Database, controller_id: str) -> int:
+    """Release every claim `controller_id` still holds (its work in flight was lost with its connection), so the
+    knowledge bases are claimed again at once instead of when their lease expires; how many were released."""
+    cur = db.connection.execute(
+        "UPDATE kb_knowledge_bases SET claimed_by = NULL, claim_expires = NULL WHERE claimed_by = %s",
+        (controller_id,),
+    )
+    return cur.rowcount
+
+
+@_store_errors
+def backend_active(db: Database, pid: int) -> bool:
+    """Whether the server is running a statement for the backend `pid` (a long publish, say) right now."""
+    row = db.connection.execute("SELECT state = 'active' FROM pg_stat_activity WHERE pid = %s", (pid,)).fetchone()
+    return bool(row and row[0])
