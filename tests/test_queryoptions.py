@@ -6,7 +6,9 @@ import dataclasses
 
 import pytest
 from psycopg.types.json import Jsonb
+from typer.testing import CliRunner
 
+from kbctl.cli import app
 from kbctl.client import KnowledgeBaseStore
 from kbctl.eval.evalset import EvalQuery, EvalSet
 from kbctl.eval.run import evaluate_store
@@ -39,10 +41,44 @@ def test_options_are_frozen_and_checked() -> None:
     assert MODES == ("hybrid", "vector", "keyword")
     with pytest.raises(ValueError, match="mode must be hybrid, vector or keyword, got 'fuzzy'"):
         QueryOptions.build(mode="fuzzy")
-    with pytest.raises(ValueError, match="top_k and max_tokens must be at least 1"):
+    with pytest.raises(ValueError, match="top_k must be a whole number from 1 to 200, got 0"):
         QueryOptions(top_k=0)
-    with pytest.raises(ValueError, match="top_k and max_tokens must be at least 1"):
+    with pytest.raises(ValueError, match="max_tokens must be a whole number from 1 to 1,000,000, got 0"):
         QueryOptions(max_tokens=0)
+
+
+@pytest.mark.parametrize(
+    "fields",
+    [
+        {"top_k": 100_000_000},
+        {"top_k": 10**23},
+        {"top_k": 201},
+        {"top_k": True},
+        {"top_k": 2.5},
+        {"max_tokens": 10**23},
+        {"threshold": float("nan")},
+        {"threshold": float("inf")},
+        {"threshold": 1.5},
+        {"threshold": "-1"},
+        {"threshold": True},
+    ],
+)
+def test_options_are_bounded_like_the_spec(fields: dict[str, object], office: KnowledgeBaseStore) -> None:
+    """The Python API refuses what spec.retrieval would refuse, with a clear ValueError and no query run."""
+    with pytest.raises(ValueError, match="must be a (whole )?number from"):
+        office.query("office", "how long are invoices kept?", QueryOptions(**fields))  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="must be a (whole )?number from"):
+        office.query("office", "how long are invoices kept?", **fields)  # type: ignore[arg-type]
+
+
+def test_the_cli_bounds_top_k_like_the_spec(office: KnowledgeBaseStore, cli: CliRunner) -> None:
+    """`--top-k 100000000` and `--max-tokens 1e23` are usage errors (exit 2, one line), not a traceback."""
+    for args in (["--top-k", "100000000"], ["--top-k", "201"], ["--max-tokens", "1000000000000"]):
+        for command in ("query", "context"):
+            result = cli.invoke(app, [command, "office", "how long are invoices kept?", *args])
+            assert result.exit_code == 2, result.output
+            assert "Traceback" not in result.output and "Invalid value for" in result.output
+    assert cli.invoke(app, ["query", "office", "how long are invoices kept?", "--top-k", "200"]).exit_code == 0
 
 
 def test_build_overrides_only_what_is_given() -> None:

@@ -14,6 +14,7 @@ from typer.core import TyperGroup
 
 from kbctl.cli.output import ObjectOutput, check_object_output
 from kbctl.errors import InputError, KbctlError
+from kbctl.manifest._field_checks import CONTEXT_TOKENS_MAX, TOP_K_MAX
 
 if TYPE_CHECKING:  # the library is imported by the command that uses it, so `--help` and `version` start fast
     from pydantic import BaseModel
@@ -98,6 +99,36 @@ def choices(kind: type[StrEnum]) -> str:
     return "[" + "|".join(kind) + "]"
 
 
+TopKOpt = Annotated[
+    int | None,
+    typer.Option(
+        "--top-k",
+        metavar="N",
+        min=1,
+        max=TOP_K_MAX,
+        help="Chunks to return at most, 1-200 (default: spec.retrieval.topK).",
+    ),
+]
+ThresholdOpt = Annotated[
+    float | None,
+    typer.Option(
+        "--threshold",
+        metavar="SCORE",
+        min=-1.0,
+        max=1.0,
+        help="Minimum cosine similarity, -1 to 1 (default: spec.retrieval.similarityThreshold, else the model's).",
+    ),
+]
+MaxTokensOpt = Annotated[
+    int | None,
+    typer.Option(
+        "--max-tokens",
+        metavar="N",
+        min=1,
+        max=CONTEXT_TOKENS_MAX,
+        help="Token budget of the returned chunks (default: spec.retrieval.maxContextTokens).",
+    ),
+]
 ModeOpt = Annotated[
     QueryMode | None,
     typer.Option(

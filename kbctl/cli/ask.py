@@ -9,9 +9,12 @@ import typer
 
 from kbctl.cli._common import (
     NOT_COVERED_EXIT,
+    MaxTokensOpt,
     ModeOpt,
     OutputOpt,
     RerankOpt,
+    ThresholdOpt,
+    TopKOpt,
     app,
     emit,
     handles_errors,
@@ -47,16 +50,9 @@ def ask(
             "(default: spec.answer.model or spec.answer.profile).",
         ),
     ] = None,
-    top_k: Annotated[
-        int | None, typer.Option("--top-k", metavar="N", min=1, help="Chunks to retrieve at most.")
-    ] = None,
-    threshold: Annotated[
-        float | None, typer.Option("--threshold", metavar="SCORE", min=-1.0, max=1.0, help="Minimum cosine similarity.")
-    ] = None,
-    max_tokens: Annotated[
-        int | None,
-        typer.Option("--max-tokens", metavar="N", min=1, help="Token budget of the passages given to the model."),
-    ] = None,
+    top_k: TopKOpt = None,
+    threshold: ThresholdOpt = None,
+    max_tokens: MaxTokensOpt = None,
     mode: ModeOpt = None,
     rerank: RerankOpt = None,
     stream: Annotated[

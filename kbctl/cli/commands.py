@@ -18,6 +18,7 @@ from kbctl.cli._common import (
     KbName,
     ListSelectorOpt,
     LockTimeoutOpt,
+    MaxTokensOpt,
     ModeOpt,
     NothingFoundExitOpt,
     ObjectOutputOpt,
@@ -27,6 +28,8 @@ from kbctl.cli._common import (
     Recursive,
     RerankOpt,
     Resource,
+    ThresholdOpt,
+    TopKOpt,
     app,
     check_resource,
     config_app,
@@ -176,29 +179,9 @@ def describe(resource: Resource, name: KbName, output: ObjectOutputOpt = None) -
 def query(
     name: Annotated[str, typer.Argument(metavar="NAME", help="Knowledge base to search.")],
     question: Annotated[str, typer.Argument(metavar="QUESTION", help="The question, in natural language.")],
-    top_k: Annotated[
-        int | None,
-        typer.Option("--top-k", metavar="N", min=1, help="Candidates to consider (default: spec.retrieval.topK)."),
-    ] = None,
-    threshold: Annotated[
-        float | None,
-        typer.Option(
-            "--threshold",
-            metavar="SCORE",
-            min=-1.0,
-            max=1.0,
-            help="Minimum cosine similarity (default: spec.retrieval.similarityThreshold).",
-        ),
-    ] = None,
-    max_tokens: Annotated[
-        int | None,
-        typer.Option(
-            "--max-tokens",
-            metavar="N",
-            min=1,
-            help="Token budget of the returned context (default: spec.retrieval.maxContextTokens).",
-        ),
-    ] = None,
+    top_k: TopKOpt = None,
+    threshold: ThresholdOpt = None,
+    max_tokens: MaxTokensOpt = None,
     mode: ModeOpt = None,
     explain: Annotated[
         bool, typer.Option("--explain", help="Show each stage's candidates, ranks, scores, cuts and timings.")
@@ -261,11 +244,9 @@ def _print_hits(result: QueryResult) -> None:
 def context(
     name: Annotated[str, typer.Argument(metavar="NAME", help="Knowledge base to search.")],
     question: Annotated[str, typer.Argument(metavar="QUESTION", help="The question, in natural language.")],
-    top_k: Annotated[int | None, typer.Option("--top-k", metavar="N", min=1, help="Chunks to keep at most.")] = None,
-    threshold: Annotated[
-        float | None, typer.Option("--threshold", metavar="SCORE", min=-1.0, max=1.0, help="Minimum cosine similarity.")
-    ] = None,
-    max_tokens: Annotated[int | None, typer.Option("--max-tokens", metavar="N", min=1, help="Token budget.")] = None,
+    top_k: TopKOpt = None,
+    threshold: ThresholdOpt = None,
+    max_tokens: MaxTokensOpt = None,
     mode: ModeOpt = None,
     rerank: RerankOpt = None,
     exit_code: NothingFoundExitOpt = False,

@@ -7,10 +7,12 @@ from typing import Final
 from urllib.parse import urlsplit
 
 __all__ = [
+    "CONTEXT_TOKENS_MAX",
     "DNS_LABEL",
+    "GIT_URL_FORMS",
     "NAME_MAX",
     "SOURCE_NAME",
-    "GIT_URL_FORMS",
+    "TOP_K_MAX",
     "check_git_ref",
     "check_git_url",
     "check_label_key",
@@ -25,6 +27,8 @@ SOURCE_NAME: Final = r"^[a-z0-9]([-a-z0-9_.]*[a-z0-9])?$"
 _LABEL_NAME = r"^[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$"
 _DNS_SUBDOMAIN = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$"
 NAME_MAX: Final = 63
+TOP_K_MAX: Final = 200  # spec.retrieval.topK and every query's top_k (CLI, Python API)
+CONTEXT_TOKENS_MAX: Final = 1_000_000  # spec.retrieval.maxContextTokens and every query's max_tokens
 _NUL = re.compile("\x00")
 _SURROGATE = re.compile("[\ud800-\udfff]")
 _LABEL_CHARS = "letters, digits, '-', '_' and '.', starting and ending with a letter or digit"

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import re
 from pathlib import Path
 from typing import Annotated, Any, Final, Literal
 
@@ -27,9 +26,11 @@ from pydantic.alias_generators import to_camel
 from pydantic_core import ErrorDetails, InitErrorDetails
 
 from kbctl.manifest._field_checks import (
+    CONTEXT_TOKENS_MAX,
     DNS_LABEL,
     NAME_MAX,
     SOURCE_NAME,
+    TOP_K_MAX,
     check_git_ref,
     check_git_url,
     check_label_key,
@@ -353,7 +354,7 @@ class Retrieval(_Model):
 
     # 10 measured on public BEIR sets (docs/eval.md): at 8, NFCorpus, Climate-FEVER and ArguAna lost 0.015-0.017
     # document nDCG@10 at the defaults; the token budget still caps long chunks.
-    top_k: _StrictInt = Field(default=10, ge=1, le=200, description="How many chunks to return at most.")
+    top_k: _StrictInt = Field(default=10, ge=1, le=TOP_K_MAX, description="How many chunks to return at most.")
     # Unset, a query takes the calibrated threshold of the model its version was embedded with
     # (kbctl.embedding.local.calibrated_threshold): models score on scales of their own, and 0.35, measured for the
     # default model, cuts nothing with bge-small-en-v1.5.
@@ -369,7 +370,9 @@ class Retrieval(_Model):
     )
     # 3000 measured on public BEIR sets (docs/eval.md): 1500 held about 5 chunks of ~300 tokens and cut NFCorpus's
     # document nDCG@10 by ~0.05 at the default threshold; 3000 leaves topK the usual limit.
-    max_context_tokens: _StrictInt = Field(default=3000, ge=1, description="Token budget for the returned context.")
+    max_context_tokens: _StrictInt = Field(
+        default=3000, ge=1, le=CONTEXT_TOKENS_MAX, description="Token budget for the returned context."
+    )
     mode: Literal["hybrid", "vector", "keyword"] = Field(
         default="hybrid",
         description="hybrid: BM25 keyword and vector candidates fused (see fusion); or one of them alone.",

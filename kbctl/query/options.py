@@ -6,8 +6,11 @@ of that spec live in `kbctl.manifest.models.Retrieval`, and nowhere else.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Final, Literal, TypeGuard, get_args
+
+from kbctl.manifest._field_checks import CONTEXT_TOKENS_MAX, TOP_K_MAX
 
 __all__ = ["MODES", "Mode", "QueryOptions"]
 
@@ -25,6 +28,11 @@ def _check_mode(mode: str | None) -> Mode | None:
     raise ValueError(f"mode must be hybrid, vector or keyword, got {mode!r}")
 
 
+def _check_int(name: str, value: int | None, most: int) -> None:
+    if value is not None and (isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= most):
+        raise ValueError(f"{name} must be a whole number from 1 to {most:,}, got {value!r}")
+
+
 @dataclass(frozen=True)
 class QueryOptions:
     """How to run one query; None means "as the knowledge base's spec.retrieval says".
@@ -32,7 +40,8 @@ class QueryOptions:
     >>> QueryOptions(top_k=3, mode="vector")
     QueryOptions(top_k=3, threshold=None, max_tokens=None, mode='vector', explain=False, rerank=None)
 
-    Raises ValueError when a mode is not hybrid, vector or keyword, or top_k or max_tokens is below 1.
+    Raises ValueError when a mode is not hybrid, vector or keyword, or a number is outside the bounds of its
+    spec.retrieval field: top_k 1 - 200, max_tokens 1 - 1,000,000, threshold -1 - 1.
     """
 
     top_k: int | None = None
@@ -50,8 +59,15 @@ class QueryOptions:
 
     def __post_init__(self) -> None:
         _check_mode(self.mode)
-        if (self.top_k is not None and self.top_k < 1) or (self.max_tokens is not None and self.max_tokens < 1):
-            raise ValueError("top_k and max_tokens must be at least 1")
+        _check_int("top_k", self.top_k, TOP_K_MAX)
+        _check_int("max_tokens", self.max_tokens, CONTEXT_TOKENS_MAX)
+        if self.threshold is not None and (
+            isinstance(self.threshold, bool)
+            or not isinstance(self.threshold, int | float)
+            or not math.isfinite(self.threshold)
+            or not -1.0 <= self.threshold <= 1.0
+        ):
+            raise ValueError(f"threshold must be a number from -1 to 1, got {self.threshold!r}")
 
     @classmethod
     def build(

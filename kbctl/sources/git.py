@@ -84,7 +84,8 @@ def _check_arguments(url: str, ref: str | None) -> None:
         if ref is not None:
             check_git_ref(ref)
     except ValueError as exc:
-        raise SourceError(f"refused git repository {redact(url)!r}{'' if ref is None else f' ref {ref!r}'}: {exc}") from None
+        what = f"{redact(url)!r}" if ref is None else f"{redact(url)!r} ref {ref!r}"
+        raise SourceError(f"refused git repository {what}: {exc}") from None
 
 
 def _check_host(url: str, guard: Guard) -> None:

@@ -171,8 +171,11 @@ def _stop_when_publish_waits(settings: Settings) -> None:
 
 def _embedding(first: bool) -> Callable[[Event], bool]:
     """The first embedding progress event after some but not all texts (`first`), or the one after the last."""
-    return lambda e: isinstance(e, WorkProgress) and e.stage == "embedding" and (0 < e.done < e.total if first
-                                                                                 else e.done == e.total)
+    return lambda e: (
+        isinstance(e, WorkProgress)
+        and e.stage == "embedding"
+        and (0 < e.done < e.total if first else e.done == e.total)
+    )
 
 
 @pytest.mark.parametrize("stage", ["fetch", "embedding", "publish"])
@@ -217,7 +220,8 @@ def test_controller_finishes_after_the_database_stops_mid_reconcile(
     assert not thread.is_alive(), "the controller did not stop"
     assert any(line.startswith("database unavailable") for line in log.lines), log.lines
     assert detail is not None and detail.version == 1 and detail.ready
-    assert {s.name: s.state for s in detail.source_status} == dict.fromkeys(["clauses", "page0", "page1", "page2"], "ready")
+    states = {s.name: s.state for s in detail.source_status}
+    assert states == dict.fromkeys(["clauses", "page0", "page1", "page2"], "ready")
 
 
 def _published(settings: Settings, name: str) -> bool:

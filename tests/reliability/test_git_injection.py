@@ -4,7 +4,6 @@ KBCTL_ALLOW_LOCAL_GIT, and the marker file the injected command would write neve
 
 from __future__ import annotations
 
-import os
 import subprocess
 from pathlib import Path
 
@@ -44,8 +43,11 @@ def repo(tmp_path: Path) -> Path:
     """A real repository with one commit, for the forms that inject through the ref or paths."""
     repo = tmp_path / "wiki"
     (repo / "docs").mkdir(parents=True)
-    for args in (("init", "--quiet", "--initial-branch", "main"), ("config", "user.email", "kb@example.com"),
-                 ("config", "user.name", "kb")):
+    for args in (
+        ("init", "--quiet", "--initial-branch", "main"),
+        ("config", "user.email", "kb@example.com"),
+        ("config", "user.name", "kb"),
+    ):
         subprocess.run(["git", "-C", str(repo), *args], check=True)
     (repo / "docs" / "vpn.md").write_text("# VPN\n\nConnect first.\n")
     subprocess.run(["git", "-C", str(repo), "add", "-A"], check=True)
