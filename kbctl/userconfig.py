@@ -80,12 +80,19 @@ ALLOW_NETWORKS_ENV = "KBCTL_ALLOW_NETWORKS"
 
 # A parameter or field whose name says it holds a secret: password, sslpassword, pwd, secret, client_secret,
 # token, access_token, api-key, apikey, key, subscription-key, sig, X-Amz-Signature, auth, credential...
-_SECRET_NAME = re.compile(r"pass|pwd|secret|token|key|sig|auth|cred", re.IGNORECASE)
+# Session ids (jsessionid, PHPSESSID, session_id) and one-time codes (OAuth's code, device_code; sid, ticket).
+_SECRET_NAME = re.compile(
+    r"pass|pwd|secret|token|key|sig|auth|cred|session|sessid|(?:^|[_.\-])(?:code|sid|ticket|otp)$", re.IGNORECASE
+)
 # scheme://user:password@ or scheme://user@: the user name may hold an unencoded '@'; the password may hold
 # '@', '?', '#' or ':' too, and ends at the last '@' before a '/' (a '?' or '#' before any ':' ends the authority).
 _USERINFO = re.compile(r"(?P<scheme>\b[A-Za-z][A-Za-z0-9+.\-]*://)(?P<userinfo>[^\s/?#:]*(?::[^\s/]*)?)@")
 # name=value in a URL query or fragment (value ends at &, # or white space) ...
 _QUERY_PARAM = re.compile(r"(?P<lead>[?&#])(?P<name>[^=&#?\s]+)=(?P<value>[^&#\s]*)")
+# ... and in a path's matrix parameters (`/app;jsessionid=...`) ...
+_MATRIX_PARAM = re.compile(r"(?P<lead>;)(?P<name>[^=;/?#&\s]+)=(?P<value>[^;/?#&\s]*)")
+# A URL's fragment is client-side state (OAuth's implicit flow puts tokens there): every value in it is hidden.
+_FRAGMENT = re.compile(r"(?P<url>\b[A-Za-z][A-Za-z0-9+.\-]*://[^\s#]*)#(?P<fragment>[^\s]+)")
 # ... and in a libpq conninfo string (`host=db password='a b'`): a value is quoted, or runs to white space.
 _CONNINFO_PARAM = re.compile(
     r"(?P<lead>^|\s)(?P<name>[A-Za-z_][A-Za-z0-9_\-]*)(?P<eq>\s*=\s*)(?P<value>'(?:\\.|[^'\\])*'?|(?:\\.|[^\s\\])+)"
@@ -112,11 +119,14 @@ def redact(text: str) -> str:
     """`text` (a URL, a libpq conninfo string, or a message quoting them) with every secret replaced by ***.
 
     Hidden: the password of a URL's userinfo (`postgresql://kb:***@db/kb`; a user name alone is hidden too
-    except in a database URL, as `https://TOKEN@host` is a common way to pass a key), and the value of every
-    URL query or fragment parameter and conninfo keyword whose name says it holds a secret (`password`,
-    `sslpassword`, `api-key`, `key`, `token`, `access_token`, `secret`, `sig`...). Other text is unchanged.
+    except in a database URL, as `https://TOKEN@host` is a common way to pass a key); every value of a URL's
+    fragment (`#access_token=***&state=***`, or `#***` for a bare one); and the value of every URL query or
+    matrix parameter and conninfo keyword whose name says it holds a secret (`password`, `sslpassword`,
+    `api-key`, `key`, `token`, `access_token`, `secret`, `sig`, session ids such as `;jsessionid=` and
+    `PHPSESSID`, one-time codes such as OAuth's `code`...). Other text is unchanged.
     """
     text = _USERINFO.sub(_userinfo, text)
+    text = _FRAGMENT.sub(_fragment, text)
 
     def query(match: re.Match[str]) -> str:
         if not is_secret_name(match.group("name")):
@@ -128,7 +138,15 @@ def redact(text: str) -> str:
             return match.group(0)
         return f"{match.group('lead')}{match.group('name')}{match.group('eq')}{REDACTED}"
 
-    return _CONNINFO_PARAM.sub(conninfo, _QUERY_PARAM.sub(query, text))
+    return _CONNINFO_PARAM.sub(conninfo, _MATRIX_PARAM.sub(query, _QUERY_PARAM.sub(query, text)))
+
+
+def _fragment(match: re.Match[str]) -> str:
+    fragment = match.group("fragment")
+    if "=" not in fragment:
+        return f"{match.group('url')}#{REDACTED}"
+    hidden = re.sub(r"(^|&)([^=&]+)=[^&]*", rf"\1\2={REDACTED}", fragment)
+    return f"{match.group('url')}#{hidden}"
 
 
 # ---- network allowances ----

@@ -248,7 +248,12 @@ def test_config_view_redacts_provider_credentials_and_key_parameters(
     ("text", "redacted"),
     [
         ("https://TOKEN999@api.example.com/v1", "https://***@api.example.com/v1"),
-        ("https://api.example.com/v1#access_token=TOKEN999&x=1", "https://api.example.com/v1#access_token=***&x=1"),
+        ("https://api.example.com/v1#access_token=TOKEN999&x=1", "https://api.example.com/v1#access_token=***&x=***"),
+        ("https://api.example.com/cb#TOKEN999", "https://api.example.com/cb#***"),
+        ("https://h.example.com/app;jsessionid=TOKEN999?page=2", "https://h.example.com/app;jsessionid=***?page=2"),
+        ("https://h.example.com/p?PHPSESSID=TOKEN999&lang=en", "https://h.example.com/p?PHPSESSID=***&lang=en"),
+        ("https://h.example.com/cb?code=TOKEN999&state=s", "https://h.example.com/cb?code=***&state=s"),
+        ("https://h.example.com/d?device_code=TOKEN999&unicode=1", "https://h.example.com/d?device_code=***&unicode=1"),
         (
             "https://api.example.com/v1?X-Amz-Signature=TOKEN999&X-Amz-Date=1",
             "https://api.example.com/v1?X-Amz-Signature=***&X-Amz-Date=1",
