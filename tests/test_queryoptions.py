@@ -65,9 +65,9 @@ def test_options_are_frozen_and_checked() -> None:
 )
 def test_options_are_bounded_like_the_spec(fields: dict[str, object], office: KnowledgeBaseStore) -> None:
     """The Python API refuses what spec.retrieval would refuse, with a clear ValueError and no query run."""
-    with pytest.raises(ValueError, match="must be a (whole )?number from"):
+    with pytest.raises(ValueError, match=r"must be a (whole )?number from"):
         office.query("office", "how long are invoices kept?", QueryOptions(**fields))  # type: ignore[arg-type]
-    with pytest.raises(ValueError, match="must be a (whole )?number from"):
+    with pytest.raises(ValueError, match=r"must be a (whole )?number from"):
         office.query("office", "how long are invoices kept?", **fields)  # type: ignore[arg-type]
 
 

@@ -38,6 +38,24 @@ def serve(
             help="How long an /ask (its chat model call included) may take.",
         ),
     ] = "2m",
+    header_timeout: Annotated[
+        str,
+        duration_option(
+            "--header-timeout",
+            minimum=0.1,
+            maximum=600.0,
+            help="How long a request's line and headers may take to arrive (then 408, connection closed).",
+        ),
+    ] = "10s",
+    body_timeout: Annotated[
+        str,
+        duration_option(
+            "--body-timeout",
+            minimum=0.1,
+            maximum=600.0,
+            help="How long a request's body may take to arrive after its headers (then 408, connection closed).",
+        ),
+    ] = "30s",
     threads: Annotated[
         int,
         typer.Option("--threads", metavar="N", min=1, max=256, help="Worker threads running requests' blocking work."),
@@ -83,6 +101,8 @@ def serve(
         pool_size=pool_size,
         request_timeout=parse_duration(timeout),
         ask_timeout=parse_duration(ask_timeout),
+        header_timeout=parse_duration(header_timeout),
+        body_timeout=parse_duration(body_timeout),
         threads=threads,
     )
 

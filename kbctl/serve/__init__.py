@@ -4,7 +4,8 @@
     app = create_app(RetrievalService(settings), Tokens(settings.config.serve, os.environ))
 
 The retrieval itself is `kbctl.query`'s; this package adds the pool and shared models (`service`), who may see
-what (`auth`), the routes and middleware (`app`), MCP (`mcp`), and the server's log, metrics and traces.
+what (`auth`), the routes and middleware (`app`), MCP (`mcp`), the bounds on what a client sends and how slowly
+(`limits`, `protocol`), and the server's log, metrics and traces.
 """
 
 from __future__ import annotations

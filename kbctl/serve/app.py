@@ -15,21 +15,27 @@ from typing import Annotated, Any, TypeVar
 import anyio
 from fastapi import FastAPI, Path, Request, Response
 from mcp.server.transport_security import TransportSecuritySettings
-from pydantic import BaseModel
-from starlette.types import ASGIApp, Message, Receive, Scope, Send
+from pydantic import AfterValidator, BaseModel
 
 from kbctl._version import __version__
 from kbctl.answer import AskResult
 from kbctl.engine.status import KnowledgeBaseDetail, KnowledgeBaseSummary
-from kbctl.manifest.selectors import parse_selector
 from kbctl.query.context import GroundedContext, build_context
 from kbctl.query.results import QueryResult
 from kbctl.serve.auth import Principal, Tokens
+from kbctl.serve.limits import DEFAULT_BODY_TIMEOUT, BodyLimit
 from kbctl.serve.logs import log_request
 from kbctl.serve.mcp import build_mcp
 from kbctl.serve.metrics import CONTENT_TYPE_LATEST, Metrics
 from kbctl.serve.problems import BadRequest, install_handlers, internal_error, problem
-from kbctl.serve.requests import MAX_BODY_BYTES, AskRequest, MultiQueryRequest, QueryRequest
+from kbctl.serve.requests import (
+    MAX_BODY_BYTES,
+    NAME_SCHEMA,
+    AskRequest,
+    MultiQueryRequest,
+    QueryRequest,
+    check_knowledge_base_name,
+)
 from kbctl.serve.service import FederatedResult, Readiness, RetrievalService
 from kbctl.serve.tracing import trace_query
 
@@ -38,44 +44,11 @@ __all__ = ["PUBLIC_PATHS", "create_app"]
 PUBLIC_PATHS = frozenset({"/healthz", "/readyz", "/docs", "/openapi.json"})
 LOOPBACK_HOSTS = frozenset({"127.0.0.1", "localhost", "::1"})
 T = TypeVar("T")
-Name = Annotated[str, Path(min_length=1, max_length=253, description="The knowledge base's name.")]
-
-
-class BodyLimit:
-    """Refuse a request body over `limit` bytes with 413, whether it announces its length or not."""
-
-    def __init__(self, app: ASGIApp, limit: int = MAX_BODY_BYTES) -> None:
-        self.app, self.limit = app, limit
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http" or scope["method"] in ("GET", "HEAD", "DELETE", "OPTIONS"):
-            await self.app(scope, receive, send)
-            return
-        length = dict(scope["headers"]).get(b"content-length")
-        too_large = problem(413, "body-too-large", f"the request body is over {self.limit} bytes")
-        if length is not None and (not length.isdigit() or int(length) > self.limit):
-            await too_large(scope, receive, send)
-            return
-        body, more = b"", True
-        while more:
-            message = await receive()
-            if message["type"] != "http.request":
-                break
-            body += message.get("body", b"")
-            more = message.get("more_body", False)
-            if len(body) > self.limit:
-                await too_large(scope, receive, send)
-                return
-        replayed = False
-
-        async def replay() -> Message:
-            nonlocal replayed
-            if not replayed:
-                replayed = True
-                return {"type": "http.request", "body": body, "more_body": False}
-            return await receive()
-
-        await self.app(scope, replay, send)
+Name = Annotated[
+    str,
+    Path(description="The knowledge base's name.", json_schema_extra=NAME_SCHEMA),
+    AfterValidator(check_knowledge_base_name),  # a name no knowledge base can have is a 422, before the store
+]
 
 
 class _Json(Response):
@@ -94,13 +67,14 @@ def create_app(
     host: str = "127.0.0.1",
     request_timeout: float = 30.0,
     ask_timeout: float = 120.0,
+    body_timeout: float = DEFAULT_BODY_TIMEOUT,
     threads: int | None = None,
     mcp: bool = True,
 ) -> FastAPI:
     """The ASGI app over `service`; `host` is the address served (the MCP endpoint checks Host headers against it
     on loopback); `request_timeout` bounds every request's work (504 after it), `ask_timeout` that of an answer
-    (its chat model call included); `threads` caps the worker threads that run requests' blocking work (anyio's
-    default, 40, when None)."""
+    (its chat model call included), `body_timeout` the arrival of a request's body (408 after it); `threads`
+    caps the worker threads that run requests' blocking work (anyio's default, 40, when None)."""
     metrics = Metrics()
     mcp_server = build_mcp(service, ask_timeout=ask_timeout) if mcp else None
     mcp_app = None
@@ -243,9 +217,9 @@ def create_app(
     )
     async def query_many(body: MultiQueryRequest, request: Request) -> Response:
         principal = caller(request)
-        if body.knowledge_bases and body.selector:
+        if body.knowledge_bases and body.selector is not None:
             raise BadRequest("give knowledgeBases or selector, not both")
-        selector = parse_selector(body.selector) if body.selector else None
+        selector = body.label_selector()
         result = await run(
             request,
             lambda: service.query_many(
@@ -304,5 +278,5 @@ def create_app(
             )
         return response
 
-    app.add_middleware(BodyLimit)
+    app.add_middleware(BodyLimit, limit=MAX_BODY_BYTES, timeout=body_timeout)
     return app

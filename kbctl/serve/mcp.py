@@ -12,18 +12,19 @@ from typing import Any
 
 import anyio
 from mcp.server.mcpserver import Context, MCPServer
-from mcp.server.mcpserver.exceptions import ToolError
+from mcp.server.mcpserver.exceptions import ResourceError, ResourceNotFoundError, ToolError
 from mcp_types import ListResourcesResult, PaginatedRequestParams
 from mcp_types import Resource as MCPResource
+from pydantic import StrictFloat, StrictInt
 
 from kbctl._version import __version__
 from kbctl.answer import AskResult
-from kbctl.errors import KbctlError
+from kbctl.errors import KbctlError, NotFoundError
 from kbctl.query.context import build_context
 from kbctl.query.options import QueryOptions
 from kbctl.query.results import QueryResult
 from kbctl.serve.auth import ANONYMOUS, Principal
-from kbctl.serve.requests import MAX_QUESTION_CHARS, MAX_TOP_K
+from kbctl.serve.requests import MAX_QUESTION_CHARS, MAX_TOP_K, check_knowledge_base_name
 from kbctl.serve.service import RetrievalService
 from kbctl.serve.tracing import trace_query
 
@@ -60,6 +61,14 @@ def _principal(ctx: Context[Any, Any]) -> Principal:
     return principal
 
 
+def _name(knowledge_base: str) -> str:
+    """A knowledge base's name, refused before the store when no knowledge base can have it (NUL, upper case...)."""
+    try:
+        return check_knowledge_base_name(knowledge_base)
+    except ValueError as exc:
+        raise ToolError(f"knowledge_base: {exc}") from None
+
+
 def _question(question: str) -> str:
     if not question.strip():
         raise ToolError("question must not be empty")
@@ -88,7 +97,8 @@ async def _query(
     """The query of a tool call, within the caller's scope, traced like the HTTP routes' queries."""
     principal = _principal(ctx)
     options = _options(top_k, threshold)
-    result: QueryResult = await _call(service.query, principal, knowledge_base, _question(question), options)
+    name = _name(knowledge_base)
+    result: QueryResult = await _call(service.query, principal, name, _question(question), options)
     trace_query(result, route=f"mcp:{tool}", principal=principal.name)
     return result
 
@@ -160,8 +170,8 @@ def build_mcp(service: RetrievalService, *, ask_timeout: float = 120.0) -> MCPSe
         knowledge_base: str,
         question: str,
         ctx: Context[Any, Any],
-        top_k: int | None = None,
-        threshold: float | None = None,
+        top_k: StrictInt | None = None,
+        threshold: StrictFloat | None = None,
     ) -> dict[str, Any]:
         result = await _query(service, ctx, "search", knowledge_base, question, top_k, threshold)
         return {
@@ -191,8 +201,8 @@ def build_mcp(service: RetrievalService, *, ask_timeout: float = 120.0) -> MCPSe
         knowledge_base: str,
         question: str,
         ctx: Context[Any, Any],
-        top_k: int | None = None,
-        threshold: float | None = None,
+        top_k: StrictInt | None = None,
+        threshold: StrictFloat | None = None,
     ) -> str:
         result = await _query(service, ctx, "get_context", knowledge_base, question, top_k, threshold)
         return build_context(result).block
@@ -208,13 +218,14 @@ def build_mcp(service: RetrievalService, *, ask_timeout: float = 120.0) -> MCPSe
         knowledge_base: str,
         question: str,
         ctx: Context[Any, Any],
-        top_k: int | None = None,
-        threshold: float | None = None,
+        top_k: StrictInt | None = None,
+        threshold: StrictFloat | None = None,
     ) -> dict[str, Any]:
         principal = _principal(ctx)
         options = _options(top_k, threshold)
+        name, asked = _name(knowledge_base), _question(question)
         with anyio.fail_after(ask_timeout):
-            result: AskResult = await _call(service.ask, principal, knowledge_base, _question(question), options)
+            result: AskResult = await _call(service.ask, principal, name, asked, options)
         trace_query(result.retrieval, route="mcp:ask", principal=principal.name)
         return {
             "knowledgeBase": result.knowledge_base,
@@ -244,7 +255,19 @@ def build_mcp(service: RetrievalService, *, ask_timeout: float = 120.0) -> MCPSe
         mime_type="application/json",
     )
     async def knowledge_base(name: str, ctx: Context[Any, Any]) -> str:
-        detail = await _call(service.describe, _principal(ctx), name)
+        # Failures the caller caused are ResourceErrors: refused, and logged at info without a traceback.
+        principal = _caller(ctx.request_context.request)
+        if principal is None:
+            raise ResourceError("not authenticated")
+        try:
+            check_knowledge_base_name(name)
+            detail = await anyio.to_thread.run_sync(service.describe, principal, name, abandon_on_cancel=True)
+        except ValueError as exc:  # a name no knowledge base can have: invalid params, like absent
+            raise ResourceNotFoundError(f"name: {exc}") from None
+        except NotFoundError:  # out of scope reads exactly like absent
+            raise ResourceNotFoundError(f'knowledgebase "{name}" not found') from None
+        except KbctlError as exc:
+            raise ResourceError(str(exc)) from None
         return json.dumps(detail.model_dump(mode="json", by_alias=True, exclude={"conditions"}))
 
     return server

@@ -14,7 +14,7 @@ from starlette.exceptions import HTTPException
 from kbctl.errors import ChatError, EmbeddingError, KbctlError, NotFoundError, RerankError, StoreError
 from kbctl.userconfig import redact
 
-__all__ = ["BadRequest", "install_handlers", "internal_error", "problem"]
+__all__ = ["BadRequest", "install_handlers", "internal_error", "problem", "problem_body"]
 
 log = logging.getLogger("kbctl.serve")
 
@@ -24,6 +24,7 @@ _TITLES = {
     403: "Forbidden",
     404: "Not Found",
     405: "Method Not Allowed",
+    408: "Request Timeout",
     413: "Content Too Large",
     415: "Unsupported Media Type",
     422: "Unprocessable Content",
@@ -38,9 +39,14 @@ class BadRequest(Exception):
     """A request the API understood but cannot serve as asked (an option the knowledge base cannot honour)."""
 
 
+def problem_body(status: int, kind: str, detail: str) -> dict[str, Any]:
+    """The JSON of a problem: its type (`/problems/<kind>`), title, status and detail."""
+    return {"type": f"/problems/{kind}", "title": _TITLES.get(status, "Error"), "status": status, "detail": detail}
+
+
 def problem(status: int, kind: str, detail: str, headers: dict[str, str] | None = None) -> JSONResponse:
     """A problem response; `kind` becomes its type (`/problems/<kind>`) and the `errors` metric's label."""
-    body = {"type": f"/problems/{kind}", "title": _TITLES.get(status, "Error"), "status": status, "detail": detail}
+    body = problem_body(status, kind, detail)
     response = JSONResponse(body, status_code=status, headers=headers, media_type="application/problem+json")
     response.headers["x-kbctl-error"] = kind
     return response
@@ -51,7 +57,7 @@ def _validation_detail(errors: Any) -> str:
     first = errors[0] if errors else {}
     if first.get("type") == "json_invalid":
         return "the body is not valid JSON"
-    where = ".".join(str(p) for p in first.get("loc", ()) if p != "body") or "body"
+    where = ".".join(str(p) for p in first.get("loc", ())[1:]) or "body"  # without "body", "path"...
     message = str(first.get("msg", "invalid"))
     if first.get("type") == "extra_forbidden":
         message = "unknown field"

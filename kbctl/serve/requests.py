@@ -1,12 +1,16 @@
-"""The bodies the HTTP API accepts: bounded, camelCase like the manifests, and nothing unknown."""
+"""The bodies the HTTP API accepts: bounded, camelCase like the manifests, strictly typed, and nothing unknown."""
 
 from __future__ import annotations
 
-from typing import Final
+from typing import Annotated, Final
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, field_validator
 from pydantic.alias_generators import to_camel
+from pydantic.config import JsonDict
+from pydantic_core import PydanticCustomError
 
+from kbctl.manifest._field_checks import DNS_LABEL, NAME_MAX, check_name
+from kbctl.manifest.selectors import Selector, parse_selector
 from kbctl.query.options import Mode, QueryOptions
 
 __all__ = [
@@ -14,9 +18,12 @@ __all__ = [
     "MAX_KNOWLEDGE_BASES",
     "MAX_QUESTION_CHARS",
     "MAX_TOP_K",
+    "NAME_SCHEMA",
     "AskRequest",
+    "KnowledgeBaseName",
     "MultiQueryRequest",
     "QueryRequest",
+    "check_knowledge_base_name",
 ]
 
 MAX_QUESTION_CHARS: Final = 4_000  # a question, not a document
@@ -24,6 +31,18 @@ MAX_TOP_K: Final = 100
 MAX_TOKENS: Final = 100_000
 MAX_KNOWLEDGE_BASES: Final = 50  # names of one cross-knowledge-base query
 MAX_BODY_BYTES: Final = 64 * 1024  # any request body (the MCP endpoint's too)
+NAME_SCHEMA: Final[JsonDict] = {"pattern": DNS_LABEL, "maxLength": NAME_MAX}  # a knowledge base's name, as in manifests
+SELECTOR_FORMS: Final = "key=value, key!=value, key, !key, key in (a,b) or key notin (a,b), joined by commas"
+
+
+def check_knowledge_base_name(value: str) -> str:
+    """The manifests' rule for metadata.name (a DNS-1123 label of at most 63 characters); ValueError otherwise.
+    A name no knowledge base can have (NUL, control characters, upper case, too long) is refused here, before
+    the store."""
+    return check_name(value, DNS_LABEL, "lowercase letters, digits and '-'")
+
+
+KnowledgeBaseName = Annotated[str, AfterValidator(check_knowledge_base_name), Field(json_schema_extra=NAME_SCHEMA)]
 
 
 class QueryRequest(BaseModel):
@@ -34,16 +53,29 @@ class QueryRequest(BaseModel):
     )
 
     question: str = Field(min_length=1, max_length=MAX_QUESTION_CHARS, description="The question, in natural language.")
-    top_k: int | None = Field(None, ge=1, le=MAX_TOP_K, description="Chunks to return at most (spec.retrieval.topK).")
+    # strict: a string or a boolean is never read as a number ("topK": true is not 1), nor a number as a boolean
+    top_k: int | None = Field(
+        None, strict=True, ge=1, le=MAX_TOP_K, description="Chunks to return at most (spec.retrieval.topK)."
+    )
     threshold: float | None = Field(
-        None, ge=-1.0, le=1.0, description="Minimum cosine similarity (spec.retrieval.similarityThreshold)."
+        None,
+        strict=True,
+        ge=-1.0,
+        le=1.0,
+        description="Minimum cosine similarity (spec.retrieval.similarityThreshold).",
     )
     max_tokens: int | None = Field(
-        None, ge=1, le=MAX_TOKENS, description="Token budget of the chunks returned (spec.retrieval.maxContextTokens)."
+        None,
+        strict=True,
+        ge=1,
+        le=MAX_TOKENS,
+        description="Token budget of the chunks returned (spec.retrieval.maxContextTokens).",
     )
     mode: Mode | None = Field(None, description="hybrid, vector or keyword (spec.retrieval.mode).")
-    explain: bool = Field(False, description="Add each stage's candidates, ranks, scores, cuts and timings.")
-    rerank: bool | None = Field(None, description="false skips the spec's reranker, true requires one.")
+    explain: bool = Field(
+        False, strict=True, description="Add each stage's candidates, ranks, scores, cuts and timings."
+    )
+    rerank: bool | None = Field(None, strict=True, description="false skips the spec's reranker, true requires one.")
 
     @field_validator("question")
     @classmethod
@@ -71,9 +103,25 @@ class AskRequest(QueryRequest):
 class MultiQueryRequest(QueryRequest):
     """`POST /v1/query`: one question to several knowledge bases (names, or a label selector, or all in scope)."""
 
-    knowledge_bases: list[str] = Field(
+    knowledge_bases: list[KnowledgeBaseName] = Field(
         default_factory=list, max_length=MAX_KNOWLEDGE_BASES, description="Knowledge bases to query by name."
     )
     selector: str | None = Field(
         None, max_length=1_000, description="A label selector (team=support,tier!=draft) instead of names."
     )
+
+    @field_validator("selector")
+    @classmethod
+    def _valid_selector(cls, value: str | None) -> str | None:
+        if value is not None:
+            try:
+                parse_selector(value)
+            except ValueError:  # its message quotes the input: the detail names the field, never the value
+                raise PydanticCustomError(
+                    "selector", f"not a label selector (empty or malformed): use {SELECTOR_FORMS}"
+                ) from None
+        return value
+
+    def label_selector(self) -> Selector | None:
+        """The parsed `selector` (validated with the body), or None when the body has none."""
+        return parse_selector(self.selector) if self.selector is not None else None

@@ -10,6 +10,7 @@ from kbctl.config import Settings
 from kbctl.errors import KbctlError
 from kbctl.serve.app import LOOPBACK_HOSTS
 from kbctl.serve.auth import Tokens
+from kbctl.serve.limits import DEFAULT_BODY_TIMEOUT, DEFAULT_HEADER_TIMEOUT
 from kbctl.serve.logs import configure_logging
 
 __all__ = ["check_bind", "is_loopback", "serve", "serve_mcp_stdio"]
@@ -51,12 +52,16 @@ def serve(
     pool_size: int = 10,
     request_timeout: float = 30.0,
     ask_timeout: float = 120.0,
+    header_timeout: float = DEFAULT_HEADER_TIMEOUT,
+    body_timeout: float = DEFAULT_BODY_TIMEOUT,
     threads: int = 40,
 ) -> None:
-    """Run the HTTP API (and MCP at /mcp) until interrupted."""
+    """Run the HTTP API (and MCP at /mcp) until interrupted. A request's headers must arrive within
+    `header_timeout` seconds and its body within `body_timeout` more, or the connection is cut (408)."""
     import uvicorn
 
     from kbctl.serve.app import create_app
+    from kbctl.serve.protocol import with_header_timeout
     from kbctl.serve.service import RetrievalService
 
     configure_logging()
@@ -66,7 +71,13 @@ def serve(
     try:
         service.warm_up()
         app = create_app(
-            service, tokens, host=host, request_timeout=request_timeout, ask_timeout=ask_timeout, threads=threads
+            service,
+            tokens,
+            host=host,
+            request_timeout=request_timeout,
+            ask_timeout=ask_timeout,
+            body_timeout=body_timeout,
+            threads=threads,
         )
         log.info(f"kbctl serve listening on http://{host}:{port} ({access}); API docs at /docs, MCP at /mcp")
         uvicorn.run(
@@ -75,6 +86,7 @@ def serve(
             port=port,
             access_log=False,
             log_config=None,
+            http=with_header_timeout(header_timeout),  # h11, whose request headers have a deadline
             timeout_keep_alive=5,
             timeout_graceful_shutdown=10,
             h11_max_incomplete_event_size=16 * 1024,
