@@ -4,9 +4,11 @@ A path is a file, a folder (every file of a known format below it, hidden files 
 glob (`docs/**/*.md`), relative to the manifest's folder. `include` / `exclude` globs match each file's id:
 its path relative to the folder the source names (for a glob, the folder before its first wildcard), with
 `*` matching across folders. Nothing outside the manifest's repository is read, through `..` or a symlink
-(the nearest folder at or above the manifest's holding `.git`; without one, the working directory when the
-manifest is below it, else the manifest's folder); symlinked folders are not walked.
-A source lists at most MAX_FILES files (more fails the source), and a file over MAX_FILE_BYTES fails alone.
+(the nearest folder at or above the manifest's holding `.git`; without one, the manifest's own folder, wherever
+the command runs from); symlinked folders are not walked.
+A source lists at most MAX_FILES files (more fails the source). Each file is read under the bounds every route
+shares (`kbctl.sources.bounds`): a file over MAX_FILE_BYTES, or over its format's bound of text extraction (HTML:
+4 MiB) fails alone before it is read, and the extraction of a parsed format fails it after EXTRACT_TIMEOUT.
 """
 
 from __future__ import annotations
@@ -16,12 +18,14 @@ import glob as globbing
 import os
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 from typing import Final
 
 from kbctl.errors import SourceError
 from kbctl.manifest import KnowledgeBase, Source
 from kbctl.sources import Document
+from kbctl.sources.bounds import EXTRACTED, MAX_FILE_BYTES, check_size, within_time
 from kbctl.sources.formats import FileFormat, as_markdown, format_of
 from kbctl.sources.url import Validators
 
@@ -42,7 +46,6 @@ __all__ = [
 ]
 
 MAX_FILES: Final = 10_000  # files one path source may list
-MAX_FILE_BYTES: Final = 32 * 1024 * 1024  # one file read
 _WILDCARDS = frozenset("*?[")
 
 
@@ -71,13 +74,13 @@ ReadOutcome = list[tuple[ListedDocument, Document | SourceError | NotModified]]
 
 
 def repository_root(base_dir: Path) -> Path:
-    """The nearest folder at or above `base_dir` holding `.git`; else the working directory when `base_dir` is
-    below it; else `base_dir` itself."""
+    """The nearest folder at or above `base_dir` holding `.git`; else `base_dir` itself: a manifest outside any
+    repository reads only its own folder tree, whatever the working directory (applied from `/`, the working
+    directory would open every file of the machine to it)."""
     for folder in (base_dir, *base_dir.parents):
         if (folder / ".git").exists():
             return folder
-    cwd = Path.cwd().resolve()
-    return cwd if base_dir == cwd or cwd in base_dir.parents else base_dir
+    return base_dir
 
 
 def _inside(path: Path, root: Path) -> bool:
@@ -139,7 +142,11 @@ def list_files(source: Source, base_dir: Path) -> list[ListedDocument]:
     assert source.path is not None
     root = repository_root(base_dir)
     if not _inside(base_dir / source.path.split("*")[0], root):
-        raise SourceError(f"path {source.path!r} leaves the repository the manifest is in ({root})")
+        where = "the repository the manifest is in" if (root / ".git").exists() else "the manifest's folder"
+        raise SourceError(
+            f"path {source.path!r} leaves {where} ({root}); outside a git repository a manifest reads only the "
+            "files below its own folder"
+        )
     anchor, found = _candidates(source, base_dir)
     entries: list[ListedDocument] = []
     for file, may_leave in found:
@@ -168,7 +175,8 @@ def list_files(source: Source, base_dir: Path) -> list[ListedDocument]:
 
 
 def read_file(entry: ListedDocument, source: Source) -> Document:
-    """The Document of one file; SourceError (for this file alone) when it cannot be read."""
+    """The Document of one file; SourceError (for this file alone) when it cannot be read, is over a bound
+    (`kbctl.sources.bounds`), or its extraction takes too long."""
     assert entry.path is not None, "a crawled page is fetched, not read"
     try:
         size = entry.path.stat().st_size
@@ -176,15 +184,22 @@ def read_file(entry: ListedDocument, source: Source) -> Document:
             raise SourceError(
                 f"{size / 1024 / 1024:.1f} MiB, over the {MAX_FILE_BYTES // 1024 // 1024} MiB limit of one file"
             )
+        check_size(entry.format, size)  # before a byte is read
         with entry.path.open("rb") as handle:
             data = handle.read(MAX_FILE_BYTES + 1)
     except OSError as exc:
         raise SourceError(f"cannot read: {exc.strerror or exc}") from None
     if len(data) > MAX_FILE_BYTES:
         raise SourceError(f"over the {MAX_FILE_BYTES // 1024 // 1024} MiB limit of one file")
-    text, title = as_markdown(
-        data, entry.format, origin=entry.origin, title_field=source.title_field, text_fields=source.text_fields
+    extract = partial(
+        as_markdown,
+        data,
+        entry.format,
+        origin=entry.origin,
+        title_field=source.title_field,
+        text_fields=source.text_fields,
     )
+    text, title = within_time(extract, what="the file") if entry.format in EXTRACTED else extract()
     return Document(text=text, origin=entry.origin, title=title, markdown=entry.format != "text")
 
 

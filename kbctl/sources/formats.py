@@ -9,8 +9,10 @@
 - json, jsonl: each object one entry under its own heading (the `titleField` value, else "Entry N"), each
   field as a `key: value` line (nested objects dotted, lists joined), only `textFields` when given;
 - csv: each row one entry, titled by its first column, each column as a `header: value` line.
-Every reader gets bytes already bounded in size, and answers (markdown text, title or None) or raises
-SourceError with a reason a person can act on.
+Every reader gets bytes within its format's bound of text extraction (checked here first, the same bound on
+every route: `kbctl.sources.bounds`), refuses what it would produce past that module's bounds (pages, entries,
+unzipped bytes, depth) while it reads, and answers (markdown text, title or None) or raises SourceError with a
+reason a person can act on.
 """
 
 from __future__ import annotations
@@ -24,9 +26,28 @@ from typing import Any, Final, Literal
 
 from kbctl.errors import SourceError
 from kbctl.manifest._bounds import MAX_DEPTH, nesting_depth
+from kbctl.sources.bounds import (
+    MAX_COLUMNS,
+    MAX_ENTRIES,
+    MAX_FIELD_CHARS,
+    MAX_PAGES,
+    MAX_TEXT_CHARS,
+    MAX_UNZIPPED_BYTES,
+    MAX_UNZIPPED_XML_BYTES,
+    check_size,
+    on_time,
+)
 from kbctl.sources.extract import extract_html
 
-__all__ = ["EXTENSIONS", "MAX_ENTRIES", "MAX_PAGES", "FileFormat", "as_markdown", "format_of"]
+__all__ = [
+    "EXTENSIONS",
+    "MAX_ENTRIES",
+    "MAX_PAGES",
+    "MAX_UNZIPPED_BYTES",
+    "FileFormat",
+    "as_markdown",
+    "format_of",
+]
 
 FileFormat = Literal["markdown", "text", "html", "pdf", "docx", "json", "jsonl", "csv"]
 EXTENSIONS: Final[dict[str, FileFormat]] = {
@@ -43,10 +64,6 @@ EXTENSIONS: Final[dict[str, FileFormat]] = {
     ".ndjson": "jsonl",
     ".csv": "csv",
 }
-MAX_PAGES: Final = 5_000  # of one PDF
-MAX_ENTRIES: Final = 100_000  # objects of one JSON / JSONL file, rows of one CSV
-MAX_UNZIPPED_BYTES: Final = 256 * 1024 * 1024  # a DOCX is a zip: what its parts may expand to (zip bombs)
-_MAX_FIELD_CHARS: Final = 20_000  # one value of a JSON or CSV entry
 
 
 def format_of(name: str) -> FileFormat | None:
@@ -63,7 +80,9 @@ def as_markdown(
     title_field: str | None = None,
     text_fields: Sequence[str] | None = None,
 ) -> tuple[str, str | None]:
-    """(text, title) of one file's bytes read as `fmt`; SourceError when it cannot be read or has no text."""
+    """(text, title) of one file's bytes read as `fmt`; SourceError when it is over the format's bound of text
+    extraction, cannot be read or has no text."""
+    check_size(fmt, len(data))
     if fmt == "pdf":
         text, title = _pdf(data)
     elif fmt == "docx":
@@ -113,7 +132,10 @@ def _pdf(data: bytes) -> tuple[str, str | None]:
             raise SourceError("encrypted PDF: kbctl reads only PDFs that open without a password")
         if len(reader.pages) > MAX_PAGES:
             raise SourceError(f"PDF of {len(reader.pages)} pages, over the {MAX_PAGES}-page limit")
-        pages = [(page.extract_text() or "").strip() for page in reader.pages]
+        pages = []
+        for page in reader.pages:  # a page's text is where the time goes: checked between its operators
+            on_time()
+            pages.append((page.extract_text(visitor_operand_before=_on_time_visit) or "").strip())
         title = reader.metadata.title if reader.metadata is not None else None
     except SourceError:
         raise
@@ -123,6 +145,10 @@ def _pdf(data: bytes) -> tuple[str, str | None]:
         raise SourceError("the PDF has no text layer (scanned images?): nothing to index")
     parts = [f"## Page {number}\n\n{text}" for number, text in enumerate(pages, start=1) if text]
     return "\n\n".join(parts), (str(title).strip() or None) if title else None
+
+
+def _on_time_visit(*_: Any) -> None:
+    on_time()
 
 
 # ---- DOCX ----
@@ -140,16 +166,22 @@ def _docx(data: bytes) -> tuple[str, str | None]:
 
     try:
         with zipfile.ZipFile(io.BytesIO(data)) as archive:
-            unzipped = sum(info.file_size for info in archive.infolist())
+            infos = archive.infolist()
+        unzipped = sum(info.file_size for info in infos)
         if unzipped > MAX_UNZIPPED_BYTES:
             raise SourceError(
                 f"DOCX expands to {unzipped >> 20} MiB, over the {MAX_UNZIPPED_BYTES >> 20} MiB limit of its parts"
             )
+        xml = sum(info.file_size for info in infos if info.filename.endswith((".xml", ".rels")))
+        if xml > MAX_UNZIPPED_XML_BYTES:  # parsed whole into a tree of some 7 times its size
+            limit = MAX_UNZIPPED_XML_BYTES >> 20
+            raise SourceError(f"DOCX's XML parts expand to {xml / (1 << 20):.1f} MiB, over the {limit} MiB limit")
         document = docx.Document(io.BytesIO(data))
     except (PackageNotFoundError, zipfile.BadZipFile, KeyError, ValueError) as exc:
         raise SourceError(f"not a readable DOCX file ({type(exc).__name__})") from None
     parts: list[str] = []
     for block in document.iter_inner_content():
+        on_time()
         if isinstance(block, Paragraph):
             text = block.text.strip()
             if not text:
@@ -178,25 +210,38 @@ def _markdown_table(rows: list[list[str]]) -> str:
 # ---- JSON, JSON Lines, CSV ----
 
 
+def _too_many(noun: str) -> SourceError:
+    return SourceError(f"more than {MAX_ENTRIES} {noun}, over the limit of one file")
+
+
 def _json_objects(text: str, lines: bool) -> list[Any]:
+    """The entries of a JSON file (its list, or its one value) or of a JSON Lines file (one per line); refused past
+    MAX_ENTRIES before the nesting of the entries is measured, and for JSON Lines while the lines are read."""
     if lines:
-        items = []
-        for number, line in enumerate(text.splitlines(), start=1):
+        items: list[Any] = []
+        for number, line in enumerate(io.StringIO(text, newline=None), start=1):
+            on_time()
             if line.strip():
-                items.append(_parse_json(line, f"line {number}: "))
-    else:
-        data = _parse_json(text, "")
-        items = data if isinstance(data, list) else [data]
+                if len(items) == MAX_ENTRIES:
+                    raise _too_many("entries")
+                items.append(_checked_depth(_parse_json(line, f"line {number}: "), f"line {number}: "))
+        return items
+    data = _parse_json(text, "")
+    items = data if isinstance(data, list) else [data]
     if len(items) > MAX_ENTRIES:
-        raise SourceError(f"{len(items)} entries, over the {MAX_ENTRIES} limit of one file")
+        raise _too_many("entries")
+    _checked_depth(data, "")
     return items
 
 
 def _parse_json(text: str, where: str) -> Any:
     try:
-        data = json.loads(text)
+        return json.loads(text)
     except (ValueError, RecursionError) as exc:
         raise SourceError(f"{where}invalid JSON ({getattr(exc, 'msg', 'too deep')})") from None
+
+
+def _checked_depth(data: Any, where: str) -> Any:
     if nesting_depth(data) > MAX_DEPTH:
         raise SourceError(f"{where}JSON nested deeper than {MAX_DEPTH} levels")
     return data
@@ -218,12 +263,32 @@ def _flat(value: Any, prefix: str = "") -> Iterator[tuple[str, str]]:
 
 def _scalar(value: Any) -> str:
     text = value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)
-    return " ".join(text.split())[:_MAX_FIELD_CHARS]
+    return " ".join(text.split())[:MAX_FIELD_CHARS]
+
+
+class _Text:
+    """The parts of the text one JSON / CSV file's entries are written to, refused once past MAX_TEXT_CHARS."""
+
+    def __init__(self) -> None:
+        self.parts: list[str] = []
+        self.size = 0
+
+    def add(self, part: str) -> None:
+        self.size += len(part) + 2
+        if self.size > MAX_TEXT_CHARS:
+            raise SourceError(
+                f"its entries make more than {MAX_TEXT_CHARS:,} characters of text, the limit of one file"
+            )
+        self.parts.append(part)
+
+    def joined(self) -> str:
+        return "\n\n".join(self.parts)
 
 
 def _entries(items: list[Any], title_field: str | None, text_fields: Sequence[str] | None) -> str:
-    parts = []
+    text = _Text()
     for number, item in enumerate(items, start=1):
+        on_time()
         if not isinstance(item, dict):
             item = {"value": item}
         title = _scalar(item.get(title_field, "")) if title_field else ""
@@ -232,29 +297,35 @@ def _entries(items: list[Any], title_field: str | None, text_fields: Sequence[st
             fields = {k: v for k, v in fields.items() if k != title_field}
         lines = [f"{key}: {value}" for key, value in _flat(fields) if value]
         if lines or title:
-            parts.append(f"## {title or f'Entry {number}'}\n\n" + "\n".join(lines))
-    return "\n\n".join(parts)
+            text.add(f"## {title or f'Entry {number}'}\n\n" + "\n".join(lines))
+    return text.joined()
 
 
-def _csv(text: str) -> str:
+def _csv(data: str) -> str:
+    """Each row one entry, written as it is read: refused past MAX_ENTRIES rows, MAX_COLUMNS columns in a row, or
+    MAX_TEXT_CHARS characters of text."""
+    text, header, number = _Text(), None, 0
+    reader = csv.reader(io.StringIO(data))
     try:
-        rows = list(csv.reader(io.StringIO(text)))
+        for row in reader:
+            on_time()
+            if len(row) > MAX_COLUMNS:
+                raise SourceError(f"line {reader.line_num}: {len(row)} columns, over the limit of {MAX_COLUMNS}")
+            if header is None:
+                header = row
+                continue
+            number += 1
+            if number > MAX_ENTRIES:
+                raise _too_many("rows")
+            cells = [" ".join(c.split())[:MAX_FIELD_CHARS] for c in row]
+            if not any(cells):
+                continue
+            lines = [
+                f"{header[i] if i < len(header) and header[i] else f'column {i + 1}'}: {c}"
+                for i, c in enumerate(cells)
+                if c
+            ]
+            text.add(f"## {cells[0] or f'Row {number}'}\n\n" + "\n".join(lines))
     except csv.Error as exc:
         raise SourceError(f"invalid CSV ({exc})") from None
-    if len(rows) > MAX_ENTRIES + 1:
-        raise SourceError(f"{len(rows) - 1} rows, over the {MAX_ENTRIES} limit of one file")
-    if not rows:
-        return ""
-    header, parts = rows[0], []
-    for number, row in enumerate(rows[1:], start=1):
-        cells = [" ".join(c.split())[:_MAX_FIELD_CHARS] for c in row]
-        if not any(cells):
-            continue
-        title = cells[0] or f"Row {number}"
-        lines = [
-            f"{header[i] if i < len(header) and header[i] else f'column {i + 1}'}: {c}"
-            for i, c in enumerate(cells)
-            if c
-        ]
-        parts.append(f"## {title}\n\n" + "\n".join(lines))
-    return "\n\n".join(parts)
+    return text.joined()

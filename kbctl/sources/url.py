@@ -10,7 +10,9 @@ Decisions the callers can rely on:
 - Only `gzip`/`deflate` (or no) content encoding is accepted, and it is decoded here with a bounded
   inflater, so `max_bytes` caps the decompressed size without ever inflating more than the cap.
 - Environment proxies (HTTP_PROXY...) are ignored: the SSRF guard must see the real destination.
-- Text extraction (trafilatura) runs in one worker thread, outside the concurrency slots and the deadline.
+- Text extraction (trafilatura) runs in one worker thread, outside the concurrency slots and the deadline, under
+  the bounds every route shares (`kbctl.sources.bounds`): HTML over `max_html_bytes` is not extracted, and an
+  extraction over `extract_timeout` fails its page.
 - What is retried (429/5xx, timeouts, connection errors), how long to wait (Retry-After / retry-after-ms, else
   jittered backoff), status and transport-failure text (in the fetcher's words) and the User-Agent are
   kbctl._http's, the policy the embedder and the reranker share.
@@ -21,6 +23,7 @@ from __future__ import annotations
 import asyncio
 import codecs
 import concurrent.futures
+import functools
 import importlib.util
 import os
 import re
@@ -46,6 +49,7 @@ from kbctl._http import (
 from kbctl.errors import SourceError
 from kbctl.sources import Document
 from kbctl.sources._guard import Guard, guarded_transport
+from kbctl.sources.bounds import EXTRACT_TIMEOUT, MAX_EXTRACT_BYTES, MAX_FETCH_BYTES, check_size, within_time
 from kbctl.sources.extract import extract_html
 from kbctl.sources.formats import FileFormat, as_markdown
 from kbctl.userconfig import ConfigFile, env_allows_private, env_networks, network_entry
@@ -77,9 +81,10 @@ _DRAIN_LIMIT = 64 * _KiB
 class FetchPolicy:
     """Limits and network rules for fetching URL sources."""
 
-    max_bytes: int = 10 * _MiB  # cap on the decompressed body, enforced while streaming
-    max_html_bytes: int = 4 * _MiB  # an HTML body larger than this is not handed to the extractor
-    extract_timeout: float = 30.0  # seconds one page's text extraction may take
+    # The defaults are the bounds every route shares (kbctl.sources.bounds).
+    max_bytes: int = MAX_FETCH_BYTES  # cap on the decompressed body, enforced while streaming
+    max_html_bytes: int = MAX_EXTRACT_BYTES["html"]  # an HTML body larger than this is not handed to the extractor
+    extract_timeout: float = EXTRACT_TIMEOUT  # seconds one page's text extraction may take
     connect_timeout: float = 10.0
     read_timeout: float = 30.0
     total_timeout: float = 60.0  # per URL, across retries and redirects
@@ -385,10 +390,7 @@ def _to_document(data: bytes, media: str | None, charset: str | None, final_url:
         text, title = as_markdown(data, _DOCUMENT_TYPES[media], origin=final_url)
         return Document(text=text, origin=final_url, title=title, markdown=True)
     if media in _HTML_TYPES:
-        if len(data) > max_html:
-            raise SourceError(
-                f"HTML page of {len(data) / _MiB:.1f} MiB is over the {max_html / _MiB:g} MiB limit of text extraction"
-            )
+        check_size("html", len(data), what="HTML page", limit=max_html)
         text, title = extract_html(_decode(data, charset, html=True), final_url)
     else:
         text = _decode(data, charset, html=False)
@@ -630,19 +632,11 @@ class _Fetcher:
             return FetchResult(
                 request.key, request.url, hop.url, False, None, hop.validators, hop.content_type, hop.status, body=body
             )
-        loop = asyncio.get_running_loop()
-        work = loop.run_in_executor(
-            self._extractor, _to_document, hop.body, hop.media, hop.charset, hop.url, self._policy.max_html_bytes
+        extract = functools.partial(
+            _to_document, hop.body, hop.media, hop.charset, hop.url, self._policy.max_html_bytes
         )
-        try:
-            document = await asyncio.wait_for(work, timeout=self._policy.extract_timeout)
-        except TimeoutError:
-            # A thread cannot be stopped: leave it to finish on its own and extract the next pages on a new one.
-            self._extractor.shutdown(wait=False)
-            self._extractor = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="kbctl-extract")
-            raise SourceError(
-                f"extracting the text of the page took more than {self._policy.extract_timeout:g} s"
-            ) from None
+        bounded = functools.partial(within_time, extract, what="the page", timeout=self._policy.extract_timeout)
+        document = await asyncio.get_running_loop().run_in_executor(self._extractor, bounded)
         links = _links(hop.body, hop.charset, hop.url) if request.links and hop.media in _HTML_TYPES | {None} else ()
         return FetchResult(
             request.key, request.url, hop.url, False, document, hop.validators, hop.content_type, hop.status, links
