@@ -258,6 +258,7 @@ def test_diff_json_is_the_plan_as_data(store: KnowledgeBaseStore, cli: CliRunner
                     {"name": "retention", "kind": "text", "change": "removed", **unchanged, "chunks_removed": 1},
                 ],
                 "over_limits": [],
+                "unreadable": [],
             },
             {
                 "name": "copy",
@@ -269,6 +270,7 @@ def test_diff_json_is_the_plan_as_data(store: KnowledgeBaseStore, cli: CliRunner
                     {"name": "retention", "kind": "text", "change": "added", **unchanged, "chunks_added": 1},
                 ],
                 "over_limits": [],
+                "unreadable": [],
             },
         ],
         "differs": True,

@@ -230,3 +230,24 @@ def test_a_file_with_the_same_size_and_time_is_not_read_again(store: KnowledgeBa
     rechunked = store.apply(load_manifests([_manifest(repo, extra="  chunking: {maxChars: 600}\n")])).results[0]
     assert rechunked.action == "configured"  # other chunking: every file is read and chunked again
     assert all(s.ingested for s in rechunked.sources if s.state == "ready")
+
+
+def test_outside_a_repository_only_the_manifests_folder_is_read(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A manifest in no git repository, applied from `/`, reads neither a symlink to /etc/passwd nor `..`: only its
+    own folder tree, whatever the working directory."""
+    kb = tmp_path / "plain" / "kb"
+    (kb / "docs").mkdir(parents=True)
+    (kb / "docs" / "travel.md").write_text("# Travel\n\nEconomy class for flights under 6 hours.\n")
+    os.symlink("/etc/passwd", kb / "docs" / "passwd.txt")
+    (tmp_path / "plain" / "shared.md").write_text("# Shared\n\nNot below the manifest's folder.\n")
+    manifest = kb / "handbook.yaml"
+    monkeypatch.chdir("/")
+    manifest.write_text(MANIFEST % ("docs/", ""))
+    [loaded] = load_manifests([str(manifest)])
+    assert [e.doc_id for e in list_files(loaded.kb.spec.sources[0], kb)] == ["travel.md"]
+    manifest.write_text(MANIFEST % ("../shared.md", ""))
+    [escaping] = load_manifests([str(manifest)])
+    with pytest.raises(SourceError, match="leaves the manifest's folder"):
+        list_files(escaping.kb.spec.sources[0], kb)

@@ -193,8 +193,10 @@ class Scenario:
 
 @pytest.fixture
 def scenario(cli: CliRunner, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Scenario]:
-    """A scenario in a fresh folder (the working directory) holding a copy of examples/."""
+    """A scenario in a fresh folder (the working directory) holding a copy of examples/, in a git repository like
+    the README's clone (outside one, examples/kb/team-handbook.yaml could not read ../docs/)."""
     shutil.copytree(ROOT / "examples", tmp_path / "examples")
+    (tmp_path / ".git").mkdir()
     monkeypatch.chdir(tmp_path)
     with ExitStack() as stack:
         yield Scenario(cli, tmp_path, stack)

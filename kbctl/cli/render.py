@@ -76,7 +76,7 @@ def diff_lines(report: DiffReport, suffix: str = "") -> Iterator[str]:
         for s in kb.sources:
             if s.differs:
                 yield f"  {_diff_source_line(s)}"
-        for limit in kb.over_limits:
+        for limit in (*kb.unreadable, *kb.over_limits):
             yield f"  would fail: {limit}"
 
 

@@ -11,7 +11,7 @@ from pydantic import BaseModel, ConfigDict, computed_field
 
 from kbctl.embedding import Embedder
 from kbctl.engine.ingest import Chunked, TokenCounts, chunk_source
-from kbctl.engine.plan import Ingest, SourcePlan, build_plan, fetch_requests, file_stamps
+from kbctl.engine.plan import Fail, Ingest, SourcePlan, build_plan, fetch_requests, file_stamps
 from kbctl.engine.prune import PruneScope
 from kbctl.engine.settled import in_file_order
 from kbctl.manifest import KnowledgeBase
@@ -79,6 +79,7 @@ class KnowledgeBaseDiff(_Frozen):
     fields: list[FieldDiff] = []
     sources: list[SourceDiff] = []
     over_limits: list[str] = []  # the spec.limits apply would exceed (it would fail), one sentence each
+    unreadable: list[str] = []  # the sources and documents apply could not read (each would fail alone)
 
     @property
     def differs(self) -> bool:
@@ -165,8 +166,11 @@ class _Explainer:
             if source_of(n) != n and source_of(n) not in removed
         ]
         over = _over_limits(kb, chunked, tokens)
+        unreadable = [f"source {p.name}: {p.decision.message}" for p in plan.sources if isinstance(p.decision, Fail)]
         if plan.current_version is None:
-            return KnowledgeBaseDiff(name=kb.name, action="created", version=None, sources=sources, over_limits=over)
+            return KnowledgeBaseDiff(
+                name=kb.name, action="created", version=None, sources=sources, over_limits=over, unreadable=unreadable
+            )
         return KnowledgeBaseDiff(
             name=kb.name,
             action="unchanged" if plan.unchanged else "configured",
@@ -174,6 +178,7 @@ class _Explainer:
             fields=[FieldDiff(path=c.path, old=c.old, new=c.new) for c in field_changes(old, plan.manifest)],
             sources=sources,
             over_limits=over,
+            unreadable=unreadable,
         )
 
     def _tokens(self, embedder: Embedder, chunked: dict[str, Chunked], sizes: TokenCounts) -> dict[str, int]:
