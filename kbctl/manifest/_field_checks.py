@@ -176,13 +176,12 @@ def check_git_url(value: str) -> str:
         if "/-" in value:
             raise ValueError("must be an absolute path with no part starting with '-'")
         return value
-    network = _GIT_NETWORK_URL.match(value)
-    scp = None if "://" in value else _GIT_SCP_URL.match(value)
-    if network is None and scp is None:
+    form = _GIT_NETWORK_URL.match(value) if "://" in value else _GIT_SCP_URL.match(value)
+    if form is None:
         if "://" in value and value.split("://", 1)[0] not in ("https", "ssh"):
             raise ValueError(f"unsupported scheme '{value.split('://', 1)[0]}': use {GIT_URL_FORMS}")
         raise ValueError(f"must be {GIT_URL_FORMS} (or, for local mirrors, an absolute path)")
-    path = (network or scp).group("path") or ""  # type: ignore[union-attr]
+    path = form.group("path") or ""
     if path.startswith("-") or "/-" in path:
         raise ValueError("must not hold a path part starting with '-' (git would read it as an option)")
     return value

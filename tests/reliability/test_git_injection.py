@@ -147,3 +147,23 @@ def test_validate_refuses_an_injection_with_file_line_and_exit_1(evil: tuple[Pat
     assert f"{manifest}:7: spec.sources[0].git.url: must not start with '-'" in result.output
     assert "Traceback" not in result.output
     assert not marker.exists()
+
+
+@pytest.mark.parametrize(
+    "url",
+    [
+        "https://git.example.com/ops/wiki.git",
+        "https://git.example.com:8443/ops/wiki",
+        "https://deploy@git.example.com/ops/wiki.git",
+        "ssh://git@git.example.com/ops/wiki.git",
+        "ssh://git@[2001:db8::1]:2222/ops/wiki.git",
+        "git@github.com:ops/wiki.git",
+        "github.com:ops/wiki-docs.git",
+        "/srv/mirrors/wiki.git",
+        "file:///srv/mirrors/wiki.git",
+    ],
+)
+def test_the_forms_people_use_still_pass(url: str) -> None:
+    """The checks refuse options, not repositories: https, ssh, scp-like and local mirror URLs validate."""
+    [kb] = parse_manifests(MANIFEST.format(url=url, ref="release/2.1", path="docs"), "kb/wiki.yaml")
+    assert kb.spec.sources[0].git is not None and kb.spec.sources[0].git.url == url
