@@ -165,5 +165,6 @@ def test_validate_refuses_an_injection_with_file_line_and_exit_1(evil: tuple[Pat
 )
 def test_the_forms_people_use_still_pass(url: str) -> None:
     """The checks refuse options, not repositories: https, ssh, scp-like and local mirror URLs validate."""
-    [kb] = parse_manifests(MANIFEST.format(url=url, ref="release/2.1", path="docs"), "kb/wiki.yaml")
+    [loaded] = parse_manifests(MANIFEST.format(url=url, ref="release/2.1", path="docs"), "kb/wiki.yaml")
+    kb = loaded.kb
     assert kb.spec.sources[0].git is not None and kb.spec.sources[0].git.url == url
