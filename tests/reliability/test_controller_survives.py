@@ -14,7 +14,7 @@ import pytest
 from kbctl.client import KnowledgeBaseStore
 from kbctl.config import Settings
 from kbctl.engine.controller import Controller
-from kbctl.engine.events import Event, WorkProgress
+from kbctl.engine.events import Event, HandedToController, WorkProgress
 from kbctl.errors import StoreError
 from kbctl.manifest import parse_manifests
 from kbctl.store import claims
@@ -64,18 +64,31 @@ def test_controller_reconnects_after_its_connection_is_killed(store: KnowledgeBa
     assert any(line.startswith("database unavailable (") and "reconnecting in 1 s" in line for line in log.lines)
 
 
+class _HandedOver(Lines):
+    """Lines that also say when apply has handed a knowledge base to a controller and waits for it."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.handed = threading.Event()
+
+    def report(self, event: Event) -> None:
+        super().report(event)
+        if isinstance(event, HandedToController):
+            self.handed.set()
+
+
 def test_apply_wait_reconciles_in_process_when_the_controller_dies(store: KnowledgeBaseStore) -> None:
     """A controller whose heartbeat stops while `apply --wait` waits is noticed; the work is done in-process."""
     claims.heartbeat(store.db, "ghost")  # looks alive, will never reconcile anything
+    log = _HandedOver()
 
-    def die() -> None:
-        time.sleep(1.0)
+    def die() -> None:  # once apply waits for the controller (not before: it would not hand the work over)
+        assert log.handed.wait(60)
         with KnowledgeBaseStore(settings=store.settings) as other:
             other.db.connection.execute("UPDATE kb_controllers SET last_seen = now() - interval '1 hour'")
 
     killer = threading.Thread(target=die)
     killer.start()
-    log = Lines()
     report = store.apply_and_wait(parse_manifests(kb("orphan"), "kb.yaml"), reporter=log, timeout=120)
     killer.join()
     assert [(r.action, r.version) for r in report.results] == [("created", 1)]
@@ -291,17 +304,17 @@ def test_a_stuck_controller_stops_heartbeating_and_a_working_one_does_not(store:
 
 
 def test_a_long_statement_counts_as_progress(store: KnowledgeBaseStore) -> None:
-    """While the server runs a statement of the controller's reconcile (8 s here, like a long publish), the
+    """While the server runs a statement of the controller's reconcile (12 s here, like a long publish), the
     heartbeat stays fresh although no event is reported for longer than the stall limit."""
     holder: list[Controller] = []
-    log = _Blocks(lambda: holder[0].db.connection.execute("SELECT pg_sleep(8)"))
+    log = _Blocks(lambda: holder[0].db.connection.execute("SELECT pg_sleep(12)"))
     ctl, stop, thread = _run_with(store, log)
     holder.append(ctl)
     try:
         store.submit(parse_manifests(kb("slow-publish"), "kb.yaml"))
         assert log.entered.wait(60)
-        time.sleep(6)  # past the 1 s stall limit by more than the 3 s window below, still inside the statement
-        assert claims.controllers_alive(store.db, 3)
+        time.sleep(8)  # past the 1 s stall limit by more than the 5 s window below, still inside the statement
+        assert claims.controllers_alive(store.db, 5)
         assert store.wait("slow-publish", timeout=60)
     finally:
         stop.set()

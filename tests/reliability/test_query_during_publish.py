@@ -44,14 +44,18 @@ def test_queries_during_publishes_never_answer_empty(store: KnowledgeBaseStore) 
     thread = threading.Thread(target=publish)
     thread.start()
     answers = empties = 0
+    versions: set[int] = set()
     try:
         while not done.is_set() or answers < 20:
             result = store.query("policy", "how long are invoices kept?", threshold=-1)
             answers += 1
+            versions.add(result.version)
             if not result.hits or STABLE not in " ".join(h.text for h in result.hits):
                 empties += 1
     finally:
         thread.join(timeout=120)
     assert not errors, errors
+    # Queries ran between publishes (a version neither the first nor the last answered), not only before or after.
+    assert versions & set(range(2, PUBLISHES + 1)), f"no query overlapped a publish: versions {sorted(versions)}"
     assert empties == 0, f"{empties} of {answers} queries answered without the stable chunk"
     assert [v.number for v in store.history("policy")] == [PUBLISHES + 1]
