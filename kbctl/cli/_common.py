@@ -14,7 +14,7 @@ from typer.core import TyperGroup
 
 from kbctl.cli.output import ObjectOutput, check_object_output
 from kbctl.errors import InputError, KbctlError
-from kbctl.manifest._field_checks import CONTEXT_TOKENS_MAX, TOP_K_MAX
+from kbctl.manifest import CONTEXT_TOKENS_MAX, TOP_K_MAX
 
 if TYPE_CHECKING:  # the library is imported by the command that uses it, so `--help` and `version` start fast
     from pydantic import BaseModel

@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING
 from kbctl._lazy import lazy_attributes
 
 if TYPE_CHECKING:
+    from kbctl.manifest._field_checks import CONTEXT_TOKENS_MAX, TOP_K_MAX, check_git_ref, check_git_url
     from kbctl.manifest.load import (
         LoadedManifest,
         ManifestFile,
@@ -45,6 +46,10 @@ if TYPE_CHECKING:
 # Each name is imported on first use: a command that only reads the store (or its digests) never loads the
 # YAML loader and its error locating.
 _WHERE = {
+    "CONTEXT_TOKENS_MAX": "kbctl.manifest._field_checks",
+    "TOP_K_MAX": "kbctl.manifest._field_checks",
+    "check_git_ref": "kbctl.manifest._field_checks",
+    "check_git_url": "kbctl.manifest._field_checks",
     "LoadedManifest": "kbctl.manifest.load",
     "ManifestFile": "kbctl.manifest.load",
     "ManifestSet": "kbctl.manifest.load",
@@ -75,8 +80,10 @@ _WHERE = {
 
 __all__ = [
     "API_VERSION",
+    "CONTEXT_TOKENS_MAX",
     "DEFAULT_MODEL",
     "KIND",
+    "TOP_K_MAX",
     "Answer",
     "Chunking",
     "Crawl",
@@ -94,6 +101,8 @@ __all__ = [
     "SettledManifest",
     "Source",
     "Spec",
+    "check_git_ref",
+    "check_git_url",
     "json_schema",
     "load_manifest_set",
     "load_manifests",

@@ -10,7 +10,7 @@ import math
 from dataclasses import dataclass
 from typing import Final, Literal, TypeGuard, get_args
 
-from kbctl.manifest._field_checks import CONTEXT_TOKENS_MAX, TOP_K_MAX
+from kbctl.manifest import CONTEXT_TOKENS_MAX, TOP_K_MAX
 
 __all__ = ["MODES", "Mode", "QueryOptions"]
 

@@ -31,8 +31,7 @@ from typing import Final
 from urllib.parse import urlsplit
 
 from kbctl.errors import SourceError
-from kbctl.manifest import Source
-from kbctl.manifest._field_checks import check_git_ref, check_git_url
+from kbctl.manifest import Source, check_git_ref, check_git_url
 from kbctl.sources import Document
 from kbctl.sources._guard import Guard
 from kbctl.sources.files import ListedDocument, NotModified, ReadOutcome, list_files, read_entry
