@@ -196,7 +196,7 @@ def parse_duration(text: str) -> float:
     """Seconds of a duration as kubectl writes them: 90s, 10m, 1h30m, 250ms, or a plain number of seconds.
 
     Raises typer.BadParameter (a usage error, exit code 2) for anything else."""
-    from kbctl.manifest._field_checks import duration_seconds
+    from kbctl.manifest import duration_seconds
 
     try:
         return duration_seconds(text)

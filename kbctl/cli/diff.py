@@ -51,7 +51,7 @@ def applyset_name(applyset: str | None) -> str | None:
     """The --applyset name, checked as a DNS-1123 label (a usage error otherwise)."""
     if applyset is None:
         return None
-    from kbctl.manifest._field_checks import DNS_LABEL, check_name
+    from kbctl.manifest import DNS_LABEL, check_name
 
     try:
         return check_name(applyset, DNS_LABEL, "lowercase letters, digits and '-'")

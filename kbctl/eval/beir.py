@@ -40,7 +40,20 @@ from kbctl.errors import BeirError, KbctlError, ManifestProblem
 from kbctl.eval.defaults import DEFAULT_SPLIT, RANKING_MAX_TOKENS, RANKING_THRESHOLD, RANKING_TOP_K
 from kbctl.eval.evalset import EvalQuery, EvalSet
 from kbctl.eval.stores import ImportStore
-from kbctl.manifest import API_VERSION, KIND, Embedding, KnowledgeBase, Metadata, Retrieval, Source, Spec
+from kbctl.manifest import (
+    API_VERSION,
+    DNS_LABEL,
+    KIND,
+    NAME_MAX,
+    Embedding,
+    KnowledgeBase,
+    Metadata,
+    Retrieval,
+    Source,
+    Spec,
+    check_name,
+    check_text,
+)
 from kbctl.manifest._bounds import (
     MAX_DEPTH,
     MAX_FILE_BYTES,
@@ -51,7 +64,6 @@ from kbctl.manifest._bounds import (
     too_deep_message,
     too_large_message,
 )
-from kbctl.manifest._field_checks import DNS_LABEL, NAME_MAX, check_name, check_text
 
 __all__ = [
     "CORPUS_FILE",

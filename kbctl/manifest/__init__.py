@@ -11,7 +11,17 @@ from typing import TYPE_CHECKING
 from kbctl._lazy import lazy_attributes
 
 if TYPE_CHECKING:
-    from kbctl.manifest._field_checks import CONTEXT_TOKENS_MAX, TOP_K_MAX, check_git_ref, check_git_url
+    from kbctl.manifest._field_checks import (
+        CONTEXT_TOKENS_MAX,
+        DNS_LABEL,
+        NAME_MAX,
+        TOP_K_MAX,
+        check_git_ref,
+        check_git_url,
+        check_name,
+        check_text,
+        duration_seconds,
+    )
     from kbctl.manifest.load import (
         LoadedManifest,
         ManifestFile,
@@ -47,6 +57,11 @@ if TYPE_CHECKING:
 # YAML loader and its error locating.
 _WHERE = {
     "CONTEXT_TOKENS_MAX": "kbctl.manifest._field_checks",
+    "DNS_LABEL": "kbctl.manifest._field_checks",
+    "NAME_MAX": "kbctl.manifest._field_checks",
+    "check_name": "kbctl.manifest._field_checks",
+    "check_text": "kbctl.manifest._field_checks",
+    "duration_seconds": "kbctl.manifest._field_checks",
     "TOP_K_MAX": "kbctl.manifest._field_checks",
     "check_git_ref": "kbctl.manifest._field_checks",
     "check_git_url": "kbctl.manifest._field_checks",
@@ -82,7 +97,9 @@ __all__ = [
     "API_VERSION",
     "CONTEXT_TOKENS_MAX",
     "DEFAULT_MODEL",
+    "DNS_LABEL",
     "KIND",
+    "NAME_MAX",
     "TOP_K_MAX",
     "Answer",
     "Chunking",
@@ -103,6 +120,9 @@ __all__ = [
     "Spec",
     "check_git_ref",
     "check_git_url",
+    "check_name",
+    "check_text",
+    "duration_seconds",
     "json_schema",
     "load_manifest_set",
     "load_manifests",

@@ -9,7 +9,7 @@ from pydantic.alias_generators import to_camel
 from pydantic.config import JsonDict
 from pydantic_core import PydanticCustomError
 
-from kbctl.manifest._field_checks import DNS_LABEL, NAME_MAX, check_name
+from kbctl.manifest import DNS_LABEL, NAME_MAX, check_name
 from kbctl.manifest.selectors import Selector, parse_selector
 from kbctl.query.options import Mode, QueryOptions
 
