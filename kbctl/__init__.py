@@ -16,12 +16,19 @@ if TYPE_CHECKING:
     from kbctl.engine.results import ApplyReport, KnowledgeBaseResult, SourceResult
     from kbctl.engine.status import KnowledgeBaseDetail, KnowledgeBaseSummary, SourceStatus
     from kbctl.errors import (
+        BeirError,
+        ChatError,
         EmbeddingError,
+        EvalSetError,
+        InputError,
+        JudgeError,
         KbctlError,
         LimitError,
         ManifestError,
         ManifestProblem,
         NotFoundError,
+        RerankError,
+        RollbackError,
         SourceError,
         StoreError,
     )
@@ -32,9 +39,14 @@ if TYPE_CHECKING:
 
 _WHERE = {
     "ApplyReport": "kbctl.engine.results",
+    "BeirError": "kbctl.errors",
+    "ChatError": "kbctl.errors",
     "DeleteResult": "kbctl.client",
     "EmbeddingError": "kbctl.errors",
+    "EvalSetError": "kbctl.errors",
     "GroundedContext": "kbctl.query.context",
+    "InputError": "kbctl.errors",
+    "JudgeError": "kbctl.errors",
     "KbctlError": "kbctl.errors",
     "KnowledgeBase": "kbctl.manifest",
     "KnowledgeBaseDetail": "kbctl.engine.status",
@@ -50,6 +62,8 @@ _WHERE = {
     "QueryHit": "kbctl.query.results",
     "QueryOptions": "kbctl.query.options",
     "QueryResult": "kbctl.query.results",
+    "RerankError": "kbctl.errors",
+    "RollbackError": "kbctl.errors",
     "SourceError": "kbctl.errors",
     "SourceResult": "kbctl.engine.results",
     "SourceStatus": "kbctl.engine.status",
@@ -60,9 +74,14 @@ _WHERE = {
 
 __all__ = [
     "ApplyReport",
+    "BeirError",
+    "ChatError",
     "DeleteResult",
     "EmbeddingError",
+    "EvalSetError",
     "GroundedContext",
+    "InputError",
+    "JudgeError",
     "KbctlError",
     "KnowledgeBase",
     "KnowledgeBaseDetail",
@@ -78,6 +97,8 @@ __all__ = [
     "QueryHit",
     "QueryOptions",
     "QueryResult",
+    "RerankError",
+    "RollbackError",
     "SourceError",
     "SourceResult",
     "SourceStatus",

@@ -8,7 +8,8 @@
      ├── SourceError           a source could not be read, fetched or extracted
      ├── EmbeddingError        the embedding model could not be loaded or failed
      ├── RerankError           the reranker could not be loaded or failed
- ├── ChatError             the chat model (`kbctl ask`, answer evaluation) is not configured or failed
+     ├── ChatError             the chat model (`kbctl ask`, answer evaluation) is not configured or failed
+     ├── JudgeError            the judge model's reply (`kbctl eval --answers`) could not be read as a judgement
      ├── StoreError            PostgreSQL could not be reached, migrated, read or written
      ├── NotFoundError         a named knowledge base (or version) does not exist
      ├── LimitError            an apply would exceed one of the knowledge base's spec.limits
@@ -28,6 +29,7 @@ __all__ = [
     "EmbeddingError",
     "EvalSetError",
     "InputError",
+    "JudgeError",
     "KbctlError",
     "LimitError",
     "ManifestError",
@@ -94,6 +96,10 @@ class RerankError(KbctlError):
 
 class ChatError(KbctlError):
     """The chat model is not configured, or a chat completion failed."""
+
+
+class JudgeError(KbctlError):
+    """The judge's reply could not be read as a judgement."""
 
 
 class StoreError(KbctlError):

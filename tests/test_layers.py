@@ -118,3 +118,26 @@ def test_no_new_import_of_another_packages_private_module() -> None:
     new = crossings - PRIVATE_CROSSINGS_LEFT
     assert not new, f"new imports of private modules: {new}"
     assert not PRIVATE_CROSSINGS_LEFT - crossings, f"gone (remove them): {PRIVATE_CROSSINGS_LEFT - crossings}"
+
+
+def test_every_error_lives_in_errors_and_is_exported() -> None:
+    """The one exception tree: every kbctl error class is defined in kbctl/errors.py, named in its tree drawing,
+    and exported by the package."""
+    from kbctl import errors
+
+    defined_elsewhere = []
+    for path in sorted(PACKAGE.rglob("*.py")):
+        if path == PACKAGE / "errors.py":
+            continue
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if isinstance(node, ast.ClassDef) and any(getattr(base, "id", "") in errors.__all__ for base in node.bases):
+                defined_elsewhere.append(f"{module_name(path)}.{node.name}")
+    assert not defined_elsewhere, f"error classes outside kbctl/errors.py: {defined_elsewhere}"
+    tree = [
+        name
+        for name in errors.__all__
+        if isinstance(getattr(errors, name), type) and issubclass(getattr(errors, name), errors.KbctlError)
+    ]
+    assert len(tree) >= 14
+    assert not [n for n in tree if n not in kbctl.__all__], "error classes kbctl does not export"
+    assert not [n for n in tree if n not in (errors.__doc__ or "")], "error classes missing from the tree drawing"
