@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from kbctl.cli._common import OutputOpt, app, choices, emit, handles_errors, open_store
+from kbctl.cli._common import MaxTokensOpt, OutputOpt, ThresholdOpt, app, choices, emit, handles_errors, open_store
 
 if TYPE_CHECKING:
     from kbctl.eval.answers import AnswerReport
@@ -169,22 +169,8 @@ def evaluate(
             "A mode without +rerank is measured without the reranker.",
         ),
     ] = None,
-    threshold: Annotated[
-        float | None,
-        typer.Option(
-            "--threshold",
-            metavar="SCORE",
-            min=-1.0,
-            max=1.0,
-            help="Similarity threshold (default: spec.retrieval.similarityThreshold).",
-        ),
-    ] = None,
-    max_tokens: Annotated[
-        int | None,
-        typer.Option(
-            "--max-tokens", metavar="N", min=1, help="Token budget (default: spec.retrieval.maxContextTokens)."
-        ),
-    ] = None,
+    threshold: ThresholdOpt = None,
+    max_tokens: MaxTokensOpt = None,
     min_recall: Annotated[
         float | None,
         typer.Option("--min-recall", metavar="RATIO", min=0.0, help="Exit 1 when mean recall@k is below this."),
