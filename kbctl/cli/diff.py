@@ -51,10 +51,10 @@ def applyset_name(applyset: str | None) -> str | None:
     """The --applyset name, checked as a DNS-1123 label (a usage error otherwise)."""
     if applyset is None:
         return None
-    from kbctl.manifest import DNS_LABEL, check_name
+    from kbctl.manifest import check_dns_label
 
     try:
-        return check_name(applyset, DNS_LABEL, "lowercase letters, digits and '-'")
+        return check_dns_label(applyset)
     except ValueError as exc:
         raise typer.BadParameter(str(exc), param_hint="'--applyset'") from None
 

@@ -42,7 +42,6 @@ from kbctl.eval.evalset import EvalQuery, EvalSet
 from kbctl.eval.stores import ImportStore
 from kbctl.manifest import (
     API_VERSION,
-    DNS_LABEL,
     KIND,
     NAME_MAX,
     Embedding,
@@ -51,7 +50,7 @@ from kbctl.manifest import (
     Retrieval,
     Source,
     Spec,
-    check_name,
+    check_dns_label,
     check_text,
 )
 from kbctl.manifest._bounds import (
@@ -520,7 +519,7 @@ class BeirImport(BaseModel):
 
 def _check_kb_name(name: str) -> None:
     try:
-        check_name(name, DNS_LABEL, "lowercase letters, digits and '-'")
+        check_dns_label(name)
     except ValueError as error:
         raise KbctlError(f"invalid knowledge base name {name!r}: {error}") from None
 

@@ -13,6 +13,7 @@ __all__ = [
     "NAME_MAX",
     "SOURCE_NAME",
     "TOP_K_MAX",
+    "check_dns_label",
     "check_git_ref",
     "check_git_url",
     "check_label_key",
@@ -20,6 +21,7 @@ __all__ = [
     "check_name",
     "check_text",
     "check_url",
+    "git_url_host",
 ]
 
 DNS_LABEL: Final = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"
@@ -60,6 +62,11 @@ def check_name(value: str, pattern: str, charset: str) -> str:
     if not re.fullmatch(pattern, value):
         raise ValueError(f"must consist of {charset}, and start and end with a letter or digit")
     return value
+
+
+def check_dns_label(value: str) -> str:
+    """Validate a knowledge base's (or an apply set's) name: a DNS-1123 label of at most 63 characters."""
+    return check_name(value, DNS_LABEL, "lowercase letters, digits and '-'")
 
 
 def check_label_key(key: str) -> str:
@@ -141,7 +148,7 @@ def duration_seconds(text: str) -> float:
 _GIT_HOST = r"(?:[A-Za-z0-9](?:[A-Za-z0-9.-]{0,252})|\[[0-9A-Fa-f:.]{2,45}\])"
 _GIT_USER = r"[A-Za-z0-9_][A-Za-z0-9._-]{0,63}"
 _GIT_NETWORK_URL = re.compile(
-    rf"^(?:https://(?:{_GIT_USER}@)?|ssh://(?:{_GIT_USER}@)?)(?P<host>{_GIT_HOST})(?::[0-9]{{1,5}})?(?P<path>/.*)?$"
+    rf"^(?P<scheme>https|ssh)://(?:{_GIT_USER}@)?(?P<host>{_GIT_HOST})(?::(?P<port>[0-9]{{1,5}}))?(?P<path>/.*)?$"
 )
 _GIT_SCP_URL = re.compile(rf"^(?:{_GIT_USER}@)?(?P<host>{_GIT_HOST}):(?!//)(?P<path>.+)$")
 _GIT_REF = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9._/-]{0,199}$")
@@ -185,6 +192,18 @@ def check_git_url(value: str) -> str:
     if path.startswith("-") or "/-" in path:
         raise ValueError("must not hold a path part starting with '-' (git would read it as an option)")
     return value
+
+
+def git_url_host(value: str) -> tuple[str, int] | None:
+    """(host, port) that a URL `check_git_url` accepted reaches, None for a local folder or file:/// URL."""
+    if value.startswith(("/", "file://")):
+        return None
+    form = _GIT_NETWORK_URL.match(value) if "://" in value else _GIT_SCP_URL.match(value)
+    if form is None:
+        raise ValueError(f"must be {GIT_URL_FORMS} (or, for local mirrors, an absolute path)")
+    parts = form.groupdict()
+    default = 443 if parts.get("scheme") == "https" else 22
+    return form.group("host").strip("[]"), int(parts.get("port") or default)
 
 
 def check_git_ref(value: str) -> str:

@@ -31,6 +31,7 @@ from kbctl.manifest._field_checks import (
     NAME_MAX,
     SOURCE_NAME,
     TOP_K_MAX,
+    check_dns_label,
     check_git_ref,
     check_git_url,
     check_label_key,
@@ -113,7 +114,7 @@ class Metadata(_Model):
     @field_validator("name")
     @classmethod
     def _valid_name(cls, value: str) -> str:
-        return check_name(value, DNS_LABEL, "lowercase letters, digits and '-'")
+        return check_dns_label(value)
 
 
 Format = Literal["markdown", "text", "html", "pdf", "docx", "json", "jsonl", "csv", "auto"]

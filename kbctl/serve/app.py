@@ -20,6 +20,7 @@ from pydantic import AfterValidator, BaseModel
 from kbctl._version import __version__
 from kbctl.answer import AskResult
 from kbctl.engine.status import KnowledgeBaseDetail, KnowledgeBaseSummary
+from kbctl.manifest import check_dns_label
 from kbctl.query.context import GroundedContext, build_context
 from kbctl.query.results import QueryResult
 from kbctl.serve.auth import Principal, Tokens
@@ -34,7 +35,6 @@ from kbctl.serve.requests import (
     AskRequest,
     MultiQueryRequest,
     QueryRequest,
-    check_knowledge_base_name,
 )
 from kbctl.serve.service import FederatedResult, Readiness, RetrievalService
 from kbctl.serve.tracing import trace_query
@@ -47,7 +47,7 @@ T = TypeVar("T")
 Name = Annotated[
     str,
     Path(description="The knowledge base's name.", json_schema_extra=NAME_SCHEMA),
-    AfterValidator(check_knowledge_base_name),  # a name no knowledge base can have is a 422, before the store
+    AfterValidator(check_dns_label),  # a name no knowledge base can have is a 422, before the store
 ]
 
 

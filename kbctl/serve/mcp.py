@@ -20,11 +20,12 @@ from pydantic import StrictFloat, StrictInt
 from kbctl._version import __version__
 from kbctl.answer import AskResult
 from kbctl.errors import KbctlError, NotFoundError
+from kbctl.manifest import check_dns_label
 from kbctl.query.context import build_context
 from kbctl.query.options import QueryOptions
 from kbctl.query.results import QueryResult
 from kbctl.serve.auth import ANONYMOUS, Principal
-from kbctl.serve.requests import MAX_QUESTION_CHARS, MAX_TOP_K, check_knowledge_base_name
+from kbctl.serve.requests import MAX_QUESTION_CHARS, MAX_TOP_K
 from kbctl.serve.service import RetrievalService
 from kbctl.serve.tracing import trace_query
 
@@ -64,7 +65,7 @@ def _principal(ctx: Context[Any, Any]) -> Principal:
 def _name(knowledge_base: str) -> str:
     """A knowledge base's name, refused before the store when no knowledge base can have it (NUL, upper case...)."""
     try:
-        return check_knowledge_base_name(knowledge_base)
+        return check_dns_label(knowledge_base)
     except ValueError as exc:
         raise ToolError(f"knowledge_base: {exc}") from None
 
@@ -260,7 +261,7 @@ def build_mcp(service: RetrievalService, *, ask_timeout: float = 120.0) -> MCPSe
         if principal is None:
             raise ResourceError("not authenticated")
         try:
-            check_knowledge_base_name(name)
+            check_dns_label(name)
             detail = await anyio.to_thread.run_sync(service.describe, principal, name, abandon_on_cancel=True)
         except ValueError as exc:  # a name no knowledge base can have: invalid params, like absent
             raise ResourceNotFoundError(f"name: {exc}") from None

@@ -9,7 +9,7 @@ from pydantic.alias_generators import to_camel
 from pydantic.config import JsonDict
 from pydantic_core import PydanticCustomError
 
-from kbctl.manifest import DNS_LABEL, NAME_MAX, check_name
+from kbctl.manifest import DNS_LABEL, NAME_MAX, check_dns_label
 from kbctl.manifest.selectors import Selector, parse_selector
 from kbctl.query.options import Mode, QueryOptions
 
@@ -23,7 +23,6 @@ __all__ = [
     "KnowledgeBaseName",
     "MultiQueryRequest",
     "QueryRequest",
-    "check_knowledge_base_name",
 ]
 
 MAX_QUESTION_CHARS: Final = 4_000  # a question, not a document
@@ -35,14 +34,9 @@ NAME_SCHEMA: Final[JsonDict] = {"pattern": DNS_LABEL, "maxLength": NAME_MAX}  # 
 SELECTOR_FORMS: Final = "key=value, key!=value, key, !key, key in (a,b) or key notin (a,b), joined by commas"
 
 
-def check_knowledge_base_name(value: str) -> str:
-    """The manifests' rule for metadata.name (a DNS-1123 label of at most 63 characters); ValueError otherwise.
-    A name no knowledge base can have (NUL, control characters, upper case, too long) is refused here, before
-    the store."""
-    return check_name(value, DNS_LABEL, "lowercase letters, digits and '-'")
-
-
-KnowledgeBaseName = Annotated[str, AfterValidator(check_knowledge_base_name), Field(json_schema_extra=NAME_SCHEMA)]
+# The manifests' rule for metadata.name: a name no knowledge base can have (NUL, control characters, upper case,
+# too long) is refused with the request, before the store.
+KnowledgeBaseName = Annotated[str, AfterValidator(check_dns_label), Field(json_schema_extra=NAME_SCHEMA)]
 
 
 class QueryRequest(BaseModel):

@@ -28,10 +28,9 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Final
-from urllib.parse import urlsplit
 
 from kbctl.errors import SourceError
-from kbctl.manifest import Source, check_git_ref, check_git_url
+from kbctl.manifest import Source, check_git_ref, check_git_url, git_url_host
 from kbctl.sources import Document
 from kbctl.sources._guard import Guard
 from kbctl.sources.files import ListedDocument, NotModified, ReadOutcome, list_files, read_entry
@@ -41,7 +40,6 @@ __all__ = ["ALLOW_LOCAL_ENV", "GIT_TIMEOUT", "Checkout", "fetch_repository", "re
 
 ALLOW_LOCAL_ENV: Final = "KBCTL_ALLOW_LOCAL_GIT"
 GIT_TIMEOUT: Final = 300.0  # seconds one git command may take
-_SCP_LIKE = re.compile(r"^(?P<user>[A-Za-z0-9._-]+@)?(?P<host>[A-Za-z0-9.-]+):(?!//)(?P<path>.+)$")
 
 
 @dataclass(frozen=True)
@@ -57,38 +55,24 @@ def _local_allowed() -> bool:
     return os.environ.get(ALLOW_LOCAL_ENV, "").strip().lower() in ("1", "true")
 
 
-def _host_port(url: str) -> tuple[str, int] | None:
-    """(host, port) of a network URL, None for a local one; SourceError for one kbctl does not fetch."""
-    scp = _SCP_LIKE.match(url)
-    if scp and "://" not in url:
-        return scp.group("host"), 22
-    parts = urlsplit(url)
-    if parts.scheme in ("https", "ssh"):
-        if parts.password:
-            raise SourceError("the repository URL holds a password: give git its credentials from the environment")
-        if not parts.hostname:
-            raise SourceError(f"the repository URL {redact(url)} has no host")
-        return parts.hostname, parts.port or (443 if parts.scheme == "https" else 22)
-    if parts.scheme in ("file", "") and _local_allowed():
-        return None
-    if parts.scheme in ("file", ""):
-        raise SourceError(f"local repositories are read only with {ALLOW_LOCAL_ENV}=1 (tests, local mirrors)")
-    raise SourceError(f"unsupported repository URL scheme '{parts.scheme}' (https and ssh are fetched)")
-
-
-def _check_arguments(url: str, ref: str | None) -> None:
-    """The manifest's checks once more, for callers that did not come through a manifest."""
+def _host_port(url: str, ref: str | None) -> tuple[str, int] | None:
+    """The manifest's checks once more (for callers that did not come through a manifest), then the (host, port)
+    the URL reaches, None for a local repository; SourceError for one kbctl does not fetch."""
     try:
         check_git_url(url)
         if ref is not None:
             check_git_ref(ref)
+        target = git_url_host(url)
     except ValueError as exc:
         what = f"{redact(url)!r}" if ref is None else f"{redact(url)!r} ref {ref!r}"
         raise SourceError(f"refused git repository {what}: {exc}") from None
+    if target is None and not _local_allowed():
+        raise SourceError(f"local repositories are read only with {ALLOW_LOCAL_ENV}=1 (tests, local mirrors)")
+    return target
 
 
-def _check_host(url: str, guard: Guard) -> None:
-    target = _host_port(url)
+def _check_host(url: str, ref: str | None, guard: Guard) -> None:
+    target = _host_port(url, ref)
     if target is None:
         return
     host, port = target
@@ -140,8 +124,7 @@ def _locked(folder: Path) -> Iterator[None]:
 def fetch_repository(url: str, ref: str | None, cache: Path, guard: Guard) -> Checkout:
     """Fetch `ref` (a branch or tag; None: the remote's default branch) of `url` into `cache`, shallow, and check
     out the commit it names; SourceError when the host is refused or git fails."""
-    _check_arguments(url, ref)
-    _check_host(url, guard)
+    _check_host(url, ref, guard)
     folder = cache / hashlib.sha256(url.encode()).hexdigest()[:24]
     with _locked(folder):
         if not (folder / ".git").is_dir():
