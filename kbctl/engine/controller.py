@@ -116,9 +116,8 @@ class Controller:
         self._stall = stall_seconds
         self._beat_seconds = heartbeat_seconds
         self.processed: list[KnowledgeBaseResult] = []
-        # Read by other threads (heartbeat, health check): when the loop last completed a pass or made progress,
-        # whether it is working, and whether the server was last seen running a statement of its reconcile.
-        self.last_pass = time.monotonic()
+        # Read by other threads (heartbeat, health check): when the loop last made progress, whether it is
+        # working, and whether the server was last seen running a statement of its reconcile.
         self.last_progress = time.monotonic()
         self.working = False
         self._statement_running = False
@@ -127,15 +126,11 @@ class Controller:
     def _progressed(self) -> None:
         self.last_progress = time.monotonic()
 
-    def making_progress(self, stalled_after: float | None = None) -> bool:
-        """Whether the loop moved (a tick, an event) less than `stalled_after` (default: the stall limit) seconds
-        ago, or is working while the server runs a statement for it."""
+    def alive(self, stalled_after: float | None = None) -> bool:
+        """Whether the loop moved (an idle tick, an engine event) less than `stalled_after` (default: the stall
+        limit) seconds ago, or is working while the server runs a statement for it."""
         window = self._stall if stalled_after is None else stalled_after
         return time.monotonic() - self.last_progress < window or (self.working and self._statement_running)
-
-    def alive(self, stalled_after: float) -> bool:
-        """Whether the loop made progress less than `stalled_after` seconds ago (see `making_progress`)."""
-        return self.making_progress(stalled_after)
 
     def heartbeat(self) -> None:
         """Announce this controller as alive."""
@@ -191,7 +186,6 @@ class Controller:
                 done += 1
         finally:
             self.working = False
-            self.last_pass = time.monotonic()
             self._progressed()
         return done
 
@@ -252,13 +246,13 @@ class Controller:
 
     def _beat(self, stop: threading.Event) -> None:
         """Heartbeat every few seconds on a connection of its own while the loop makes progress, even while a
-        long reconcile runs; a loop stuck for the stall limit (see `making_progress`) is no longer announced."""
+        long reconcile runs; a loop stuck for the stall limit (see `alive`) is no longer announced."""
         db: Database | None = None
         while not stop.wait(self._beat_seconds):
             try:
                 db = db or Database(self.db.url, migrate=False)
                 self._statement_running = self.working and claims.backend_active(db, self._backend)
-                if self.making_progress():
+                if self.alive():
                     claims.heartbeat(db, self.id)
             except KbctlError:
                 if db is not None:
