@@ -489,9 +489,9 @@ def load_config(path: Path) -> ConfigFile:
             raise KbctlError(f"{path}: no such file (named by KBCTL_CONFIG)")
         return ConfigFile()
     # Only when there is a file to read: the YAML loader that keeps lines, and the manifests' error wording.
-    from kbctl.manifest._bounds import UnreadableFile, read_bounded_text
-    from kbctl.manifest._problems import problems_from
-    from kbctl.manifest._yaml_lines import SyntaxProblem, load_documents
+    from kbctl.inputs.bounds import UnreadableFile, read_bounded_text
+    from kbctl.inputs.problems import problems_from
+    from kbctl.inputs.yaml_lines import SyntaxProblem, load_documents
 
     try:
         text = read_bounded_text(path, MAX_CONFIG_BYTES, expected="a configuration file")

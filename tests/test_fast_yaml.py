@@ -19,9 +19,10 @@ from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
 from kbctl.errors import ManifestError
-from kbctl.manifest import _yaml_lines, load_manifests, parse_manifests
-from kbctl.manifest._bounds import MAX_DEPTH
-from kbctl.manifest._yaml_lines import MAX_NODES, Document, load_documents, locate, split_documents
+from kbctl.inputs import yaml_lines as _yaml_lines
+from kbctl.manifest import load_manifests, parse_manifests
+from kbctl.inputs.bounds import MAX_DEPTH
+from kbctl.inputs.yaml_lines import MAX_NODES, YamlDocument, load_documents, locate, split_documents
 
 HEADER = "apiVersion: kbctl.dev/v1alpha1\nkind: KnowledgeBase\nmetadata:\n  name: docs\n"
 
@@ -49,7 +50,7 @@ def outcome(text: str, *, fast: bool) -> list[Any]:
     with libyaml(fast):
         return [
             ("document", shape(item.data), item.line)
-            if isinstance(item, Document)
+            if isinstance(item, YamlDocument)
             else ("problem", item.line, item.message)
             for item in load_documents(text, known_keys=("apiVersion", "kind"))
         ]
@@ -379,11 +380,11 @@ def test_identity_and_duplicate_name_problems_keep_their_lines() -> None:
 
 
 def test_a_document_read_by_libyaml_loads_its_ruamel_tree_only_when_asked() -> None:
-    """A fast-path Document has the data at once and its round-trip tree (and so the lines) on first use."""
+    """A fast-path YamlDocument has the data at once and its round-trip tree (and so the lines) on first use."""
     text = "# lead\n---\na:\n  b: [1, 2]\n  c: |\n    x\n"
     with ruamel_forbidden():
         (document,) = load_documents(text)
-    assert isinstance(document, Document)
+    assert isinstance(document, YamlDocument)
     assert document.data == {"a": {"b": [1, 2], "c": "x\n"}} and document.line == 3
     with ruamel_counted() as made:
         assert locate(document, [("a",), ("c",)]) == (["a", "c"], 5)
@@ -394,7 +395,7 @@ def test_a_document_read_by_libyaml_loads_its_ruamel_tree_only_when_asked() -> N
 def test_a_tree_ruamel_cannot_load_places_problems_on_the_documents_first_line() -> None:
     """Should ruamel refuse a document libyaml read, its problems still get a line: the document's first."""
     (document,) = load_documents("\n\na:\n  b: 1\n")
-    assert isinstance(document, Document)
+    assert isinstance(document, YamlDocument)
     with mock.patch.object(_yaml_lines, "_loader", side_effect=RuntimeError("refused")):
         assert locate(document, [("a",), ("b",)]) == ([None, None], 3)
 

@@ -15,7 +15,7 @@ from kbctl.client import KnowledgeBaseStore
 from kbctl.config import Settings
 from kbctl.errors import KbctlError
 from kbctl.manifest import load_manifests, parse_manifests
-from kbctl.manifest._bounds import MAX_FILE_BYTES, manifest_limit
+from kbctl.inputs.bounds import MAX_FILE_BYTES, manifest_limit
 from kbctl.store import texts
 from kbctl.store.database import ChunkRow, Database, NewRevision, SourceEntry
 from kbctl.store.search import (

@@ -53,7 +53,7 @@ from kbctl.manifest import (
     check_dns_label,
     check_text,
 )
-from kbctl.manifest._bounds import (
+from kbctl.inputs.bounds import (
     MAX_DEPTH,
     MAX_FILE_BYTES,
     UnreadableFile,

@@ -36,7 +36,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from pydantic.alias_generators import to_camel
 
 from kbctl.errors import EvalSetError, ManifestProblem
-from kbctl.manifest._bounds import (
+from kbctl.inputs.bounds import (
     MAX_DEPTH,
     MAX_FILE_BYTES,
     UnreadableFile,
@@ -45,8 +45,8 @@ from kbctl.manifest._bounds import (
     read_bounded_text,
     too_deep_message,
 )
-from kbctl.manifest._problems import problems_from
-from kbctl.manifest._yaml_lines import Document, SyntaxProblem, load_documents, locate
+from kbctl.inputs.problems import problems_from
+from kbctl.inputs.yaml_lines import YamlDocument, SyntaxProblem, load_documents, locate
 
 __all__ = [
     "JSONL_SUFFIXES",
@@ -248,7 +248,7 @@ def _parse_jsonl(text: str, path: str) -> EvalSet:
         try:
             query = EvalQuery.model_validate(data)
         except ValidationError as invalid:
-            document = Document(tree=data, data=data, offset=number - 1, line=number)  # plain data: every line = number
+            document = YamlDocument(tree=data, data=data, offset=number - 1, line=number)  # plain data: every line = number
             problems.extend(problems_from(invalid, EvalQuery, document, path))
             continue
         if query.id in first_line:

@@ -13,9 +13,9 @@ from pydantic import ValidationError
 from pydantic.alias_generators import to_snake
 
 from kbctl.errors import ManifestError, ManifestProblem
-from kbctl.manifest._bounds import UnreadableFile, manifest_limit, read_bounded_stream, read_bounded_text
-from kbctl.manifest._problems import problems_from
-from kbctl.manifest._yaml_lines import Document, SyntaxProblem, load_documents, locate
+from kbctl.inputs.bounds import UnreadableFile, manifest_limit, read_bounded_stream, read_bounded_text
+from kbctl.inputs.problems import problems_from
+from kbctl.inputs.yaml_lines import YamlDocument, SyntaxProblem, load_documents, locate
 from kbctl.manifest.models import API_VERSION, KIND, KnowledgeBase, _schema_text, write_schema
 
 __all__ = [
@@ -88,7 +88,7 @@ def _describe(value: Any) -> str:
     return names.get(type(value), "a number" if isinstance(value, float) else type(value).__name__)
 
 
-def _check_document(document: Document, file: str) -> tuple[KnowledgeBase | None, list[ManifestProblem]]:
+def _check_document(document: YamlDocument, file: str) -> tuple[KnowledgeBase | None, list[ManifestProblem]]:
     """Validate one document; return the KnowledgeBase, or None and its problems sorted by line."""
     data = document.data
     if not isinstance(data, dict):
@@ -115,7 +115,7 @@ def _check_document(document: Document, file: str) -> tuple[KnowledgeBase | None
         return None, problems_from(invalid, KnowledgeBase, document, file)
 
 
-def _declared_name(document: Document) -> str | None:
+def _declared_name(document: YamlDocument) -> str | None:
     """metadata.name of a would-be KnowledgeBase document, even when the rest of it is invalid."""
     data = document.data
     if not isinstance(data, dict) or data.get("kind", KIND) != KIND:

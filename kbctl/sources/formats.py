@@ -25,7 +25,7 @@ from collections.abc import Iterator, Sequence
 from typing import Any, Final, Literal
 
 from kbctl.errors import SourceError
-from kbctl.manifest._bounds import MAX_DEPTH, nesting_depth
+from kbctl.inputs.bounds import MAX_DEPTH, nesting_depth
 from kbctl.sources.bounds import (
     MAX_COLUMNS,
     MAX_ENTRIES,

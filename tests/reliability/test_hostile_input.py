@@ -22,8 +22,8 @@ from kbctl.errors import BeirError, EvalSetError, InputError, ManifestError, Man
 from kbctl.eval.beir import MAX_LINE_BYTES, read_beir
 from kbctl.eval.evalset import load_evalset, parse_evalset
 from kbctl.manifest import LoadedManifest, load_manifests, parse_manifests
-from kbctl.manifest._bounds import MAX_DEPTH, MAX_FILE_BYTES, nesting_depth, read_bounded_text
-from kbctl.manifest._yaml_lines import MAX_DOCUMENTS, MAX_NODES
+from kbctl.inputs.bounds import MAX_DEPTH, MAX_FILE_BYTES, nesting_depth, read_bounded_text
+from kbctl.inputs.yaml_lines import MAX_DOCUMENTS, MAX_NODES
 
 VALID = textwrap.dedent(
     """\

@@ -20,13 +20,13 @@ from ruamel.yaml.reader import ReaderError
 from ruamel.yaml.resolver import implicit_resolvers
 from ruamel.yaml.scalarbool import ScalarBoolean
 
-from kbctl.manifest._bounds import MAX_DEPTH, too_deep_message
+from kbctl.inputs.bounds import MAX_DEPTH, too_deep_message
 
 __all__ = [
     "MAX_DOCUMENTS",
     "MAX_NODES",
-    "Document",
     "SyntaxProblem",
+    "YamlDocument",
     "load_documents",
     "locate",
     "split_documents",
@@ -50,7 +50,7 @@ _DOC_END = re.compile(r"\.\.\.(?:[ \t\r\n\x85\u2028\u2029]|$)")
 _UNLOADED: Final[Any] = object()
 
 
-class Document:
+class YamlDocument:
     """One non-empty YAML document: its plain data, where it sits in the stream, and its round-trip tree.
 
     A document read by libyaml has no tree until one is asked for (only to place a problem on its line):
@@ -75,7 +75,7 @@ class Document:
         return self._tree
 
     def __repr__(self) -> str:
-        return f"Document(offset={self.offset}, line={self.line}, data={self.data!r})"
+        return f"YamlDocument(offset={self.offset}, line={self.line}, data={self.data!r})"
 
 
 @dataclass(frozen=True)
@@ -547,7 +547,7 @@ def _round_trip_tree(text: str, data: Any) -> Any:
         return data
 
 
-def load_documents(text: str, *, known_keys: Collection[str] = ()) -> Iterator[Document | SyntaxProblem]:
+def load_documents(text: str, *, known_keys: Collection[str] = ()) -> Iterator[YamlDocument | SyntaxProblem]:
     """Load each non-empty document of a YAML stream, in stream order: with libyaml when the data is certain
     to be what ruamel's round-trip loader gives (see _fast_load), else with that loader.
 
@@ -571,7 +571,7 @@ def load_documents(text: str, *, known_keys: Collection[str] = ()) -> Iterator[D
             budget.nodes -= spent
             if data is not None:  # None: an empty document, as ruamel's path skips it
                 line = fallback if root_line is None else offset + root_line + 1
-                yield Document(data=data, offset=offset, line=line, text=chunk)
+                yield YamlDocument(data=data, offset=offset, line=line, text=chunk)
             continue
         loader = _loader(budget)  # a fresh loader: one that failed mid-document keeps state from it
         composer: _BoundedComposer = loader.composer
@@ -602,7 +602,7 @@ def load_documents(text: str, *, known_keys: Collection[str] = ()) -> Iterator[D
         if tree is None:
             continue  # empty document
         line = offset + int(tree.lc.line) + 1 if isinstance(tree, CommentedMap | CommentedSeq) else fallback
-        yield Document(tree=tree, data=data, offset=offset, line=line)
+        yield YamlDocument(tree=tree, data=data, offset=offset, line=line)
 
 
 _SURROGATE = re.compile("[\ud800-\udfff]")
@@ -668,7 +668,7 @@ def _position(getter: Any, arg: Any) -> int | None:
 
 
 def locate(
-    document: Document, steps: Sequence[Sequence[str] | int], *, want_key: bool = False
+    document: YamlDocument, steps: Sequence[Sequence[str] | int], *, want_key: bool = False
 ) -> tuple[list[str | int | None], int]:
     """Follow steps (accepted key spellings, or list indices) into the tree as far as they exist.
 

@@ -13,7 +13,7 @@ from pydantic import BaseModel, ValidationError
 from pydantic_core import ErrorDetails
 
 from kbctl.errors import ManifestProblem
-from kbctl.manifest._yaml_lines import Document, locate
+from kbctl.inputs.yaml_lines import YamlDocument, locate
 
 __all__ = ["problems_from"]
 
@@ -152,7 +152,7 @@ def _message(error: ErrorDetails, path: _ErrorPath) -> str:
     return error["msg"]
 
 
-def _problem(root: type[BaseModel], error: ErrorDetails, document: Document, file: str) -> ManifestProblem:
+def _problem(root: type[BaseModel], error: ErrorDetails, document: YamlDocument, file: str) -> ManifestProblem:
     """Turn one pydantic error into a problem with the field as written and its line in the file."""
     path = _resolve(root, error["loc"])
     want_key = path.is_key or error["type"] == "extra_forbidden"
@@ -162,7 +162,7 @@ def _problem(root: type[BaseModel], error: ErrorDetails, document: Document, fil
 
 
 def problems_from(
-    invalid: ValidationError, root: type[BaseModel], document: Document, file: str
+    invalid: ValidationError, root: type[BaseModel], document: YamlDocument, file: str
 ) -> list[ManifestProblem]:
     """The problems of a failed root.model_validate(document.data), in line order."""
     problems = [_problem(root, error, document, file) for error in invalid.errors(include_url=False)]
