@@ -102,7 +102,7 @@ def run(stage: str, sections: int) -> tuple[float, float]:
         stop = threading.Event()
         thread = threading.Thread(target=ctl.run, args=(stop,), kwargs={"poll_seconds": 0.5})
         thread.start()
-        store.submit(parse_manifests(knowledge_base("big", *sources), "kb.yaml"))
+        store.apply(parse_manifests(knowledge_base("big", *sources), "kb.yaml"), wait=False)
         while reporter.stopped_at is None:
             time.sleep(0.01)
         while running_url(settings.pgdata) is not None:  # the publish stage stops from a thread

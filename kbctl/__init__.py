@@ -12,8 +12,30 @@ from kbctl._lazy import lazy_attributes
 from kbctl._version import __version__ as __version__
 
 if TYPE_CHECKING:
-    from kbctl.client import DeleteResult, KnowledgeBaseStore
-    from kbctl.engine.results import ApplyReport, KnowledgeBaseResult, SourceResult
+    from kbctl.answer import AskResult
+    from kbctl.chat import ChatModel
+    from kbctl.client import DeleteResult, KnowledgeBaseStore, Readiness, Scope
+    from kbctl.config import Settings
+    from kbctl.embedding import Embedder
+    from kbctl.engine.controller import Controller
+    from kbctl.engine.diff import DiffReport, SourceDiff
+    from kbctl.engine.events import (
+        ControllerGone,
+        Event,
+        HandedToController,
+        NullReporter,
+        ReconcileFailed,
+        ReconcileFinished,
+        ReconcileStarted,
+        Reporter,
+        SourceReconciled,
+        StoreUnavailable,
+        VectorIndexBuilt,
+        WorkProgress,
+    )
+    from kbctl.engine.prune import PruneScope
+    from kbctl.engine.results import ApplyReport, KnowledgeBaseResult, PendingResult, SourceResult
+    from kbctl.engine.settled import ManifestsToApply
     from kbctl.engine.status import KnowledgeBaseDetail, KnowledgeBaseSummary, SourceStatus
     from kbctl.errors import (
         BeirError,
@@ -31,20 +53,47 @@ if TYPE_CHECKING:
         RollbackError,
         SourceError,
         StoreError,
+        UsageError,
     )
-    from kbctl.manifest import KnowledgeBase, LoadedManifest, load_manifests, parse_manifests
+    from kbctl.manifest import (
+        KnowledgeBase,
+        LoadedManifest,
+        ManifestFile,
+        ManifestSet,
+        load_manifests,
+        parse_manifests,
+    )
+    from kbctl.manifest.load import ManifestFiles
+    from kbctl.manifest.selectors import Selector
     from kbctl.query.context import GroundedContext, Passage
-    from kbctl.query.options import QueryOptions
-    from kbctl.query.results import QueryHit, QueryResult
+    from kbctl.query.federated import FederatedHit, FederatedResult, SourceOutcome
+    from kbctl.query.options import Mode, QueryOptions, QueryOverrides
+    from kbctl.query.results import QueryHit, QueryResult, RerankInfo
+    from kbctl.rerank import Reranker
+    from kbctl.sources.url import FetchPolicy
+    from kbctl.store.embedded import ServerStatus
+    from kbctl.store.history import GcResult, RollbackResult, VersionInfo
 
 _WHERE = {
     "ApplyReport": "kbctl.engine.results",
+    "AskResult": "kbctl.answer",
     "BeirError": "kbctl.errors",
     "ChatError": "kbctl.errors",
+    "ChatModel": "kbctl.chat",
+    "Controller": "kbctl.engine.controller",
+    "ControllerGone": "kbctl.engine.events",
     "DeleteResult": "kbctl.client",
+    "DiffReport": "kbctl.engine.diff",
+    "Embedder": "kbctl.embedding",
     "EmbeddingError": "kbctl.errors",
     "EvalSetError": "kbctl.errors",
+    "Event": "kbctl.engine.events",
+    "FederatedHit": "kbctl.query.federated",
+    "FederatedResult": "kbctl.query.federated",
+    "FetchPolicy": "kbctl.sources.url",
+    "GcResult": "kbctl.store.history",
     "GroundedContext": "kbctl.query.context",
+    "HandedToController": "kbctl.engine.events",
     "InputError": "kbctl.errors",
     "JudgeError": "kbctl.errors",
     "KbctlError": "kbctl.errors",
@@ -56,30 +105,71 @@ _WHERE = {
     "LimitError": "kbctl.errors",
     "LoadedManifest": "kbctl.manifest",
     "ManifestError": "kbctl.errors",
+    "ManifestFile": "kbctl.manifest",
+    "ManifestFiles": "kbctl.manifest.load",
     "ManifestProblem": "kbctl.errors",
+    "ManifestSet": "kbctl.manifest",
+    "ManifestsToApply": "kbctl.engine.settled",
+    "Mode": "kbctl.query.options",
     "NotFoundError": "kbctl.errors",
+    "NullReporter": "kbctl.engine.events",
     "Passage": "kbctl.query.context",
+    "PendingResult": "kbctl.engine.results",
+    "PruneScope": "kbctl.engine.prune",
     "QueryHit": "kbctl.query.results",
     "QueryOptions": "kbctl.query.options",
+    "QueryOverrides": "kbctl.query.options",
     "QueryResult": "kbctl.query.results",
+    "Readiness": "kbctl.client",
+    "ReconcileFailed": "kbctl.engine.events",
+    "ReconcileFinished": "kbctl.engine.events",
+    "ReconcileStarted": "kbctl.engine.events",
+    "Reporter": "kbctl.engine.events",
     "RerankError": "kbctl.errors",
+    "RerankInfo": "kbctl.query.results",
+    "Reranker": "kbctl.rerank",
     "RollbackError": "kbctl.errors",
+    "RollbackResult": "kbctl.store.history",
+    "Scope": "kbctl.client",
+    "Selector": "kbctl.manifest.selectors",
+    "ServerStatus": "kbctl.store.embedded",
+    "Settings": "kbctl.config",
+    "SourceDiff": "kbctl.engine.diff",
     "SourceError": "kbctl.errors",
+    "SourceOutcome": "kbctl.query.federated",
+    "SourceReconciled": "kbctl.engine.events",
     "SourceResult": "kbctl.engine.results",
     "SourceStatus": "kbctl.engine.status",
     "StoreError": "kbctl.errors",
+    "StoreUnavailable": "kbctl.engine.events",
+    "UsageError": "kbctl.errors",
+    "VectorIndexBuilt": "kbctl.engine.events",
+    "VersionInfo": "kbctl.store.history",
+    "WorkProgress": "kbctl.engine.events",
     "load_manifests": "kbctl.manifest",
     "parse_manifests": "kbctl.manifest",
 }
 
 __all__ = [
     "ApplyReport",
+    "AskResult",
     "BeirError",
     "ChatError",
+    "ChatModel",
+    "Controller",
+    "ControllerGone",
     "DeleteResult",
+    "DiffReport",
+    "Embedder",
     "EmbeddingError",
     "EvalSetError",
+    "Event",
+    "FederatedHit",
+    "FederatedResult",
+    "FetchPolicy",
+    "GcResult",
     "GroundedContext",
+    "HandedToController",
     "InputError",
     "JudgeError",
     "KbctlError",
@@ -91,18 +181,47 @@ __all__ = [
     "LimitError",
     "LoadedManifest",
     "ManifestError",
+    "ManifestFile",
+    "ManifestFiles",
     "ManifestProblem",
+    "ManifestSet",
+    "ManifestsToApply",
+    "Mode",
     "NotFoundError",
+    "NullReporter",
     "Passage",
+    "PendingResult",
+    "PruneScope",
     "QueryHit",
     "QueryOptions",
+    "QueryOverrides",
     "QueryResult",
+    "Readiness",
+    "ReconcileFailed",
+    "ReconcileFinished",
+    "ReconcileStarted",
+    "Reporter",
     "RerankError",
+    "RerankInfo",
+    "Reranker",
     "RollbackError",
+    "RollbackResult",
+    "Scope",
+    "Selector",
+    "ServerStatus",
+    "Settings",
+    "SourceDiff",
     "SourceError",
+    "SourceOutcome",
+    "SourceReconciled",
     "SourceResult",
     "SourceStatus",
     "StoreError",
+    "StoreUnavailable",
+    "UsageError",
+    "VectorIndexBuilt",
+    "VersionInfo",
+    "WorkProgress",
     "load_manifests",
     "parse_manifests",
 ]

@@ -15,8 +15,8 @@
   starting afresh; then the start is pulled back only as far as the unchanged cut allows.
 
 Every chunk's `text` is exactly `source[start:end]` with surrounding whitespace trimmed away, and
-every non-whitespace character of the source lies in at least one chunk. Pure standard library and
-deterministic.
+every non-whitespace character of the source lies in at least one chunk. Pure standard library (the default
+sizes are kbctl.defaults') and deterministic.
 """
 
 from __future__ import annotations
@@ -25,6 +25,9 @@ import re
 from bisect import bisect_left, bisect_right
 from dataclasses import dataclass
 from functools import cached_property
+
+from kbctl.defaults import CHUNK_MAX_CHARS, CHUNK_OVERLAP_CHARS
+from kbctl.errors import UsageError
 
 __all__ = ["Chunk", "chunk_document"]
 
@@ -103,12 +106,14 @@ class _Cuts:
         return [s for s, _ in self._words]
 
 
-def chunk_document(text: str, *, max_chars: int = 1200, overlap_chars: int = 150, markdown: bool = True) -> list[Chunk]:
+def chunk_document(
+    text: str, *, max_chars: int = CHUNK_MAX_CHARS, overlap_chars: int = CHUNK_OVERLAP_CHARS, markdown: bool = True
+) -> list[Chunk]:
     """Split `text` into chunks of at most `max_chars` characters (see the module docstring)."""
     if max_chars < 1:
-        raise ValueError(f"max_chars must be >= 1, got {max_chars}")
+        raise UsageError(f"max_chars must be >= 1, got {max_chars}")
     if not 0 <= overlap_chars < max_chars:
-        raise ValueError(f"overlap_chars must be >= 0 and < max_chars ({max_chars}), got {overlap_chars}")
+        raise UsageError(f"overlap_chars must be >= 0 and < max_chars ({max_chars}), got {overlap_chars}")
     chunks: list[Chunk] = []
     for section in _sections(text, markdown):
         for start, end in _SectionSplitter(text, section, max_chars, overlap_chars).spans():

@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Collection, Sequence
-from contextlib import suppress
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager, suppress
 from dataclasses import replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Unpack
 
-from pydantic import BaseModel
+from pydantic import BaseModel, ConfigDict
+from pydantic.alias_generators import to_camel
 
 from kbctl.config import Settings
 from kbctl.errors import NotFoundError, StoreError
@@ -21,25 +22,32 @@ if TYPE_CHECKING:
     from kbctl.answer import AskResult
     from kbctl.chat import ChatModel
     from kbctl.embedding import Embedder
-    from kbctl.engine.controller import Controller, PendingResult
+    from kbctl.engine.controller import Controller
+    from kbctl.engine.diff import DiffReport
     from kbctl.engine.events import Reporter
-    from kbctl.engine.explain import DiffReport
     from kbctl.engine.prune import PruneScope
-    from kbctl.engine.results import ApplyReport, KnowledgeBaseResult
+    from kbctl.engine.results import ApplyReport, PendingResult
     from kbctl.engine.settled import ManifestsToApply
     from kbctl.engine.status import KnowledgeBaseDetail, KnowledgeBaseSummary
     from kbctl.manifest import KnowledgeBase, LoadedManifest, ManifestFile
     from kbctl.manifest.load import ManifestFiles
     from kbctl.manifest.selectors import Selector
     from kbctl.query.context import GroundedContext
-    from kbctl.query.options import QueryOptions
+    from kbctl.query.federated import FederatedResult
+    from kbctl.query.options import QueryOptions, QueryOverrides
     from kbctl.query.results import QueryResult
     from kbctl.rerank import Reranker
     from kbctl.sources.url import FetchPolicy
     from kbctl.store.applied import SettledKnowledgeBase
+    from kbctl.store.embedded import ServerStatus
     from kbctl.store.history import GcResult, RollbackResult, VersionInfo
+    from kbctl.store.pool import DatabasePool
 
-__all__ = ["DeleteResult", "KnowledgeBaseStore"]
+__all__ = ["DeleteResult", "KnowledgeBaseStore", "Readiness", "Scope"]
+
+
+Scope = Callable[[str, Mapping[str, str]], bool]
+"""May the caller see a knowledge base (name, labels)? A server's token scope; refused looks like absent."""
 
 
 class DeleteResult(BaseModel):
@@ -48,6 +56,17 @@ class DeleteResult(BaseModel):
     name: str
     chunks: int
     vectors: int
+
+
+class Readiness(BaseModel):
+    """Whether queries can be served (`/readyz`): each check "ok", or a word on why not."""
+
+    model_config = ConfigDict(alias_generator=to_camel, populate_by_name=True)
+
+    ready: bool
+    database: str
+    migrations: str
+    model: str
 
 
 def _knowledge_bases(items: Sequence[KnowledgeBase | LoadedManifest]) -> list[KnowledgeBase]:
@@ -72,11 +91,21 @@ class KnowledgeBaseStore:
         home: str | Path | None = None,
         settings: Settings | None = None,
         fetch_policy: FetchPolicy | None = None,
+        pool_size: int | None = None,
+        pool_timeout: float = 10.0,
     ) -> None:
+        """`pool_size` opens a pool of that many connections that reads borrow from, one per call (many
+        concurrent callers: `kbctl serve`, `kbctl mcp`); `pool_timeout` bounds the wait for one."""
         self.settings = settings or Settings.from_env(home=home, database_url=database_url)
-        self.db = self._open_database()
+        self.db = self._open_database()  # migrates the schema, before any pool opens
         self._query_db: Database | None = None
         self._fetch_policy = fetch_policy
+        self._pool: DatabasePool | None = None
+        if pool_size is not None:
+            from kbctl.store.pool import DatabasePool
+
+            url = self.settings.query_database_url or self._database_url()
+            self._pool = DatabasePool(url, size=pool_size, timeout=pool_timeout)
 
     @property
     def fetch_policy(self) -> FetchPolicy:
@@ -112,7 +141,7 @@ class KnowledgeBaseStore:
         return self.settings.database_url or embedded_url(self.settings.pgdata)
 
     @property
-    def query_db(self) -> Database:
+    def _query_database(self) -> Database:
         """Where queries read: the read replica of `KBCTL_QUERY_DATABASE_URL` (connected on first use, never
         migrated), else the store's own database."""
         url = self.settings.query_database_url
@@ -122,8 +151,30 @@ class KnowledgeBaseStore:
             self._query_db = Database(url, migrate=False)
         return self._query_db
 
+    @staticmethod
+    def server_status(settings: Settings | None = None) -> ServerStatus:
+        """Whether the embedded PostgreSQL (of `settings`, else of the environment) runs, without starting it."""
+        from kbctl.store.embedded import server_status
+
+        return server_status((settings or Settings.from_env()).pgdata)
+
+    @staticmethod
+    def stop_server(settings: Settings | None = None) -> bool:
+        """Stop the embedded PostgreSQL (of `settings`, else of the environment); False when it was not running."""
+        from kbctl.store.embedded import stop_server
+
+        return stop_server((settings or Settings.from_env()).pgdata)
+
+    def pending_count(self) -> int:
+        """Knowledge bases whose desired state a controller has not reconciled yet, read on a connection of its
+        own (safe from another thread, e.g. a metrics scrape, while this store's connection works)."""
+        with Database(self.db.url, migrate=False) as db:
+            return db.pending_count()
+
     def close(self) -> None:
         """Close the connections (the embedded server keeps running; `kbctl server stop` stops it)."""
+        if self._pool is not None:
+            self._pool.close()
         self.db.close()
         if self._query_db is not None:
             self._query_db.close()
@@ -153,18 +204,47 @@ class KnowledgeBaseStore:
         return get_chat_model(model_id, self.settings)
 
     def apply(
-        self, knowledge_bases: Sequence[KnowledgeBase | LoadedManifest], *, reporter: Reporter | None = None
+        self,
+        manifests: Sequence[KnowledgeBase | LoadedManifest] | ManifestsToApply,
+        *,
+        wait: bool = True,
+        controller: bool = False,
+        timeout: float = 600.0,
+        applyset: str | None = None,
+        prune: PruneScope | None = None,
+        reporter: Reporter | None = None,
+        on_recorded: Callable[[list[PendingResult]], None] | None = None,
     ) -> ApplyReport:
-        """Reconcile the store to match these knowledge bases; each publishes a new version if anything changed."""
-        from kbctl.engine.apply import apply_knowledge_bases
+        """Make the store match these knowledge bases; each publishes a new version if anything changed.
 
-        kbs = _knowledge_bases(knowledge_bases)
-        return apply_knowledge_bases(self.db, kbs, self.embedder, reporter, policy=self.fetch_policy)
+        By default the work is done here, before returning. `controller=True` hands it to a running
+        `kbctl controller` and waits for it up to `timeout` seconds (`kbctl apply --wait`; done here all the same
+        when none runs, or when a knowledge base reads files that only this process has). `wait=False` records
+        the desired state for a controller and returns (`report.recorded`; `on_recorded` hears it first), except
+        for knowledge bases of path: sources, applied here. `applyset` records the knowledge bases as members of
+        that apply set (one that belongs to another set is refused before anything is written); `prune` then
+        deletes what its scope covers and the manifests no longer name (`report.pruned`). What `load_settled`
+        gave is applied without parsing the settled files again. `report.exit_code()` is `kbctl apply`'s.
+        """
+        from kbctl.engine.orchestrate import ApplyOptions, run_apply
+        from kbctl.engine.settled import ManifestsToApply
+
+        chosen = manifests if isinstance(manifests, ManifestsToApply) else _knowledge_bases(manifests)
+        options = ApplyOptions(wait=wait, controller=controller, timeout=timeout, applyset=applyset, prune=prune)
+        return run_apply(
+            self.db,
+            chosen,
+            self.embedder,
+            options,
+            reporter=reporter,
+            policy=self.fetch_policy,
+            on_recorded=on_recorded,
+        )
 
     def apply_paths(
         self, paths: Sequence[str], *, recursive: bool = False, reporter: Reporter | None = None
     ) -> ApplyReport:
-        """Load manifests like `kubectl apply -f` (all validated before anything is written), then apply."""
+        """Load manifests like `kubectl apply -f` (all validated before anything is written), then `apply` them."""
         from kbctl.manifest import load_manifests
 
         return self.apply(load_manifests(paths, recursive=recursive), reporter=reporter)
@@ -193,33 +273,10 @@ class KnowledgeBaseStore:
             policy=self._with_cache(policy) if policy is not None else self.fetch_policy,
         )
 
-    def apply_and_wait(
-        self,
-        knowledge_bases: Sequence[KnowledgeBase | LoadedManifest],
-        *,
-        reporter: Reporter | None = None,
-        timeout: float = 600.0,
-    ) -> ApplyReport:
-        """`apply --wait`: hand the work to a running controller and wait for it, or, when no controller
-        runs or a knowledge base reads files (`path:` sources, which only this process has), reconcile
-        in-process (the same result either way)."""
-        from kbctl.engine.controller import wait_for_controller
-
-        if not self.controller_alive() or any(kb.reads_files for kb in _knowledge_bases(knowledge_bases)):
-            # No controller, or files to read that only this process has: reconcile here.
-            return self.apply(knowledge_bases, reporter=reporter)
-        kbs = {kb.name: kb for kb in _knowledge_bases(knowledge_bases)}
-
-        def in_process(p: PendingResult) -> KnowledgeBaseResult:
-            return self.apply([kbs[p.name]], reporter=reporter).results[0]
-
-        pending = self.submit(knowledge_bases)
-        return wait_for_controller(self.db, pending, reporter=reporter, timeout=timeout, in_process=in_process)
-
     def load_settled(self, files: ManifestFiles) -> ManifestsToApply:
         """Parse manifest files read for `apply`, except those the store applied byte for byte and still serves
-        (kbctl.engine.settled): those are known by name only, and `apply_settled_and_wait` reports them
-        unchanged. Raises ManifestError for the problems of the files parsed."""
+        (kbctl.engine.settled): those are known by name only, and `apply` and `diff` report them unchanged.
+        Raises ManifestError for the problems of the files parsed."""
         from kbctl.engine.settled import ManifestsToApply, file_key, settled
         from kbctl.manifest import load_manifest_set
 
@@ -239,108 +296,23 @@ class KnowledgeBaseStore:
         rows = tuple(kb for s in loaded.settled for kb in found[s.key] if kb.name == s.name)
         return ManifestsToApply(loaded, rows, keys)
 
-    def apply_settled_and_wait(
-        self, to_apply: ManifestsToApply, *, reporter: Reporter | None = None, timeout: float = 600.0
-    ) -> ApplyReport:
-        """`apply_and_wait` for what `load_settled` gave: the settled knowledge bases are reported unchanged, the
-        others applied; then each file applied records its key, so that applying it again is not parsed."""
-        from kbctl.engine.events import NullReporter
-        from kbctl.engine.results import ApplyReport
-        from kbctl.engine.settled import in_file_order, record_applied, report_settled
-
-        manifests = to_apply.manifests.manifests
-        unchanged = report_settled(self.db, to_apply.settled, reporter or NullReporter())
-        report = (
-            self.apply_and_wait(manifests, reporter=reporter, timeout=timeout) if manifests else ApplyReport(results=[])
-        )
-        serving = {r.name: r.version for r in report.results if r.version is not None and not r.failed}
-        record_applied(self.db, to_apply, serving)
-        return ApplyReport(results=in_file_order(to_apply.manifests.names, [*unchanged, *report.results]))
-
     def diff(
-        self, knowledge_bases: Sequence[KnowledgeBase | LoadedManifest], *, prune: PruneScope | None = None
+        self,
+        manifests: Sequence[KnowledgeBase | LoadedManifest] | ManifestsToApply,
+        *,
+        prune: PruneScope | None = None,
     ) -> DiffReport:
-        """What apply would do (and, with a prune scope, prune), without writing or fetching anything."""
-        from kbctl.engine.explain import diff_knowledge_bases
+        """What `apply` would do (and, with a prune scope, prune), without writing or fetching anything; the
+        knowledge bases of settled files (`load_settled`) are unchanged."""
+        from kbctl.engine.diff import diff_knowledge_bases
+        from kbctl.engine.settled import ManifestsToApply
 
-        kbs = _knowledge_bases(knowledge_bases)
-        return diff_knowledge_bases(self.db, kbs, self.embedder, prune=prune)
-
-    def diff_settled(self, to_apply: ManifestsToApply, *, prune: PruneScope | None = None) -> DiffReport:
-        """`diff` for what `load_settled` gave: the knowledge bases of settled files are unchanged."""
-        from kbctl.engine.explain import diff_knowledge_bases
-
-        kbs = [m.kb for m in to_apply.manifests.manifests]
+        if not isinstance(manifests, ManifestsToApply):
+            return diff_knowledge_bases(self.db, _knowledge_bases(manifests), self.embedder, prune=prune)
+        kbs = [m.kb for m in manifests.manifests.manifests]
         return diff_knowledge_bases(
-            self.db, kbs, self.embedder, prune=prune, settled=to_apply.settled, order=to_apply.manifests.names
+            self.db, kbs, self.embedder, prune=prune, settled=manifests.settled, order=manifests.manifests.names
         )
-
-    def prune(
-        self, keep: Collection[str], selector: Selector | None = None, *, applyset: str | None = None
-    ) -> list[str]:
-        """Delete the knowledge bases not in `keep` that are members of `applyset` (and match `selector`, when
-        given); without an apply set, those matching `selector` that belong to no apply set."""
-        from kbctl.engine.prune import PruneScope, prune_knowledge_bases
-
-        return prune_knowledge_bases(self.db, keep, PruneScope(applyset, selector))
-
-    def check_applyset(self, names: Collection[str], applyset: str) -> None:
-        """Refuse (KbctlError) when one of `names` belongs to another apply set; nothing is written."""
-        from kbctl.engine.prune import check_applyset
-
-        check_applyset(self.db, names, applyset)
-
-    def join_applyset(self, names: Sequence[str], applyset: str) -> None:
-        """Record the stored knowledge bases `names` as members of `applyset` (what a later prune may delete)."""
-        self.db.join_applyset(names, applyset)
-
-    def submit(self, knowledge_bases: Sequence[KnowledgeBase | LoadedManifest]) -> list[PendingResult]:
-        """Record knowledge bases as desired state for a controller (`apply` without --wait); no ingestion here."""
-        from kbctl.engine.controller import record_pending
-
-        return [record_pending(self.db, kb) for kb in _knowledge_bases(knowledge_bases)]
-
-    def submit_settled_or_apply(
-        self,
-        to_apply: ManifestsToApply,
-        *,
-        reporter: Reporter | None = None,
-        on_recorded: Callable[[list[PendingResult]], None] | None = None,
-    ) -> tuple[list[PendingResult], ApplyReport | None]:
-        """`submit_or_apply` for what `load_settled` gave: the settled knowledge bases are unchanged (nothing to
-        record); a file whose knowledge bases the store already serves unchanged records its key."""
-        from kbctl.engine.controller import PendingResult
-        from kbctl.engine.settled import in_file_order, record_applied
-
-        unchanged = [PendingResult(kb.name, "unchanged", kb.version, kb.generation, False) for kb in to_apply.settled]
-        recorded: list[PendingResult] = []
-
-        def in_order(pending: list[PendingResult]) -> None:
-            recorded.extend(in_file_order(to_apply.manifests.names, [*unchanged, *pending]))
-            if on_recorded is not None:
-                on_recorded(recorded)
-
-        _, applied = self.submit_or_apply(to_apply.manifests.manifests, reporter=reporter, on_recorded=in_order)
-        serving = {p.name: p.version for p in recorded if not p.pending and p.version is not None}
-        record_applied(self.db, to_apply, serving)
-        return recorded, applied
-
-    def submit_or_apply(
-        self,
-        knowledge_bases: Sequence[KnowledgeBase | LoadedManifest],
-        *,
-        reporter: Reporter | None = None,
-        on_recorded: Callable[[list[PendingResult]], None] | None = None,
-    ) -> tuple[list[PendingResult], ApplyReport | None]:
-        """`apply` without `--wait`: record the desired state for a controller, except for knowledge bases that
-        read files (`path:` sources), which only this process has: those are applied here, after `on_recorded`
-        is told what was recorded. Returns what was recorded and, when some were applied, their report."""
-        kbs = _knowledge_bases(knowledge_bases)
-        pending = self.submit([kb for kb in kbs if not kb.reads_files])
-        if on_recorded is not None:
-            on_recorded(pending)
-        local = [kb for kb in kbs if kb.reads_files]
-        return pending, self.apply(local, reporter=reporter) if local else None
 
     def controller(self, *, reporter: Reporter | None = None) -> Controller:
         """A controller over this store (use `run_once()` or `run(stop_event)`)."""
@@ -400,12 +372,37 @@ class KnowledgeBaseStore:
 
         return collect_garbage(self.db, batch)
 
-    def list(self, selector: Selector | None = None) -> list[KnowledgeBaseSummary]:
-        """Every knowledge base (whose labels match `selector`, when given), by name."""
+    # ---------------------------------------------------------------- reading
+
+    @contextmanager
+    def _reading(self, *, query: bool = False) -> Iterator[Database]:
+        """Where a read goes: a pooled connection (a store opened with `pool_size`), else the read replica for a
+        query (`_query_database`), else the store's own connection."""
+        if self._pool is not None:
+            with self._pool.borrow() as db:
+                yield db
+        else:
+            yield self._query_database if query else self.db
+
+    @staticmethod
+    def _in_scope(db: Database, name: str, scope: Scope | None) -> None:
+        """NotFoundError unless `name` exists and `scope` lets the caller see it: out of scope looks like absent."""
+        row = db.get_kb(name)
+        if row is None or (scope is not None and not scope(row.name, row.labels)):
+            raise NotFoundError(f'knowledgebase "{name}" not found')
+
+    def list(self, selector: Selector | None = None, *, scope: Scope | None = None) -> list[KnowledgeBaseSummary]:
+        """Every knowledge base (whose labels match `selector`, and that `scope` lets the caller see, when
+        given), by name."""
         from kbctl.engine.status import list_knowledge_bases
 
-        found = list_knowledge_bases(self.db)
-        return found if selector is None else [s for s in found if selector.matches(s.labels)]
+        with self._reading() as db:
+            found = list_knowledge_bases(db)
+        return [
+            s
+            for s in found
+            if (selector is None or selector.matches(s.labels)) and (scope is None or scope(s.name, s.labels))
+        ]
 
     def resource(self, name: str) -> dict[str, Any]:
         """A knowledge base as a Kubernetes-style object (`kbctl get kb NAME -o yaml`): metadata, the applied spec
@@ -414,11 +411,22 @@ class KnowledgeBaseStore:
 
         return knowledge_base_resource(self.db, name)
 
-    def describe(self, name: str) -> KnowledgeBaseDetail:
-        """Spec in force, current version and per-source state of one knowledge base."""
+    @staticmethod
+    def resource_list(items: Sequence[dict[str, Any]]) -> dict[str, Any]:
+        """Several `resource` objects as one Kubernetes `List` (`kbctl get kb -o yaml`)."""
+        from kbctl.engine.status import resource_list
+
+        return resource_list(list(items))
+
+    def describe(self, name: str, *, scope: Scope | None = None) -> KnowledgeBaseDetail:
+        """Spec in force, current version and per-source state of one knowledge base (NotFoundError outside
+        `scope`)."""
         from kbctl.engine.status import describe_knowledge_base
 
-        return describe_knowledge_base(self.db, name)
+        with self._reading() as db:
+            if scope is not None:
+                self._in_scope(db, name, scope)
+            return describe_knowledge_base(db, name)
 
     def query(
         self,
@@ -426,29 +434,48 @@ class KnowledgeBaseStore:
         question: str,
         options: QueryOptions | None = None,
         *,
-        top_k: int | None = None,
-        threshold: float | None = None,
-        max_tokens: int | None = None,
-        mode: str | None = None,
-        explain: bool | None = None,
-        rerank: bool | None = None,
+        scope: Scope | None = None,
+        **overrides: Unpack[QueryOverrides],
     ) -> QueryResult:
         """The chunks most relevant to `question` (hybrid, vector or keyword; spec defaults for what is unset);
         `rerank` False skips the spec's reranker, True requires one; `explain` adds a per-stage trace of
-        candidates, ranks, scores, cuts and timings. The keywords given (not None) override `options`."""
+        candidates, ranks, scores, cuts and timings. The overrides given (not None: top_k, threshold,
+        max_tokens, mode, explain, rerank) replace those of `options`. Outside `scope` it is NotFoundError."""
         from kbctl.query.options import QueryOptions
         from kbctl.query.retrieve import query_knowledge_base
 
-        options = QueryOptions.build(
-            options,
-            top_k=top_k,
-            threshold=threshold,
-            max_tokens=max_tokens,
-            mode=mode,
-            explain=explain,
-            rerank=rerank,
-        )
-        return query_knowledge_base(self.query_db, name, question, self.embedder, options, reranker_for=self.reranker)
+        options = QueryOptions.build(options, **overrides)
+        with self._reading(query=True) as db:
+            return query_knowledge_base(
+                db, name, question, self.embedder, options, reranker_for=self.reranker, visible=scope
+            )
+
+    def query_many(
+        self,
+        question: str,
+        options: QueryOptions | None = None,
+        *,
+        names: Sequence[str] = (),
+        selector: Selector | None = None,
+        scope: Scope | None = None,
+        **overrides: Unpack[QueryOverrides],
+    ) -> FederatedResult:
+        """Query several knowledge bases (`names`, or those matching `selector`, or every one with a published
+        version in `scope`) and fuse their rankings into one by reciprocal rank (kbctl.query.federated). topK
+        and the token budget apply to the fused list, by default the largest of the knowledge bases'. A name
+        that does not exist, or is outside `scope`, is NotFoundError."""
+        from kbctl.query.federated import query_many
+        from kbctl.query.options import QueryOptions
+
+        options = QueryOptions.build(options, **overrides)
+        if names:
+            with self._reading() as db:
+                for name in names:
+                    self._in_scope(db, name, scope)
+            targets = list(names)
+        else:
+            targets = [kb.name for kb in self.list(selector, scope=scope) if kb.version is not None]
+        return query_many(question, targets, options, lambda name: self.query(name, question, options, scope=scope))
 
     def context(
         self,
@@ -456,21 +483,14 @@ class KnowledgeBaseStore:
         question: str,
         options: QueryOptions | None = None,
         *,
-        top_k: int | None = None,
-        threshold: float | None = None,
-        max_tokens: int | None = None,
-        mode: str | None = None,
-        rerank: bool | None = None,
+        scope: Scope | None = None,
+        **overrides: Unpack[QueryOverrides],
     ) -> GroundedContext:
         """The block a model should receive for `question`: merged passages marked as reference data,
-        or an explicit "no relevant context was found" block. The keywords given (not None) override `options`."""
+        or an explicit "no relevant context was found" block. The overrides given replace those of `options`."""
         from kbctl.query.context import build_context
-        from kbctl.query.options import QueryOptions
 
-        options = QueryOptions.build(
-            options, top_k=top_k, threshold=threshold, max_tokens=max_tokens, mode=mode, rerank=rerank
-        )
-        return build_context(self.query(name, question, options))
+        return build_context(self.query(name, question, options, scope=scope, **overrides))
 
     def ask(
         self,
@@ -480,37 +500,56 @@ class KnowledgeBaseStore:
         *,
         model: str | None = None,
         on_text: Callable[[str], None] | None = None,
-        top_k: int | None = None,
-        threshold: float | None = None,
-        max_tokens: int | None = None,
-        mode: str | None = None,
-        rerank: bool | None = None,
+        scope: Scope | None = None,
+        **overrides: Unpack[QueryOverrides],
     ) -> AskResult:
         """Answer `question` from the knowledge base's passages through a chat model, citing them as [1], [2].
 
         When nothing passes the similarity threshold no model is called: the result has `answer` None and
         `reason` "noContext". The model is `model` (`provider/name` or `profile:NAME`), else the version's
         `spec.answer`, else the configuration's `chat.defaultModel`. With `on_text` the answer is streamed to
-        it as it arrives. The retrieval keywords given (not None) override `options`, as for `query`.
+        it as it arrives. The retrieval overrides given replace those of `options`, as for `query`. The
+        database connection is given back before the model is called.
         """
         from kbctl.answer import answer_ask, prepare_ask
         from kbctl.query.options import QueryOptions
 
-        options = QueryOptions.build(
-            options, top_k=top_k, threshold=threshold, max_tokens=max_tokens, mode=mode, rerank=rerank
-        )
-        plan = prepare_ask(
-            self.query_db,
-            name,
-            question,
-            self.embedder,
-            self.chat_model,
-            options,
-            model=model,
-            default_model=self.settings.config.chat.default_model,
-            reranker_for=self.reranker,
-        )
+        options = QueryOptions.build(options, **overrides)
+        with self._reading(query=True) as db:
+            plan = prepare_ask(
+                db,
+                name,
+                question,
+                self.embedder,
+                self.chat_model,
+                options,
+                model=model,
+                default_model=self.settings.config.chat.default_model,
+                reranker_for=self.reranker,
+                visible=scope,
+            )
         return answer_ask(plan, on_text)
+
+    # ---------------------------------------------------------------- health
+
+    def warm_up(self) -> None:
+        """Load the default embedding model now, so the first query does not pay for it."""
+        from kbctl.manifest.models import DEFAULT_MODEL
+
+        self.embedder(DEFAULT_MODEL).embed(["warm up"], "query")
+
+    def readiness(self) -> Readiness:
+        """Whether queries can be served: the database answers, its schema is current, the model is loaded."""
+        from kbctl.manifest.models import DEFAULT_MODEL
+
+        if self._pool is not None:
+            database, migrations = self._pool.schema_problem()
+        else:
+            database, migrations = "ok", self._query_database.schema_problem()
+        model = "ok" if getattr(self.embedder(DEFAULT_MODEL), "loaded", True) else "not loaded yet"
+        return Readiness(
+            ready=database == migrations == model == "ok", database=database, migrations=migrations, model=model
+        )
 
     def delete(
         self, name: str, *, timeout: float | None = 60.0, on_wait: Callable[[], None] | None = None

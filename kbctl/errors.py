@@ -13,10 +13,13 @@
      ├── StoreError            PostgreSQL could not be reached, migrated, read or written
      ├── NotFoundError         a named knowledge base (or version) does not exist
      ├── LimitError            an apply would exceed one of the knowledge base's spec.limits
-     └── RollbackError         a rollback that cannot be done as asked (that version already serves)
+     ├── RollbackError         a rollback that cannot be done as asked (that version already serves)
+     └── UsageError            the Python API was called wrong (a bad argument); also a ValueError
 
-Misuse of the Python API raises TypeError/ValueError instead: "the world failed" stays apart from
-"you called it wrong".
+"The world failed" and "you called it wrong" stay apart: a bad argument (QueryOptions(top_k=0), an unparsable
+label selector, a chunk size below 1) raises UsageError, which is both a KbctlError and a ValueError, so
+`except ValueError` keeps catching it; an argument of the wrong type is still a TypeError. No bare ValueError
+leaves kbctl's API (tests/test_errors.py checks).
 """
 
 from __future__ import annotations
@@ -39,6 +42,7 @@ __all__ = [
     "RollbackError",
     "SourceError",
     "StoreError",
+    "UsageError",
 ]
 
 
@@ -65,7 +69,7 @@ class InputError(KbctlError):
 
     def __init__(self, problems: list[ManifestProblem]) -> None:
         if not problems:
-            raise ValueError(f"{type(self).__name__} needs at least one problem")
+            raise UsageError(f"{type(self).__name__} needs at least one problem")
         self.problems = problems
         super().__init__("\n".join(str(p) for p in problems))
 
@@ -116,3 +120,8 @@ class LimitError(KbctlError):
 
 class RollbackError(KbctlError):
     """A rollback that cannot be done as asked (the version asked for already serves)."""
+
+
+class UsageError(KbctlError, ValueError):
+    """The Python API was called wrong: an argument out of its bounds or unparsable (a ValueError too, so
+    `except ValueError` still catches it, and pydantic validators may raise it as a field's problem)."""

@@ -45,7 +45,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from pydantic.alias_generators import to_camel
 from pydantic_core import PydanticCustomError
 
-from kbctl.errors import InputError, KbctlError, ManifestProblem
+from kbctl.errors import InputError, KbctlError, ManifestProblem, UsageError
 
 __all__ = [
     "ALLOW_NETWORKS_ENV",
@@ -160,7 +160,7 @@ NetworkEntry = ipaddress.IPv4Address | ipaddress.IPv6Address | ipaddress.IPv4Net
 def network_entry(text: str) -> NetworkEntry:
     """One entry of an allowance (`allowNetworks`, `KBCTL_ALLOW_NETWORKS`): an IP address (`192.168.1.5`,
     `[fd00::1]`; a /32 or /128 is an address), a network in CIDR form (`10.0.0.0/8`, host bits ignored), or a
-    host name (`wiki.internal`, lower-cased, IDNA-encoded, without a trailing dot). ValueError otherwise."""
+    host name (`wiki.internal`, lower-cased, IDNA-encoded, without a trailing dot). UsageError otherwise."""
     entry = text.strip()
     raw = entry[1:-1] if entry.startswith("[") and entry.endswith("]") else entry
     problem = f"{entry!r} is not an IP address, a network (CIDR) or a host name"
@@ -168,7 +168,7 @@ def network_entry(text: str) -> NetworkEntry:
         try:
             network = ipaddress.ip_network(raw, strict=False)
         except ValueError:
-            raise ValueError(problem) from None
+            raise UsageError(problem) from None
         return network.network_address if network.num_addresses == 1 else network
     try:
         return ipaddress.ip_address(raw.split("%", 1)[0])
@@ -178,10 +178,10 @@ def network_entry(text: str) -> NetworkEntry:
     try:
         host = host.encode("idna").decode("ascii")
     except UnicodeError:
-        raise ValueError(problem) from None
+        raise UsageError(problem) from None
     # A last label of digits only is an IPv4 spelling (`10.1`), which resolvers read as an address.
     if not _HOST_NAME.match(host) or host.rsplit(".", 1)[-1].isdigit():
-        raise ValueError(problem)
+        raise UsageError(problem)
     return host
 
 

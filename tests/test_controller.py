@@ -59,7 +59,7 @@ def test_submit_records_pending_work_and_the_controller_reconciles_it(store: Kno
     """apply without --wait only records the desired state; a controller publishes it and marks it Ready."""
     store.apply(kbs(kb_text("a")))
     before = store.db.counts()
-    [pending] = store.submit(kbs(kb_text("a", "Invoices are kept for ten years.")))
+    [pending] = store.apply(kbs(kb_text("a", "Invoices are kept for ten years.")), wait=False).recorded
     assert (pending.action, pending.version, pending.pending) == ("configured", 2, True)
     assert store.db.counts() == before  # nothing ingested yet
     assert conditions(store, "a")["Ready"] == ("True", "Serving")  # version 1 still serves while 2 waits
@@ -73,17 +73,17 @@ def test_submit_records_pending_work_and_the_controller_reconciles_it(store: Kno
     assert processed == 1
     assert store.wait("a", timeout=0.2)
     assert "ten years" in store.query("a", "how long are invoices kept?").hits[0].text
-    [again] = store.submit(kbs(kb_text("a", "Invoices are kept for ten years.")))
+    [again] = store.apply(kbs(kb_text("a", "Invoices are kept for ten years.")), wait=False).recorded
     assert (again.action, again.version, again.pending) == ("unchanged", 2, False)
 
 
 def test_a_newer_generation_recorded_during_a_reconcile_stays_pending(store: KnowledgeBaseStore) -> None:
     """A desired manifest recorded while a controller works on an older one is not lost."""
-    store.submit(kbs(kb_text("a", "Version one.")))
+    store.apply(kbs(kb_text("a", "Version one.")), wait=False)
     ctl = store.controller()
     claim = ctl.claim()
     assert claim is not None and claim.generation == 1
-    store.submit(kbs(kb_text("a", "Version two.")))
+    store.apply(kbs(kb_text("a", "Version two.")), wait=False)
     ctl.process(claim)
     row = store.db.get_kb("a")
     assert row is not None and (row.generation, row.observed_generation) == (2, 1)
@@ -96,7 +96,7 @@ def test_a_newer_generation_recorded_during_a_reconcile_stays_pending(store: Kno
 def test_two_controllers_never_process_one_knowledge_base_twice(store: KnowledgeBaseStore) -> None:
     """Two controllers draining 10 pending knowledge bases share the work without overlap."""
     names = [f"kb-{i}" for i in range(10)]
-    store.submit(kbs("---\n".join(kb_text(n, f"Fact number {i}.") for i, n in enumerate(names))))
+    store.apply(kbs("---\n".join(kb_text(n, f"Fact number {i}.") for i, n in enumerate(names))), wait=False)
     stores = [KnowledgeBaseStore(settings=store.settings) for _ in range(2)]
     controllers = [s.controller() for s in stores]
     threads = [threading.Thread(target=c.run_once) for c in controllers]
@@ -137,7 +137,7 @@ def test_concurrent_applies_of_one_knowledge_base_make_one_version(store: Knowle
 
 def test_wait_and_controller_cli(store: KnowledgeBaseStore, cli: CliRunner) -> None:
     """`kbctl wait` times out on pending work (exit 1) and succeeds once `kbctl controller --once` ran."""
-    store.submit(kbs(kb_text("a")))
+    store.apply(kbs(kb_text("a")), wait=False)
     timed_out = cli.invoke(app, ["wait", "kb", "a", "--for=condition=Ready", "--timeout=300ms"])
     assert timed_out.exit_code == 1
     assert timed_out.stderr == "Error: timed out after 300ms waiting for Ready=True on knowledgebase/a\n"
@@ -179,7 +179,7 @@ def test_apply_wait_hands_work_to_a_running_controller(store: KnowledgeBaseStore
         while not store.controller_alive() and time.monotonic() < deadline:
             time.sleep(0.1)
         log = Lines()
-        report = store.apply_and_wait(kbs(kb_text("a")), reporter=log, timeout=60)
+        report = store.apply(kbs(kb_text("a")), controller=True, reporter=log, timeout=60)
     finally:
         stop.set()
         thread.join(timeout=30)
@@ -194,7 +194,7 @@ def test_apply_wait_hands_work_to_a_running_controller(store: KnowledgeBaseStore
 
 def test_query_of_a_pending_new_knowledge_base_says_why(store: KnowledgeBaseStore, cli: CliRunner) -> None:
     """Querying a knowledge base recorded but never reconciled names the reason, exit 1."""
-    store.submit(kbs(kb_text("a")))
+    store.apply(kbs(kb_text("a")), wait=False)
     result = cli.invoke(app, ["query", "a", "anything"])
     assert (result.exit_code, result.stderr) == (
         1,

@@ -96,7 +96,7 @@ def test_a_controller_process_serves_metrics_healthz_and_json_logs(
             port = int(_line(proc.stderr, r"metrics and /healthz on port (\d+)").group(1))
             base = f"http://127.0.0.1:{port}"
             assert httpx.get(f"{base}/healthz").text == "ok\n"
-            store.submit(parse_manifests(kb_text("a"), "kb.yaml"))
+            store.apply(parse_manifests(kb_text("a"), "kb.yaml"), wait=False)
             event = json.loads(_line(proc.stdout, r'"event": "SourceReconciled"').string)
             assert (event["knowledgeBase"], event["level"]) == ("a", "info")
             deadline = time.monotonic() + 30

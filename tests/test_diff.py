@@ -11,7 +11,7 @@ from kbctl.chunking import chunk_document
 from kbctl.cli import app
 from kbctl.client import KnowledgeBaseStore
 from kbctl.embedding import Embedder
-from kbctl.engine.explain import diff_knowledge_bases
+from kbctl.engine.diff import diff_knowledge_bases
 from kbctl.manifest import parse_manifests
 from kbctl.sources.url import FetchPolicy
 from tests.support.httpserver import serve

@@ -20,9 +20,9 @@ from hypothesis import strategies as st
 
 from kbctl.errors import ManifestError
 from kbctl.inputs import yaml_lines as _yaml_lines
-from kbctl.manifest import load_manifests, parse_manifests
 from kbctl.inputs.bounds import MAX_DEPTH
 from kbctl.inputs.yaml_lines import MAX_NODES, YamlDocument, load_documents, locate, split_documents
+from kbctl.manifest import load_manifests, parse_manifests
 
 HEADER = "apiVersion: kbctl.dev/v1alpha1\nkind: KnowledgeBase\nmetadata:\n  name: docs\n"
 

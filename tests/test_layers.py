@@ -11,7 +11,7 @@ PACKAGE = Path(kbctl.__file__).resolve().parent
 
 # Lowest first. A module may import from its own layer and the layers before it, never from a later one.
 LAYERS: list[tuple[str, ...]] = [
-    ("kbctl._version", "kbctl.errors", "kbctl._lazy"),
+    ("kbctl._version", "kbctl.errors", "kbctl._lazy", "kbctl.defaults"),  # defaults: every default and tuning constant
     ("kbctl.inputs",),  # bounded files, YAML with lines, located problems: for manifests, config, eval sets, sources
     ("kbctl.userconfig", "kbctl.config"),
     ("kbctl.manifest",),
@@ -216,3 +216,60 @@ def test_the_cycle_check_finds_a_cycle() -> None:
     """The check above can fail: a two-module loop and a three-module loop are both found."""
     assert _cycles({"a": {"b"}, "b": {"a"}, "c": {"a"}}) == [["a", "b"]]
     assert _cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": set()}) == [["a", "b", "c"]]
+
+
+# What the CLI and serve may not import: they reach the engine and the store only through KnowledgeBaseStore
+# (kbctl.client) and the types it exports (kbctl), so that what a command does, an agent can do.
+BEHIND_THE_FACADE = (
+    "kbctl.engine",
+    "kbctl.store",
+    "kbctl.query",
+    "kbctl.answer",
+    "kbctl.sources",
+    "kbctl.chunking",
+    "kbctl.embedding",
+    "kbctl.rerank",
+    "kbctl.chat",
+    "kbctl._http",
+    "kbctl._providers",
+)
+
+
+def test_cli_and_serve_reach_the_engine_and_store_only_through_the_facade() -> None:
+    """cli, serve and the CLI docs generator import kbctl, kbctl.client and the layers below the pipeline's
+    stages (manifest, inputs, config, errors), never a stage itself; type-only imports count too."""
+    reached = []
+    for path in sorted(PACKAGE.rglob("*.py")):
+        importer = module_name(path)
+        if _package(importer) not in ("kbctl.cli", "kbctl.serve", "kbctl._clidocs"):
+            continue
+        for target in sorted(imported(path)):
+            if any(target == p or target.startswith(p + ".") for p in BEHIND_THE_FACADE):
+                reached.append(f"{importer} imports {target}")
+    assert not reached, "behind the facade:\n" + "\n".join(reached)
+
+
+_GENERIC = {"str", "int", "float", "bool", "None", "list", "dict", "tuple", "set", "object", "type", "Any", "Path"}
+_GENERIC |= {"Sequence", "Callable", "Iterator", "Mapping", "Collection", "Unpack"}
+
+
+def test_every_type_in_the_facades_signatures_is_exported() -> None:
+    """A caller of KnowledgeBaseStore can name every type its public methods take and return: each is in
+    kbctl.__all__ (and is the very object the signature means)."""
+    import inspect
+
+    from kbctl import client
+
+    missing = []
+    for attr, member in inspect.getmembers(client.KnowledgeBaseStore):
+        if attr.startswith("_") and attr != "__init__":
+            continue
+        function = member.fget if isinstance(member, property) else member
+        for annotation in getattr(function, "__annotations__", {}).values():
+            for node in ast.walk(ast.parse(str(annotation), mode="eval")):
+                if isinstance(node, ast.Name) and node.id not in _GENERIC and node.id not in kbctl.__all__:
+                    missing.append(f"{attr}: {node.id}")
+    assert not missing, f"not exported by kbctl: {sorted(set(missing))}"
+    # The names are the same objects the signatures were written with.
+    assert kbctl.ApplyReport is __import__("kbctl.engine.results", fromlist=["ApplyReport"]).ApplyReport
+    assert kbctl.Selector is __import__("kbctl.manifest.selectors", fromlist=["Selector"]).Selector

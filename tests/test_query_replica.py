@@ -31,9 +31,9 @@ def test_queries_read_the_query_database_read_only(store: KnowledgeBaseStore, da
     with KnowledgeBaseStore(settings=settings) as split:
         result = split.query("office", "how long are invoices kept?")
         assert result.hits and result.hits[0].source == "invoices"
-        assert split.query_db is not split.db
+        assert split._query_database is not split.db
         with pytest.raises(psycopg.errors.ReadOnlySqlTransaction):
-            split.query_db.connection.execute("CREATE TABLE kb_replica_probe (x int)")
+            split._query_database.connection.execute("CREATE TABLE kb_replica_probe (x int)")
         assert split.apply(parse_manifests(MANIFEST, "kb.yaml")).results[0].action == "unchanged"
 
 

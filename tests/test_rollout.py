@@ -143,7 +143,7 @@ def test_undo_makes_the_version_the_desired_state(store: KnowledgeBaseStore) -> 
     """Undo makes the version's manifest desired (a new generation, observed at once), dropping a pending one."""
     apply_text(store, manifest("ten"))
     apply_text(store, manifest("seven"))
-    store.submit(parse_manifests(manifest("five"), "kb.yaml"))  # recorded for a controller, not applied
+    store.apply(parse_manifests(manifest("five"), "kb.yaml"), wait=False)  # recorded for a controller, not applied
     before = store.db.get_kb("policies")
     assert before is not None and (before.generation, before.observed_generation) == (3, 2)
     rollback(store.db, "policies")

@@ -14,8 +14,8 @@ from psycopg.types.json import Jsonb
 from kbctl.client import KnowledgeBaseStore
 from kbctl.config import Settings
 from kbctl.errors import KbctlError
-from kbctl.manifest import load_manifests, parse_manifests
 from kbctl.inputs.bounds import MAX_FILE_BYTES, manifest_limit
+from kbctl.manifest import load_manifests, parse_manifests
 from kbctl.store import texts
 from kbctl.store.database import ChunkRow, Database, NewRevision, SourceEntry
 from kbctl.store.search import (

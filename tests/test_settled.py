@@ -1,6 +1,6 @@
 """Settled files: a manifest file applied again byte for byte, while the store serves what it left, is not parsed.
 
-Every test applies through the real CLI path (`load_settled` + `apply_settled_and_wait`) against the real store,
+Every test applies through the real CLI path (`load_settled` + `apply(..., controller=True)`) against the real store,
 and checks both sides: what is skipped, and that the report is the one a full apply gives.
 """
 
@@ -43,7 +43,7 @@ def load(store: KnowledgeBaseStore, *paths: Path) -> ManifestsToApply:
 
 def apply(store: KnowledgeBaseStore, *paths: Path) -> tuple[ManifestsToApply, ApplyReport]:
     to_apply = load(store, *paths)
-    return to_apply, store.apply_settled_and_wait(to_apply)
+    return to_apply, store.apply(to_apply, controller=True)
 
 
 def parsed(to_apply: ManifestsToApply) -> list[str]:

@@ -174,8 +174,8 @@ def test_get_lists_what_describe_shows_in_every_state(
     site.route("/later.md", status=500, body="down")
     store.refresh(["mixed"])  # page3 is stale: its last good content still serves
     store.apply(parse_manifests(url_kb(site, "/gone", "/missing", name="unread"), "kb.yaml"))
-    store.submit(parse_manifests(inline_kb("waiting", description="Not yet read."), "kb.yaml"))
-    store.submit(parse_manifests(inline_kb(description="Office facts, revised."), "kb.yaml"))
+    store.apply(parse_manifests(inline_kb("waiting", description="Not yet read."), "kb.yaml"), wait=False)
+    store.apply(parse_manifests(inline_kb(description="Office facts, revised."), "kb.yaml"), wait=False)
     docs = tmp_path / "docs"
     docs.mkdir()
     (docs / "a.md").write_text("# A\n\nThe first document.\n")

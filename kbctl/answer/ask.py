@@ -18,8 +18,9 @@ from kbctl.answer.prompt import instructions_for, messages_for
 from kbctl.answer.results import AnswerUsage, AskResult, AskTimings, Citation, Reason
 from kbctl.chat import ChatModel, ChatOptions
 from kbctl.embedding import Embedder
-from kbctl.errors import ChatError
+from kbctl.errors import ChatError, UsageError
 from kbctl.manifest import Answer
+from kbctl.manifest.models import read_stored
 from kbctl.query.context import GroundedContext, build_context
 from kbctl.query.options import QueryOptions
 from kbctl.query.results import QueryResult
@@ -99,11 +100,11 @@ def prepare_ask(
     """
     question = clean_question(question)
     if len(question) > MAX_QUESTION_CHARS:
-        raise ValueError(f"question is longer than {MAX_QUESTION_CHARS:,} characters")
+        raise UsageError(f"question is longer than {MAX_QUESTION_CHARS:,} characters")
     started = time.perf_counter()
     with db.read_only():
         plan = plan_query(db, name, options or QueryOptions(), visible)
-        spec = Answer.model_validate(db.answer_spec(plan.version_id))
+        spec = read_stored(Answer, db.answer_spec(plan.version_id), f"spec.answer of KnowledgeBase/{name}")
         ref = chat_model_ref(name, spec, model, default_model)
         chat = chat_for(ref)  # an unknown provider or profile fails here, before any retrieval
         retrieval = run_query(db, plan, question, embedder_for, reranker_for)

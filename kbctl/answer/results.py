@@ -74,6 +74,14 @@ class AskResult(BaseModel):
     _context: GroundedContext | None = PrivateAttr(default=None)
 
     @property
+    def text(self) -> str:
+        """What to show a reader: the answer, or kbctl's own sentence that the knowledge base does not cover the
+        question (NOT_COVERED) when no model was called."""
+        from kbctl.answer.prompt import NOT_COVERED
+
+        return self.answer if self.answer is not None else NOT_COVERED
+
+    @property
     def context(self) -> GroundedContext | None:
         """The passages the model was given (not part of the JSON: `retrieval` holds the hits)."""
         return self._context

@@ -38,7 +38,7 @@ from kbctl._http import (
     user_agent,
 )
 from kbctl.chat import ChatOptions, Completion, Message
-from kbctl.errors import ChatError
+from kbctl.errors import ChatError, UsageError
 from kbctl.userconfig import redact
 
 __all__ = ["MAX_LINE_BYTES", "MAX_RESPONSE_BYTES", "MAX_SECONDS", "HttpChatConfig", "HttpChatModel"]
@@ -148,7 +148,7 @@ class HttpChatModel:
     ) -> Completion:
         """The model's answer; streamed to `on_text` piece by piece when it is given."""
         if not messages:
-            raise ValueError("a chat needs at least one message")
+            raise UsageError("a chat needs at least one message")
         auth = bearer_auth(self.config.api_key_env, self._environ, self.model_id, ChatError)
         body = self._body(messages, options or ChatOptions(), on_text is not None)
         headers = {"Accept": "text/event-stream" if on_text else "application/json"}

@@ -20,10 +20,10 @@ if TYPE_CHECKING:  # the library is imported by the command that uses it, so `--
     from pydantic import BaseModel
     from typer import _click  # the click that typer vendors (annotations only)
 
+    from kbctl import RerankInfo
     from kbctl.client import KnowledgeBaseStore
     from kbctl.manifest.load import ManifestFiles
     from kbctl.manifest.selectors import Selector
-    from kbctl.query.results import RerankInfo
 
 
 class DryRun(StrEnum):
@@ -106,7 +106,7 @@ TopKOpt = Annotated[
         metavar="N",
         min=1,
         max=TOP_K_MAX,
-        help="Chunks to return at most, 1-200 (default: spec.retrieval.topK).",
+        help=f"How many chunks to return at most, 1-{TOP_K_MAX} (default: spec.retrieval.topK).",
     ),
 ]
 ThresholdOpt = Annotated[
@@ -157,12 +157,12 @@ ObjectOutputOpt = Annotated[
         "custom-columns=SPEC, as in kubectl.",
     ),
 ]
-Files = Annotated[
-    list[str],
-    typer.Option(
-        "--filename", "-f", metavar="FILE", help="Manifest file, directory of manifests, or - for stdin (repeatable)."
-    ),
-]
+_FILENAME = typer.Option(
+    "--filename", "-f", metavar="FILE", help="Manifest file, directory of manifests, or - for stdin (repeatable)."
+)
+Files = Annotated[list[str], _FILENAME]
+OptionalFiles = Annotated[list[str] | None, _FILENAME]  # the same option where names may stand instead (delete)
+AllOpt = Annotated[bool, typer.Option("--all", help="Every knowledge base, instead of naming them.")]
 QuietOpt = Annotated[bool, typer.Option("--quiet", "-q", help="Print nothing but errors: no log lines, no progress.")]
 Recursive = Annotated[bool, typer.Option("--recursive", "-R", help="Process directories recursively.")]
 OutputOpt = Annotated[
@@ -246,7 +246,7 @@ def handles_errors(func: Callable[P, R]) -> Callable[P, R]:
             for problem in exc.problems:
                 typer.echo(str(problem), err=True)
             raise typer.Exit(1) from None
-        except (KbctlError, ValueError) as exc:
+        except KbctlError as exc:  # a bad argument is UsageError; unreadable stored data StoreError
             if state["debug"]:
                 raise
             typer.echo(f"Error: {exc}", err=True)
@@ -314,11 +314,11 @@ def _literal_blocks(value: Any) -> Any:
 def emit_objects(objects: list[dict[str, Any]], fmt: ObjectOutput, *, single: bool) -> None:
     """Print objects for a structured `-o` (json, yaml, jsonpath, custom-columns): one object as it is when
     `single`, else a List of them, as kubectl does."""
+    from kbctl import KnowledgeBaseStore
     from kbctl.cli.output import custom_columns, jsonpath_template
     from kbctl.cli.render import table
-    from kbctl.engine.status import resource_list
 
-    data = objects[0] if single and objects else resource_list(objects)
+    data = objects[0] if single and objects else KnowledgeBaseStore.resource_list(objects)
     if fmt.kind == "jsonpath":
         typer.echo(jsonpath_template(fmt.argument, data), nl=False)
     elif fmt.kind == "custom-columns":
@@ -345,13 +345,16 @@ def resource_names(resource: str, names: Sequence[str] | None) -> list[str]:
     return wanted
 
 
+SELECTOR_SYNTAX = "k=v, k==v, k!=v, k, !k, 'k in (a,b)', 'k notin (a,b)'; a comma means AND"
+"""What a label selector (`-l`) may say, in the help of each command that takes one."""
+
 ListSelectorOpt = Annotated[
     str | None,
     typer.Option(
         "--selector",
         "-l",
         metavar="SELECTOR",
-        help="Only knowledge bases whose labels match: k=v, k!=v, k, !k, 'k in (a,b)', 'k notin (a,b)'.",
+        help=f"Only knowledge bases whose labels match: {SELECTOR_SYNTAX}.",
     ),
 ]
 

@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import sys
-from typing import TYPE_CHECKING, Annotated
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
@@ -24,11 +25,7 @@ from kbctl.cli._common import (
 from kbctl.cli.diff import ApplySetOpt, PruneOpt, SelectorOpt, applyset_name, plan_apply, prune_scope
 
 if TYPE_CHECKING:
-    from kbctl.client import KnowledgeBaseStore
-    from kbctl.engine.controller import PendingResult
-    from kbctl.engine.prune import PruneScope
-    from kbctl.engine.results import ApplyReport
-    from kbctl.engine.settled import ManifestsToApply
+    from kbctl import ApplyReport, ManifestsToApply, PendingResult, PruneScope
 
 
 @app.command()
@@ -89,63 +86,50 @@ def apply(
         _dry_run(filename, recursive, chosen, output, exit_code)
         return
     files = read_manifest_files(filename, recursive=recursive, stdin=sys.stdin)
+    reporter = CliReporter(quiet, log=output is None)
     with open_store_for(files) as store:
         # Files the store applied byte for byte and still serves are not parsed again (kbctl.engine.settled).
         to_apply = store.load_settled(files)
         del files  # the texts read: what was parsed holds what it needs (a large manifest's text is ~100 MB)
-        if not wait:
-            _submit(store, to_apply, applyset, chosen, output, exit_code, quiet)
-            return
-        names = to_apply.manifests.names
-        _check_applyset(store, names, applyset)
-        reporter = CliReporter(quiet, log=output is None)
         try:
-            report = store.apply_settled_and_wait(to_apply, reporter=reporter, timeout=parse_duration(timeout))
+            report = store.apply(
+                to_apply,
+                wait=wait,
+                controller=True,
+                timeout=parse_duration(timeout),
+                applyset=applyset,
+                prune=chosen,
+                reporter=reporter,
+                on_recorded=None if wait else _recorded_lines(to_apply, quiet=quiet, log=output is None),
+            )
         finally:
             reporter.close()
-        pruned = _join_and_prune(store, names, applyset, chosen)
-    if not quiet:
-        _print_report(report, pruned if chosen else None, output)
-    if report.failed:
-        raise typer.Exit(1)
-    if exit_code and (pruned or any(r.action != "unchanged" for r in report.results)):
-        raise typer.Exit(2)
+        alive = wait or store.controller_alive()
+    if output and not (wait and quiet):
+        emit(_json(report, wait=wait, pruning=chosen is not None), output)
+    elif not quiet and not output:
+        for name in report.pruned:
+            typer.echo(f"KnowledgeBase/{name} pruned")
+        if wait:
+            n = len(report.results)
+            typer.echo(f"applied {n} resource{'s' if n != 1 else ''}")
+        elif any(p.pending for p in report.recorded) and not alive:
+            typer.echo(
+                "no controller is running, so nothing is ingested yet: run `kbctl controller` (or `kbctl controller "
+                "--once`), or apply again with --wait"
+            )
+    code = report.exit_code(changes=exit_code)
+    if code:
+        raise typer.Exit(code)
 
 
-def _check_applyset(store: KnowledgeBaseStore, names: list[str], applyset: str | None) -> None:
-    if applyset is not None:
-        store.check_applyset(set(names), applyset)
-
-
-def _join_and_prune(
-    store: KnowledgeBaseStore, names: list[str], applyset: str | None, chosen: PruneScope | None
-) -> list[str]:
-    """After an apply: record its knowledge bases (by name) as members of the apply set, then prune what the
-    scope covers and the manifests no longer name."""
-    if applyset is not None:
-        store.join_applyset(names, applyset)
-    return store.prune(names, chosen.selector, applyset=chosen.applyset) if chosen else []
-
-
-def _submit(
-    store: KnowledgeBaseStore,
-    to_apply: ManifestsToApply,
-    applyset: str | None,
-    chosen: PruneScope | None,
-    output: OutputOpt,
-    exit_code: bool,
-    quiet: bool,
-) -> None:
-    """apply without --wait: record the desired state for a controller and return; knowledge bases that read
-    files (path: sources) are applied here, since a controller has no copy of the files."""
-    from kbctl.cli.progress import CliReporter
-
+def _recorded_lines(to_apply: ManifestsToApply, *, quiet: bool, log: bool) -> Callable[[list[PendingResult]], None]:
+    """apply without --wait: the lines of what was left to a controller, said before the knowledge bases of path:
+    sources are applied here (a controller has no copy of their files)."""
     local = [m.kb.name for m in to_apply.manifests.manifests if m.kb.reads_files]
-    reporter = CliReporter(quiet, log=output is None)
 
     def recorded(pending: list[PendingResult]) -> None:
-        """The lines of what was left to a controller, before the lines of what is applied here."""
-        if not output and not quiet:
+        if log and not quiet:
             for p in pending:
                 state = f"version {p.version} pending" if p.pending else f"version {p.version}"
                 typer.echo(f"KnowledgeBase/{p.name} {p.action if p.pending else 'unchanged'} ({state})")
@@ -154,42 +138,19 @@ def _submit(
                 f"{', '.join(local)}: path: sources are read here (as with --wait), not by a controller", err=True
             )
 
-    names = to_apply.manifests.names
-    _check_applyset(store, names, applyset)
-    try:
-        pending, applied = store.submit_settled_or_apply(to_apply, reporter=reporter, on_recorded=recorded)
-    finally:
-        reporter.close()
-    alive = store.controller_alive()
-    pruned = _join_and_prune(store, names, applyset, chosen)
-    if output:
-        results: dict[str, object] = {"results": [p.__dict__ for p in pending], "pruned": pruned}
-        if applied is not None:
-            results["applied"] = applied.model_dump(mode="json")
-        emit(results, output)
-    elif not quiet:
-        for name in pruned:
-            typer.echo(f"KnowledgeBase/{name} pruned")
-        if any(p.pending for p in pending) and not alive:
-            typer.echo(
-                "no controller is running, so nothing is ingested yet: run `kbctl controller` (or `kbctl controller "
-                "--once`), or apply again with --wait"
-            )
-    if applied is not None and applied.failed:
-        raise typer.Exit(1)
-    changed = applied is not None and any(r.action != "unchanged" for r in applied.results)
-    if exit_code and (pruned or changed or any(p.pending for p in pending)):
-        raise typer.Exit(2)
+    return recorded
 
 
-def _print_report(report: ApplyReport, pruned: list[str] | None, output: OutputOpt) -> None:
-    if output:
-        emit(report if pruned is None else {**report.model_dump(mode="json"), "pruned": pruned}, output)
-        return
-    for name in pruned or []:
-        typer.echo(f"KnowledgeBase/{name} pruned")
-    n = len(report.results)
-    typer.echo(f"applied {n} resource{'s' if n != 1 else ''}")
+def _json(report: ApplyReport, *, wait: bool, pruning: bool) -> dict[str, Any]:
+    """`-o json|yaml`: with --wait the report (and what was pruned, when pruning); without, what was recorded,
+    what was pruned, and the report of what was applied here (path: sources), if any."""
+    applied = report.model_dump(mode="json", exclude={"recorded", "pruned"})
+    if wait:
+        return {**applied, "pruned": report.pruned} if pruning else applied
+    out: dict[str, Any] = {"results": [p.__dict__ for p in report.recorded], "pruned": report.pruned}
+    if report.results:
+        out["applied"] = applied
+    return out
 
 
 def _client_dry_run(filename: list[str], recursive: bool, output: OutputOpt) -> None:

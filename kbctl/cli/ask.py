@@ -23,7 +23,7 @@ from kbctl.cli._common import (
 )
 
 if TYPE_CHECKING:
-    from kbctl.answer import AskResult
+    from kbctl import AskResult
 
 
 def _sources(result: AskResult) -> list[str]:
@@ -75,8 +75,7 @@ def ask(
 
     Example: kbctl ask client-service-policy "how long do we keep invoices?" --model litellm/support-llm
     """
-    from kbctl.answer import NOT_COVERED
-    from kbctl.query.options import QueryOptions
+    from kbctl import QueryOptions
 
     options = QueryOptions.build(
         top_k=top_k, threshold=threshold, max_tokens=max_tokens, mode=mode and mode.value, rerank=rerank
@@ -100,7 +99,7 @@ def ask(
         elif result.answer is not None:
             typer.echo(result.answer)
         else:  # nothing relevant: kbctl's own sentence, and why on stderr
-            typer.echo(NOT_COVERED)
+            typer.echo(result.text)
             typer.echo(result.message, err=True)
         sources = _sources(result)
         if sources:

@@ -12,6 +12,7 @@ from kbctl._version import __version__
 from kbctl.cli._common import (
     COMPLETE_VAR,
     NOT_COVERED_EXIT,
+    AllOpt,
     DryRun,
     DryRunOpt,
     Files,
@@ -22,6 +23,7 @@ from kbctl.cli._common import (
     ModeOpt,
     NothingFoundExitOpt,
     ObjectOutputOpt,
+    OptionalFiles,
     Output,
     OutputOpt,
     QuietOpt,
@@ -47,7 +49,7 @@ from kbctl.cli._common import (
 )
 
 if TYPE_CHECKING:
-    from kbctl.query.results import QueryResult
+    from kbctl import QueryResult
 
 # Each command imports the library parts it needs when it runs: `kbctl --help` and `kbctl version` load none.
 
@@ -61,7 +63,7 @@ def refresh(
         list[str] | None,
         typer.Option("--source", "-s", metavar="SOURCE", help="Refresh only this source (repeatable)."),
     ] = None,
-    all_kbs: Annotated[bool, typer.Option("--all", help="Refresh every knowledge base.")] = False,
+    all_kbs: AllOpt = False,
     quiet: QuietOpt = False,
     output: OutputOpt = None,
 ) -> None:
@@ -199,7 +201,7 @@ def query(
 
     Example: kbctl query client-service-policy "how long do we keep invoices?" --explain
     """
-    from kbctl.query.options import QueryOptions
+    from kbctl import QueryOptions
 
     options = QueryOptions.build(
         top_k=top_k,
@@ -259,7 +261,7 @@ def context(
     chunks of one source are merged so their overlap is sent once. When nothing passes the threshold
     the block says plainly that no relevant context was found (with --exit-code, exit 3).
     """
-    from kbctl.query.options import QueryOptions
+    from kbctl import QueryOptions
 
     options = QueryOptions.build(
         top_k=top_k, threshold=threshold, max_tokens=max_tokens, mode=mode and mode.value, rerank=rerank
@@ -282,13 +284,10 @@ def delete(
         str | None, typer.Argument(metavar="RESOURCE", help="knowledgebase (kb), or kb/NAME; not with -f.")
     ] = None,
     names: Annotated[list[str] | None, typer.Argument(metavar="NAME", help="Knowledge bases to delete.")] = None,
-    filename: Annotated[
-        list[str] | None,
-        typer.Option("--filename", "-f", metavar="FILE", help="Delete the knowledge bases these manifests name."),
-    ] = None,
+    filename: OptionalFiles = None,
     recursive: Recursive = False,
     selector: ListSelectorOpt = None,
-    all_kbs: Annotated[bool, typer.Option("--all", help="Delete every knowledge base.")] = False,
+    all_kbs: AllOpt = False,
     ignore_not_found: Annotated[
         bool, typer.Option("--ignore-not-found", help="A name that does not exist is not an error.")
     ] = False,
@@ -342,10 +341,9 @@ def delete(
 @handles_errors
 def server_status_cmd(output: OutputOpt = None) -> None:
     """Say whether the embedded PostgreSQL runs, its pid and connection URL."""
-    from kbctl.config import Settings
-    from kbctl.store.embedded import server_status
+    from kbctl import KnowledgeBaseStore
 
-    status = server_status(Settings.from_env().pgdata)
+    status = KnowledgeBaseStore.server_status()
     if output:
         emit(status.__dict__, output)
     elif status.running:
@@ -358,11 +356,11 @@ def server_status_cmd(output: OutputOpt = None) -> None:
 @handles_errors
 def server_stop() -> None:
     """Stop the embedded PostgreSQL (the next command that needs it starts it again)."""
+    from kbctl import KnowledgeBaseStore
     from kbctl.config import Settings
-    from kbctl.store.embedded import stop_server
 
     pgdata = Settings.from_env().pgdata
-    typer.echo("stopped" if stop_server(pgdata) else f"not running ({pgdata})")
+    typer.echo("stopped" if KnowledgeBaseStore.stop_server() else f"not running ({pgdata})")
 
 
 @config_app.command("view")

@@ -22,7 +22,7 @@ from kbctl.cli._common import (
 )
 
 if TYPE_CHECKING:
-    from kbctl.engine.events import Reporter
+    from kbctl import Reporter
 
 
 class LogFormat(StrEnum):
@@ -89,13 +89,8 @@ def controller(
         reporter: Reporter = log
         if metrics_address is not None:
             from kbctl.serve.controller import ControllerMetrics, HealthServer
-            from kbctl.store.database import Database
 
-            def pending() -> int:
-                with Database(store.db.url, migrate=False) as db:  # the scrape's own connection
-                    return db.pending_count()
-
-            metrics = ControllerMetrics(log, pending)
+            metrics = ControllerMetrics(log, store.pending_count)  # the scrape's own connection, each time
             reporter = metrics
         ctl = store.controller(reporter=reporter)
         if metrics_address is not None:

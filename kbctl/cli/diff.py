@@ -9,11 +9,19 @@ from typing import TYPE_CHECKING, Annotated, ParamSpec, TypeVar
 
 import typer
 
-from kbctl.cli._common import Files, OutputOpt, Recursive, app, emit, handles_errors, open_store_for
+from kbctl.cli._common import (
+    SELECTOR_SYNTAX,
+    Files,
+    OutputOpt,
+    Recursive,
+    app,
+    emit,
+    handles_errors,
+    open_store_for,
+)
 
 if TYPE_CHECKING:
-    from kbctl.engine.explain import DiffReport
-    from kbctl.engine.prune import PruneScope
+    from kbctl import DiffReport, PruneScope
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -41,8 +49,7 @@ SelectorOpt = Annotated[
         "--selector",
         "-l",
         metavar="SELECTOR",
-        help="Label selector narrowing what --prune may delete: k=v, k==v, k!=v, k, !k, 'k in (a,b)', "
-        "'k notin (a,b)'; a comma means AND.",
+        help=f"Label selector narrowing what --prune may delete: {SELECTOR_SYNTAX}.",
     ),
 ]
 
@@ -71,7 +78,7 @@ def prune_scope(prune: bool, selector: str | None, applyset: str | None) -> Prun
             "--prune needs an apply set (--applyset NAME) or a label selector (-l): kbctl never prunes everything",
             param_hint="'--prune'",
         )
-    from kbctl.engine.prune import PruneScope
+    from kbctl import PruneScope
     from kbctl.manifest.selectors import parse_selector
 
     try:
@@ -94,7 +101,7 @@ def plan_apply(filename: list[str], recursive: bool, scope: PruneScope | None) -
     files = read_manifest_files(filename, recursive=recursive, stdin=sys.stdin)
     with open_store_for(files) as store:
         # A file the store applied byte for byte and still serves is unchanged, not parsed (kbctl.engine.settled).
-        return store.diff_settled(store.load_settled(files), prune=scope)
+        return store.diff(store.load_settled(files), prune=scope)
 
 
 def _errors_exit_2(func: Callable[P, R]) -> Callable[P, R]:

@@ -235,10 +235,10 @@ def evaluate(
 
     Example: kbctl eval client-service-policy -f examples/eval/client-service-policy.yaml -m hybrid -m vector
     """
+    from kbctl import QueryOptions
     from kbctl.eval.answers import answer_shortfalls, evaluate_answers
     from kbctl.eval.evalset import load_evalset
     from kbctl.eval.run import evaluate_store
-    from kbctl.query.options import QueryOptions
 
     if not answers and (chat_model or judge_model or min_faithfulness is not None or min_refusal is not None):
         raise typer.BadParameter(

@@ -9,7 +9,8 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 
 from kbctl.cli._common import OutputOpt, command_group, emit, handles_errors, open_store
-from kbctl.eval.defaults import DEFAULT_SPLIT, RANKING_MAX_TOKENS, RANKING_THRESHOLD, RANKING_TOP_K
+from kbctl.defaults import BEIR_SPLIT, RANKING_MAX_TOKENS, RANKING_THRESHOLD, RANKING_TOP_K
+from kbctl.manifest import CONTEXT_TOKENS_MAX
 
 if TYPE_CHECKING:
     from kbctl.eval.beir import BeirImport
@@ -52,7 +53,7 @@ def beir(
     ],
     split: Annotated[
         str, typer.Option("--split", metavar="SPLIT", help="Which qrels/<split>.tsv judges the queries.")
-    ] = DEFAULT_SPLIT,
+    ] = BEIR_SPLIT,
     eval_out: Annotated[
         Path | None,
         typer.Option(
@@ -90,7 +91,13 @@ def beir(
     ] = RANKING_THRESHOLD,
     max_tokens: Annotated[
         int,
-        typer.Option("--max-tokens", metavar="N", min=1, help="spec.retrieval.maxContextTokens of the knowledge base."),
+        typer.Option(
+            "--max-tokens",
+            metavar="N",
+            min=1,
+            max=CONTEXT_TOKENS_MAX,
+            help="spec.retrieval.maxContextTokens of the knowledge base.",
+        ),
     ] = RANKING_MAX_TOKENS,
     model: Annotated[
         str | None,

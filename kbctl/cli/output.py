@@ -15,6 +15,8 @@ from typing import Any, Final
 
 import typer
 
+from kbctl.errors import UsageError
+
 __all__ = ["OBJECT_FORMATS", "ObjectOutput", "custom_columns", "jsonpath_template", "parse_object_output"]
 
 OBJECT_FORMATS: Final = ("json", "yaml", "wide", "name", "jsonpath=TEMPLATE", "custom-columns=SPEC")
@@ -71,7 +73,7 @@ def _path(expression: str) -> Callable[[Any], list[Any]]:
     try:
         compiled = parse(text)
     except (JsonPathParserError, Exception) as exc:  # the lexer raises plain Exception for a bad character
-        raise ValueError(f"invalid JSONPath {expression!r}: {exc}") from None
+        raise UsageError(f"invalid JSONPath {expression!r}: {exc}") from None
     return lambda data: [match.value for match in compiled.find(data)]
 
 
@@ -104,16 +106,16 @@ def _compile_template(template: str) -> list[_Part]:
             stack.append(body)
         elif inner == "end":
             if len(stack) == 1:
-                raise ValueError("{end} without {range}")
+                raise UsageError("{end} without {range}")
             stack.pop()
         else:
             stack[-1].append(("path", _path(inner)))
     if position < len(template):
         stack[-1].append(template[position:])
     if len(stack) != 1:
-        raise ValueError("{range} without {end}")
+        raise UsageError("{range} without {end}")
     if "{" in "".join(p for p in parts if isinstance(p, str)):
-        raise ValueError("unbalanced braces")
+        raise UsageError("unbalanced braces")
     return parts
 
 
@@ -139,7 +141,7 @@ def _columns(spec: str) -> list[tuple[str, Callable[[Any], list[Any]]]]:
     for column in spec.split(","):
         header, sep, expression = column.partition(":")
         if not sep or not header.strip() or not expression.strip():
-            raise ValueError(f"column {column!r} is not HEADER:PATH (e.g. NAME:.metadata.name)")
+            raise UsageError(f"column {column!r} is not HEADER:PATH (e.g. NAME:.metadata.name)")
         columns.append((header.strip(), _path(expression)))
     return columns
 

@@ -14,8 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 import typer
 
-from kbctl.cli.render import count
-from kbctl.engine.events import (
+from kbctl import (
     ControllerGone,
     Event,
     HandedToController,
@@ -27,6 +26,7 @@ from kbctl.engine.events import (
     VectorIndexBuilt,
     WorkProgress,
 )
+from kbctl.cli.render import count
 
 if TYPE_CHECKING:
     from rich.progress import Progress

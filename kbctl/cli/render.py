@@ -13,10 +13,8 @@ from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:  # imported by the commands that print them (a command's start-up pays only for its own)
-    from kbctl.engine.explain import DiffReport, SourceDiff
-    from kbctl.engine.status import KnowledgeBaseDetail, KnowledgeBaseSummary
+    from kbctl import DiffReport, GcResult, KnowledgeBaseDetail, KnowledgeBaseSummary, SourceDiff, VersionInfo
     from kbctl.manifest.explain import FieldDoc
-    from kbctl.store.history import GcResult, VersionInfo
 
 __all__ = [
     "age",

@@ -29,7 +29,7 @@ from kbctl._http import (
     user_agent,
 )
 from kbctl.embedding import Purpose, Vector
-from kbctl.errors import EmbeddingError
+from kbctl.errors import EmbeddingError, UsageError
 from kbctl.userconfig import redact
 
 __all__ = ["CHARS_PER_TOKEN", "Encoding", "HttpEmbedder", "HttpEmbeddingConfig", "estimate_tokens"]
@@ -78,32 +78,32 @@ class HttpEmbeddingConfig:
         try:
             url = httpx.URL(self.base_url)
         except httpx.InvalidURL as exc:
-            raise ValueError(f"base_url {redact(self.base_url)!r} is not a valid URL: {exc}") from exc
+            raise UsageError(f"base_url {redact(self.base_url)!r} is not a valid URL: {exc}") from exc
         if url.scheme not in ("http", "https") or not url.host:
-            raise ValueError(f"base_url {redact(self.base_url)!r} must be an http:// or https:// URL")
+            raise UsageError(f"base_url {redact(self.base_url)!r} must be an http:// or https:// URL")
         if url.userinfo or url.query or url.fragment:
-            raise ValueError("base_url must not hold credentials, a query or a fragment (the key goes in api_key_env)")
+            raise UsageError("base_url must not hold credentials, a query or a fragment (the key goes in api_key_env)")
         for name in ("model", "model_id"):
             if not getattr(self, name):
-                raise ValueError(f"{name} must not be empty")
+                raise UsageError(f"{name} must not be empty")
         if self.api_key_env is not None and not self.api_key_env:
-            raise ValueError("api_key_env must be a variable name or None")
+            raise UsageError("api_key_env must be a variable name or None")
         if self.dimensions is not None and self.dimensions < 1:
-            raise ValueError("dimensions must be at least 1")
+            raise UsageError("dimensions must be at least 1")
         for name in ("batch_size", "max_batch_tokens", "max_concurrency", "max_input_tokens"):
             if getattr(self, name) < 1:
-                raise ValueError(f"{name} must be at least 1")
+                raise UsageError(f"{name} must be at least 1")
         if self.timeout <= 0:
-            raise ValueError("timeout must be positive")
+            raise UsageError("timeout must be positive")
         if self.encoding_format not in ("base64", "float"):
-            raise ValueError("encoding_format must be 'base64' or 'float'")
+            raise UsageError("encoding_format must be 'base64' or 'float'")
         for name in ("retries", "backoff_base", "max_retry_after"):
             if getattr(self, name) < 0:
-                raise ValueError(f"{name} must not be negative")
+                raise UsageError(f"{name} must not be negative")
         for name in ("document_fields", "query_fields"):
             reserved = sorted(_RESERVED_FIELDS & set(getattr(self, name)))
             if reserved:
-                raise ValueError(f"{name} must not set {', '.join(reserved)} (kbctl sets them)")
+                raise UsageError(f"{name} must not set {', '.join(reserved)} (kbctl sets them)")
 
     @property
     def url(self) -> str:
@@ -210,7 +210,7 @@ class HttpEmbedder:
     def embed(self, texts: Sequence[str], purpose: Purpose = "document") -> list[Vector]:
         """Embed texts in batches over HTTP; one L2-normalized float32 vector per text, in input order."""
         if purpose not in ("document", "query"):
-            raise ValueError(f"purpose must be 'document' or 'query', not {purpose!r}")
+            raise UsageError(f"purpose must be 'document' or 'query', not {purpose!r}")
         if isinstance(texts, str):
             raise TypeError("embed: texts must be a sequence of strings, not one string")
         items = list(texts)

@@ -24,6 +24,8 @@ from typing import Any, Literal
 import numpy as np
 
 from kbctl.config import Settings
+from kbctl.defaults import BGE_SMALL_THRESHOLD, DEFAULT_THRESHOLD
+from kbctl.defaults import LOCAL_BATCH_SIZE as BATCH_SIZE  # texts per ONNX run
 from kbctl.embedding import Purpose, Vector
 from kbctl.errors import EmbeddingError
 
@@ -36,11 +38,6 @@ DIMENSIONS = 384
 MODEL_SHA256 = "8199be6f699a395f99f89df973f9dc5285fbcfcdb2ae1a4e1201dab014f3d2a6"
 # sentence-transformers embeds this model with at most 256 tokens; longer inputs are truncated.
 MAX_TOKENS = 256
-DEFAULT_THRESHOLD = 0.35  # all-MiniLM-L6-v2's, and any model's without a measured one
-# Texts per ONNX run. Ingest hands the model texts sorted by length, so a batch pads little whatever its size;
-# on 2 cores small batches then run fastest (bench/apply.py, shortest first: 8 -> 29.4 s, 16 -> 33.1 s,
-# 32 -> 40.1 s, 64 -> 39.4 s for the same 786 texts).
-BATCH_SIZE = 8
 
 # Small facts about the BERT tokenizer that fastembed reads beside tokenizer.json.
 _CONFIG = {"model_type": "bert", "hidden_size": DIMENSIONS, "pad_token_id": 0, "max_position_embeddings": 512}
@@ -125,10 +122,7 @@ MINILM = LocalModel(
     max_tokens=MAX_TOKENS,
     packaged=_packaged_files,
     extra="offline-model",
-    # examples/eval: every no-answer question comes back empty (their best chunk scores at most 0.339) at recall@5
-    # 1.00 / 0.93 in hybrid mode (0.97 / 0.91 before the agreement rule of kbctl.query.retrieve); at 0.2 half of them
-    # got hits.
-    threshold=DEFAULT_THRESHOLD,
+    threshold=DEFAULT_THRESHOLD,  # measured on examples/eval: kbctl.defaults
 )
 BGE_SMALL = LocalModel(
     name="bge-small-en-v1.5",
@@ -139,10 +133,7 @@ BGE_SMALL = LocalModel(
     max_tokens=512,
     packaged=_bge_files,
     extra="bge-small",
-    # bge scores unrelated text 0.3-0.5. examples/eval at 0.6, hybrid: recall@5 1.00 / 0.98 and 7 of its 8 no-answer
-    # questions empty (one scores 0.651, first in both lists); 0.76 empties all 8 at recall@5 0.60 / 0.62
-    # (bench/thresholds.py).
-    threshold=0.6,
+    threshold=BGE_SMALL_THRESHOLD,  # bge scores unrelated text 0.3-0.5; measured on examples/eval: kbctl.defaults
     query_prefix="Represent this sentence for searching relevant passages: ",
 )
 LOCAL_MODELS: dict[str, LocalModel] = {m.name: m for m in (MINILM, BGE_SMALL)}

@@ -12,20 +12,20 @@ import time
 from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import replace
 from datetime import UTC, datetime
-from typing import Literal, TypeVar
+from typing import TypeVar
 
+from kbctl.defaults import ANALYZE_AFTER_CHUNKS, ANALYZE_AFTER_SOURCES, ANALYZE_CHUNK_SHARE
 from kbctl.embedding import Embedder
-from kbctl.engine.conditions import Failure, observe
+from kbctl.engine.conditions import PublishedNothing, observe
 from kbctl.engine.events import (
     NullReporter,
     ReconcileFailed,
-    ReconcileFinished,
     ReconcileStarted,
     Reporter,
-    SourceReconciled,
     Trigger,
     VectorIndexBuilt,
     WorkProgress,
+    report_sources,
 )
 from kbctl.engine.ingest import Ingested, IngestRun, ingest
 from kbctl.engine.plan import (
@@ -41,7 +41,7 @@ from kbctl.engine.plan import (
     serves_spec,
 )
 from kbctl.engine.results import ApplyReport, KnowledgeBaseResult, SourceResult
-from kbctl.errors import KbctlError, NotFoundError, SourceError, StoreError
+from kbctl.errors import KbctlError, NotFoundError, SourceError, StoreError, UsageError
 from kbctl.manifest import KnowledgeBase
 from kbctl.manifest.changes import field_changes
 from kbctl.manifest.digest import manifest_digests
@@ -51,6 +51,7 @@ from kbctl.sources.git import read_repository
 from kbctl.sources.url import FetchPolicy, fetch_urls
 from kbctl.store.database import Database, SourceEntry, SourceStatusRow
 from kbctl.store.history import applying, prune_history
+from kbctl.store.rows import source_state
 from kbctl.store.schedule import set_schedule
 from kbctl.store.state import StoredState, read_state
 from kbctl.store.texts import packing
@@ -64,9 +65,6 @@ __all__ = [
 ]
 
 EmbedderFor = Callable[[str], Embedder]
-ANALYZE_AFTER_CHUNKS = 5_000  # new chunks after which a publish refreshes PostgreSQL's statistics of them...
-ANALYZE_CHUNK_SHARE = 0.1  # ...when they are also this share of the chunks its statistics know (autovacuum's own)
-ANALYZE_AFTER_SOURCES = 1_000  # sources of a published version from which PostgreSQL's estimate of it is refreshed
 CAUSE_ITEMS = 3  # changes named per kind in a version's change cause (`rollout history`'s CHANGE column)
 _T = TypeVar("_T")
 
@@ -74,19 +72,18 @@ _T = TypeVar("_T")
 def source_result(p: SourcePlan, outcome: Ingested | Fail | None = None) -> SourceResult:
     """What happened to one source: its plan, and for new content what ingesting it gave."""
     decision = outcome if isinstance(outcome, Fail) else p.decision
-    state: Literal["ready", "stale", "failed"] = "ready"
     chunks = embedded = truncated = 0
     message = None
     if isinstance(decision, Fail):
-        state = "stale" if decision.keep is not None else "failed"
         chunks, message = (decision.keep.chunk_count if decision.keep else 0), decision.message
     elif isinstance(outcome, Ingested):
         chunks, embedded, truncated = len(outcome.chunked.chunks), outcome.embedded, outcome.truncated
     elif isinstance(decision, Reuse):
         chunks = decision.chunk_count
+    kept = decision.keep if isinstance(decision, Fail) else None
     return SourceResult(
         name=p.name,
-        state=state,
+        state=source_state(read=not isinstance(decision, Fail), serving=kept is not None),
         fetched=p.fetch,
         ingested=isinstance(outcome, Ingested),
         chunks=chunks,
@@ -110,7 +107,8 @@ def _status(p: SourcePlan, outcome: Ingested | Fail | None, state: StoredState, 
         p.status or state.statuses.get(p.name) or SourceStatusRow(p.name, "ready", None, None, None, None, None, now)
     )
     if isinstance(outcome, Fail):  # fetched (or read) fine, but its content could not be ingested
-        return replace(status, state="failed", message=outcome.message, checked_at=now)
+        serving = source_state(read=False, serving=outcome.keep is not None)
+        return replace(status, state=serving, message=outcome.message, checked_at=now)
     return status
 
 
@@ -163,15 +161,17 @@ class _Reconciler:
                 embedder = self.embedder_for(kb.spec.embedding.ref)
                 with applying(self.db), self.db.kb_lock(kb.name):
                     results.append(self.reconcile(kb, embedder))
+            except UsageError:
+                raise  # a bad argument is the caller's to fix, not a failed reconcile to record
             except KbctlError as exc:
-                self._record_failure(kb.name, Failure("ReconcileFailed", str(exc)))
+                self._record_failure(kb.name, PublishedNothing("ReconcileFailed", str(exc)))
                 self.reporter.report(ReconcileFailed(kb.name, str(exc)))
                 results.append(
                     KnowledgeBaseResult(name=kb.name, action="failed", version=None, sources=[], message=str(exc))
                 )
         return ApplyReport(results=results)
 
-    def _record_failure(self, name: str, failure: Failure) -> None:
+    def _record_failure(self, name: str, failure: PublishedNothing) -> None:
         """Mark a knowledge base not Ready after a failed reconcile (its current version, if any, still serves)."""
         try:
             row = self.db.get_kb(name)
@@ -244,9 +244,7 @@ class _Reconciler:
             observe(db, state.row, finished=done)
         refresh = kb.spec.refresh
         set_schedule(db, state.row.id, refresh.seconds if refresh else None, refreshed=self.trigger == "refresh")
-        for r in results:
-            self.reporter.report(SourceReconciled(name, self.trigger, r, embedder.model_id))
-        self.reporter.report(ReconcileFinished(name, self.trigger, action, version))
+        report_sources(self.reporter, name, self.trigger, results, embedder.model_id, finished=(action, version))
         if run.vector_ids:  # content was ingested: new vectors may give the model enough for its index
             self._index(name, embedder.model_id)
         new_chunks = sum(len(o.chunked.chunks) for o in outcomes.values() if isinstance(o, Ingested))
@@ -303,7 +301,7 @@ class _Reconciler:
                 name=p.name,
                 source_sha256=p.source_sha256,
                 revision=_revision(p, run.outcomes.get(p.name)),
-                state="failed" if r.failed else "ready",
+                state=r.state,
                 message=r.message,
                 chunk_count=r.chunks,
                 embedded=r.embedded,
@@ -341,10 +339,8 @@ class _Reconciler:
         message = "no source could be read (" + "; ".join(failed) + ")"
         # The generation is reconciled (its outcome is known); the controller does not retry it.
         done = self.generation if self.generation is not None else state.row.generation
-        observe(self.db, state.row, finished=done, failure=Failure("NoContent", message))
-        for r in results:
-            self.reporter.report(SourceReconciled(plan.name, self.trigger, r, model))
-        self.reporter.report(ReconcileFailed(plan.name, message))
+        observe(self.db, state.row, finished=done, failure=PublishedNothing("NoContent", message))
+        report_sources(self.reporter, plan.name, self.trigger, results, model, failed=message)
         return KnowledgeBaseResult(
             name=plan.name, action="failed", version=None, sources=list(results), message=message
         )

@@ -17,7 +17,7 @@ from pydantic import AliasChoices, BaseModel, ConfigDict, Field
 
 from kbctl.store.database import Database, KnowledgeBaseRow
 
-__all__ = ["Condition", "Facts", "Failure", "condition", "conditions_for", "is_true", "observe"]
+__all__ = ["Condition", "Facts", "PublishedNothing", "condition", "conditions_for", "is_true", "observe"]
 
 ConditionType = Literal["Ready", "Progressing", "Degraded"]
 Status = Literal["True", "False", "Unknown"]
@@ -39,7 +39,7 @@ class Condition(BaseModel):
 
 
 @dataclass(frozen=True)
-class Failure:
+class PublishedNothing:
     """Why the last reconcile published nothing: `ReconcileFailed` (the KB as a whole) or `NoContent`."""
 
     reason: Literal["ReconcileFailed", "NoContent"]
@@ -53,7 +53,7 @@ class Facts:
     serving: int | None  # the version that serves queries
     pending: int | None  # the desired generation waiting to be reconciled, if any
     failing_sources: Sequence[tuple[str, str]] = ()  # (name, reason) of stale or failed sources
-    failure: Failure | None = None
+    failure: PublishedNothing | None = None
 
 
 def _serves(serving: int | None) -> str:
@@ -116,7 +116,7 @@ def conditions_for(old: Sequence[dict[str, Any]], facts: Facts, now: datetime) -
 
 
 def observe(
-    db: Database, row: KnowledgeBaseRow, *, finished: int | None = None, failure: Failure | None = None
+    db: Database, row: KnowledgeBaseRow, *, finished: int | None = None, failure: PublishedNothing | None = None
 ) -> list[dict[str, Any]]:
     """Compute a knowledge base's conditions from what the store holds now, and write them.
 

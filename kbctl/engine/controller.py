@@ -19,14 +19,12 @@ import threading
 import time
 import uuid
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 from typing import Literal
 
-from pydantic import ValidationError
-
+from kbctl.defaults import HEARTBEAT_SECONDS, HEARTBEAT_TTL_SECONDS, LEASE_SECONDS, RETRY_SECONDS, STALL_SECONDS
 from kbctl.embedding import Embedder
 from kbctl.engine.apply import apply_knowledge_bases, refresh_knowledge_bases
-from kbctl.engine.conditions import Failure, observe
+from kbctl.engine.conditions import PublishedNothing, observe
 from kbctl.engine.conditions import condition as find_condition
 from kbctl.engine.events import (
     ControllerGone,
@@ -36,10 +34,10 @@ from kbctl.engine.events import (
     ReconcileFailed,
     ReconcileStarted,
     Reporter,
-    SourceReconciled,
     StoreUnavailable,
+    report_sources,
 )
-from kbctl.engine.results import ApplyReport, KnowledgeBaseResult, SourceResult
+from kbctl.engine.results import ApplyReport, KnowledgeBaseResult, PendingResult, SourceResult
 from kbctl.errors import KbctlError, NotFoundError, StoreError
 from kbctl.manifest import KnowledgeBase
 from kbctl.sources.url import FetchPolicy
@@ -51,29 +49,11 @@ from kbctl.store.schedule import claim_due_refresh
 __all__ = [
     "CHANNEL",
     "Controller",
-    "PendingResult",
     "controller_alive",
     "record_pending",
     "wait_for",
     "wait_for_controller",
 ]
-
-LEASE_SECONDS = 600
-HEARTBEAT_SECONDS = 5
-HEARTBEAT_TTL_SECONDS = 15
-RETRY_SECONDS = 30
-STALL_SECONDS = 120.0  # a reconcile that reports nothing and runs no statement for this long is stuck
-
-
-@dataclass(frozen=True)
-class PendingResult:
-    """What `apply` without --wait recorded for one knowledge base."""
-
-    name: str
-    action: str  # created | configured | unchanged
-    version: int | None  # the version that will be published (pending) or that serves (unchanged)
-    generation: int
-    pending: bool
 
 
 def record_pending(db: Database, kb: KnowledgeBase) -> PendingResult:
@@ -150,19 +130,24 @@ class Controller:
         self._progressed()
         self._backend = self.db.connection.info.backend_pid  # whose statements count as progress
         try:
-            kb = KnowledgeBase.from_manifest(claim.manifest)
-            [result] = apply_knowledge_bases(
-                self.db, [kb], self._embedder_for, self._reporter, policy=self._policy, generation=claim.generation
-            ).results
-            if result.action == "failed" and result.version is None and not result.sources:
-                # the store or the model failed (not the sources, whose outcome is recorded): try again later
-                retry_after = RETRY_SECONDS
-        except ValidationError as exc:
-            # A manifest that no longer validates (an older kbctl wrote it) cannot be retried as is.
-            row = self.db.get_kb(claim.name)
-            if row is not None:
-                observe(self.db, row, finished=claim.generation, failure=Failure("ReconcileFailed", str(exc)))
-            result = KnowledgeBaseResult(name=claim.name, action="failed", version=None, sources=[], message=str(exc))
+            try:
+                kb = KnowledgeBase.from_manifest(claim.manifest)
+            except StoreError as exc:
+                # A manifest that no longer validates (an older kbctl wrote it) cannot be retried as is.
+                row = self.db.get_kb(claim.name)
+                if row is not None:
+                    failure = PublishedNothing("ReconcileFailed", str(exc))
+                    observe(self.db, row, finished=claim.generation, failure=failure)
+                result = KnowledgeBaseResult(
+                    name=claim.name, action="failed", version=None, sources=[], message=str(exc)
+                )
+            else:
+                [result] = apply_knowledge_bases(
+                    self.db, [kb], self._embedder_for, self._reporter, policy=self._policy, generation=claim.generation
+                ).results
+                if result.action == "failed" and result.version is None and not result.sources:
+                    # the store or the model failed (not the sources, whose outcome is recorded): try again later
+                    retry_after = RETRY_SECONDS
         finally:
             claims.release(self.db, claim, self.id, retry_after=retry_after)
         self.processed.append(result)
@@ -368,13 +353,6 @@ def _await(db: Database, p: PendingResult, deadline: float, poll_seconds: float)
         time.sleep(poll_seconds)
 
 
-def _state(state: str, revision_id: int | None) -> Literal["ready", "stale", "failed"]:
-    """A published source's outcome: ready, or failed while serving its last good content (stale), or not."""
-    if state == "ready":
-        return "ready"
-    return "stale" if revision_id is not None else "failed"
-
-
 def _result_from_store(db: Database, p: PendingResult, reporter: Reporter) -> KnowledgeBaseResult:
     """What the controller did, read back from the version it published, reported as apply's events."""
     row = db.get_kb(p.name)
@@ -389,7 +367,7 @@ def _result_from_store(db: Database, p: PendingResult, reporter: Reporter) -> Kn
     sources = [
         SourceResult(
             name=s.source_name,
-            state=_state(s.state, s.revision_id),
+            state=s.state,  # stored by the one rule: stale when it failed but earlier content serves
             fetched=False,  # not recorded per version; apply's lines do not depend on it
             # A revision written by the same transaction as the version is new content ingested for it.
             ingested=s.revision_created_at is not None and s.revision_created_at == version.created_at,
@@ -400,7 +378,6 @@ def _result_from_store(db: Database, p: PendingResult, reporter: Reporter) -> Kn
         )
         for s in db.version_sources(version.id)
     ]
-    for source in sources:
-        reporter.report(SourceReconciled(p.name, "apply", source, version.model))
+    report_sources(reporter, p.name, "apply", sources, version.model)
     action: Literal["created", "configured"] = "created" if p.action == "created" else "configured"
     return KnowledgeBaseResult(name=p.name, action=action, version=version.number, sources=sources)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Literal, Protocol
 
@@ -19,6 +20,7 @@ __all__ = [
     "SourceReconciled",
     "StoreUnavailable",
     "Trigger",
+    "report_sources",
 ]
 
 Trigger = Literal["apply", "refresh"]
@@ -137,3 +139,24 @@ class NullReporter:
 
     def report(self, event: Event) -> None:
         """Ignore an event."""
+
+
+def report_sources(
+    reporter: Reporter,
+    name: str,
+    trigger: Trigger,
+    sources: Sequence[SourceResult],
+    model: str,
+    *,
+    finished: tuple[Action, int] | None = None,
+    failed: str | None = None,
+) -> None:
+    """The end of one knowledge base's reconcile, as every route reports it (in-process, a controller's result
+    read back, a settled file): one SourceReconciled per source, then ReconcileFinished (`finished`: action and
+    version) or ReconcileFailed (`failed`: why), when given."""
+    for source in sources:
+        reporter.report(SourceReconciled(name, trigger, source, model))
+    if failed is not None:
+        reporter.report(ReconcileFailed(name, failed))
+    elif finished is not None:
+        reporter.report(ReconcileFinished(name, trigger, *finished))

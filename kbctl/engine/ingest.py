@@ -7,6 +7,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, replace
 
 from kbctl.chunking import Chunk, chunk_document
+from kbctl.defaults import EMBED_BATCH
 from kbctl.embedding import Embedder, Vector
 from kbctl.engine.events import Reporter, WorkProgress
 from kbctl.engine.plan import Fail, Ingest, KnowledgeBasePlan, SourcePlan, text_sha256
@@ -15,8 +16,6 @@ from kbctl.manifest import KnowledgeBase, Limits
 from kbctl.store.database import ChunkRow, Database, NewRevision
 
 __all__ = ["EMBED_BATCH", "Chunked", "IngestRun", "Ingested", "TokenCounts", "chunk_source", "ingest"]
-
-EMBED_BATCH = 64
 
 
 @dataclass(frozen=True)

@@ -35,6 +35,7 @@ from kbctl.sources.files import NotModified
 from kbctl.sources.files import ReadOutcome as FilesRead
 from kbctl.sources.url import FetchRequest, FetchResult, Validators
 from kbctl.store.database import SourceStatusRow, VersionSourceRow
+from kbctl.store.rows import source_state
 from kbctl.store.state import StoredState
 from kbctl.store.texts import Packing, pack, packing
 
@@ -45,11 +46,11 @@ __all__ = [
     "Ingest",
     "KnowledgeBasePlan",
     "NotFetched",
+    "PlanFor",
     "ReadFiles",
     "ReadOutcome",
     "Reuse",
     "SourcePlan",
-    "Trigger",
     "build_plan",
     "fetch_requests",
     "file_stamps",
@@ -62,7 +63,7 @@ __all__ = [
 # Bump when the chunker's output for the same input changes, so stored revisions are rebuilt.
 CHUNKER_VERSION = 1
 
-Trigger = Literal["apply", "refresh", "explain"]
+PlanFor = Literal["apply", "refresh", "diff"]  # what the plan is for: an apply, a refresh, or `kbctl diff`
 Fetched = Mapping[str, FetchResult | SourceError]
 ReadOutcome = FilesRead | SourceError  # a path or git source's files, or why they could not be listed
 ReadFiles = Mapping[str, ReadOutcome]  # by source name
@@ -140,7 +141,7 @@ class KnowledgeBasePlan:
     manifest: dict[str, Any]
     manifest_sha256: str
     model_id: str
-    trigger: Trigger
+    trigger: PlanFor
     current_version: int | None
     next_version: int
     previous_manifest: dict[str, Any] | None  # the current version's, packed (see source_changes)
@@ -277,7 +278,7 @@ def _kept(prev: VersionSourceRow | None, sha: str) -> Reuse | None:
 
 
 def fetch_requests(
-    kb: KnowledgeBase, state: StoredState, trigger: Trigger, only: Collection[str] = ()
+    kb: KnowledgeBase, state: StoredState, trigger: PlanFor, only: Collection[str] = ()
 ) -> list[FetchRequest]:
     """The URL sources to fetch, with the HTTP validators of the content they serve.
 
@@ -308,14 +309,17 @@ class _Planner:
     def status(
         self,
         name: str,
-        state: str,
         *,
+        read: bool,
+        serving: bool = True,
         message: str | None = None,
         origin: str | None = None,
         validators: Validators | None = None,
         fetched_at: datetime | None = None,
     ) -> SourceStatusRow:
+        """The live status a source's read leaves: its state by the one rule (`source_state`)."""
         v = validators or Validators()
+        state = source_state(read=read, serving=serving)
         return SourceStatusRow(name, state, message, origin, v.etag, v.last_modified, fetched_at, self.now)
 
     def document(self, source: Source, doc: Document, name: str | None = None) -> Reuse | Ingest:
@@ -334,11 +338,13 @@ class _Planner:
                 if read is None:
                     plans.append(SourcePlan(source, row.source_sha256, kept or NotFetched(), False, None, name))
                 else:
-                    status = self.status(name, "stale" if kept else "failed", message=str(read))
+                    status = self.status(name, read=False, serving=kept is not None, message=str(read))
                     plans.append(SourcePlan(source, row.source_sha256, Fail(str(read), kept), False, status, name))
             if not plans:
                 decision: Decision = NotFetched() if read is None else Fail(str(read))
-                failed = None if read is None else self.status(source.name, "failed", message=str(read))
+                failed = (
+                    None if read is None else self.status(source.name, read=False, serving=False, message=str(read))
+                )
                 plans.append(SourcePlan(source, sha, decision, False, failed))
             return plans
         plans = []
@@ -352,23 +358,25 @@ class _Planner:
             if isinstance(outcome, NotModified) and kept is not None:
                 stored = self.state.statuses.get(name)
                 status = self.status(
-                    name, "ready", origin=stored.origin if stored else entry.origin, validators=stamp, fetched_at=None
+                    name, read=True, origin=stored.origin if stored else entry.origin, validators=stamp, fetched_at=None
                 )
                 plans.append(SourcePlan(source, unit_sha, kept, False, status, name))
                 continue
             if isinstance(outcome, NotModified):  # cannot happen: a stamp is known only for what is served
                 outcome = SourceError("changed while it was read: apply again")
             if isinstance(outcome, SourceError):
-                status = self.status(name, "stale" if kept else "failed", message=str(outcome), origin=entry.origin)
+                status = self.status(
+                    name, read=False, serving=kept is not None, message=str(outcome), origin=entry.origin
+                )
                 plans.append(SourcePlan(source, unit_sha, Fail(str(outcome), kept), False, status, name))
             else:
-                status = self.status(name, "ready", origin=outcome.origin, validators=stamp)
+                status = self.status(name, read=True, origin=outcome.origin, validators=stamp)
                 plans.append(SourcePlan(source, unit_sha, self.document(source, outcome, name), False, status, name))
         return plans
 
     def inline(self, source: Source, sha: str) -> SourcePlan:
         doc = read_inline(source)
-        status = self.status(source.name, "ready", origin=doc.origin)
+        status = self.status(source.name, read=True, origin=doc.origin)
         return SourcePlan(source, sha, self.document(source, doc), False, status)
 
     def not_fetched(self, source: Source, sha: str, fetch: bool) -> SourcePlan:
@@ -384,22 +392,22 @@ class _Planner:
                 # Still serving the old content: keep the validators and fetch time that describe it.
                 status = self.status(
                     name,
-                    "stale",
+                    read=False,
                     message=message,
                     origin=stored.origin,
                     validators=Validators(stored.etag, stored.last_modified),
                     fetched_at=stored.fetched_at,
                 )
             else:
-                status = self.status(name, "stale" if kept else "failed", message=message)
+                status = self.status(name, read=False, serving=kept is not None, message=message)
             return SourcePlan(source, sha, Fail(message, kept), True, status)
         if outcome.not_modified:
             origin = stored.origin if stored else outcome.final_url
-            status = self.status(name, "ready", origin=origin, validators=outcome.validators, fetched_at=self.now)
+            status = self.status(name, read=True, origin=origin, validators=outcome.validators, fetched_at=self.now)
             return SourcePlan(source, sha, kept or NotFetched(), True, status)
         assert outcome.document is not None
         doc = outcome.document
-        status = self.status(name, "ready", origin=doc.origin, validators=outcome.validators, fetched_at=self.now)
+        status = self.status(name, read=True, origin=doc.origin, validators=outcome.validators, fetched_at=self.now)
         return SourcePlan(source, sha, self.document(source, doc), True, status)
 
 
@@ -408,7 +416,7 @@ def build_plan(
     state: StoredState,
     *,
     model_id: str,
-    trigger: Trigger,
+    trigger: PlanFor,
     now: datetime,
     requested: Collection[str] = (),
     fetched: Fetched | None = None,

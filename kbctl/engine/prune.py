@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Collection
 from dataclasses import dataclass
 
-from kbctl.errors import KbctlError
+from kbctl.errors import KbctlError, UsageError
 from kbctl.manifest.selectors import Selector
 from kbctl.store.database import Database
 from kbctl.store.rows import KnowledgeBaseRow
@@ -30,7 +30,7 @@ class PruneScope:
 
     def __post_init__(self) -> None:
         if self.applyset is None and self.selector is None:
-            raise ValueError("a prune needs an apply set or a label selector: kbctl never prunes everything")
+            raise UsageError("a prune needs an apply set or a label selector: kbctl never prunes everything")
 
     def covers(self, row: KnowledgeBaseRow) -> bool:
         """Whether prune may delete `row` (when the manifests no longer name it)."""

@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-__all__ = ["ApplyReport", "KnowledgeBaseResult", "SourceResult"]
+__all__ = ["ApplyReport", "KnowledgeBaseResult", "PendingResult", "SourceResult"]
 
 
 class SourceResult(BaseModel):
@@ -49,12 +50,40 @@ class KnowledgeBaseResult(BaseModel):
         return self.action == "failed" or any(s.failed for s in self.sources)
 
 
+@dataclass(frozen=True)
+class PendingResult:
+    """What an apply that does not wait recorded for one knowledge base, for a controller to reconcile."""
+
+    name: str
+    action: str  # created | configured | unchanged
+    version: int | None  # the version that will be published (pending) or that serves (unchanged)
+    generation: int
+    pending: bool
+
+
 class ApplyReport(BaseModel):
-    """The outcome of one apply or refresh: one result per knowledge base, in order."""
+    """The outcome of one apply or refresh: one result per knowledge base reconciled, in manifest order; what an
+    apply that does not wait left to a controller; what a prune deleted."""
 
     model_config = ConfigDict(frozen=True)
 
     results: list[KnowledgeBaseResult]
+    recorded: list[PendingResult] = Field(
+        default_factory=list, description="Left to a controller (apply without waiting), in manifest order."
+    )
+    pruned: list[str] = Field(default_factory=list, description="Knowledge bases a prune deleted, by name.")
+
+    def exit_code(self, *, changes: bool = False) -> int:
+        """The command's exit code: 1 when anything failed; with `changes` (`--exit-code`), 2 when something was
+        created, configured, refreshed, recorded for a controller or pruned, else 0."""
+        if self.failed:
+            return 1
+        changed = (
+            bool(self.pruned)
+            or any(r.action != "unchanged" for r in self.results)
+            or any(p.pending for p in self.recorded)
+        )
+        return 2 if changes and changed else 0
 
     @property
     def failed(self) -> bool:

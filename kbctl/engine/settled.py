@@ -21,10 +21,10 @@ from functools import cache
 from typing import TYPE_CHECKING, Protocol, TypeVar
 
 from kbctl.embedding import Embedder
-from kbctl.engine.events import ReconcileFinished, ReconcileStarted, Reporter, SourceReconciled
+from kbctl.engine.events import ReconcileStarted, Reporter, report_sources
 from kbctl.engine.plan import CHUNKER_VERSION
 from kbctl.engine.results import KnowledgeBaseResult, SourceResult
-from kbctl.errors import KbctlError
+from kbctl.errors import KbctlError, UsageError
 from kbctl.store.applied import AppliedFile, SettledKnowledgeBase, record_applied_files, settled_files, touch_sources
 from kbctl.store.database import Database
 
@@ -89,6 +89,8 @@ def settled(
 def _same_model(kb: SettledKnowledgeBase, embedder_for: Callable[[str], Embedder]) -> bool:
     try:
         return embedder_for(kb.embedding_ref).model_id == kb.model
+    except UsageError:
+        raise  # a bad argument is not a model the configuration no longer has
     except KbctlError:  # a model or profile the configuration no longer has: the full apply says so
         return False
 
@@ -106,9 +108,7 @@ def report_settled(db: Database, kbs: Sequence[SettledKnowledgeBase], reporter: 
             for name, chunks in kb.sources
         ]
         reporter.report(ReconcileStarted(kb.name, "apply", "unchanged", kb.version, 0))
-        for source in sources:
-            reporter.report(SourceReconciled(kb.name, "apply", source, kb.model))
-        reporter.report(ReconcileFinished(kb.name, "apply", "unchanged", kb.version))
+        report_sources(reporter, kb.name, "apply", sources, kb.model, finished=("unchanged", kb.version))
         results.append(KnowledgeBaseResult(name=kb.name, action="unchanged", version=kb.version, sources=sources))
     return results
 

@@ -12,6 +12,7 @@ from kbctl.engine.conditions import Condition, is_true
 from kbctl.errors import NotFoundError
 from kbctl.sources import source_of
 from kbctl.store.database import Database, KnowledgeBaseRow, SourceStatusRow, VersionSourceRow
+from kbctl.store.rows import SourceState, source_state
 from kbctl.store.schedule import read_schedule
 
 __all__ = [
@@ -36,7 +37,7 @@ class SourceStatus(BaseModel):
 
     name: str
     kind: str
-    state: str
+    state: SourceState
     message: str | None
     origin: str | None
     title: str | None
@@ -99,7 +100,7 @@ def _source_status(name: str, kind: str, served: VersionSourceRow | None, live: 
     return SourceStatus(
         name=name,
         kind=kind,
-        state=live.state if live else served.state if served else "failed",
+        state=live.state if live else served.state if served else source_state(read=False, serving=False),
         message=live.message if live else served.message if served else None,
         origin=(served.origin if served else None) or (live.origin if live else None),
         title=served.title if served else None,

@@ -21,7 +21,7 @@ from pydantic import BaseModel, Field
 
 from kbctl.answer import AskResult
 from kbctl.chat import ChatModel
-from kbctl.errors import KbctlError
+from kbctl.errors import KbctlError, UsageError
 from kbctl.eval.evalset import EvalQuery, EvalSet
 from kbctl.eval.gates import Shortfall, shortfall
 from kbctl.eval.judge import Claim, judge_answer
@@ -183,6 +183,8 @@ def evaluate_answers(
         for query in evalset.queries:
             try:
                 result = store.ask(name, query.question, options, model=model)
+            except UsageError:
+                raise  # e.g. a question too long to ask, or rerank asked of a knowledge base without one: stop
             except KbctlError as exc:
                 results.append(
                     AnswerOutcome(

@@ -34,12 +34,23 @@ from pydantic import BaseModel
 from ruamel.yaml import YAML
 from ruamel.yaml.scalarstring import LiteralScalarString
 
+from kbctl.defaults import BEIR_SPLIT as DEFAULT_SPLIT
+from kbctl.defaults import RANKING_MAX_TOKENS, RANKING_THRESHOLD, RANKING_TOP_K
 from kbctl.engine.events import Reporter
 from kbctl.engine.results import ApplyReport
-from kbctl.errors import BeirError, KbctlError, ManifestProblem
-from kbctl.eval.defaults import DEFAULT_SPLIT, RANKING_MAX_TOKENS, RANKING_THRESHOLD, RANKING_TOP_K
+from kbctl.errors import BeirError, KbctlError, ManifestProblem, UsageError
 from kbctl.eval.evalset import EvalQuery, EvalSet
 from kbctl.eval.stores import ImportStore
+from kbctl.inputs.bounds import (
+    MAX_DEPTH,
+    MAX_FILE_BYTES,
+    UnreadableFile,
+    format_size,
+    nesting_depth,
+    open_regular,
+    too_deep_message,
+    too_large_message,
+)
 from kbctl.manifest import (
     API_VERSION,
     KIND,
@@ -52,16 +63,6 @@ from kbctl.manifest import (
     Spec,
     check_dns_label,
     check_text,
-)
-from kbctl.inputs.bounds import (
-    MAX_DEPTH,
-    MAX_FILE_BYTES,
-    UnreadableFile,
-    format_size,
-    nesting_depth,
-    open_regular,
-    too_deep_message,
-    too_large_message,
 )
 
 __all__ = [
@@ -98,7 +99,7 @@ fit; FEVER-sized corpora do not, and would not fit in memory here either."""
 RANKING_RETRIEVAL: Final = Retrieval(
     top_k=RANKING_TOP_K, similarity_threshold=RANKING_THRESHOLD, max_context_tokens=RANKING_MAX_TOKENS
 )
-"""Retrieval settings that measure ranking rather than cut-offs (see kbctl.eval.defaults)."""
+"""Retrieval settings that measure ranking rather than cut-offs (see kbctl.defaults)."""
 
 _INVALID_CHARS: Final = re.compile(r"[^a-z0-9_.-]+")
 _EDGE_CHARS: Final = "-_."
@@ -372,7 +373,7 @@ class BeirPlan:
 
 def _check_limit(value: int | None, option: str) -> None:
     if value is not None and value < 0:
-        raise ValueError(f"{option} must be 0 or more, got {value}")
+        raise UsageError(f"{option} must be 0 or more, got {value}")
 
 
 def _relevant(qrels: dict[str, dict[str, int]]) -> dict[str, list[str]]:

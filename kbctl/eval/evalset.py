@@ -46,7 +46,7 @@ from kbctl.inputs.bounds import (
     too_deep_message,
 )
 from kbctl.inputs.problems import problems_from
-from kbctl.inputs.yaml_lines import YamlDocument, SyntaxProblem, load_documents, locate
+from kbctl.inputs.yaml_lines import SyntaxProblem, YamlDocument, load_documents, locate
 
 __all__ = [
     "JSONL_SUFFIXES",
@@ -248,7 +248,8 @@ def _parse_jsonl(text: str, path: str) -> EvalSet:
         try:
             query = EvalQuery.model_validate(data)
         except ValidationError as invalid:
-            document = YamlDocument(tree=data, data=data, offset=number - 1, line=number)  # plain data: every line = number
+            # Plain data, not a YAML tree: every field is on line `number`.
+            document = YamlDocument(tree=data, data=data, offset=number - 1, line=number)
             problems.extend(problems_from(invalid, EvalQuery, document, path))
             continue
         if query.id in first_line:

@@ -6,6 +6,7 @@ import math
 from collections.abc import Sequence
 from typing import Final
 
+from kbctl.errors import UsageError
 from kbctl.eval.evalset import EvalQuery, HitLike
 
 __all__ = [
@@ -24,9 +25,9 @@ NDCG_DEPTH: Final = 10
 
 
 def check_k(k: int) -> None:
-    """Raise ValueError unless k is at least 1."""
+    """Raise UsageError unless k is at least 1."""
     if k < 1:
-        raise ValueError(f"k must be at least 1, got {k}")
+        raise UsageError(f"k must be at least 1, got {k}")
 
 
 def recall_at_k(query: EvalQuery, hits: Sequence[HitLike], k: int) -> float:

@@ -14,7 +14,7 @@ from typing import Any
 
 from pydantic import BaseModel, Field
 
-from kbctl.errors import KbctlError
+from kbctl.errors import KbctlError, UsageError
 from kbctl.eval.answers import AnswerReport
 from kbctl.eval.evalset import EvalQuery, EvalSet, HitLike
 from kbctl.eval.gates import Shortfall, shortfall
@@ -193,7 +193,7 @@ def evaluate(
     returns the ranked hits; at least max(k, 10) of them are needed for the @10 metrics) and score them."""
     check_k(k)
     if not modes:
-        raise ValueError("modes must name at least one mode (None for the knowledge base's default)")
+        raise UsageError("modes must name at least one mode (None for the knowledge base's default)")
     reports = []
     for mode in dict.fromkeys(modes):
         results = [score_query(q, store_query(q.question, mode), k) for q in evalset.queries]
@@ -243,7 +243,7 @@ def split_mode(mode: str | None) -> tuple[str | None, bool | None]:
         return None, None
     base, plus, suffix = mode.partition("+")
     if plus and suffix != "rerank":
-        raise ValueError(f"mode must be hybrid, vector or keyword, optionally with +rerank, got {mode!r}")
+        raise UsageError(f"mode must be hybrid, vector or keyword, optionally with +rerank, got {mode!r}")
     return base, bool(plus)
 
 
@@ -261,14 +261,14 @@ def evaluate_store(
     default mode and reranker; `hybrid` is measured without a reranker, `hybrid+rerank` with the spec's;
     a reranker that fails fails the evaluation rather than measure the fused order).
 
-    Raises ValueError when `options` sets top_k, mode or rerank (`k` and `modes` say those), and
+    Raises UsageError when `options` sets top_k, mode or rerank (`k` and `modes` say those), and
     KbctlError when the eval set expects a source the knowledge base does not have (a typo would
     otherwise just read as poor recall).
     """
     check_k(k)
     options = options if options is not None else QueryOptions()
     if options.top_k is not None or options.mode is not None or options.rerank is not None:
-        raise ValueError("options must leave top_k, mode and rerank unset: k and modes set them")
+        raise UsageError("options must leave top_k, mode and rerank unset: k and modes set them")
     known = {s.name for s in store.describe(name).source_status}
     unknown: dict[str, str] = {}
     for query in evalset.queries:

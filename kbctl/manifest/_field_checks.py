@@ -1,10 +1,15 @@
-"""Check the values of manifest fields (names, labels, URLs), raising ValueError with the user's message."""
+"""Check the values of manifest fields (names, labels, URLs), raising UsageError (a ValueError, so a pydantic
+validator reports it as the field's problem) with the user's message.
+
+check_url and check_relative_path serve only the manifest's validators and raise plain ValueError."""
 
 from __future__ import annotations
 
 import re
 from typing import Final
 from urllib.parse import urlsplit
+
+from kbctl.errors import UsageError
 
 __all__ = [
     "CONTEXT_TOKENS_MAX",
@@ -43,11 +48,11 @@ def check_text(value: str) -> str:
         return value
     nul = _NUL.search(value)
     if nul is not None:
-        raise ValueError(f"must not contain a NUL character (\\0), found at character {nul.start() + 1}")
+        raise UsageError(f"must not contain a NUL character (\\0), found at character {nul.start() + 1}")
     surrogate = _SURROGATE.search(value)
     if surrogate is not None:
         code = f"U+{ord(surrogate.group()):04X}"
-        raise ValueError(
+        raise UsageError(
             f"must not contain a lone surrogate ({code}, not valid Unicode), found at character {surrogate.start() + 1}"
         )
     return value
@@ -56,11 +61,11 @@ def check_text(value: str) -> str:
 def check_name(value: str, pattern: str, charset: str) -> str:
     """Validate a name against pattern and the 63-character limit, with a message naming charset."""
     if not value:
-        raise ValueError("must not be empty")
+        raise UsageError("must not be empty")
     if len(value) > NAME_MAX:
-        raise ValueError(f"must be at most {NAME_MAX} characters")
+        raise UsageError(f"must be at most {NAME_MAX} characters")
     if not re.fullmatch(pattern, value):
-        raise ValueError(f"must consist of {charset}, and start and end with a letter or digit")
+        raise UsageError(f"must consist of {charset}, and start and end with a letter or digit")
     return value
 
 
@@ -73,19 +78,19 @@ def check_label_key(key: str) -> str:
     """Validate a Kubernetes-style label key: an optional DNS-subdomain prefix and '/', then a name."""
     prefix, slash, name = key.rpartition("/")
     if slash and (not prefix or len(prefix) > 253 or not re.fullmatch(_DNS_SUBDOMAIN, prefix)):
-        raise ValueError(
+        raise UsageError(
             "invalid label key: the prefix before '/' must be a DNS subdomain "
             "(lowercase letters, digits, '-' and '.', at most 253 characters)"
         )
     if not name or len(name) > NAME_MAX or not re.fullmatch(_LABEL_NAME, name):
-        raise ValueError(f"invalid label key: the name must be 1-{NAME_MAX} characters of {_LABEL_CHARS}")
+        raise UsageError(f"invalid label key: the name must be 1-{NAME_MAX} characters of {_LABEL_CHARS}")
     return key
 
 
 def check_label_value(value: str) -> str:
     """Validate a Kubernetes-style label value: empty, or a name of at most 63 characters."""
     if value and (len(value) > NAME_MAX or not re.fullmatch(_LABEL_NAME, value)):
-        raise ValueError(f"invalid label value: must be empty or 1-{NAME_MAX} characters of {_LABEL_CHARS}")
+        raise UsageError(f"invalid label value: must be empty or 1-{NAME_MAX} characters of {_LABEL_CHARS}")
     return value
 
 
@@ -130,17 +135,17 @@ _UNIT_SECONDS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
 def duration_seconds(text: str) -> float:
     """Seconds of a duration as kubectl writes them: 90s, 10m, 1h30m, 250ms, 2d, or a plain number of seconds.
 
-    ValueError for anything else (negative, empty, spaces inside, unknown units)."""
+    UsageError for anything else (negative, empty, spaces inside, unknown units)."""
     value = text.strip()
     try:
         seconds = float(value)
     except ValueError:
         parts = _DURATION_PART.findall(value)
         if not parts or "".join(n + u for n, u in parts) != value:
-            raise ValueError(f"invalid duration {text!r}; use e.g. 90s, 10m, 1h30m or a number of seconds") from None
+            raise UsageError(f"invalid duration {text!r}; use e.g. 90s, 10m, 1h30m or a number of seconds") from None
         return sum(float(n) * _UNIT_SECONDS[u] for n, u in parts)
     if seconds < 0 or seconds != seconds or seconds == float("inf"):
-        raise ValueError(f"invalid duration {text!r}; use e.g. 90s, 10m, 1h30m or a number of seconds")
+        raise UsageError(f"invalid duration {text!r}; use e.g. 90s, 10m, 1h30m or a number of seconds")
     return seconds
 
 
@@ -162,35 +167,35 @@ def check_git_url(value: str) -> str:
     No part may start with '-' (git would read it as an option: `--upload-pack=...`, `ssh://-oProxyCommand=...`),
     and no `transport::address` form (`ext::`, `fd::`) nor control character or space passes."""
     if not value or len(value) > 2048:
-        raise ValueError("must be a repository URL of at most 2048 characters")
+        raise UsageError("must be a repository URL of at most 2048 characters")
     if any(c.isspace() or ord(c) < 0x20 or ord(c) == 0x7F for c in value):
-        raise ValueError("must be a repository URL without spaces or control characters")
+        raise UsageError("must be a repository URL without spaces or control characters")
     if value.startswith("-"):
-        raise ValueError(f"must not start with '-' (git would read it as an option); use {GIT_URL_FORMS}")
+        raise UsageError(f"must not start with '-' (git would read it as an option); use {GIT_URL_FORMS}")
     if re.search(r"(?:://|@)-", value):
-        raise ValueError("must not name a host or user starting with '-' (git or ssh would read it as an option)")
+        raise UsageError("must not name a host or user starting with '-' (git or ssh would read it as an option)")
     if "::" in value.split("/", 1)[0] or re.match(r"^[A-Za-z][A-Za-z0-9+.-]*::", value):
-        raise ValueError(f"must not name a git transport ('<transport>::<address>'); use {GIT_URL_FORMS}")
+        raise UsageError(f"must not name a git transport ('<transport>::<address>'); use {GIT_URL_FORMS}")
     if re.match(r"^https?://[^/@]*:[^/@]*@", value) or re.match(r"^ssh://[^/@]*:[^/@]*@", value):
-        raise ValueError("must not hold a password: git takes credentials from the environment")
+        raise UsageError("must not hold a password: git takes credentials from the environment")
     if value.startswith("http://"):
-        raise ValueError("must be https, ssh or git@host:path (http is not fetched)")
+        raise UsageError("must be https, ssh or git@host:path (http is not fetched)")
     if value.startswith("file://"):
         if not value.startswith("file:///") or "/-" in value:
-            raise ValueError("must be a file:/// URL of an absolute path with no part starting with '-'")
+            raise UsageError("must be a file:/// URL of an absolute path with no part starting with '-'")
         return value
     if value.startswith("/"):
         if "/-" in value:
-            raise ValueError("must be an absolute path with no part starting with '-'")
+            raise UsageError("must be an absolute path with no part starting with '-'")
         return value
     form = _GIT_NETWORK_URL.match(value) if "://" in value else _GIT_SCP_URL.match(value)
     if form is None:
         if "://" in value and value.split("://", 1)[0] not in ("https", "ssh"):
-            raise ValueError(f"unsupported scheme '{value.split('://', 1)[0]}': use {GIT_URL_FORMS}")
-        raise ValueError(f"must be {GIT_URL_FORMS} (or, for local mirrors, an absolute path)")
+            raise UsageError(f"unsupported scheme '{value.split('://', 1)[0]}': use {GIT_URL_FORMS}")
+        raise UsageError(f"must be {GIT_URL_FORMS} (or, for local mirrors, an absolute path)")
     path = form.group("path") or ""
     if path.startswith("-") or "/-" in path:
-        raise ValueError("must not hold a path part starting with '-' (git would read it as an option)")
+        raise UsageError("must not hold a path part starting with '-' (git would read it as an option)")
     return value
 
 
@@ -200,7 +205,7 @@ def git_url_host(value: str) -> tuple[str, int] | None:
         return None
     form = _GIT_NETWORK_URL.match(value) if "://" in value else _GIT_SCP_URL.match(value)
     if form is None:
-        raise ValueError(f"must be {GIT_URL_FORMS} (or, for local mirrors, an absolute path)")
+        raise UsageError(f"must be {GIT_URL_FORMS} (or, for local mirrors, an absolute path)")
     parts = form.groupdict()
     default = 443 if parts.get("scheme") == "https" else 22
     return form.group("host").strip("[]"), int(parts.get("port") or default)
@@ -209,7 +214,7 @@ def git_url_host(value: str) -> tuple[str, int] | None:
 def check_git_ref(value: str) -> str:
     """Validate a `git:` source's ref: a branch or tag name that git cannot read as an option."""
     if not _GIT_REF.match(value) or ".." in value or value.endswith((".lock", "/", ".")) or "//" in value:
-        raise ValueError(
+        raise UsageError(
             "must be a branch or tag name (letters, digits, '.', '_', '/', '-'; not starting with '-' or '.')"
         )
     return value

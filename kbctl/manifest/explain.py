@@ -6,6 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from kbctl.errors import UsageError
 from kbctl.manifest.models import json_schema
 
 __all__ = ["FieldDoc", "explain"]
@@ -92,11 +93,11 @@ def _doc(schema: dict[str, Any], path: str, node: dict[str, Any], required: bool
 
 def explain(path: str, *, recursive: bool = False) -> FieldDoc:
     """The documentation of `path` (`knowledgebase`, `kb.spec.sources`, `knowledgebase.spec.retrieval.topK`),
-    with its direct fields (every level below with `recursive`). ValueError names an unknown field and the
+    with its direct fields (every level below with `recursive`). UsageError names an unknown field and the
     fields that exist there."""
     root, *steps = path.strip().split(".")
     if root.lower() not in _ROOTS:
-        raise ValueError(f"unknown resource type {root!r}; kbctl knows: knowledgebase (kb)")
+        raise UsageError(f"unknown resource type {root!r}; kbctl knows: knowledgebase (kb)")
     schema = json_schema()
     node: dict[str, Any] = schema
     shown = "knowledgebase"
@@ -108,7 +109,7 @@ def explain(path: str, *, recursive: bool = False) -> FieldDoc:
         properties = node.get("properties", {})
         if step not in properties:
             known = ", ".join(properties) or "none (it has no fields)"
-            raise ValueError(f"field {step!r} does not exist in {shown}; its fields: {known}")
+            raise UsageError(f"field {step!r} does not exist in {shown}; its fields: {known}")
         required = step in node.get("required", ())
         node, shown = properties[step], f"{shown}.{step}"
     return _doc(schema, shown, node, required, depth=10 if recursive else 1)

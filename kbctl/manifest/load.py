@@ -15,7 +15,7 @@ from pydantic.alias_generators import to_snake
 from kbctl.errors import ManifestError, ManifestProblem
 from kbctl.inputs.bounds import UnreadableFile, manifest_limit, read_bounded_stream, read_bounded_text
 from kbctl.inputs.problems import problems_from
-from kbctl.inputs.yaml_lines import YamlDocument, SyntaxProblem, load_documents, locate
+from kbctl.inputs.yaml_lines import SyntaxProblem, YamlDocument, load_documents, locate
 from kbctl.manifest.models import API_VERSION, KIND, KnowledgeBase, _schema_text, write_schema
 
 __all__ = [

@@ -1,11 +1,12 @@
-"""The KnowledgeBase manifest as pydantic models: the single source of truth of fields, defaults and the JSON Schema."""
+"""The KnowledgeBase manifest as pydantic models: the single source of truth of fields and the JSON Schema, their
+defaults read from kbctl.defaults (with why each has its value)."""
 
 from __future__ import annotations
 
 import hashlib
 import json
 from pathlib import Path
-from typing import Annotated, Any, Final, Literal
+from typing import Annotated, Any, Final, Literal, TypeVar
 
 from pydantic import (
     AfterValidator,
@@ -25,6 +26,9 @@ from pydantic import (
 from pydantic.alias_generators import to_camel
 from pydantic_core import ErrorDetails, InitErrorDetails
 
+from kbctl import defaults
+from kbctl.defaults import DEFAULT_MODEL
+from kbctl.errors import StoreError
 from kbctl.manifest._field_checks import (
     CONTEXT_TOKENS_MAX,
     DNS_LABEL,
@@ -61,6 +65,7 @@ __all__ = [
     "Source",
     "Spec",
     "json_schema",
+    "read_stored",
     "write_schema",
 ]
 
@@ -68,7 +73,6 @@ ApiVersion = Literal["kbctl.dev/v1alpha1"]
 Kind = Literal["KnowledgeBase"]
 API_VERSION: Final[ApiVersion] = "kbctl.dev/v1alpha1"  # mypy checks these two stay in step with the types
 KIND: Final[Kind] = "KnowledgeBase"
-DEFAULT_MODEL: Final = "local/all-MiniLM-L6-v2"
 
 MAX_INSTRUCTIONS_CHARS: Final = 8000  # spec.answer.instructions: a system prompt, not a document
 
@@ -79,6 +83,23 @@ Fusion = Literal["rrf", "convex"]  # how hybrid retrieval fuses its vector and k
 _StrictFloat = Annotated[float, Strict()]  # strict still takes ints; it refuses strings and booleans
 _LabelKey = Annotated[str, AfterValidator(check_label_key)]
 _LabelValue = Annotated[str, AfterValidator(check_label_value)]
+
+
+_Stored = TypeVar("_Stored", bound=BaseModel)
+
+
+def read_stored(model: type[_Stored], data: Any, what: str) -> _Stored:
+    """A model read back from what the store holds (a manifest, a version's spec.retrieval or spec.answer). Data this
+    kbctl cannot read (written by another version of it, or edited by hand) is a StoreError naming `what`, never
+    pydantic's ValidationError."""
+    try:
+        return model.model_validate(data)
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        where = ".".join(str(p) for p in first["loc"])
+        raise StoreError(
+            f"{what} in the store is not readable by this kbctl ({where}: {first['msg']}): apply its manifest again"
+        ) from None
 
 
 class _Model(BaseModel):
@@ -312,9 +333,14 @@ def _without_unset(data: dict[str, Any], *keys: str) -> dict[str, Any]:
 class Chunking(_Model):
     """How documents are split into chunks before embedding."""
 
-    max_chars: _StrictInt = Field(default=1200, ge=100, le=100_000, description="Maximum characters per chunk.")
+    max_chars: _StrictInt = Field(
+        default=defaults.CHUNK_MAX_CHARS, ge=100, le=100_000, description="Maximum characters per chunk."
+    )
     overlap_chars: _StrictInt = Field(
-        default=150, ge=0, validate_default=True, description="Characters shared by neighbouring chunks."
+        default=defaults.CHUNK_OVERLAP_CHARS,
+        ge=0,
+        validate_default=True,
+        description="Characters shared by neighbouring chunks.",
     )
 
     @field_validator("overlap_chars")
@@ -343,43 +369,54 @@ class Rerank(_Model):
         "jina/jina-reranker-v2-base-multilingual, or one of your own), or local/NAME for a local cross-encoder.",
     )
     candidates: _StrictInt = Field(
-        default=30, ge=1, le=200, description="How many of the best candidates (after the threshold) to rerank."
+        default=defaults.RERANK_CANDIDATES,
+        ge=1,
+        le=200,
+        description="How many of the best candidates (after the threshold) to rerank.",
     )
     min_score: _StrictFloat | None = Field(
         default=None, allow_inf_nan=False, description="Drop reranked chunks scoring below this (the model's scale)."
     )
 
 
+def _choice(value: str, default: str) -> str:
+    """A choice as a field's description names it: `rrf (default)` when it is the default."""
+    return f"{value} (default)" if value == default else value
+
+
 class Retrieval(_Model):
     """How chunks are retrieved for a query."""
 
-    # 10 measured on public BEIR sets (docs/eval.md): at 8, NFCorpus, Climate-FEVER and ArguAna lost 0.015-0.017
-    # document nDCG@10 at the defaults; the token budget still caps long chunks.
-    top_k: _StrictInt = Field(default=10, ge=1, le=TOP_K_MAX, description="How many chunks to return at most.")
+    # Every default below, and what it was chosen on, is in kbctl.defaults.
+    top_k: _StrictInt = Field(
+        default=defaults.TOP_K, ge=1, le=TOP_K_MAX, description="How many chunks to return at most."
+    )
     # Unset, a query takes the calibrated threshold of the model its version was embedded with
-    # (kbctl.embedding.local.calibrated_threshold): models score on scales of their own, and 0.35, measured for the
-    # default model, cuts nothing with bge-small-en-v1.5.
+    # (kbctl.embedding.local.calibrated_threshold): models score on scales of their own, and the default model's,
+    # measured for it, cuts nothing with bge-small-en-v1.5.
     similarity_threshold: _StrictFloat | None = Field(
         default=None,
         ge=-1.0,
         le=1.0,
         allow_inf_nan=False,
         description="Minimum cosine similarity (exact identifiers and all-question-word matches pass anyway, and "
-        "in hybrid mode the chunk first in both lists down to 0.1 below it). "
-        "Unset: the model's calibrated value: 0.35 for local/all-MiniLM-L6-v2, 0.6 for local/bge-small-en-v1.5, "
-        "0.35 for any other model (measure yours with kbctl eval).",
+        f"in hybrid mode the chunk first in both lists down to {defaults.AGREEMENT_MARGIN} below it). "
+        f"Unset: the model's calibrated value: {defaults.DEFAULT_THRESHOLD} for local/all-MiniLM-L6-v2, "
+        f"{defaults.BGE_SMALL_THRESHOLD} for local/bge-small-en-v1.5, {defaults.DEFAULT_THRESHOLD} for any other "
+        "model (measure yours with kbctl eval).",
     )
-    # 3000 measured on public BEIR sets (docs/eval.md): 1500 held about 5 chunks of ~300 tokens and cut NFCorpus's
-    # document nDCG@10 by ~0.05 at the default threshold; 3000 leaves topK the usual limit.
     max_context_tokens: _StrictInt = Field(
-        default=3000, ge=1, le=CONTEXT_TOKENS_MAX, description="Token budget for the returned context."
+        default=defaults.MAX_CONTEXT_TOKENS,
+        ge=1,
+        le=CONTEXT_TOKENS_MAX,
+        description="Token budget for the returned context.",
     )
     mode: Literal["hybrid", "vector", "keyword"] = Field(
-        default="hybrid",
+        default=defaults.MODE,
         description="hybrid: BM25 keyword and vector candidates fused (see fusion); or one of them alone.",
     )
     language: str = Field(
-        default="english",
+        default=defaults.LANGUAGE,
         pattern=r"^[a-z_]+$",
         description="PostgreSQL text search configuration for keyword search ('simple' for codes and mixed text).",
     )
@@ -388,9 +425,9 @@ class Retrieval(_Model):
         default=None,
         ge=10,
         le=1000,
-        description="HNSW candidates per layer of a vector search through the index (default 100): higher finds "
-        "the exact nearest chunks more often and costs more time. Versions of up to 5,000 chunks are searched "
-        "exactly.",
+        description=f"HNSW candidates per layer of a vector search through the index (default {defaults.EF_SEARCH}): "
+        "higher finds the exact nearest chunks more often and costs more time. "
+        f"Versions of up to {defaults.EXACT_SCAN_MAX:,} chunks are searched exactly.",
     )
 
     candidates: _StrictInt | None = Field(
@@ -398,20 +435,22 @@ class Retrieval(_Model):
         ge=1,
         le=1000,
         description="How many of the best chunks of each list (vector, keyword) a query gathers and hybrid fuses "
-        "(default 100; at least topK). Vector mode reads 2 x topK first, and the rest only when those leave the "
-        "answer short.",
+        f"(default {defaults.CANDIDATES}; at least topK). Vector mode reads {defaults.FIRST_READ} x topK first, and "
+        "the rest only when those leave the answer short.",
     )
     fusion: Fusion | None = Field(
         default=None,
-        description="How hybrid fuses the two lists: rrf (default): reciprocal rank fusion, weight/(10 + rank) "
-        "summed over the lists; convex: each list's scores scaled to 0-1 within the list, summed with weights.",
+        description=f"How hybrid fuses the two lists: {_choice('rrf', defaults.FUSION)}: reciprocal rank fusion, "
+        f"weight/({defaults.RRF_K} + rank) summed over the lists; {_choice('convex', defaults.FUSION)}: each list's "
+        "scores scaled to 0-1 within the list, summed with weights.",
     )
     keyword_weight: _StrictFloat | None = Field(
         default=None,
         ge=0.0,
         le=10.0,
         allow_inf_nan=False,
-        description="The keyword list's weight in hybrid fusion, the vector list's being 1 (default 1).",
+        description=f"The keyword list's weight in hybrid fusion, the vector list's being 1 (default "
+        f"{defaults.KEYWORD_WEIGHT:g}).",
     )
 
     @model_serializer(mode="wrap")
@@ -713,7 +752,7 @@ class KnowledgeBase(_Model):
         to_manifest fills in every default, including `embedding.model` beside a `profile`, which a
         user may not write; it is dropped here so the stored manifest validates as what was applied.
         """
-        return cls.model_validate(_without_derived(data))
+        return read_stored(cls, _without_derived(data), "a stored manifest")
 
     def spec_hash(self) -> str:
         """SHA-256 (hex) of the spec as canonical JSON, defaults filled in: equal specs hash equal."""

@@ -8,6 +8,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Literal
 
+from kbctl.errors import UsageError
 from kbctl.manifest._field_checks import check_label_key, check_label_value
 
 __all__ = ["Requirement", "Selector", "parse_selector"]
@@ -62,7 +63,7 @@ class Selector:
 
     def __post_init__(self) -> None:
         if not self.requirements:
-            raise ValueError("a selector needs at least one requirement (an empty one would select everything)")
+            raise UsageError("a selector needs at least one requirement (an empty one would select everything)")
 
     def matches(self, labels: Mapping[str, str]) -> bool:
         """Whether `labels` meet every requirement."""
@@ -79,13 +80,13 @@ def _set_requirement(part: str) -> Requirement | None:
         return None
     values = tuple(v.strip() for v in found["values"].split(","))
     if not found["values"].strip():
-        raise ValueError(f"{part!r}: {found['op']} needs at least one value, e.g. {found['key']} {found['op']} (a,b)")
+        raise UsageError(f"{part!r}: {found['op']} needs at least one value, e.g. {found['key']} {found['op']} (a,b)")
     try:
         check_label_key(found["key"])
         for value in values:
             check_label_value(value)
     except ValueError as exc:
-        raise ValueError(f"{part!r}: {exc}") from None
+        raise UsageError(f"{part!r}: {exc}") from None
     operator: Operator = "in" if found["op"] == "in" else "notin"
     return Requirement(found["key"], operator, values=values)
 
@@ -111,7 +112,7 @@ def _requirement(part: str) -> Requirement:
         return set_based
     found = _REQUIREMENT.fullmatch(part)
     if found is None:
-        raise ValueError(
+        raise UsageError(
             f"{part!r} is not a requirement: use key=value, key==value, key!=value, key, !key, key in (a,b) "
             "or key notin (a,b)"
         )
@@ -121,7 +122,7 @@ def _requirement(part: str) -> Requirement:
         if found["op"] is not None:
             check_label_value(found["value"])
     except ValueError as exc:
-        raise ValueError(f"{part!r}: {exc}") from None
+        raise UsageError(f"{part!r}: {exc}") from None
     if found["not"]:
         return Requirement(key, "!exists")
     if found["op"] is None:
@@ -130,13 +131,13 @@ def _requirement(part: str) -> Requirement:
 
 
 def parse_selector(text: str) -> Selector:
-    """Parse a label selector like kubectl's `-l`; raise ValueError naming the bad requirement.
+    """Parse a label selector like kubectl's `-l`; raise UsageError naming the bad requirement.
 
     An empty selector is refused (kubectl reads it as "everything"; kbctl never selects everything).
     """
     parts = _split(text)
     if not text.strip():
-        raise ValueError("the label selector is empty: give at least one requirement, e.g. team=web")
+        raise UsageError("the label selector is empty: give at least one requirement, e.g. team=web")
     if "" in parts:
-        raise ValueError(f"{text!r} has an empty requirement (a stray comma?)")
+        raise UsageError(f"{text!r} has an empty requirement (a stray comma?)")
     return Selector(tuple(_requirement(part) for part in parts))

@@ -57,6 +57,11 @@ class GroundedContext(BaseModel):
     block: str
     rerank: RerankInfo | None = None  # what the reranker did, when the knowledge base has one
 
+    @classmethod
+    def of(cls, result: QueryResult) -> GroundedContext:
+        """The grounded context of a query result (`build_context`)."""
+        return build_context(result)
+
 
 def _merge(hits: list[QueryHit]) -> list[Passage]:
     """Merge hits of one source whose ranges overlap or touch; keep the best rank's order."""

@@ -1,18 +1,21 @@
 """The options of one query, as one frozen object from the CLI (or a Python caller) down to the SQL.
 
-Every field left unset (None) takes its value from the serving version's `spec.retrieval`; the defaults
-of that spec live in `kbctl.manifest.models.Retrieval`, and nowhere else.
+Every field left unset (None) takes its value from the serving version's `spec.retrieval`, read through the
+manifest model `kbctl.manifest.models.Retrieval` (kbctl.query.retrieve.plan_query). The defaults of that spec, of
+the fields it leaves unset (candidates, fusion, efSearch, the model's calibrated threshold...) and every tuning
+constant of a query are written in one place, `kbctl.defaults`, which the model reads too.
 """
 
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Final, Literal, TypeGuard, get_args
+from typing import Final, Literal, TypedDict, TypeGuard, Unpack, get_args
 
+from kbctl.errors import UsageError
 from kbctl.manifest import CONTEXT_TOKENS_MAX, TOP_K_MAX
 
-__all__ = ["MODES", "Mode", "QueryOptions"]
+__all__ = ["MODES", "Mode", "QueryOptions", "QueryOverrides"]
 
 Mode = Literal["hybrid", "vector", "keyword"]
 MODES: Final[tuple[Mode, ...]] = get_args(Mode)
@@ -25,12 +28,24 @@ def _is_mode(value: str) -> TypeGuard[Mode]:
 def _check_mode(mode: str | None) -> Mode | None:
     if mode is None or _is_mode(mode):
         return mode
-    raise ValueError(f"mode must be hybrid, vector or keyword, got {mode!r}")
+    raise UsageError(f"mode must be hybrid, vector or keyword, got {mode!r}")
 
 
 def _check_int(name: str, value: int | None, most: int) -> None:
     if value is not None and (isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= most):
-        raise ValueError(f"{name} must be a whole number from 1 to {most:,}, got {value!r}")
+        raise UsageError(f"{name} must be a whole number from 1 to {most:,}, got {value!r}")
+
+
+class QueryOverrides(TypedDict, total=False):
+    """The keyword overrides of one query (`KnowledgeBaseStore.query(..., top_k=3)`), declared once: None (or
+    absent) keeps the field of the options given, else of the knowledge base's spec.retrieval."""
+
+    top_k: int | None
+    threshold: float | None
+    max_tokens: int | None
+    mode: str | None
+    explain: bool | None
+    rerank: bool | None
 
 
 @dataclass(frozen=True)
@@ -40,8 +55,8 @@ class QueryOptions:
     >>> QueryOptions(top_k=3, mode="vector")
     QueryOptions(top_k=3, threshold=None, max_tokens=None, mode='vector', explain=False, rerank=None)
 
-    Raises ValueError when a mode is not hybrid, vector or keyword, or a number is outside the bounds of its
-    spec.retrieval field: top_k 1 - 200, max_tokens 1 - 1,000,000, threshold -1 - 1.
+    Raises UsageError (a ValueError) when a mode is not hybrid, vector or keyword, or a number is outside the
+    bounds of its spec.retrieval field: top_k 1 - 200, max_tokens 1 - 1,000,000, threshold -1 - 1.
     """
 
     top_k: int | None = None
@@ -67,24 +82,19 @@ class QueryOptions:
             or not math.isfinite(self.threshold)
             or not -1.0 <= self.threshold <= 1.0
         ):
-            raise ValueError(f"threshold must be a number from -1 to 1, got {self.threshold!r}")
+            raise UsageError(f"threshold must be a number from -1 to 1, got {self.threshold!r}")
 
     @classmethod
-    def build(
-        cls,
-        base: QueryOptions | None = None,
-        *,
-        top_k: int | None = None,
-        threshold: float | None = None,
-        max_tokens: int | None = None,
-        mode: str | None = None,
-        explain: bool | None = None,
-        rerank: bool | None = None,
-    ) -> QueryOptions:
-        """`base` (default: nothing set) with each argument that is not None in place of its field.
+    def build(cls, base: QueryOptions | None = None, **overrides: Unpack[QueryOverrides]) -> QueryOptions:
+        """`base` (default: nothing set) with each override that is not None in place of its field.
 
         `mode` may be any string (a command-line value): it is checked here.
         """
+        unknown = sorted(set(overrides) - set(QueryOverrides.__annotations__))
+        if unknown:
+            raise TypeError(f"unexpected keyword argument {unknown[0]!r}")
+        top_k, threshold, max_tokens = overrides.get("top_k"), overrides.get("threshold"), overrides.get("max_tokens")
+        mode, explain, rerank = overrides.get("mode"), overrides.get("explain"), overrides.get("rerank")
         start = base if base is not None else cls()
         checked = _check_mode(mode)
         if all(v is None for v in (top_k, threshold, max_tokens, checked, explain, rerank)):

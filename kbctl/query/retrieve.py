@@ -31,7 +31,8 @@ A query runs as named stages, each a function below and each a stage of the `--e
 `embed question` (embed_question), `vector` (vector_candidates), `keyword` (keyword_candidates), `fuse`
 (fuse), `threshold` (apply_threshold), `rerank` (rerank_candidates, only with a reranker) and `select`
 (select_hits). `plan_query` first resolves the QueryOptions against the serving version's stored
-`spec.retrieval`, read through the manifest model so its defaults are written only there.
+`spec.retrieval`, read through the manifest model; the defaults of its fields, set or left unset, and every tuning
+constant here (RRF_K, AGREEMENT_MARGIN, ...) are kbctl.defaults'.
 """
 
 from __future__ import annotations
@@ -44,18 +45,27 @@ from typing import Any
 
 import numpy as np
 
+from kbctl.defaults import (  # the tuning constants, what they are and why: kbctl.defaults
+    AGREEMENT_MARGIN,
+    CANDIDATES,
+    DUPLICATE_COSINE,
+    EF_SEARCH,
+    FIRST_READ,
+    FUSION,
+    KEYWORD_WEIGHT,
+    RRF_K,
+)
 from kbctl.embedding import Embedder, Vector
 from kbctl.embedding.local import calibrated_threshold
 from kbctl.engine.conditions import condition
-from kbctl.errors import NotFoundError, RerankError
+from kbctl.errors import NotFoundError, RerankError, UsageError
 from kbctl.manifest import Rerank, Retrieval
-from kbctl.manifest.models import Fusion
+from kbctl.manifest.models import Fusion, read_stored
 from kbctl.query.options import Mode, QueryOptions
 from kbctl.query.results import QueryHit, QueryResult, RerankInfo, StageTiming, TraceEntry, TraceStage
 from kbctl.rerank import Reranker
 from kbctl.sources import storable
 from kbctl.store.database import ChunkHit, Database
-from kbctl.store.search import EF_SEARCH
 
 __all__ = [
     "QueryHit",  # the result models live in kbctl.query.results; these names stay importable from here
@@ -68,14 +78,6 @@ __all__ = [
     "query_knowledge_base",
     "run_query",
 ]
-
-CANDIDATES = 100  # chunks each list gathers unless spec.retrieval.candidates says otherwise (see docs/eval.md)
-FUSION: Fusion = "rrf"  # unless spec.retrieval.fusion says otherwise (see docs/eval.md)
-KEYWORD_WEIGHT = 1.0  # the keyword list's weight in hybrid fusion (vector: 1) unless spec.retrieval.keywordWeight
-RRF_K = 10  # reciprocal rank fusion's k: 1/(k + rank); 10 ranked best on the BEIR sets of docs/eval.md (60: -0.005)
-DUPLICATE_COSINE = 0.99
-AGREEMENT_MARGIN = 0.1  # how far below the threshold the chunk first in both lists may score (docs/eval.md)
-FIRST_READ = 2  # vector mode reads FIRST_READ x topK candidates first (vector_candidates); the margin covers duplicates
 
 
 # ---------------------------------------------------------------- plan: options + the stored spec
@@ -113,8 +115,9 @@ Visible = Callable[[str, Mapping[str, str]], bool]  # may the caller see the kno
 
 def plan_query(db: Database, name: str, options: QueryOptions, visible: Visible | None = None) -> QueryPlan:
     """The plan of a query of `name`: its serving version, with the options that are unset taken from the
-    version's `spec.retrieval` (validated by `kbctl.manifest.Retrieval`, which holds the defaults; a threshold set
-    nowhere is the calibrated one of the model the version was embedded with, `calibrated_threshold`). A knowledge
+    version's `spec.retrieval` (validated by `kbctl.manifest.Retrieval`, which fills in the defaults; a field it leaves
+    unset takes kbctl.defaults', and a threshold set nowhere is the calibrated one of the model the version was
+    embedded with, `calibrated_threshold`). A knowledge
     base that `visible` refuses is not found, exactly as one that does not exist."""
     target = db.query_target(name)
     if target is None or (visible is not None and not visible(name, target.labels)):
@@ -124,9 +127,11 @@ def plan_query(db: Database, name: str, options: QueryOptions, visible: Visible 
         ready = condition(target.conditions, "Ready")
         why = f": {ready['message']}" if ready.get("message") else ""
         raise NotFoundError(f'knowledgebase "{name}" has no published version yet{why}')
-    spec = Retrieval.model_validate(target.retrieval or {})
+    spec = read_stored(
+        Retrieval, target.retrieval or {}, f"spec.retrieval of KnowledgeBase/{name} version {target.number}"
+    )
     if options.rerank and spec.rerank is None:
-        raise ValueError(f"KnowledgeBase/{name} (version {target.number}) has no spec.retrieval.rerank")
+        raise UsageError(f"KnowledgeBase/{name} (version {target.number}) has no spec.retrieval.rerank")
     threshold = options.threshold if options.threshold is not None else spec.similarity_threshold
     return QueryPlan(
         name=name,
@@ -501,10 +506,10 @@ def query_knowledge_base(
 
 
 def clean_question(question: str) -> str:
-    """The question as a query can take it; ValueError when it is empty."""
+    """The question as a query can take it; UsageError when it is empty."""
     question = storable(question)  # a NUL or a lone surrogate cannot reach PostgreSQL's full-text search
     if not question.strip():
-        raise ValueError("question must not be empty")
+        raise UsageError("question must not be empty")
     return question
 
 
@@ -521,7 +526,7 @@ def run_query(
     reranker = None
     if plan.rerank is not None:
         if reranker_for is None:
-            raise ValueError("a reranker is configured but no reranker_for was given")
+            raise UsageError("a reranker is configured but no reranker_for was given")
         reranker = reranker_for(plan.rerank.model)
     trace = _Trace(plan.explain)
     vector = embed_question(embedder_for(plan.model), question)

@@ -10,8 +10,9 @@ what (`auth`), the routes and middleware (`app`), MCP (`mcp`), the bounds on wha
 
 from __future__ import annotations
 
+from kbctl import FederatedResult
 from kbctl.serve.app import create_app
 from kbctl.serve.auth import ANONYMOUS, Principal, Tokens
-from kbctl.serve.service import FederatedResult, RetrievalService
+from kbctl.serve.service import RetrievalService
 
 __all__ = ["ANONYMOUS", "FederatedResult", "Principal", "RetrievalService", "Tokens", "create_app"]

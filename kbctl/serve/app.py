@@ -17,12 +17,17 @@ from fastapi import FastAPI, Path, Request, Response
 from mcp.server.transport_security import TransportSecuritySettings
 from pydantic import AfterValidator, BaseModel
 
+from kbctl import (
+    AskResult,
+    FederatedResult,
+    GroundedContext,
+    KnowledgeBaseDetail,
+    KnowledgeBaseSummary,
+    QueryResult,
+    Readiness,
+)
 from kbctl._version import __version__
-from kbctl.answer import AskResult
-from kbctl.engine.status import KnowledgeBaseDetail, KnowledgeBaseSummary
 from kbctl.manifest import check_dns_label
-from kbctl.query.context import GroundedContext, build_context
-from kbctl.query.results import QueryResult
 from kbctl.serve.auth import Principal, Tokens
 from kbctl.serve.limits import DEFAULT_BODY_TIMEOUT, BodyLimit
 from kbctl.serve.logs import log_request
@@ -36,7 +41,7 @@ from kbctl.serve.requests import (
     MultiQueryRequest,
     QueryRequest,
 )
-from kbctl.serve.service import FederatedResult, Readiness, RetrievalService
+from kbctl.serve.service import RetrievalService
 from kbctl.serve.tracing import trace_query
 
 __all__ = ["PUBLIC_PATHS", "create_app"]
@@ -193,7 +198,7 @@ def create_app(
         response_model=GroundedContext,
     )
     async def context(name: Name, body: QueryRequest, request: Request) -> Response:
-        return _Json(build_context(await answer(name, body, request)))
+        return _Json(GroundedContext.of(await answer(name, body, request)))
 
     @app.post(
         "/v1/knowledgebases/{name}/ask",

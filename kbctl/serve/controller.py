@@ -20,8 +20,8 @@ from typing import Any
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, disable_created_metrics, generate_latest
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
-from kbctl.engine.events import Event, ReconcileFailed, ReconcileFinished, ReconcileStarted, Reporter
-from kbctl.errors import KbctlError
+from kbctl import Event, ReconcileFailed, ReconcileFinished, ReconcileStarted, Reporter
+from kbctl.errors import KbctlError, UsageError
 
 __all__ = ["ControllerMetrics", "HealthServer", "parse_address"]
 
@@ -29,10 +29,10 @@ _BUCKETS = (0.1, 0.5, 1.0, 5.0, 15.0, 60.0, 300.0, 900.0, 3600.0)
 
 
 def parse_address(text: str) -> tuple[str, int]:
-    """`HOST:PORT` or `:PORT` (every interface) as (host, port), port 0 meaning any free one; ValueError otherwise."""
+    """`HOST:PORT` or `:PORT` (every interface) as (host, port), port 0 meaning any free one; UsageError otherwise."""
     host, sep, port = text.rpartition(":")
     if not sep or not port.isdigit() or not 0 <= int(port) < 65536:
-        raise ValueError(f"invalid address {text!r}; use HOST:PORT or :PORT (e.g. :9090 or 127.0.0.1:9090)")
+        raise UsageError(f"invalid address {text!r}; use HOST:PORT or :PORT (e.g. :9090 or 127.0.0.1:9090)")
     return (host.strip("[]") or "0.0.0.0"), int(port)
 
 

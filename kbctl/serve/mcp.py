@@ -17,13 +17,10 @@ from mcp_types import ListResourcesResult, PaginatedRequestParams
 from mcp_types import Resource as MCPResource
 from pydantic import StrictFloat, StrictInt
 
+from kbctl import AskResult, GroundedContext, QueryOptions, QueryResult
 from kbctl._version import __version__
-from kbctl.answer import AskResult
 from kbctl.errors import KbctlError, NotFoundError
 from kbctl.manifest import check_dns_label
-from kbctl.query.context import build_context
-from kbctl.query.options import QueryOptions
-from kbctl.query.results import QueryResult
 from kbctl.serve.auth import ANONYMOUS, Principal
 from kbctl.serve.requests import MAX_QUESTION_CHARS, MAX_TOP_K
 from kbctl.serve.service import RetrievalService
@@ -108,7 +105,7 @@ async def _call(fn: Any, *args: Any) -> Any:
     """Run a blocking service call on a worker thread; kbctl's errors become the tool's error text."""
     try:
         return await anyio.to_thread.run_sync(fn, *args, abandon_on_cancel=True)
-    except (KbctlError, ValueError) as exc:
+    except KbctlError as exc:  # a bad argument is UsageError; unreadable stored data StoreError
         raise ToolError(str(exc)) from None
 
 
@@ -206,7 +203,7 @@ def build_mcp(service: RetrievalService, *, ask_timeout: float = 120.0) -> MCPSe
         threshold: StrictFloat | None = None,
     ) -> str:
         result = await _query(service, ctx, "get_context", knowledge_base, question, top_k, threshold)
-        return build_context(result).block
+        return GroundedContext.of(result).block
 
     @server.tool(
         description="Ask a knowledge base a question and get an answer written only from its passages by the "

@@ -9,9 +9,9 @@ from pydantic.alias_generators import to_camel
 from pydantic.config import JsonDict
 from pydantic_core import PydanticCustomError
 
+from kbctl import Mode, QueryOptions
 from kbctl.manifest import DNS_LABEL, NAME_MAX, check_dns_label
 from kbctl.manifest.selectors import Selector, parse_selector
-from kbctl.query.options import Mode, QueryOptions
 
 __all__ = [
     "MAX_BODY_BYTES",

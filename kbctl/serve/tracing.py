@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from kbctl.query.results import QueryResult
+from kbctl import QueryResult
 
 __all__ = ["trace_query"]
 

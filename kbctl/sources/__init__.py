@@ -7,6 +7,8 @@ import re
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from kbctl.errors import UsageError
+
 if TYPE_CHECKING:
     from kbctl.manifest import Source
 
@@ -53,5 +55,5 @@ class Document:
 def read_inline(source: Source) -> Document:
     """The Document of an inline `text` source (URL sources are fetched by `kbctl.sources.url`)."""
     if source.text is None:
-        raise ValueError(f"source {source.name!r} is not an inline text source")
+        raise UsageError(f"source {source.name!r} is not an inline text source")
     return Document(text=source.text, origin="inline")

@@ -46,7 +46,7 @@ from kbctl._http import (
     transport_failure,
     user_agent,
 )
-from kbctl.errors import SourceError
+from kbctl.errors import SourceError, UsageError
 from kbctl.sources import Document
 from kbctl.sources._guard import Guard, guarded_transport
 from kbctl.sources.bounds import EXTRACT_TIMEOUT, MAX_EXTRACT_BYTES, MAX_FETCH_BYTES, check_size, within_time
@@ -106,21 +106,21 @@ class FetchPolicy:
 
     def __post_init__(self) -> None:
         if isinstance(self.allowed_networks, str):
-            raise ValueError("FetchPolicy.allowed_networks must be a sequence of entries, not one string")
+            raise UsageError("FetchPolicy.allowed_networks must be a sequence of entries, not one string")
         try:
             networks = tuple(dict.fromkeys(str(network_entry(e)) for e in self.allowed_networks))
         except ValueError as exc:
-            raise ValueError(f"FetchPolicy.allowed_networks: {exc}") from None
+            raise UsageError(f"FetchPolicy.allowed_networks: {exc}") from None
         object.__setattr__(self, "allowed_networks", networks)
         for name in ("max_bytes", "max_html_bytes", "concurrency", "per_host"):
             if getattr(self, name) < 1:
-                raise ValueError(f"FetchPolicy.{name} must be at least 1")
+                raise UsageError(f"FetchPolicy.{name} must be at least 1")
         for name in ("max_redirects", "retries", "backoff_base", "max_retry_after"):
             if getattr(self, name) < 0:
-                raise ValueError(f"FetchPolicy.{name} must not be negative")
+                raise UsageError(f"FetchPolicy.{name} must not be negative")
         for name in ("connect_timeout", "read_timeout", "total_timeout", "extract_timeout"):
             if getattr(self, name) <= 0:
-                raise ValueError(f"FetchPolicy.{name} must be positive")
+                raise UsageError(f"FetchPolicy.{name} must be positive")
 
     def guard(self) -> Guard:
         """The network guard of these rules (URL sources, and the hosts of git sources)."""
@@ -204,7 +204,7 @@ def fetch_urls(
     `on_done(done, total)` is called each time a request finishes (progress for a caller to show)."""
     keys = [r.key for r in requests]
     if len(set(keys)) != len(keys):
-        raise ValueError("fetch_urls: request keys must be unique")
+        raise UsageError("fetch_urls: request keys must be unique")
     if not requests:
         return {}
     policy = policy if policy is not None else FetchPolicy.from_env()

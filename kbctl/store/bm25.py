@@ -40,6 +40,9 @@ from psycopg import sql
 from psycopg.pq import TransactionStatus
 from psycopg.rows import class_row
 
+from kbctl.defaults import BM25_B as B  # length normalization
+from kbctl.defaults import BM25_K1 as K1  # term frequency saturation
+from kbctl.defaults import LAST_RESORT_RANKED, MATCH_POSTINGS
 from kbctl.store.rows import ChunkHit
 from kbctl.store.search import as_float32
 
@@ -62,11 +65,6 @@ __all__ = [
     "selecting_words",
     "version_statistics",
 ]
-
-K1 = 0.9  # term frequency saturation (Anserini's BM25 default)
-B = 0.4  # length normalization (Anserini's BM25 default)
-MATCH_POSTINGS = 5_000  # chunks scored at most (~6 µs each): past it, the question's commonest words stop selecting
-LAST_RESORT_RANKED = 500  # chunks holding any word scored when the selected ones are fewer than asked for
 
 # Per new revision: its chunks' total analyzed length, and how many of its chunks hold each lexeme.
 _REVISION_LENGTHS = (

@@ -17,6 +17,7 @@ from psycopg.pq import TransactionStatus
 from psycopg.rows import class_row
 from psycopg.types.json import Jsonb
 
+from kbctl.defaults import INDEX_LOOKUP_SECONDS
 from kbctl.errors import StoreError
 from kbctl.manifest.digest import sha256_json
 from kbctl.store.bm25 import (
@@ -27,7 +28,7 @@ from kbctl.store.bm25 import (
     version_statistics,
 )
 from kbctl.store.bulk import insert_revisions
-from kbctl.store.migrations import migrate
+from kbctl.store.migrations import migrate, schema_problem
 from kbctl.store.rows import (
     ChunkHit,
     ChunkRow,
@@ -101,7 +102,6 @@ def store_error(exc: psycopg.Error) -> StoreError:
 # Garbage collection of cached vectors takes this advisory lock exclusively; every apply holds it shared
 # (its vectors are cached before the chunks that reference them are published).
 GC_LOCK_KEY = 0x6B6263746C_02
-INDEX_LOOKUP_SECONDS = 60.0  # how long a search trusts the HNSW index it found for a model
 
 
 # The columns of a KnowledgeBaseRow: never the manifests themselves (see KnowledgeBaseRow).
@@ -283,6 +283,11 @@ class Database:
             raise store_error(exc) from exc
 
     # -- reads -----------------------------------------------------------------------------------
+
+    @_store_errors
+    def schema_problem(self) -> str:
+        """"ok" when the schema is at this kbctl's last migration, else what it is at."""
+        return schema_problem(self._conn)
 
     @_store_errors
     def get_kb(self, name: str) -> KnowledgeBaseRow | None:

@@ -9,7 +9,7 @@ from datetime import datetime
 from psycopg.rows import class_row
 from pydantic import BaseModel
 
-from kbctl.errors import NotFoundError, RollbackError
+from kbctl.errors import NotFoundError, RollbackError, UsageError
 from kbctl.store.bm25 import delete_revision_terms, delete_version_terms
 from kbctl.store.database import GC_LOCK_KEY, Database, _store_errors
 from kbctl.store.texts import delete_unused_texts
@@ -72,7 +72,7 @@ def list_versions(db: Database, name: str) -> list[VersionInfo]:
             "SELECT v.number, v.created_at, v.change_cause, v.chunk_count, v.embedded_count, v.reused_count,"
             " v.model, coalesce(v.number = k.current_version, false) AS current,"
             " count(vs.source_name) AS sources,"
-            " count(vs.source_name) FILTER (WHERE vs.state = 'failed') AS failed_sources"
+            " count(vs.source_name) FILTER (WHERE vs.state <> 'ready') AS failed_sources"
             " FROM kb_knowledge_bases k JOIN kb_versions v ON v.kb_id = k.id"
             " LEFT JOIN kb_version_sources vs ON vs.version_id = v.id"
             " WHERE k.name = %s GROUP BY v.id, k.current_version ORDER BY v.number DESC",
@@ -155,7 +155,7 @@ def prune_history(db: Database, kb_id: int, keep: int) -> int:
     the cache until `collect_garbage`. Call it under the knowledge base's lock, after publishing.
     """
     if keep < 1:
-        raise ValueError(f"keep must be at least 1, got {keep}")
+        raise UsageError(f"keep must be at least 1, got {keep}")
     conn = db.connection
     with conn.transaction():
         gone = conn.execute(
@@ -206,7 +206,7 @@ def collect_garbage(db: Database, batch: int = 1000) -> GcResult:
     collection runs.
     """
     if batch < 1:
-        raise ValueError(f"batch must be at least 1, got {batch}")
+        raise UsageError(f"batch must be at least 1, got {batch}")
     conn = db.connection
     row = conn.execute("SELECT pg_try_advisory_lock(%s)", (GC_LOCK_KEY,)).fetchone()
     if row is None or not row[0]:

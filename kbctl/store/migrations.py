@@ -281,6 +281,20 @@ MIGRATIONS: list[tuple[int, str, str]] = [
             WHERE NOT EXISTS (SELECT 1 FROM kb_source_revisions r WHERE r.id = t.revision_id);
         """,
     ),
+    (
+        15,
+        "one word per source state in both tables: a version's source that failed but serves earlier content is stale",
+        # kb_version_sources said `failed` with a revision where kb_source_status said `stale`, so a source that
+        # served showed as failed. The CHECK is kbctl.store.rows.source_state: stale exactly when it serves.
+        """
+        ALTER TABLE kb_version_sources DROP CONSTRAINT IF EXISTS kb_version_sources_state_check;
+        UPDATE kb_version_sources SET state = 'stale' WHERE state = 'failed' AND revision_id IS NOT NULL;
+        ALTER TABLE kb_version_sources ADD CONSTRAINT kb_version_sources_state_check CHECK (
+            state IN ('ready', 'stale', 'failed')
+            AND (state = 'ready' OR (state = 'stale') = (revision_id IS NOT NULL))
+        );
+        """,
+    ),
 ]
 
 # Serializes migrations of one database across processes (an arbitrary, fixed 64-bit key).
@@ -308,3 +322,13 @@ def migrate(conn: psycopg.Connection[Any]) -> list[int]:
             )
             applied.append(number)
     return applied
+
+
+def schema_problem(conn: psycopg.Connection[Any]) -> str:
+    """ "ok" when the database's schema is at this kbctl's last migration, else what it is at (a readiness probe:
+    a replica, or a database another kbctl migrated further)."""
+    row = conn.execute("SELECT max(version) FROM kb_schema_migrations").fetchone()
+    latest = MIGRATIONS[-1][0]
+    if row is None or row[0] != latest:
+        return f"schema at migration {row[0] if row else None}, this kbctl needs {latest}"
+    return "ok"

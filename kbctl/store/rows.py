@@ -5,20 +5,41 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any
+from typing import Any, Literal
+
+from kbctl.defaults import LANGUAGE
 
 __all__ = [
+    "SOURCE_STATES",
     "ChunkHit",
     "ChunkRow",
     "KnowledgeBaseRow",
     "NewRevision",
     "QueryTarget",
     "SourceEntry",
+    "SourceState",
     "SourceStatusRow",
     "SummaryRow",
     "VersionRow",
     "VersionSourceRow",
+    "source_state",
 ]
+
+SourceState = Literal["ready", "stale", "failed"]
+SOURCE_STATES: tuple[SourceState, ...] = ("ready", "stale", "failed")
+
+
+def source_state(*, read: bool, serving: bool) -> SourceState:
+    """The one rule for a source's state, wherever it is decided (plan, ingest, publish) and stored (the live
+    kb_source_status and each version's kb_version_sources, whose CHECK holds the same rule):
+
+        ready   its last read (fetch, listing, extraction, ingestion) succeeded
+        stale   its last read failed, and the content of an earlier good read still serves
+        failed  its last read failed, and nothing of it serves
+    """
+    if read:
+        return "ready"
+    return "stale" if serving else "failed"
 
 
 @dataclass(frozen=True)
@@ -90,7 +111,7 @@ class VersionSourceRow:
     source_name: str
     source_sha256: str
     revision_id: int | None
-    state: str
+    state: SourceState
     message: str | None
     embedded_count: int
     reused_count: int
@@ -125,7 +146,7 @@ class NewRevision:
     title: str | None
     char_count: int
     chunks: Sequence[ChunkRow]
-    language: str = "english"  # text search configuration of the chunks' tsvector
+    language: str = LANGUAGE  # text search configuration of the chunks' tsvector
 
 
 @dataclass(frozen=True)
@@ -139,7 +160,7 @@ class SourceEntry:
     name: str
     source_sha256: str
     revision: int | str | None
-    state: str
+    state: SourceState
     message: str | None
     chunk_count: int
     embedded: int
@@ -150,7 +171,7 @@ class SourceStatusRow:
     """The live state of one source: ready, stale (serving its last good content) or failed."""
 
     source_name: str
-    state: str
+    state: SourceState
     message: str | None
     origin: str | None
     etag: str | None

@@ -32,6 +32,7 @@ import psycopg
 from psycopg import sql
 from psycopg.rows import class_row
 
+from kbctl.defaults import EF_SEARCH, EXACT_SCAN_MAX, INDEX_BUILD_MEMORY, INDEX_MIN_VECTORS, MAX_OVERFETCH
 from kbctl.store.rows import ChunkHit
 
 if TYPE_CHECKING:
@@ -53,15 +54,10 @@ __all__ = [
     "vector_index",
 ]
 
-EXACT_SCAN_MAX = 5_000  # chunks of a version searched exactly (no index): a few ms
-INDEX_MIN_VECTORS = 5_000  # vectors of a model before its HNSW index is built
-EF_SEARCH = 100  # hnsw.ef_search unless spec.retrieval.efSearch says otherwise (pgvector's default is 40)
-MAX_OVERFETCH = 4_000  # index candidates read at most before the exact plan is cheaper
 EF_SEARCH_MAX = 1_000  # pgvector's largest hnsw.ef_search
 HALFVEC_MAX_DIMENSIONS = 4_000  # pgvector indexes halfvec up to 4,000 dimensions
 HALFVEC_VERSION = (0, 7, 0)  # the first pgvector with halfvec (older ones: no index, exact scans)
 ITERATIVE_SCAN_VERSION = (0, 8, 0)  # the first pgvector with hnsw.iterative_scan
-_BUILD_MEMORY = "1GB"  # maintenance_work_mem of a build: the graph of 1M 384-d vectors fits, no spill to disk
 
 # The chunks of a version, with their source, place, vector and cosine similarity to %(q)s. Rows come back in
 # binary: a vector parsed from its text form costs ~0.15 ms, 4 ms of a 30-chunk search.
@@ -136,7 +132,7 @@ def build_vector_index(conn: psycopg.Connection[Any], model: str) -> VectorIndex
     name = f"{_index_prefix(model)}{int(low)}"
     # A build interrupted earlier leaves an invalid index behind: drop it, then build again.
     conn.execute(sql.SQL("DROP INDEX CONCURRENTLY IF EXISTS {}").format(sql.Identifier(name)))
-    conn.execute(sql.SQL("SET maintenance_work_mem = {}").format(sql.Literal(_BUILD_MEMORY)))
+    conn.execute(sql.SQL("SET maintenance_work_mem = {}").format(sql.Literal(INDEX_BUILD_MEMORY)))
     try:
         conn.execute(
             sql.SQL(

@@ -58,7 +58,7 @@ def test_controller_reconnects_after_its_connection_is_killed(store: KnowledgeBa
         deadline = time.monotonic() + 20
         while not any(line.startswith("database unavailable") for line in log.lines) and time.monotonic() < deadline:
             time.sleep(0.1)
-        store.submit(parse_manifests(kb("after-drop"), "kb.yaml"))
+        store.apply(parse_manifests(kb("after-drop"), "kb.yaml"), wait=False)
         assert store.wait("after-drop", timeout=30), log.lines
     assert store.describe("after-drop").version == 1
     assert any(line.startswith("database unavailable (") and "reconnecting in 1 s" in line for line in log.lines)
@@ -89,7 +89,7 @@ def test_apply_wait_reconciles_in_process_when_the_controller_dies(store: Knowle
 
     killer = threading.Thread(target=die)
     killer.start()
-    report = store.apply_and_wait(parse_manifests(kb("orphan"), "kb.yaml"), reporter=log, timeout=120)
+    report = store.apply(parse_manifests(kb("orphan"), "kb.yaml"), controller=True, reporter=log, timeout=120)
     killer.join()
     assert [(r.action, r.version) for r in report.results] == [("created", 1)]
     assert log.lines[:2] == [
@@ -104,7 +104,7 @@ def test_apply_wait_reports_the_failure_a_controller_stored(store: KnowledgeBase
     log = Lines()
     with running_controller(store, log):
         text = kb("klingon", retrieval={"language": "klingon"})
-        report = store.apply_and_wait(parse_manifests(text, "kb.yaml"), reporter=Lines(), timeout=120)
+        report = store.apply(parse_manifests(text, "kb.yaml"), controller=True, reporter=Lines(), timeout=120)
     [result] = report.results
     assert result.action == "failed"
     assert "'klingon' is not a text search configuration" in (result.message or "")
@@ -124,7 +124,7 @@ def test_controller_survives_a_restart_of_the_embedded_server(tmp_path: Path) ->
                     assert time.monotonic() < deadline, "the controller never noticed the restart"
                     time.sleep(0.1)
                 with KnowledgeBaseStore(settings=settings) as other:  # starts the server again if needed
-                    other.submit(parse_manifests(kb("after-restart"), "kb.yaml"))
+                    other.apply(parse_manifests(kb("after-restart"), "kb.yaml"), wait=False)
                     assert other.wait("after-restart", timeout=60), log.lines
                     assert other.describe("after-restart").version == 1
         finally:
@@ -217,7 +217,7 @@ def test_controller_finishes_after_the_database_stops_mid_reconcile(
         thread = threading.Thread(target=ctl.run, args=(stop,), kwargs={"poll_seconds": 0.5, "max_backoff": 1.0})
         thread.start()
         try:
-            store.submit(parse_manifests(knowledge_base("big", *sources), "kb.yaml"))
+            store.apply(parse_manifests(knowledge_base("big", *sources), "kb.yaml"), wait=False)
             assert log.stopped.wait(120), log.lines
             deadline = time.monotonic() + 120  # a hang detector, not a timing claim
             while not _published(settings, "big"):
@@ -284,7 +284,7 @@ def test_a_stuck_controller_stops_heartbeating_and_a_working_one_does_not(store:
     log = _Blocks(lambda: release.wait(120))
     ctl, stop, thread = _run_with(store, log)
     try:
-        store.submit(parse_manifests(kb("stuck"), "kb.yaml"))
+        store.apply(parse_manifests(kb("stuck"), "kb.yaml"), wait=False)
         assert log.entered.wait(60)
         deadline = time.monotonic() + 60
         while claims.controllers_alive(store.db, 3):
@@ -311,7 +311,7 @@ def test_a_long_statement_counts_as_progress(store: KnowledgeBaseStore) -> None:
     ctl, stop, thread = _run_with(store, log)
     holder.append(ctl)
     try:
-        store.submit(parse_manifests(kb("slow-publish"), "kb.yaml"))
+        store.apply(parse_manifests(kb("slow-publish"), "kb.yaml"), wait=False)
         assert log.entered.wait(60)
         time.sleep(8)  # past the 1 s stall limit by more than the 5 s window below, still inside the statement
         assert claims.controllers_alive(store.db, 5)

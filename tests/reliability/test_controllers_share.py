@@ -53,9 +53,9 @@ def test_three_controllers_reconcile_each_knowledge_base_once(
     ]
     try:
         wait_until(lambda: all("running" in log.read_text() for log in logs), timeout=60)
-        store.submit(parse_manifests(manifests("invoices are kept for seven years."), "kb.yaml"))
+        store.apply(parse_manifests(manifests("invoices are kept for seven years."), "kb.yaml"), wait=False)
         wait_until(lambda: sum(s.version == 1 and s.ready for s in store.list()) == KBS)
-        store.submit(parse_manifests(manifests("invoices are kept for ten years."), "kb.yaml"))
+        store.apply(parse_manifests(manifests("invoices are kept for ten years."), "kb.yaml"), wait=False)
         wait_until(lambda: sum(s.version == 2 and s.ready for s in store.list()) == KBS)
     finally:
         for proc in procs:

@@ -21,9 +21,9 @@ from hypothesis import strategies as st
 from kbctl.errors import BeirError, EvalSetError, InputError, ManifestError, ManifestProblem
 from kbctl.eval.beir import MAX_LINE_BYTES, read_beir
 from kbctl.eval.evalset import load_evalset, parse_evalset
-from kbctl.manifest import LoadedManifest, load_manifests, parse_manifests
 from kbctl.inputs.bounds import MAX_DEPTH, MAX_FILE_BYTES, nesting_depth, read_bounded_text
 from kbctl.inputs.yaml_lines import MAX_DOCUMENTS, MAX_NODES
+from kbctl.manifest import LoadedManifest, load_manifests, parse_manifests
 
 VALID = textwrap.dedent(
     """\

@@ -1,4 +1,4 @@
-"""Explain a plan without carrying it out: what apply would create, configure, re-chunk, embed, prune."""
+"""`kbctl diff`: a plan shown without carrying it out: what apply would create, configure, re-chunk, embed, prune."""
 
 from __future__ import annotations
 
@@ -115,7 +115,7 @@ def _old_kind(source: dict[str, Any]) -> SourceKind:
     return "url" if source.get("url") else "text"
 
 
-class _Explainer:
+class _Differ:
     """Explains knowledge bases one by one; remembers the texts already counted, so each is billed once."""
 
     def __init__(self, db: Database, embedder_for: Callable[[str], Embedder]) -> None:
@@ -127,12 +127,12 @@ class _Explainer:
         embedder = self.embedder_for(kb.spec.embedding.ref)
         state = read_state(self.db, kb.name)
         # The plan apply would build, except that no URL is fetched (each keeps what the store serves).
-        requested = {r.key for r in fetch_requests(kb, state, "explain")}
+        requested = {r.key for r in fetch_requests(kb, state, "diff")}
         plan = build_plan(
             kb,
             state,
             model_id=embedder.model_id,
-            trigger="explain",
+            trigger="diff",
             now=datetime.now(UTC),
             requested=requested,
             read=read_paths(kb, file_stamps(kb, state, embedder.model_id)),  # local files: diff reads them
@@ -303,9 +303,9 @@ def diff_knowledge_bases(
     results. With `prune`, the stored knowledge bases it covers that are not among them are listed as
     "pruned". Errors (an unknown model, the store) raise KbctlError.
     """
-    explainer = _Explainer(db, embedder_for)
+    differ = _Differ(db, embedder_for)
     with db.read_only():
-        results = [explainer.diff(kb) for kb in knowledge_bases]
+        results = [differ.diff(kb) for kb in knowledge_bases]
         results += [_settled_diff(kb) for kb in settled]
         if order:
             results = in_file_order(order, results)

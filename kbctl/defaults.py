@@ -1,0 +1,286 @@
+"""Every default and tuning constant of kbctl, with what it is and why it has its value: the one place to read or
+change them.
+
+The manifest model (kbctl.manifest.models) takes the defaults of its fields from here, and so do the JSON Schema,
+`kbctl explain` and the stores' queries; a `spec.retrieval` field a manifest leaves unset (None, not written into
+stored manifests) is resolved from here when a query is planned (kbctl.query.retrieve.plan_query). The modules
+that use a constant import it under its name, so `kbctl.query.retrieve.RRF_K` and the like stay readable (and
+patchable in tests) where they are used. Bounds (what a manifest or an input may hold at most) are not defaults:
+they live with their checks (kbctl.manifest, kbctl.inputs, kbctl.sources.bounds).
+
+The table "Defaults and tuning constants" of docs/manifest.md is generated from this module, each constant's
+docstring being its row (`python -m kbctl.defaults --write docs/manifest.md`; a test fails when it is stale).
+Nothing from kbctl but its errors is imported here: every layer may read it, and `kbctl --help` loads it at no
+cost.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Final
+
+from kbctl.errors import KbctlError
+
+# ---------------------------------------------------------------- The manifest's defaults
+
+CHUNK_MAX_CHARS: Final = 1200
+"""spec.chunking.maxChars: the longest chunk, in characters. Chunks fitted to the default model's 254-token window
+instead cost 0.001 - 0.007 document nDCG@10 on NFCorpus and embed 21% more chunks: a chunk's first 254 tokens carry
+what it is about, and a smaller chunk loses the context around its sentences (docs/eval.md). Chunks past a model's
+window are counted, and `apply` and `diff` warn of them."""
+
+CHUNK_OVERLAP_CHARS: Final = 150
+"""spec.chunking.overlapChars: characters shared by neighbouring chunks of one section, so the text around a cut
+reaches both chunks with some of its context."""
+
+TOP_K: Final = 10
+"""spec.retrieval.topK: how many chunks a query returns at most. Measured on public BEIR sets (docs/eval.md): at 8,
+NFCorpus, Climate-FEVER and ArguAna lost 0.015 - 0.017 document nDCG@10 at the defaults; the token budget still
+caps long chunks."""
+
+MAX_CONTEXT_TOKENS: Final = 3000
+"""spec.retrieval.maxContextTokens: the token budget of a query's chunks. Measured on public BEIR sets
+(docs/eval.md): 1500 held about 5 chunks of ~300 tokens and cut NFCorpus's document nDCG@10 by ~0.05 at the
+default threshold; 3000 leaves topK the usual limit."""
+
+MODE: Final = "hybrid"
+"""spec.retrieval.mode: BM25 keyword and vector candidates fused, which beats either list alone on every public
+set measured (docs/eval.md)."""
+
+LANGUAGE: Final = "english"
+"""spec.retrieval.language: the PostgreSQL text search configuration of keyword search (stemming, stop words)."""
+
+RERANK_CANDIDATES: Final = 30
+"""spec.retrieval.rerank.candidates: how many of the best candidates that pass the threshold a reranker scores
+(the rest are cut): three times the default topK, for the reranker to choose the top 10 from."""
+
+DEFAULT_MODEL: Final = "local/all-MiniLM-L6-v2"
+"""spec.embedding.model: a small model that runs offline on the CPU from files installed from PyPI, so a knowledge
+base works with no account or network."""
+
+# ---------------------------------------------------------------- spec.retrieval fields left unset
+
+DEFAULT_THRESHOLD: Final = 0.35
+"""spec.retrieval.similarityThreshold, unset, for local/all-MiniLM-L6-v2 and any model without a measured value
+of its own. examples/eval: every no-answer question comes back empty (their best chunk scores at most 0.339) at
+recall@5 1.00 / 0.93 in hybrid mode (0.97 / 0.91 before the agreement rule); at 0.2 half of them got hits."""
+
+BGE_SMALL_THRESHOLD: Final = 0.6
+"""spec.retrieval.similarityThreshold, unset, for local/bge-small-en-v1.5, which scores unrelated text 0.3 - 0.5.
+examples/eval at 0.6, hybrid: recall@5 1.00 / 0.98 and 7 of its 8 no-answer questions empty (one scores 0.651,
+first in both lists); 0.76 empties all 8 at recall@5 0.60 / 0.62 (bench/thresholds.py)."""
+
+CANDIDATES: Final = 100
+"""spec.retrieval.candidates: how many of the best chunks each list (vector, keyword) gathers before fusion and
+the threshold. On public BEIR sets 30 / 50 / 100 / 200 candidates differ by at most 0.005 nDCG@10; 100 gives most
+of what depth gives, at a few milliseconds a query (docs/eval.md)."""
+
+FUSION: Final = "rrf"
+"""spec.retrieval.fusion: reciprocal rank fusion, the best mean nDCG@10 over three public BEIR sets and steadier
+than convex fusion on examples/eval (docs/eval.md, bench/fusion.py)."""
+
+KEYWORD_WEIGHT: Final = 1.0
+"""spec.retrieval.keywordWeight: the keyword list's weight in hybrid fusion, the vector list's being 1. The two
+lists weighing the same, with rrf, has the best mean of the settings tried on public BEIR sets (docs/eval.md)."""
+
+EF_SEARCH: Final = 100
+"""spec.retrieval.efSearch: the floor of hnsw.ef_search, HNSW candidates per layer of a vector search through the
+index (pgvector's default is 40; it is raised to cover the candidates read). Higher finds the exact nearest chunks
+more often and costs more time (bench/ef_search.py)."""
+
+# ---------------------------------------------------------------- Ranking
+
+RRF_K: Final = 10
+"""Reciprocal rank fusion's k: a chunk scores weight / (k + rank) in each list. 10 ranked best on the BEIR sets
+of docs/eval.md (60: -0.005 mean nDCG@10)."""
+
+AGREEMENT_MARGIN: Final = 0.1
+"""How far below the similarity threshold the chunk first in both lists (vector and keyword) may score in hybrid
+mode: two rankings agreeing are evidence the similarity alone misses. On examples/eval it answers 2 or 3 of the 3
+answerable questions the threshold left empty and lets no no-answer question through (docs/eval.md)."""
+
+DUPLICATE_COSINE: Final = 0.99
+"""A chunk at least this similar to one already kept is a near-duplicate (the same passage repeated in several
+pages or sources) and is cut, leaving its place to a chunk that says something else."""
+
+FIRST_READ: Final = 2
+"""Vector mode reads FIRST_READ x topK candidates first, and the rest of the pool only when those leave the answer
+short: the margin covers near-duplicates."""
+
+FEDERATED_RRF_K: Final = 60
+"""Reciprocal rank fusion's k across knowledge bases (`query_many`, `/v1/query`): ranks are fused, not scores,
+since the knowledge bases' models (and so their score scales) may differ; the usual 60 lets no one knowledge base's
+first hit dominate the fused list."""
+
+# ---------------------------------------------------------------- Serving
+
+STATEMENT_TIMEOUT_MS: Final = 10_000
+"""No SQL statement of a pooled call (`kbctl serve`, `kbctl mcp`) runs longer, in milliseconds: a hybrid query at
+~900,000 chunks has a p99 under 0.1 s (bench/README.md), so a statement this slow is stuck, and its connection goes
+back to the pool instead of holding it."""
+
+INDEX_LOOKUP_SECONDS: Final = 60.0
+"""How long a search trusts the HNSW index it found for a model before looking it up in the catalog again: one
+catalog query a minute instead of one per search; an index built meanwhile is used within this time."""
+
+# ---------------------------------------------------------------- Keyword search (BM25)
+
+BM25_K1: Final = 0.9
+"""BM25's term frequency saturation: Anserini's default. Elasticsearch's 1.2 (with b 0.75) changed NFCorpus's
+BM25 nDCG@10 by 0.002 (docs/eval.md)."""
+
+BM25_B: Final = 0.4
+"""BM25's length normalization: Anserini's default (see BM25_K1)."""
+
+MATCH_POSTINGS: Final = 5_000
+"""Chunks a keyword search scores at most (~6 µs each): past it, the question's commonest words stop selecting
+chunks. On NFCorpus a budget of 2,000 ranks as 20,000 does (kbctl.store.bm25)."""
+
+LAST_RESORT_RANKED: Final = 500
+"""Chunks holding any word of the question that are scored too when the selected ones are fewer than asked for."""
+
+# ---------------------------------------------------------------- Vector search
+
+EXACT_SCAN_MAX: Final = 5_000
+"""Versions of at most this many chunks are searched exactly, without the index: a few milliseconds, and exact."""
+
+INDEX_MIN_VECTORS: Final = 5_000
+"""Vectors a model has before its HNSW index is built, in one pass after the apply that crossed the line: one bulk
+build costs a fraction of maintaining the graph row by row during a large first apply (docs/architecture.md)."""
+
+MAX_OVERFETCH: Final = 4_000
+"""Index candidates a vector search reads at most (doubling while too few belong to the version): past it, the
+exact plan is cheaper."""
+
+INDEX_BUILD_MEMORY: Final = "1GB"
+"""maintenance_work_mem of an HNSW index build: the graph of 1M 384-dimensional vectors fits, no spill to disk."""
+
+# ---------------------------------------------------------------- Embedding
+
+LOCAL_BATCH_SIZE: Final = 8
+"""Texts per ONNX run of a local model. Ingest hands the model texts sorted by length, so a batch pads little
+whatever its size; on 2 cores small batches then run fastest (bench/apply.py, shortest first: 8 -> 29.4 s,
+16 -> 33.1 s, 32 -> 40.1 s, 64 -> 39.4 s for the same 786 texts)."""
+
+EMBED_BATCH: Final = 64
+"""Texts per call to an embedder that names no batch size of its own (`texts_per_call`, which an HTTP embedder sets
+from its provider's batch size and concurrency); ingest caches each call's vectors as they come."""
+
+# ---------------------------------------------------------------- Apply and the controller
+
+ANALYZE_AFTER_CHUNKS: Final = 5_000
+"""New chunks after which a publish refreshes PostgreSQL's statistics of the chunks (the planner's estimates of
+full-text matches), when they are also ANALYZE_CHUNK_SHARE of the chunks its statistics know: ANALYZE of 900,000
+chunks (their tsvectors) took 66 s after a 1% change, which changes the estimates little."""
+
+ANALYZE_CHUNK_SHARE: Final = 0.1
+"""The share of the known chunks that new chunks must also be for ANALYZE_AFTER_CHUNKS to refresh the statistics:
+autovacuum's own share."""
+
+ANALYZE_AFTER_SOURCES: Final = 1_000
+"""Sources of a published version from which PostgreSQL's estimate of the version's size is refreshed."""
+
+LEASE_SECONDS: Final = 600
+"""How long a controller's claim of a knowledge base lasts unless released: a crashed controller's claim expires
+with it (one that lost its connection releases its claims as soon as it reconnects)."""
+
+HEARTBEAT_SECONDS: Final = 5
+"""How often a controller that makes progress heartbeats."""
+
+HEARTBEAT_TTL_SECONDS: Final = 15
+"""A controller without a heartbeat for this long (three missed) is not alive: `apply --wait` then reconciles
+in-process instead of waiting for it."""
+
+RETRY_SECONDS: Final = 30
+"""After a reconcile that the store or the model failed (not the sources), how long a controller waits before
+trying again."""
+
+STALL_SECONDS: Final = 120.0
+"""A reconcile that reports nothing and runs no statement for this long is stuck: its controller stops
+heartbeating, so `apply --wait` stops waiting for it."""
+
+# ---------------------------------------------------------------- kbctl import beir
+
+BEIR_SPLIT: Final = "test"
+"""Which `qrels/<split>.tsv` of a BEIR dataset judges the queries: the split BEIR reports its figures on."""
+
+RANKING_TOP_K: Final = 10
+"""spec.retrieval.topK of an imported BEIR knowledge base: the top 10 that nDCG@10 and recall@10 read."""
+
+RANKING_THRESHOLD: Final = -1.0
+"""spec.retrieval.similarityThreshold of an imported BEIR knowledge base: every candidate passes, so `kbctl eval`
+measures the ranking rather than the cut-off."""
+
+RANKING_MAX_TOKENS: Final = 100_000
+"""spec.retrieval.maxContextTokens of an imported BEIR knowledge base: the token budget never binds, so
+recall@10 and nDCG@10 see the full top 10."""
+
+
+# ---------------------------------------------------------------- the table of docs/manifest.md
+
+BEGIN_TABLE: Final = "<!-- generated from kbctl/defaults.py by `python -m kbctl.defaults --write docs/manifest.md` -->"
+END_TABLE: Final = "<!-- end of the generated table -->"
+
+
+def _cell(value: object) -> str:
+    """A value as a table shows it: numbers and text as Python writes them, without quotes."""
+    return str(value).lower() if isinstance(value, bool) else str(value)
+
+
+def _escaped(text: str) -> str:
+    """`text` for a markdown table cell: its pipes escaped."""
+    return text.replace("|", "\\|")
+
+
+def documented() -> list[tuple[str, list[tuple[str, object, str]]]]:
+    """The constants of this module as (section, [(name, value, docstring)]) in the order they are written."""
+    import ast
+
+    source = Path(__file__).read_text(encoding="utf-8")
+    lines = source.splitlines()
+    body = ast.parse(source).body
+    sections: list[tuple[str, list[tuple[str, object, str]]]] = []
+    for node, following in zip(body, [*body[1:], None], strict=True):
+        if not (isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name) and node.value is not None):
+            continue
+        name = node.target.id
+        if name in ("BEGIN_TABLE", "END_TABLE"):
+            continue
+        heading = next(
+            line.split("-- ", 1)[1]
+            for line in reversed(lines[: node.lineno - 1])
+            if line.startswith("# ----") and "-- " in line
+        )
+        doc = ast.get_docstring(ast.Module(body=[following], type_ignores=[])) if following is not None else None
+        if not doc:
+            raise KbctlError(f"kbctl.defaults.{name} has no docstring")
+        if not sections or sections[-1][0] != heading:
+            sections.append((heading, []))
+        sections[-1][1].append((name, globals()[name], " ".join(doc.split())))
+    return sections
+
+
+def markdown() -> str:
+    """The "Defaults and tuning constants" table of docs/manifest.md, between its markers."""
+    parts = [BEGIN_TABLE, ""]
+    for heading, constants in documented():
+        parts += [f"**{heading}**", "", "| constant | value | what it is, and why this value |", "|---|---|---|"]
+        parts += [f"| `{name}` | `{_cell(value)}` | {_escaped(doc)} |" for name, value, doc in constants]
+        parts.append("")
+    return "\n".join([*parts, END_TABLE]) + "\n"
+
+
+def with_table(text: str) -> str:
+    """`text` (docs/manifest.md) with the generated table in place of the one between its markers."""
+    start, end = text.index(BEGIN_TABLE), text.index(END_TABLE) + len(END_TABLE) + 1
+    return text[:start] + markdown() + text[end:]
+
+
+if __name__ == "__main__":
+    import sys
+
+    if sys.argv[1:2] == ["--write"] and len(sys.argv) == 3:
+        page = Path(sys.argv[2])
+        page.write_text(with_table(page.read_text(encoding="utf-8")), encoding="utf-8")
+    else:
+        print(markdown(), end="")
