@@ -49,7 +49,7 @@ from kbctl.cli._common import (
 )
 
 if TYPE_CHECKING:
-    from kbctl import QueryResult
+    from kbctl import FederatedResult, QueryResult
 
 # Each command imports the library parts it needs when it runs: `kbctl --help` and `kbctl version` load none.
 
@@ -179,8 +179,15 @@ def describe(resource: Resource, name: KbName, output: ObjectOutputOpt = None) -
 @app.command()
 @handles_errors
 def query(
-    name: Annotated[str, typer.Argument(metavar="NAME", help="Knowledge base to search.")],
-    question: Annotated[str, typer.Argument(metavar="QUESTION", help="The question, in natural language.")],
+    args: Annotated[
+        list[str],
+        typer.Argument(
+            metavar="NAME[,NAME...] QUESTION",
+            help="The knowledge base (several, comma-separated, for one fused ranking) and the question. With --all "
+            "or -l, the question alone.",
+            show_default=False,
+        ),
+    ],
     top_k: TopKOpt = None,
     threshold: ThresholdOpt = None,
     max_tokens: MaxTokensOpt = None,
@@ -189,6 +196,8 @@ def query(
         bool, typer.Option("--explain", help="Show each stage's candidates, ranks, scores, cuts and timings.")
     ] = False,
     rerank: RerankOpt = None,
+    all_kbs: AllOpt = False,
+    selector: ListSelectorOpt = None,
     exit_code: NothingFoundExitOpt = False,
     output: OutputOpt = None,
 ) -> None:
@@ -199,10 +208,20 @@ def query(
     With spec.retrieval.rerank, the best candidates are reordered by the reranker first; if it fails,
     the answer comes in fused order with a warning on stderr.
 
-    Example: kbctl query client-service-policy "how long do we keep invoices?" --explain
+    Several knowledge bases (NAME,NAME), every one with a published version (--all), or those whose labels match
+    (-l) are each queried with their own model and threshold, and their rankings fused into one by reciprocal
+    rank; topK and the token budget apply to the fused list (by default the largest of theirs). Each hit names
+    its knowledge base; one without a published version is said, not fatal.
+
+    \b
+    Examples:
+      kbctl query client-service-policy "how long do we keep invoices?" --explain
+      kbctl query client-service-policy,data-handling-policy "how long do we keep invoices?"
+      kbctl query --all "how long do we keep invoices?"
     """
     from kbctl import QueryOptions
 
+    names, question = _query_targets(args, all_kbs, selector)
     options = QueryOptions.build(
         top_k=top_k,
         threshold=threshold,
@@ -211,15 +230,59 @@ def query(
         explain=explain,
         rerank=rerank,
     )
+    if len(names) == 1:
+        with open_store() as store:
+            result = store.query(names[0], question, options)
+        warn_rerank(result.rerank)
+        if output:
+            emit(result, output)
+        else:
+            _print_hits(result)
+        if exit_code and not result.hits:
+            raise typer.Exit(NOT_COVERED_EXIT)
+        return
+    if explain:
+        raise typer.BadParameter("--explain traces one knowledge base: name one", param_hint="'--explain'")
     with open_store() as store:
-        result = store.query(name, question, options)
-    warn_rerank(result.rerank)
+        fused = store.query_many(question, options, names=names, selector=list_selector(selector, ()))
     if output:
-        emit(result, output)
+        emit(fused, output)
     else:
-        _print_hits(result)
-    if exit_code and not result.hits:
+        _print_fused(fused)
+    if exit_code and not fused.hits:
         raise typer.Exit(NOT_COVERED_EXIT)
+
+
+def _query_targets(args: list[str], all_kbs: bool, selector: str | None) -> tuple[list[str], str]:
+    """(names, question) from query's arguments: NAME[,NAME...] QUESTION, or QUESTION with --all or -l (no names:
+    every knowledge base in question)."""
+    everything = all_kbs or selector is not None
+    if all_kbs and selector is not None:
+        raise typer.BadParameter("give --all or a label selector, not both", param_hint="'--all'")
+    if len(args) != (1 if everything else 2):
+        wanted = "QUESTION (with --all or -l)" if everything else "NAME[,NAME...] QUESTION"
+        raise typer.BadParameter(f"expected {wanted}, got {len(args)} argument(s)", param_hint="NAME QUESTION")
+    if everything:
+        return [], args[0]
+    names = [n for n in args[0].split(",") if n]
+    if not names:
+        raise typer.BadParameter("name a knowledge base", param_hint="NAME")
+    return list(dict.fromkeys(names)), args[1]
+
+
+def _print_fused(result: FederatedResult) -> None:
+    for hit in result.hits:
+        where = " > ".join(hit.heading_path) or "(no heading)"
+        typer.echo(
+            f"{hit.rank}. {hit.knowledge_base} | {hit.source} | {where} | chunk {hit.position} | "
+            f"score {hit.score:.3f} | {hit.tokens} tokens"
+        )
+        typer.echo("   " + hit.text.replace("\n", "\n   "))
+        typer.echo("")
+    for outcome in result.results:
+        if outcome.version is None:
+            typer.echo(f"{outcome.knowledge_base}: {outcome.message}", err=True)
+    typer.echo(result.message)
 
 
 def _print_hits(result: QueryResult) -> None:

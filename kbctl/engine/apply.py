@@ -27,7 +27,7 @@ from kbctl.engine.events import (
     WorkProgress,
     report_sources,
 )
-from kbctl.engine.ingest import Ingested, IngestRun, ingest
+from kbctl.engine.ingest import IngestRun, ingest
 from kbctl.engine.plan import (
     Fail,
     KnowledgeBasePlan,
@@ -49,7 +49,7 @@ from kbctl.sources.crawl import crawl_site
 from kbctl.sources.files import read_paths
 from kbctl.sources.git import read_repository
 from kbctl.sources.url import FetchPolicy, fetch_urls
-from kbctl.store.database import Database, SourceEntry, SourceStatusRow
+from kbctl.store.database import Database, NewRevision, SourceEntry, SourceStatusRow
 from kbctl.store.history import applying, prune_history
 from kbctl.store.rows import source_state
 from kbctl.store.schedule import set_schedule
@@ -69,15 +69,15 @@ CAUSE_ITEMS = 3  # changes named per kind in a version's change cause (`rollout 
 _T = TypeVar("_T")
 
 
-def source_result(p: SourcePlan, outcome: Ingested | Fail | None = None) -> SourceResult:
+def source_result(p: SourcePlan, outcome: NewRevision | Fail | None = None) -> SourceResult:
     """What happened to one source: its plan, and for new content what ingesting it gave."""
     decision = outcome if isinstance(outcome, Fail) else p.decision
     chunks = embedded = truncated = 0
     message = None
     if isinstance(decision, Fail):
         chunks, message = (decision.keep.chunk_count if decision.keep else 0), decision.message
-    elif isinstance(outcome, Ingested):
-        chunks, embedded, truncated = len(outcome.chunked.chunks), outcome.embedded, outcome.truncated
+    elif isinstance(outcome, NewRevision):
+        chunks, embedded, truncated = len(outcome.chunks), outcome.embedded, outcome.truncated
     elif isinstance(decision, Reuse):
         chunks = decision.chunk_count
     kept = decision.keep if isinstance(decision, Fail) else None
@@ -85,7 +85,7 @@ def source_result(p: SourcePlan, outcome: Ingested | Fail | None = None) -> Sour
         name=p.name,
         state=source_state(read=not isinstance(decision, Fail), serving=kept is not None),
         fetched=p.fetch,
-        ingested=isinstance(outcome, Ingested),
+        ingested=isinstance(outcome, NewRevision),
         chunks=chunks,
         embedded=embedded,
         reused=chunks - embedded,
@@ -94,14 +94,14 @@ def source_result(p: SourcePlan, outcome: Ingested | Fail | None = None) -> Sour
     )
 
 
-def _revision(p: SourcePlan, outcome: Ingested | Fail | None) -> int | str | None:
+def _revision(p: SourcePlan, outcome: NewRevision | Fail | None) -> int | str | None:
     """What a published source points at: the key of its new revision, a stored revision's id, or nothing."""
-    if isinstance(outcome, Ingested):
+    if isinstance(outcome, NewRevision):
         return outcome.revision_key
     return p.serving.revision_id if p.serving is not None else None
 
 
-def _status(p: SourcePlan, outcome: Ingested | Fail | None, state: StoredState, now: datetime) -> SourceStatusRow:
+def _status(p: SourcePlan, outcome: NewRevision | Fail | None, state: StoredState, now: datetime) -> SourceStatusRow:
     """The live status row a source leaves: the plan's, the ingest failure's, or the stored one kept."""
     status = (
         p.status or state.statuses.get(p.name) or SourceStatusRow(p.name, "ready", None, None, None, None, None, now)
@@ -230,7 +230,7 @@ class _Reconciler:
         assert version is not None
         self.reporter.report(ReconcileStarted(name, self.trigger, action, version, plan.waiting))
         run = IngestRun({}, {}) if plan.unchanged else ingest(db, plan, embedder, self.reporter)
-        outcomes: Mapping[str, Ingested | Fail] = run.outcomes
+        outcomes: Mapping[str, NewRevision | Fail] = run.outcomes
         results = [source_result(p, outcomes.get(p.name)) for p in plan.sources]
         statuses = [_status(p, outcomes.get(p.name), state, now) for p in plan.sources]
         if plan.unchanged:
@@ -247,7 +247,7 @@ class _Reconciler:
         report_sources(self.reporter, name, self.trigger, results, embedder.model_id, finished=(action, version))
         if run.vector_ids:  # content was ingested: new vectors may give the model enough for its index
             self._index(name, embedder.model_id)
-        new_chunks = sum(len(o.chunked.chunks) for o in outcomes.values() if isinstance(o, Ingested))
+        new_chunks = sum(len(o.chunks) for o in outcomes.values() if isinstance(o, NewRevision))
         if new_chunks >= ANALYZE_AFTER_CHUNKS and new_chunks >= ANALYZE_CHUNK_SHARE * db.estimated_chunks():
             # The planner's estimates of full-text matches in a much larger table. A share of a large one changes
             # them little, and ANALYZE of 900,000 chunks (their tsvectors) took 66 s after a 1% change.
@@ -295,7 +295,6 @@ class _Reconciler:
         statuses: list[SourceStatusRow],
         stored: Mapping[str, SourceStatusRow],
     ) -> None:
-        language = plan.kb.spec.retrieval.language
         entries = [
             SourceEntry(
                 name=p.name,
@@ -314,9 +313,7 @@ class _Reconciler:
             manifest_sha256=plan.manifest_sha256,
             model=plan.model_id,
             number=plan.next_version,
-            new_revisions=[
-                o.revision(run.vector_ids, language) for o in run.outcomes.values() if isinstance(o, Ingested)
-            ],
+            new_revisions=[o for o in run.outcomes.values() if isinstance(o, NewRevision)],
             sources=entries,
             statuses=statuses,
             change_cause=_change_cause(plan),

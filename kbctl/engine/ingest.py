@@ -15,7 +15,7 @@ from kbctl.errors import LimitError
 from kbctl.manifest import KnowledgeBase, Limits
 from kbctl.store.database import ChunkRow, Database, NewRevision
 
-__all__ = ["EMBED_BATCH", "Chunked", "IngestRun", "Ingested", "TokenCounts", "chunk_source", "ingest"]
+__all__ = ["EMBED_BATCH", "Chunked", "IngestRun", "TokenCounts", "chunk_source", "ingest"]
 
 
 @dataclass(frozen=True)
@@ -27,45 +27,11 @@ class Chunked:
 
 
 @dataclass(frozen=True)
-class Ingested:
-    """A source's new content, chunked and embedded: a revision ready to publish."""
-
-    plan: SourcePlan
-    chunked: Chunked
-    tokens: tuple[int, ...]
-    embedded: int  # texts embedded for this source in this run (a text shared by two counts for the first)
-    truncated: int = 0  # chunks whose embedded text is longer than the model reads (its window): the rest is cut
-
-    @property
-    def revision_key(self) -> str:
-        """The key of the new revision (content, format, chunking, model, chunker)."""
-        assert isinstance(self.plan.decision, Ingest)
-        return self.plan.decision.revision_key
-
-    def revision(self, vector_ids: Mapping[bytes, int], language: str) -> NewRevision:
-        """The revision to publish, its chunks pointing at their cached vectors."""
-        assert isinstance(self.plan.decision, Ingest)
-        doc = self.plan.decision.document
-        return NewRevision(
-            source_name=self.plan.name,
-            revision_key=self.plan.decision.revision_key,
-            content_sha256=doc.content_sha256,
-            origin=doc.origin,
-            title=doc.title,
-            char_count=len(doc.text),
-            language=language,
-            chunks=[
-                ChunkRow(c.ordinal, c.text, c.start, c.end, c.heading_path, n, vector_ids[h])
-                for c, n, h in zip(self.chunked.chunks, self.tokens, self.chunked.hashes, strict=True)
-            ],
-        )
-
-
-@dataclass(frozen=True)
 class IngestRun:
-    """What ingesting one plan produced: per source with new content, its revision or why it failed."""
+    """What ingesting one plan produced: per source with new content, the revision to publish (its chunks pointing
+    at their cached vectors) or why it failed."""
 
-    outcomes: Mapping[str, Ingested | Fail]
+    outcomes: Mapping[str, NewRevision | Fail]
     vector_ids: Mapping[bytes, int]
 
 
@@ -183,7 +149,7 @@ def ingest(db: Database, plan: KnowledgeBasePlan, embedder: Embedder, reporter: 
     no embedding work.
     """
     chunked: dict[str, Chunked] = {}
-    outcomes: dict[str, Ingested | Fail] = {}
+    outcomes: dict[str, NewRevision | Fail] = {}
     limits = plan.kb.spec.effective_limits
     for p in plan.to_ingest:
         pieces = chunk_source(p, plan.kb)
@@ -210,8 +176,37 @@ def ingest(db: Database, plan: KnowledgeBasePlan, embedder: Embedder, reporter: 
         if p.name not in chunked:
             continue
         pieces = chunked[p.name]
-        tokens = tuple(sizes.text(c) for c in pieces.chunks)
         over = sum(sizes.embedded(c) > window for c in pieces.chunks) if window is not None else 0
-        outcomes[p.name] = Ingested(p, pieces, tokens, len((set(pieces.hashes) & fresh) - claimed), over)
+        embedded = len((set(pieces.hashes) & fresh) - claimed)  # a text shared by two counts for the first
+        outcomes[p.name] = _revision(p, pieces, sizes, ids, plan.kb.spec.retrieval.language, embedded, over)
         claimed |= set(pieces.hashes)
     return IngestRun(outcomes, ids)
+
+
+def _revision(
+    p: SourcePlan,
+    pieces: Chunked,
+    sizes: TokenCounts,
+    vector_ids: Mapping[bytes, int],
+    language: str,
+    embedded: int,
+    truncated: int,
+) -> NewRevision:
+    """A source's new content, chunked and embedded: the revision to publish."""
+    assert isinstance(p.decision, Ingest)
+    doc = p.decision.document
+    return NewRevision(
+        source_name=p.name,
+        revision_key=p.decision.revision_key,
+        content_sha256=doc.content_sha256,
+        origin=doc.origin,
+        title=doc.title,
+        char_count=len(doc.text),
+        language=language,
+        chunks=[
+            ChunkRow(c.ordinal, c.text, c.start, c.end, c.heading_path, sizes.text(c), vector_ids[h])
+            for c, h in zip(pieces.chunks, pieces.hashes, strict=True)
+        ],
+        embedded=embedded,
+        truncated=truncated,
+    )

@@ -286,7 +286,7 @@ class Database:
 
     @_store_errors
     def schema_problem(self) -> str:
-        """"ok" when the schema is at this kbctl's last migration, else what it is at."""
+        """ "ok" when the schema is at this kbctl's last migration, else what it is at."""
         return schema_problem(self._conn)
 
     @_store_errors

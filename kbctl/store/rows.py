@@ -137,7 +137,7 @@ class ChunkRow:
 
 @dataclass(frozen=True)
 class NewRevision:
-    """A source's content chunked and embedded, ready to be published."""
+    """A source's new content chunked and embedded, ready to be published: what ingest gives for a source."""
 
     source_name: str
     revision_key: str
@@ -147,6 +147,8 @@ class NewRevision:
     char_count: int
     chunks: Sequence[ChunkRow]
     language: str = LANGUAGE  # text search configuration of the chunks' tsvector
+    embedded: int = 0  # texts embedded for it in the run that made it (the rest were in the vector cache)
+    truncated: int = 0  # chunks longer than the model reads: their ends reach no vector (reported, not stored)
 
 
 @dataclass(frozen=True)
