@@ -493,11 +493,19 @@ def test_snake_case_keys_are_reported_as_written() -> None:
 
 
 def test_unsupported_api_version_and_kind() -> None:
-    """Another apiVersion or kind is reported once, without noise about the rest of the object."""
-    assert problems_of("apiVersion: v1\nkind: ConfigMap\nmetadata: {name: x}\ndata: {a: b}\n") == [
-        "kb.yaml:1: apiVersion: unsupported apiVersion 'v1', expected kbctl.dev/v1alpha1",
+    """An object that claims to be kbctl's (its apiVersion's group, or kind KnowledgeBase) with another version or
+    kind is reported once, without noise about the rest of the object; another tool's object is skipped."""
+    assert problems_of("apiVersion: kbctl.dev/v1alpha1\nkind: ConfigMap\nmetadata: {name: x}\ndata: {a: b}\n") == [
         "kb.yaml:2: kind: unsupported kind 'ConfigMap', expected KnowledgeBase",
     ]
+    assert problems_of("apiVersion: v1\nkind: KnowledgeBase\nmetadata: {name: x}\n") == [
+        "kb.yaml:1: apiVersion: unsupported apiVersion 'v1', expected kbctl.dev/v1alpha1",
+    ]
+    assert problems_of("apiVersion: kbctl.dev/v2\nkind: Other\n") == [
+        "kb.yaml:1: apiVersion: unsupported apiVersion 'kbctl.dev/v2', expected kbctl.dev/v1alpha1",
+        "kb.yaml:2: kind: unsupported kind 'Other', expected KnowledgeBase",
+    ]
+    assert parse_manifests("apiVersion: v1\nkind: ConfigMap\nmetadata: {name: x}\ndata: {a: b}\n", "kb.yaml") == []
 
 
 def test_document_must_be_a_mapping() -> None:

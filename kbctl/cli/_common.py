@@ -5,6 +5,7 @@ from __future__ import annotations
 import functools
 import io
 import json
+import sys
 from collections.abc import Callable, Sequence
 from enum import StrEnum
 from typing import TYPE_CHECKING, Annotated, Any, ParamSpec, TypeVar
@@ -22,6 +23,7 @@ if TYPE_CHECKING:  # the library is imported by the command that uses it, so `--
 
     from kbctl import RerankInfo
     from kbctl.client import KnowledgeBaseStore
+    from kbctl.manifest import LoadedManifest, ManifestSet
     from kbctl.manifest.load import ManifestFiles
     from kbctl.manifest.selectors import Selector
 
@@ -175,6 +177,21 @@ RerankOpt = Annotated[
         help="Rerank with spec.retrieval.rerank, or skip it (default: rerank when the spec names a reranker).",
     ),
 ]
+
+
+def note_skipped(loaded: ManifestSet) -> None:
+    """Name on stderr, once per file, the objects of other tools that -f found beside the manifests."""
+    for skipped in loaded.skipped:
+        typer.echo(f"note: {skipped.message}", err=True)
+
+
+def load_manifest_paths(filename: Sequence[str], recursive: bool) -> list[LoadedManifest]:
+    """The manifests -f names (stdin for "-"), every problem raised at once, the skipped files noted."""
+    from kbctl.manifest import load_manifest_set, read_manifest_files
+
+    loaded = load_manifest_set(read_manifest_files(filename, recursive=recursive, stdin=sys.stdin))
+    note_skipped(loaded)
+    return loaded.manifests
 
 
 def warn_rerank(info: RerankInfo | None) -> None:

@@ -19,6 +19,8 @@ from kbctl.cli._common import (
     duration_option,
     emit,
     handles_errors,
+    load_manifest_paths,
+    note_skipped,
     open_store_for,
     parse_duration,
 )
@@ -90,6 +92,7 @@ def apply(
     with open_store_for(files) as store:
         # Files the store applied byte for byte and still serves are not parsed again (kbctl.engine.settled).
         to_apply = store.load_settled(files)
+        note_skipped(to_apply.manifests)
         del files  # the texts read: what was parsed holds what it needs (a large manifest's text is ~100 MB)
         try:
             report = store.apply(
@@ -155,9 +158,7 @@ def _json(report: ApplyReport, *, wait: bool, pruning: bool) -> dict[str, Any]:
 
 def _client_dry_run(filename: list[str], recursive: bool, output: OutputOpt) -> None:
     """--dry-run=client: validate the manifests (every problem at once, as apply does) and touch no store."""
-    from kbctl.manifest import load_manifests
-
-    manifests = load_manifests(filename, recursive=recursive, stdin=sys.stdin)
+    manifests = load_manifest_paths(filename, recursive)
     if output:
         emit({"dryRun": "client", "valid": [m.kb.name for m in manifests]}, output)
         return

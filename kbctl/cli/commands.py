@@ -39,6 +39,7 @@ from kbctl.cli._common import (
     emit_objects,
     handles_errors,
     list_selector,
+    load_manifest_paths,
     open_store,
     parse_duration,
     resource_names,
@@ -94,10 +95,11 @@ def refresh(
 @app.command()
 @handles_errors
 def validate(filename: Files, recursive: Recursive = False) -> None:
-    """Check manifests without touching any database; print one line per problem (file:line: field: ...)."""
-    from kbctl.manifest import load_manifests
+    """Check manifests without touching any database; print one line per problem (file:line: field: ...).
 
-    manifests = load_manifests(filename, recursive=recursive, stdin=sys.stdin)
+    Objects of other tools in the same files or folder (a kustomization.yaml, a Deployment) are skipped with one
+    note per file on stderr; a `List` (as `get -o yaml` prints) is checked object by object."""
+    manifests = load_manifest_paths(filename, recursive)
     for m in manifests:
         typer.echo(f"{m.path}:{m.line}: KnowledgeBase/{m.kb.name} valid")
 

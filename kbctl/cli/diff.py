@@ -17,6 +17,7 @@ from kbctl.cli._common import (
     app,
     emit,
     handles_errors,
+    note_skipped,
     open_store_for,
 )
 
@@ -101,7 +102,9 @@ def plan_apply(filename: list[str], recursive: bool, scope: PruneScope | None) -
     files = read_manifest_files(filename, recursive=recursive, stdin=sys.stdin)
     with open_store_for(files) as store:
         # A file the store applied byte for byte and still serves is unchanged, not parsed (kbctl.engine.settled).
-        return store.diff(store.load_settled(files), prune=scope)
+        to_apply = store.load_settled(files)
+        note_skipped(to_apply.manifests)
+        return store.diff(to_apply, prune=scope)
 
 
 def _errors_exit_2(func: Callable[P, R]) -> Callable[P, R]:

@@ -6,7 +6,7 @@ import argparse
 import os
 import sys
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Final, TextIO
 
 from pydantic import ValidationError
@@ -24,6 +24,7 @@ __all__ = [
     "ManifestSet",
     "Settled",
     "SettledManifest",
+    "SkippedFile",
     "load_manifest_set",
     "load_manifests",
     "parse_manifests",
@@ -33,6 +34,10 @@ __all__ = [
 MANIFEST_SUFFIXES: Final = (".yaml", ".yml", ".json")
 STDIN_PATH: Final = "<stdin>"
 _IDENTITY_KEYS: Final = ("apiVersion", "api_version", "kind")
+API_GROUP: Final = API_VERSION.split("/")[0]
+LIST_API_VERSIONS: Final = ("v1", API_VERSION)  # a `List` of objects, as `kbctl get -o yaml` and kubectl print it
+KUSTOMIZE_FILES: Final = ("kustomization.yaml", "kustomization.yml", "Kustomization")
+_SHOWN_CHARS: Final = 80  # of a skipped object's apiVersion and kind, as the note names them
 
 
 @dataclass(frozen=True)
@@ -66,12 +71,32 @@ class SettledManifest:
 
 
 @dataclass(frozen=True)
+class SkippedFile:
+    """A file whose objects are not kbctl's (a Deployment, a kustomization.yaml beside the manifests in a GitOps
+    folder): left alone, and named once so that a typo cannot hide."""
+
+    path: str
+    objects: tuple[str, ...]  # "apiVersion kind" of each object skipped, in file order
+
+    @property
+    def message(self) -> str:
+        shown = ", ".join(dict.fromkeys(self.objects))
+        count = len(self.objects)
+        return (
+            f"{self.path}: skipped {count} object{'s' if count > 1 else ''} that {'are' if count > 1 else 'is'}"
+            f" not kbctl's ({shown})"
+        )
+
+
+@dataclass(frozen=True)
 class ManifestSet:
-    """What `-f` names: the manifests parsed, the ones settled (not parsed), and every name in file order."""
+    """What `-f` names: the manifests parsed, the ones settled (not parsed), every name in file order, and the
+    files of other tools' objects that were skipped."""
 
     manifests: list[LoadedManifest]
     settled: list[SettledManifest]
     names: list[str]
+    skipped: list[SkippedFile] = field(default_factory=list)
 
 
 Settled = Callable[[list[ManifestFile]], Mapping[int, tuple[str, Sequence[tuple[str, int]]]]]
@@ -115,6 +140,43 @@ def _check_document(document: YamlDocument, file: str) -> tuple[KnowledgeBase | 
         return None, problems_from(invalid, KnowledgeBase, document, file)
 
 
+def _shown(value: Any) -> str:
+    """A skipped object's apiVersion or kind as a note shows it: printable, and short."""
+    text = "".join(c if c.isprintable() else "?" for c in str(value))
+    return text if len(text) <= _SHOWN_CHARS else text[: _SHOWN_CHARS - 1] + "…"
+
+
+def _foreign(data: Any) -> str | None:
+    """ "apiVersion kind" of another tool's object (an apiVersion outside kbctl.dev and a kind that is not
+    KnowledgeBase), else None: kbctl's own objects, and those that only look like them, are checked as such."""
+    if not isinstance(data, dict):
+        return None
+    api_version, kind = data.get("apiVersion"), data.get("kind")
+    if not isinstance(api_version, str) or not api_version or kind == KIND:
+        return None
+    if api_version.split("/")[0] == API_GROUP or (kind == "List" and api_version in LIST_API_VERSIONS):
+        return None
+    return f"{_shown(api_version)} {_shown(kind)}"
+
+
+def _list_items(document: YamlDocument, file: str) -> list[YamlDocument] | ManifestProblem | None:
+    """The objects of a `List` document, each as a document of its own (with its lines), a problem when its
+    items are not a list, or None for any other document."""
+    data = document.data
+    if not (isinstance(data, dict) and data.get("kind") == "List" and data.get("apiVersion") in LIST_API_VERSIONS):
+        return None
+    items = data.get("items")
+    if not isinstance(items, list):
+        _, line = locate(document, [("items",)])
+        return ManifestProblem(file, line, "items", f"expected a list of objects, got {_describe(items)}")
+    tree = document.tree["items"]
+    found: list[YamlDocument] = []
+    for index, item in enumerate(items):
+        _, line = locate(document, [("items",), index])
+        found.append(YamlDocument(tree[index], data=item, offset=document.offset, line=line))
+    return found
+
+
 def _declared_name(document: YamlDocument) -> str | None:
     """metadata.name of a would-be KnowledgeBase document, even when the rest of it is invalid."""
     data = document.data
@@ -135,6 +197,7 @@ class _Collector:
         self.settled: list[SettledManifest] = []
         self.names: list[str] = []
         self.problems: list[ManifestProblem] = []
+        self.skipped: list[SkippedFile] = []
         self._first: dict[str, tuple[str, int]] = {}
 
     def add_settled(self, file: str, key: str, kbs: Sequence[tuple[str, int]]) -> bool:
@@ -156,31 +219,53 @@ class _Collector:
         return self.add_text(file.text, file.path)
 
     def add_text(self, text: str, file: str) -> int:
-        """Parse every document of text; return how many non-empty documents it held."""
+        """Parse every document of text (the objects of a `List` one by one; other tools' objects skipped, and
+        the file named once for them); return how many of kbctl's documents it held."""
+        if os.path.basename(file) in KUSTOMIZE_FILES:
+            self.skipped.append(SkippedFile(file, ("kustomize configuration",)))
+            return 0
         count = 0
+        skipped: list[str] = []
         for item in load_documents(text, known_keys=_IDENTITY_KEYS):
-            count += 1
             if isinstance(item, SyntaxProblem):
+                count += 1
                 self.problems.append(ManifestProblem(file, item.line, "", item.message))
                 continue
-            kb, problems = _check_document(item, file)
-            name = kb.name if kb is not None else _declared_name(item)
-            if name is not None and name in self._first:
-                first_file, first_line = self._first[name]
-                _, line = locate(item, [("metadata",), ("name",)])
-                message = f"duplicate {KIND} name {name!r} (also defined at {first_file}:{first_line})"
-                problems = sorted(
-                    [*problems, ManifestProblem(file, line, "metadata.name", message)],
-                    key=lambda p: p.line or 0,
-                )
-            elif name is not None:
-                self._first[name] = (file, item.line)
-            self.problems.extend(problems)
-            if kb is not None and not problems:
-                base = os.getcwd() if file == STDIN_PATH else os.path.dirname(os.path.abspath(file))
-                self.manifests.append(LoadedManifest(kb=kb.located(base), path=file, line=item.line))
-                self.names.append(kb.name)
+            listed = _list_items(item, file)
+            if isinstance(listed, ManifestProblem):
+                count += 1
+                self.problems.append(listed)
+                continue
+            for document in listed if listed is not None else [item]:
+                foreign = _foreign(document.data)
+                if foreign is not None:
+                    skipped.append(foreign)
+                else:
+                    count += 1
+                    self._add_document(document, file)
+        if skipped:
+            self.skipped.append(SkippedFile(file, tuple(skipped)))
         return count
+
+    def _add_document(self, item: YamlDocument, file: str) -> None:
+        """Check one document of kbctl's and take its KnowledgeBase, or its problems."""
+        kb, problems = _check_document(item, file)
+        name = kb.name if kb is not None else _declared_name(item)
+        if name is not None and name in self._first:
+            first_file, first_line = self._first[name]
+            _, line = locate(item, [("metadata",), ("name",)])
+            message = f"duplicate {KIND} name {name!r} (also defined at {first_file}:{first_line})"
+            problems = sorted(
+                [*problems, ManifestProblem(file, line, "metadata.name", message)],
+                key=lambda p: p.line or 0,
+            )
+        elif name is not None:
+            self._first[name] = (file, item.line)
+        self.problems.extend(problems)
+        if kb is not None and not problems:
+            base = os.getcwd() if file == STDIN_PATH else os.path.dirname(os.path.abspath(file))
+            self.manifests.append(LoadedManifest(kb=kb.located(base), path=file, line=item.line))
+            self.names.append(kb.name)
 
     def no_manifests(self, where: str) -> None:
         self.problems.append(ManifestProblem(where, None, "", "no manifests found"))
@@ -188,7 +273,7 @@ class _Collector:
     def result(self) -> ManifestSet:
         if self.problems:
             raise ManifestError(self.problems)
-        return ManifestSet(self.manifests, self.settled, self.names)
+        return ManifestSet(self.manifests, self.settled, self.names, self.skipped)
 
 
 def _read_file(file: str) -> ManifestFile:
