@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import shutil
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
@@ -33,6 +34,22 @@ def kbctl_home() -> Iterator[Path]:
     finally:
         if not external:
             stop_server(home / "pg")
+
+
+@pytest.fixture
+def server_home() -> Iterator[Path]:
+    """A KBCTL_HOME for a test that starts an embedded server of its own; stopped and removed afterwards.
+
+    Not under pytest's tmp_path: run as root, the embedded server runs as another system user, and every pytest
+    session that starts sets pytest's base folder back to owner-only (0700), which shut that user out of the
+    folders of a session already running (two suites at once: initdb, or a restart, failed with exit status 1)."""
+    home = Path(tempfile.mkdtemp(prefix="kbctl-test-home-"))
+    try:
+        yield home
+    finally:
+        if (home / "pg").exists():
+            stop_server(home / "pg")
+        shutil.rmtree(home, ignore_errors=True)
 
 
 @pytest.fixture(scope="session")

@@ -100,10 +100,10 @@ def test_migrations_apply_once(store: KnowledgeBaseStore) -> None:
 
 
 @pytest.mark.slow
-def test_embedded_server_lifecycle(tmp_path: Path) -> None:
+def test_embedded_server_lifecycle(server_home: Path) -> None:
     """With no database URL, kbctl starts its own server on demand; `server status`/`stop` manage it."""
     env = {k: v for k, v in os.environ.items() if k != "KBCTL_DATABASE_URL"}
-    env["KBCTL_HOME"] = str(tmp_path / "home")
+    env["KBCTL_HOME"] = str(server_home)
 
     def kbctl(*args: str) -> subprocess.CompletedProcess[str]:
         return subprocess.run(
@@ -112,7 +112,7 @@ def test_embedded_server_lifecycle(tmp_path: Path) -> None:
 
     assert kbctl("server", "status").stdout.startswith("not running")
     listed = kbctl("get", "kb")
-    assert listed.returncode == 0 and listed.stderr == "No knowledge bases found.\n"
+    assert listed.returncode == 0 and listed.stderr == "No knowledge bases found.\n", listed.stderr
     status = kbctl("server", "status", "-o", "json")
     data = json.loads(status.stdout)
     assert data["running"] is True and "host=" in data["url"]

@@ -362,11 +362,10 @@ def test_a_token_variable_that_is_unset_or_weak_is_refused(kbctl_home: Path, dat
 
 
 @pytest.mark.slow
-def test_readyz_reports_a_stopped_database(tmp_path: Path) -> None:
+def test_readyz_reports_a_stopped_database(tmp_path: Path, server_home: Path) -> None:
     """A server on its own embedded PostgreSQL: ready, then not ready (503) once the database stops, while
     /healthz still answers; queries get a 503 problem, not a traceback."""
-    home = tmp_path / "home"
-    env = kbctl_env(home, None, HOME=str(tmp_path))
+    env = kbctl_env(server_home, None, HOME=str(tmp_path))
     with serving(env, tmp_path / "serve.log") as served, served.client() as c:
         assert c.get("/readyz").json() == {"ready": True, "database": "ok", "migrations": "ok", "model": "ok"}
         stopped = run_kbctl(env, "server", "stop")

@@ -111,9 +111,9 @@ def test_apply_wait_reports_the_failure_a_controller_stored(store: KnowledgeBase
     assert "within" not in (result.message or "")
 
 
-def test_controller_survives_a_restart_of_the_embedded_server(tmp_path: Path) -> None:
+def test_controller_survives_a_restart_of_the_embedded_server(server_home: Path) -> None:
     """`kbctl server stop` under a running controller: it reconnects (starting the server again) and works on."""
-    settings = Settings(home=tmp_path / "home")
+    settings = Settings(home=server_home)
     log = Lines()
     with KnowledgeBaseStore(settings=settings) as store:
         try:
@@ -193,12 +193,12 @@ def _embedding(first: bool) -> Callable[[Event], bool]:
 
 @pytest.mark.parametrize("stage", ["fetch", "embedding", "publish"])
 def test_controller_finishes_after_the_database_stops_mid_reconcile(
-    stage: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    stage: str, server_home: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The embedded server stopped during a reconcile's fetch, embedding or publish: the controller starts it
     again itself (nobody else touches it), releases the claim it lost, and publishes the whole version."""
     monkeypatch.setenv("KBCTL_ALLOW_PRIVATE_NETWORKS", "1")
-    settings = Settings(home=tmp_path / "home")
+    settings = Settings(home=server_home)
     sources = [text_source("clauses", _long_text(100), format="markdown")]
     stop_db: Callable[[], None] = lambda: stop_server(settings.pgdata)  # noqa: E731
     log = {
