@@ -221,8 +221,8 @@ def test_get_and_describe_text_and_machine_output(store: KnowledgeBaseStore, cli
     """`get kb` lists name, version, sources, chunks, age; describe shows sources; -o json|yaml work."""
     apply_text(store, manifest())
     table = cli.invoke(app, ["get", "knowledgebases"]).stdout.splitlines()
-    assert table[0].split() == ["NAME", "READY", "VERSION", "SOURCES", "CHUNKS", "AGE"]
-    assert table[1].split()[:5] == ["policies", "True", "1", "2/2", "4"]
+    assert table[0].split() == ["NAME", "READY", "STATUS", "VERSION", "SOURCES", "CHUNKS", "AGE"]
+    assert table[1].split()[:6] == ["policies", "True", "Ready", "1", "2/2", "4"]
     as_json = json.loads(cli.invoke(app, ["get", "kb", "-o", "json"]).stdout)
     assert [(i["metadata"]["name"], i["status"]["version"], i["status"]["chunks"]) for i in as_json["items"]] == [
         ("policies", 1, 4)

@@ -56,7 +56,7 @@ def test_a_healthy_knowledge_base_has_agreeing_conditions(store: KnowledgeBaseSt
         "Degraded": ("False", "AllSourcesReady", ""),
     }
     [row] = cli.invoke(app, ["get", "kb"]).stdout.splitlines()[1:]
-    assert row.split()[:5] == ["notes", "True", "1", "1/1", "1"]
+    assert row.split()[:6] == ["notes", "True", "Ready", "1", "1/1", "1"]
 
 
 def test_first_apply_that_fails_leaves_one_coherent_state(
@@ -78,7 +78,7 @@ def test_first_apply_that_fails_leaves_one_coherent_state(
     assert degraded == ("Unknown", "NotReconciled", "no source has been read yet")
 
     [row] = cli.invoke(app, ["get", "kb"]).stdout.splitlines()[1:]
-    assert row.split()[:5] == ["notes", "False", "-", "0/0", "0"]
+    assert row.split()[:6] == ["notes", "False", "Failed", "-", "0/0", "0"]
     described = cli.invoke(app, ["describe", "kb", "notes"])
     assert described.exit_code == 0, described.output
     assert "Version:     <none> (no version published yet: see Conditions)" in described.stdout
@@ -193,6 +193,39 @@ def test_get_lists_what_describe_shows_in_every_state(
     assert counts["unread"][:3] == (None, 0, 2)
     assert counts["waiting"] == (None, 0, 0, "Not yet read.")
     assert counts["notes"] == (1, 1, 1, "Office facts.")  # the serving version's, until the change is reconciled
+    words = {s.name: (s.ready, s.status) for s in listed}
+    assert words == {
+        "folder": (True, "Ready"),
+        "mixed": (True, "Degraded"),
+        "notes": (True, "Pending"),
+        "unread": (False, "NoContent"),
+        "waiting": (False, "Pending"),
+    }
+
+
+def test_a_knowledge_base_whose_every_source_fails_is_not_ready(
+    web_store: KnowledgeBaseStore, site: HTTPTestServer, cli: CliRunner
+) -> None:
+    """Every source stale after a refresh: the last good content still serves, but get says READY False, Stale,
+    and describe's conditions say why; one source back makes it Ready again."""
+    site.route("/two.md", body="# Two\n\nThe second page.", content_type="text/markdown")
+    assert not web_store.apply(parse_manifests(url_kb(site, "/ok.md", "/two.md"), "kb.yaml")).failed
+    site.route("/ok.md", status=500, body="down")
+    site.route("/two.md", status=404, body="gone")
+    assert web_store.refresh(["site"]).failed
+    detail = web_store.describe("site")
+    assert detail.version == 1 and not detail.ready and detail.status == "Stale"
+    ready = conditions(detail)["Ready"]
+    assert ready[:2] == ("False", "SourcesFailing") and "version 1 still serves" in ready[2]
+    assert conditions(detail)["Degraded"][:2] == ("True", "SourcesFailing")
+    [row] = cli.invoke(app, ["get", "kb"], env=ENV).stdout.splitlines()[1:]
+    assert row.split()[:5] == ["site", "False", "Stale", "1", "0/2"]
+    assert web_store.query("site", "how do I book?", threshold=-1).hits  # stale content still answers
+
+    site.route("/ok.md", body="# Booking\n\nChoose a free slot in the calendar.", content_type="text/markdown")
+    web_store.refresh(["site"])
+    detail = web_store.describe("site")
+    assert (detail.ready, detail.status) == (True, "Degraded")
 
 
 def test_an_unchanged_apply_only_moves_the_checked_time(store: KnowledgeBaseStore) -> None:

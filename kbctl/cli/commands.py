@@ -122,7 +122,7 @@ def get(
     selector: ListSelectorOpt = None,
     output: ObjectOutputOpt = None,
 ) -> None:
-    """List knowledge bases: name, Ready condition, serving version, sources ready/total, chunks, age.
+    """List knowledge bases: name, Ready, STATUS (conditions in one word), version, sources ready/total, chunks, age.
 
     As in kubectl: `get kb NAME...` or `get kb/NAME...`, `-l SELECTOR` to filter by labels, `-o wide` adds the
     model and the description, `-o name` prints knowledgebase/NAME, `-o json|yaml` the objects themselves

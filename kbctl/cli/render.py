@@ -100,11 +100,12 @@ def span(seconds_float: float) -> str:
 
 
 def knowledge_base_table(items: Sequence[KnowledgeBaseSummary], *, wide: bool = False) -> str:
-    """`kbctl get kb`: name, Ready condition, serving version, sources ready/total, chunks, age; `-o wide` adds the
-    model, the labels and the description (what an agent reads to choose a knowledge base)."""
-    headers = ["NAME", "READY", "VERSION", "SOURCES", "CHUNKS", "AGE"]
+    """`kbctl get kb`: name, Ready condition, the conditions in one word, serving version, sources ready/total,
+    chunks, age; `-o wide` adds the model, the labels and the description (what an agent reads to choose a
+    knowledge base)."""
+    headers = ["NAME", "READY", "STATUS", "VERSION", "SOURCES", "CHUNKS", "AGE"]
     rows = [
-        [i.name, i.ready, i.version or "-", f"{i.ready_sources}/{i.sources}", i.chunks, age(i.created_at)]
+        [i.name, i.ready, i.status, i.version or "-", f"{i.ready_sources}/{i.sources}", i.chunks, age(i.created_at)]
         for i in items
     ]
     if wide:

@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any, Literal
+from typing import Any, Final, Literal
 
 from pydantic import AliasChoices, BaseModel, ConfigDict, Field
 
@@ -54,6 +54,7 @@ class Facts:
     pending: int | None  # the desired generation waiting to be reconciled, if any
     failing_sources: Sequence[tuple[str, str]] = ()  # (name, reason) of stale or failed sources
     failure: PublishedNothing | None = None
+    sources: int = 0  # sources with a live status: when every one is failing, the version serves only stale content
 
 
 def _serves(serving: int | None) -> str:
@@ -79,6 +80,12 @@ def _ready(f: Facts) -> tuple[Status, str, str]:
         )
     if f.serving is None:
         return "False", "NoVersion", "no version has been published; apply the manifest with --wait"
+    if f.sources and len(f.failing_sources) >= f.sources:
+        return (
+            "False",
+            "SourcesFailing",
+            f"no source could be read (see Degraded); version {f.serving} still serves their last good content",
+        )
     return "True", "Reconciled", f"version {f.serving} serves queries"
 
 
@@ -125,14 +132,14 @@ def observe(
     """
     latest = db.get_kb(row.name) or row
     observed = max(latest.observed_generation, finished or 0)
-    failing = [
-        (n, s.message or s.state) for n, s in sorted(db.source_statuses(latest.id).items()) if s.state != "ready"
-    ]
+    statuses = db.source_statuses(latest.id)
+    failing = [(n, s.message or s.state) for n, s in sorted(statuses.items()) if s.state != "ready"]
     facts = Facts(
         serving=latest.current_version,
         pending=latest.generation if latest.generation > observed else None,
         failing_sources=failing,
         failure=failure,
+        sources=len(statuses),
     )
     conditions = conditions_for(latest.conditions, facts, datetime.now(UTC))
     if finished is not None:
@@ -145,6 +152,24 @@ def observe(
 def condition(conditions: Sequence[dict[str, Any]], kind: str) -> dict[str, Any]:
     """The stored condition `kind` (camelCase keys), or {} when there is none."""
     return next((c for c in conditions if c.get("type") == kind), {})
+
+
+_NOT_READY: Final = {"ReconcileFailed": "Failed", "SourcesFailing": "Stale"}
+
+
+def status_word(conditions: Sequence[dict[str, Any]]) -> str:
+    """The conditions in one word, for `get`'s STATUS column: why it is not Ready (Pending, NoVersion, Failed,
+    NoContent, Stale: every source failing), else Pending (a newer generation waits), Degraded (some sources
+    failing) or Ready."""
+    ready = condition(conditions, "Ready")
+    if ready.get("status") != "True":
+        reason = str(ready.get("reason") or "Unknown")
+        return _NOT_READY.get(reason, reason)
+    if is_true(conditions, "Progressing"):
+        return "Pending"
+    if is_true(conditions, "Degraded"):
+        return "Degraded"
+    return "Ready"
 
 
 def is_true(conditions: Sequence[dict[str, Any]], kind: str) -> bool:

@@ -8,7 +8,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict
 from pydantic.alias_generators import to_camel
 
-from kbctl.engine.conditions import Condition, is_true
+from kbctl.engine.conditions import Condition, is_true, status_word
 from kbctl.errors import NotFoundError
 from kbctl.sources import source_of
 from kbctl.store.database import Database, KnowledgeBaseRow, SourceStatusRow, VersionSourceRow
@@ -59,6 +59,7 @@ class KnowledgeBaseSummary(BaseModel):
     description: str  # what an agent reads to choose a knowledge base
     labels: dict[str, str]
     ready: bool
+    status: str  # the conditions in one word (kbctl.engine.conditions.status_word): Ready, Degraded, Stale, ...
     generation: int
     observed_generation: int
     conditions: list[Condition]
@@ -120,6 +121,7 @@ def _row_fields(row: KnowledgeBaseRow) -> dict[str, Any]:
         "name": row.name,
         "labels": row.labels,
         "ready": is_true(row.conditions, "Ready"),
+        "status": status_word(row.conditions),
         "generation": row.generation,
         "observed_generation": row.observed_generation,
         "conditions": [Condition.model_validate(c) for c in row.conditions],
