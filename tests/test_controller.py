@@ -7,6 +7,7 @@ import time
 from collections import Counter
 from pathlib import Path
 
+import pytest
 from typer.testing import CliRunner
 
 from kbctl.cli import app
@@ -70,7 +71,7 @@ def test_submit_records_pending_work_and_the_controller_reconciles_it(store: Kno
     assert (row.ready, row.version) == (True, 1)
 
     processed = store.controller().run_once()
-    assert processed == 1
+    assert [r.name for r in processed.results] == ["a"] and processed.exit_code() == 0
     assert store.wait("a", timeout=0.2)
     assert "ten years" in store.query("a", "how long are invoices kept?").hits[0].text
     [again] = store.apply(kbs(kb_text("a", "Invoices are kept for ten years.")), wait=False).recorded
@@ -89,7 +90,7 @@ def test_a_newer_generation_recorded_during_a_reconcile_stays_pending(store: Kno
     assert row is not None and (row.generation, row.observed_generation) == (2, 1)
     assert conditions(store, "a")["Ready"] == ("True", "Serving")
     assert conditions(store, "a")["Progressing"] == ("True", "Pending")
-    assert ctl.run_once() == 1
+    assert len(ctl.run_once().results) == 1
     assert store.query("a", "which version?", threshold=-1).hits[0].text == "Version two."
 
 
@@ -133,6 +134,20 @@ def test_concurrent_applies_of_one_knowledge_base_make_one_version(store: Knowle
     assert versions == (2,)
     for s in stores:
         s.close()
+
+
+def test_controller_once_exits_1_when_a_reconcile_failed(
+    store: KnowledgeBaseStore, cli: CliRunner, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`controller --once` in a pipeline: a knowledge base it could not reconcile (no API key for its model) makes
+    it exit 1 and say how many failed; the good one is still published."""
+    monkeypatch.delenv("OPENAI_API_KEY", raising=False)
+    bad = kb_text("b").replace("  sources:", "  embedding: {model: openai/text-embedding-3-small}\n  sources:")
+    store.apply(kbs(kb_text("a") + "---\n" + bad), wait=False)
+    ran = cli.invoke(app, ["controller", "--once"])
+    assert ran.exit_code == 1, ran.output
+    assert ran.stdout.splitlines()[-1] == "reconciled 2 knowledge bases, 1 failed"
+    assert [(s.name, s.ready) for s in store.list()] == [("a", True), ("b", False)]
 
 
 def test_wait_and_controller_cli(store: KnowledgeBaseStore, cli: CliRunner) -> None:

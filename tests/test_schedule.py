@@ -48,18 +48,18 @@ def test_a_controller_refreshes_what_is_due_and_only_that(
 
     controller = store.controller()
     hits = site.hits["/hours.md"]
-    assert controller.run_once() == 0 and site.hits["/hours.md"] == hits  # nothing is due yet
+    assert controller.run_once().results == [] and site.hits["/hours.md"] == hits  # nothing is due yet
 
     site.route("/hours.md", body="# Hours\n\nThe office opens at ten.", content_type="text/markdown")
     make_due(store)
-    assert controller.run_once() == 1
+    assert len(controller.run_once().results) == 1
     assert site.hits["/hours.md"] == hits + 1
     assert [(r.name, r.version) for r in controller.processed] == [("office", 2)]
     assert "ten" in store.query("office", "when does the office open?", threshold=-1).hits[0].text
     after = store.describe("office").refresh
     assert after is not None and after.last_at is not None and after.next_at is not None
     assert after.next_at - after.last_at > timedelta(minutes=53)
-    assert controller.run_once() == 0  # the run moved on: not due again
+    assert controller.run_once().results == []  # the run moved on: not due again
     described = cli.invoke(app, ["describe", "kb", "office"]).stdout
     assert "Refresh:     every 1h by a controller; last " in described and ", next in " in described
     status = cli.invoke(app, ["get", "kb", "office", "-o", "jsonpath={.status.refresh.interval}"]).stdout

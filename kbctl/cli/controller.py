@@ -46,7 +46,10 @@ def parse_for(text: str) -> tuple[str, bool]:
 @app.command()
 @handles_errors
 def controller(
-    once: Annotated[bool, typer.Option("--once", help="Process what is pending, then exit.")] = False,
+    once: Annotated[
+        bool,
+        typer.Option("--once", help="Process what is pending and the refreshes due, then exit (1 if any failed)."),
+    ] = False,
     poll: Annotated[
         str,
         duration_option("--poll-interval", "--poll-seconds", minimum=0.5, help="Check for work at least this often."),
@@ -97,9 +100,13 @@ def controller(
             server = HealthServer(address, metrics, lambda: ctl.alive(max(3 * seconds, 60.0)))
         try:
             if once:
-                done = ctl.run_once()
+                report = ctl.run_once()
                 ctl.deregister()
-                typer.echo(f"reconciled {done} knowledge base{'s' if done != 1 else ''}")
+                done, failed = len(report.results), sum(r.failed for r in report.results)
+                plural = "s" if done != 1 else ""
+                typer.echo(f"reconciled {done} knowledge base{plural}" + (f", {failed} failed" if failed else ""))
+                if report.exit_code():
+                    raise typer.Exit(report.exit_code())
                 return
             stop = threading.Event()
             for sig in (signal.SIGINT, signal.SIGTERM):

@@ -153,26 +153,25 @@ class Controller:
         self.processed.append(result)
         return result
 
-    def run_once(self) -> int:
+    def run_once(self) -> ApplyReport:
         """Process pending knowledge bases until none is left, then the scheduled refreshes that are due
-        (`spec.refresh`); return how many knowledge bases were processed."""
+        (`spec.refresh`); return what this pass did, one result per knowledge base processed (`exit_code()` is 1
+        when a reconcile or a source failed)."""
         self.heartbeat()
         self._progressed()
-        done = 0
+        done: list[KnowledgeBaseResult] = []
         self.working = True
         try:
             while (claim := self.claim()) is not None:
-                self.process(claim)
+                done.append(self.process(claim))
                 self.heartbeat()
-                done += 1
             while (name := claim_due_refresh(self.db)) is not None:
-                self.refresh(name)
+                done.append(self.refresh(name))
                 self.heartbeat()
-                done += 1
         finally:
             self.working = False
             self._progressed()
-        return done
+        return ApplyReport(results=done)
 
     def refresh(self, name: str) -> KnowledgeBaseResult:
         """Run a claimed scheduled refresh of `name` (as `kbctl refresh` does); a failure is reported and kept
