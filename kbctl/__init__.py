@@ -72,6 +72,7 @@ if TYPE_CHECKING:
     from kbctl.rerank import Reranker
     from kbctl.sources.url import FetchPolicy
     from kbctl.store.embedded import ServerStatus
+    from kbctl.store.events import KnowledgeBaseEvent
     from kbctl.store.history import GcResult, RollbackResult, VersionInfo
 
 _WHERE = {
@@ -99,6 +100,7 @@ _WHERE = {
     "KbctlError": "kbctl.errors",
     "KnowledgeBase": "kbctl.manifest",
     "KnowledgeBaseDetail": "kbctl.engine.status",
+    "KnowledgeBaseEvent": "kbctl.store.events",
     "KnowledgeBaseResult": "kbctl.engine.results",
     "KnowledgeBaseStore": "kbctl.client",
     "KnowledgeBaseSummary": "kbctl.engine.status",
@@ -175,6 +177,7 @@ __all__ = [
     "KbctlError",
     "KnowledgeBase",
     "KnowledgeBaseDetail",
+    "KnowledgeBaseEvent",
     "KnowledgeBaseResult",
     "KnowledgeBaseStore",
     "KnowledgeBaseSummary",

@@ -40,6 +40,7 @@ if TYPE_CHECKING:
     from kbctl.sources.url import FetchPolicy
     from kbctl.store.applied import SettledKnowledgeBase
     from kbctl.store.embedded import ServerStatus
+    from kbctl.store.events import KnowledgeBaseEvent
     from kbctl.store.history import GcResult, RollbackResult, VersionInfo
     from kbctl.store.pool import DatabasePool
 
@@ -358,12 +359,14 @@ class KnowledgeBaseStore:
 
         Waits (calling `on_wait`) at most `timeout` seconds for an apply of the knowledge base to finish."""
         from kbctl.engine.conditions import observe
+        from kbctl.engine.eventlog import record, rolled_back
         from kbctl.store.history import rollback
 
         result = rollback(self.db, name, to_version, timeout=timeout, on_wait=on_wait)
         row = self.db.get_kb(name)
         if row is not None:
             observe(self.db, row)
+        record(self.db, [rolled_back(name, result.from_version, result.to_version)])
         return result
 
     def collect_garbage(self, batch: int = 1000) -> GcResult:
@@ -390,6 +393,20 @@ class KnowledgeBaseStore:
         row = db.get_kb(name)
         if row is None or (scope is not None and not scope(row.name, row.labels)):
             raise NotFoundError(f'knowledgebase "{name}" not found')
+
+    def events(
+        self, names: Sequence[str] | None = None, *, scope: Scope | None = None, limit: int | None = None
+    ) -> list[KnowledgeBaseEvent]:
+        """What happened to knowledge bases (those of `names`, else every one, deleted ones included), oldest
+        first: publishes, failed reconciles, failing sources, rollbacks, deletions. `limit` keeps the newest.
+        With `scope`, only events of knowledge bases that exist and that `scope` lets the caller see."""
+        from kbctl.store.events import list_events
+
+        if scope is not None:
+            visible = {kb.name for kb in self.list(scope=scope)}
+            names = [n for n in names if n in visible] if names is not None else sorted(visible)
+        with self._reading() as db:
+            return list_events(db, names, limit=limit)
 
     def list(self, selector: Selector | None = None, *, scope: Scope | None = None) -> list[KnowledgeBaseSummary]:
         """Every knowledge base (whose labels match `selector`, and that `scope` lets the caller see, when
@@ -559,8 +576,11 @@ class KnowledgeBaseStore:
         Takes the knowledge base's lock, so a running apply finishes first (it is not recreated half
         way); `on_wait` is called when that means waiting, `timeout` bounds the wait (StoreError).
         """
+        from kbctl.engine.eventlog import deleted, record
+
         with self.db.kb_lock(name, timeout=timeout, on_wait=on_wait):
             removed = self.db.delete_kb(name)
         if removed is None:
             raise NotFoundError(f'knowledgebase "{name}" not found')
+        record(self.db, [deleted(name, "delete")])
         return DeleteResult(name=name, chunks=removed[0], vectors=removed[1])

@@ -199,6 +199,21 @@ STALL_SECONDS: Final = 120.0
 """A reconcile that reports nothing and runs no statement for this long is stuck: its controller stops
 heartbeating, so `apply --wait` stops waiting for it."""
 
+EVENTS_PER_KNOWLEDGE_BASE: Final = 50
+"""Events kept per knowledge base (the newest by last time seen): `describe` shows the last few, `get events` all;
+a repeated event counts up in one row instead of adding one, so 50 reach back past weeks of scheduled refreshes."""
+
+EVENTS_MAX: Final = 10_000
+"""Events kept in all (the newest by last time seen), those of deleted knowledge bases included: the table stays
+small whatever comes and goes."""
+
+DESCRIBE_EVENTS: Final = 10
+"""The newest events `kbctl describe` shows (and `describe` in the Python API returns); `get events` lists all."""
+
+EVENT_MESSAGE_CHARS: Final = 1_000
+"""Characters of an event's message kept (the rest cut, marked with …): a message names a cause (a source's error,
+a file and line), not a document's text."""
+
 # ---------------------------------------------------------------- kbctl import beir
 
 BEIR_SPLIT: Final = "test"

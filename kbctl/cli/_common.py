@@ -78,6 +78,7 @@ NothingFoundExitOpt = Annotated[
 ]
 
 RESOURCES = {"knowledgebase", "knowledgebases", "kb", "kbs"}
+EVENT_RESOURCES = {"events", "event", "ev"}  # `kbctl get events` only
 state: dict[str, Any] = {"debug": False, "database_url": None}
 
 

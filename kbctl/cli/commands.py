@@ -11,6 +11,7 @@ import typer
 from kbctl._version import __version__
 from kbctl.cli._common import (
     COMPLETE_VAR,
+    EVENT_RESOURCES,
     NOT_COVERED_EXIT,
     AllOpt,
     DryRun,
@@ -130,10 +131,17 @@ def get(
     a List) which can be applied again unchanged, `-o jsonpath='{.items[*].metadata.name}'` and
     `-o custom-columns=NAME:.metadata.name,VERSION:.status.version` pick fields. A name that does not exist
     is reported on stderr (exit 1) after the others are printed.
+
+    `get events [NAME...]` lists what happened to knowledge bases (all, or those named; deleted ones too),
+    oldest first: publishes, failed reconciles, failing sources, rollbacks, deletions and prunes, a repeated
+    event counted once (`5m (x3 over 2h)`); `-o json|yaml` prints them as data.
     """
     from kbctl.cli.output import parse_object_output
     from kbctl.cli.render import knowledge_base_table
 
+    if resource.lower() in EVENT_RESOURCES:
+        _get_events(names or [], selector, output)
+        return
     wanted = resource_names(resource, names)
     chosen = list_selector(selector, wanted)
     fmt = parse_object_output(output)
@@ -156,6 +164,25 @@ def get(
         typer.echo(f'Error: knowledgebase "{name}" not found', err=True)
     if missing:
         raise typer.Exit(1)
+
+
+def _get_events(names: list[str], selector: str | None, output: str | None) -> None:
+    from kbctl.cli.output import parse_object_output
+    from kbctl.cli.render import events_table
+
+    if selector is not None:
+        raise typer.BadParameter("events are listed by knowledge base name, not by label", param_hint="'-l'")
+    fmt = parse_object_output(output)
+    if fmt is not None and fmt.kind not in ("json", "yaml"):
+        raise typer.BadParameter("events print as a table, json or yaml", param_hint="'-o'")
+    with open_store() as store:
+        events = store.events(names or None)
+    if fmt is not None:
+        emit(events, Output(fmt.kind))
+    elif events:
+        typer.echo(events_table(events))
+    else:
+        typer.echo("No events found.", err=True)
 
 
 @app.command()

@@ -13,7 +13,15 @@ from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:  # imported by the commands that print them (a command's start-up pays only for its own)
-    from kbctl import DiffReport, GcResult, KnowledgeBaseDetail, KnowledgeBaseSummary, SourceDiff, VersionInfo
+    from kbctl import (
+        DiffReport,
+        GcResult,
+        KnowledgeBaseDetail,
+        KnowledgeBaseEvent,
+        KnowledgeBaseSummary,
+        SourceDiff,
+        VersionInfo,
+    )
     from kbctl.manifest.explain import FieldDoc
 
 __all__ = [
@@ -21,6 +29,7 @@ __all__ = [
     "count",
     "describe_text",
     "diff_lines",
+    "events_table",
     "explain_text",
     "history_table",
     "knowledge_base_table",
@@ -188,7 +197,21 @@ def describe_text(d: KnowledgeBaseDetail) -> str:
             indent="  ",
         )
     )
+    lines.append("Events:" if d.events else "Events:      <none>")
+    if d.events:
+        lines.append(events_table(d.events, indent="  "))
     return "\n".join(lines)
+
+
+def events_table(events: Sequence[KnowledgeBaseEvent], *, indent: str = "") -> str:
+    """`kbctl get events` and describe's Events: as kubectl lists them, a repeated one as `5m (x3 over 2h)`."""
+    rows = []
+    for e in events:
+        seen = age(e.last_seen)
+        if e.count > 1:
+            seen += f" (x{e.count} over {age(e.first_seen)})"
+        rows.append([seen, e.type, e.reason, f"knowledgebase/{e.name}", e.message])
+    return table(["LAST SEEN", "TYPE", "REASON", "OBJECT", "MESSAGE"], rows, indent=indent)
 
 
 def history_table(versions: Sequence[VersionInfo]) -> str:

@@ -17,6 +17,7 @@ from typing import TypeVar
 from kbctl.defaults import ANALYZE_AFTER_CHUNKS, ANALYZE_AFTER_SOURCES, ANALYZE_CHUNK_SHARE
 from kbctl.embedding import Embedder
 from kbctl.engine.conditions import PublishedNothing, observe
+from kbctl.engine.eventlog import record, result_events
 from kbctl.engine.events import (
     NullReporter,
     ReconcileFailed,
@@ -150,9 +151,11 @@ class _Reconciler:
         only: Collection[str] = (),
         policy: FetchPolicy | None = None,
         generation: int | None = None,
+        component: str | None = None,
     ) -> None:
         self.db, self.embedder_for, self.reporter, self.trigger = db, embedder_for, reporter, trigger
         self.only, self.policy, self.generation = only, policy, generation
+        self.component = component or trigger  # who the events name: apply, refresh or controller
 
     def run(self, knowledge_bases: Sequence[KnowledgeBase]) -> ApplyReport:
         results: list[KnowledgeBaseResult] = []
@@ -160,15 +163,15 @@ class _Reconciler:
             try:
                 embedder = self.embedder_for(kb.spec.embedding.ref)
                 with applying(self.db), self.db.kb_lock(kb.name):
-                    results.append(self.reconcile(kb, embedder))
+                    result = self.reconcile(kb, embedder)
             except UsageError:
                 raise  # a bad argument is the caller's to fix, not a failed reconcile to record
             except KbctlError as exc:
                 self._record_failure(kb.name, PublishedNothing("ReconcileFailed", str(exc)))
                 self.reporter.report(ReconcileFailed(kb.name, str(exc)))
-                results.append(
-                    KnowledgeBaseResult(name=kb.name, action="failed", version=None, sources=[], message=str(exc))
-                )
+                result = KnowledgeBaseResult(name=kb.name, action="failed", version=None, sources=[], message=str(exc))
+            record(self.db, result_events(result, self.component))
+            results.append(result)
         return ApplyReport(results=results)
 
     def _record_failure(self, name: str, failure: PublishedNothing) -> None:
@@ -351,6 +354,7 @@ def apply_knowledge_bases(
     *,
     policy: FetchPolicy | None = None,
     generation: int | None = None,
+    component: str | None = None,
 ) -> ApplyReport:
     """Reconcile the store to match each knowledge base, one at a time under its advisory lock.
 
@@ -358,10 +362,10 @@ def apply_knowledge_bases(
     knowledge base that fails as a whole (its model cannot load, the store refuses a write, no source can
     be read) is reported as failed and leaves its current version serving; the others still apply.
     `generation` is for the controller: reconcile that recorded generation instead of recording these
-    manifests as desired.
+    manifests as desired. `component` names who did it in the events recorded (default "apply").
     """
     reconciler = _Reconciler(
-        db, embedder_for, reporter or NullReporter(), "apply", policy=policy, generation=generation
+        db, embedder_for, reporter or NullReporter(), "apply", policy=policy, generation=generation, component=component
     )
     return reconciler.run(knowledge_bases)
 
@@ -374,6 +378,7 @@ def refresh_knowledge_bases(
     *,
     sources: Collection[str] = (),
     policy: FetchPolicy | None = None,
+    component: str | None = None,
 ) -> ApplyReport:
     """Re-fetch the URL sources of knowledge bases (all of them when `names` is None) as their current
     version's manifest describes them; publish a new version only where some content changed.
@@ -393,5 +398,7 @@ def refresh_knowledge_bases(
         if unknown and len(names) == 1:
             raise NotFoundError(f'knowledgebase "{name}" has no source {", ".join(repr(u) for u in unknown)}')
         kbs.append(kb)
-    reconciler = _Reconciler(db, embedder_for, reporter or NullReporter(), "refresh", only=sources, policy=policy)
+    reconciler = _Reconciler(
+        db, embedder_for, reporter or NullReporter(), "refresh", only=sources, policy=policy, component=component
+    )
     return reconciler.run(kbs)

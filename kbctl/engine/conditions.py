@@ -54,7 +54,8 @@ class Facts:
     pending: int | None  # the desired generation waiting to be reconciled, if any
     failing_sources: Sequence[tuple[str, str]] = ()  # (name, reason) of stale or failed sources
     failure: PublishedNothing | None = None
-    sources: int = 0  # sources with a live status: when every one is failing, the version serves only stale content
+    sources: int = 0  # the serving version's sources, counted as `get` counts them
+    ready_sources: int = 0  # of those, the ready ones: none, and the version serves only stale content
 
 
 def _serves(serving: int | None) -> str:
@@ -80,7 +81,7 @@ def _ready(f: Facts) -> tuple[Status, str, str]:
         )
     if f.serving is None:
         return "False", "NoVersion", "no version has been published; apply the manifest with --wait"
-    if f.sources and len(f.failing_sources) >= f.sources:
+    if f.sources and not f.ready_sources:
         return (
             "False",
             "SourcesFailing",
@@ -132,14 +133,17 @@ def observe(
     """
     latest = db.get_kb(row.name) or row
     observed = max(latest.observed_generation, finished or 0)
-    statuses = db.source_statuses(latest.id)
-    failing = [(n, s.message or s.state) for n, s in sorted(statuses.items()) if s.state != "ready"]
+    failing = [
+        (n, s.message or s.state) for n, s in sorted(db.source_statuses(latest.id).items()) if s.state != "ready"
+    ]
+    sources, ready = db.source_counts(latest.id)
     facts = Facts(
         serving=latest.current_version,
         pending=latest.generation if latest.generation > observed else None,
         failing_sources=failing,
         failure=failure,
-        sources=len(statuses),
+        sources=sources,
+        ready_sources=ready,
     )
     conditions = conditions_for(latest.conditions, facts, datetime.now(UTC))
     if finished is not None:

@@ -143,7 +143,13 @@ class Controller:
                 )
             else:
                 [result] = apply_knowledge_bases(
-                    self.db, [kb], self._embedder_for, self._reporter, policy=self._policy, generation=claim.generation
+                    self.db,
+                    [kb],
+                    self._embedder_for,
+                    self._reporter,
+                    policy=self._policy,
+                    generation=claim.generation,
+                    component="controller",
                 ).results
                 if result.action == "failed" and result.version is None and not result.sources:
                     # the store or the model failed (not the sources, whose outcome is recorded): try again later
@@ -178,7 +184,7 @@ class Controller:
         in the knowledge base's status, and the next run stays scheduled."""
         try:
             [result] = refresh_knowledge_bases(
-                self.db, [name], self._embedder_for, self._reporter, policy=self._policy
+                self.db, [name], self._embedder_for, self._reporter, policy=self._policy, component="controller"
             ).results
         except NotFoundError as exc:  # deleted, or no version yet: nothing to refresh
             result = KnowledgeBaseResult(name=name, action="failed", version=None, sources=[], message=str(exc))

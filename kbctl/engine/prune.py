@@ -12,6 +12,7 @@ from __future__ import annotations
 from collections.abc import Collection
 from dataclasses import dataclass
 
+from kbctl.engine.eventlog import deleted, record
 from kbctl.errors import KbctlError, UsageError
 from kbctl.manifest.selectors import Selector
 from kbctl.store.database import Database
@@ -67,4 +68,5 @@ def prune_knowledge_bases(db: Database, keep: Collection[str], scope: PruneScope
             latest = db.get_kb(row.name)
             if latest is not None and scope.covers(latest) and db.delete_kb(row.name) is not None:
                 pruned.append(row.name)
+    record(db, [deleted(name, "prune") for name in pruned])
     return pruned

@@ -8,10 +8,12 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict
 from pydantic.alias_generators import to_camel
 
+from kbctl.defaults import DESCRIBE_EVENTS
 from kbctl.engine.conditions import Condition, is_true, status_word
 from kbctl.errors import NotFoundError
 from kbctl.sources import source_of
 from kbctl.store.database import Database, KnowledgeBaseRow, SourceStatusRow, VersionSourceRow
+from kbctl.store.events import KnowledgeBaseEvent, list_events
 from kbctl.store.rows import SourceState, source_state
 from kbctl.store.schedule import read_schedule
 
@@ -93,6 +95,7 @@ class KnowledgeBaseDetail(KnowledgeBaseSummary):
     reused: int
     version_created_at: datetime | None
     source_status: list[SourceStatus]
+    events: list[KnowledgeBaseEvent] = []  # the newest DESCRIBE_EVENTS, oldest first
 
 
 def _source_status(name: str, kind: str, served: VersionSourceRow | None, live: SourceStatusRow | None) -> SourceStatus:
@@ -137,6 +140,7 @@ def _detail(db: Database, row: KnowledgeBaseRow) -> KnowledgeBaseDetail:
         live = db.source_statuses(row.id)
         served = db.version_sources(version.id) if version else []
         schedule = read_schedule(db, row.id)
+        events = list_events(db, [row.name], limit=DESCRIBE_EVENTS)
     # The spec in force: the serving version's, else the one last recorded; read through the models, so
     # every default comes from kbctl/manifest/models.py.
     from kbctl.manifest import KnowledgeBase
@@ -174,6 +178,7 @@ def _detail(db: Database, row: KnowledgeBaseRow) -> KnowledgeBaseDetail:
         reused=version.reused_count if version else 0,
         version_created_at=version.created_at if version else None,
         source_status=sources,
+        events=events,
     )
 
 

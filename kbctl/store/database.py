@@ -8,7 +8,7 @@ import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager, nullcontext, suppress
 from dataclasses import fields, replace
-from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar
+from typing import TYPE_CHECKING, Any, Final, ParamSpec, TypeVar
 
 import psycopg
 from pgvector.psycopg import register_vector
@@ -114,6 +114,22 @@ _KB_COLUMNS = (
 def _lock_key(name: str) -> int:
     """A stable signed 64-bit advisory lock key for a knowledge base name."""
     return int.from_bytes(hashlib.sha256(f"kbctl:kb:{name}".encode()).digest()[:8], "big", signed=True)
+
+
+_SOURCE_COUNTS: Final = (
+    # A knowledge base's sources (those of the serving version, else those with a live state that its last
+    # applied manifest still names) and how many are ready: a live state (the last fetch) wins over the version's.
+    # For a statement with `k` (id, manifest) and `v` (its serving version, or NULLs) in scope.
+    "SELECT count(*) AS sources, count(*) FILTER (WHERE u.state = 'ready') AS ready_sources FROM ("
+    " SELECT coalesce(ss.state, vs.state) AS state FROM kb_version_sources vs"
+    " LEFT JOIN kb_source_status ss ON ss.kb_id = k.id AND ss.source_name = vs.source_name"
+    " WHERE vs.version_id = v.id"
+    " UNION ALL"
+    " SELECT ss.state FROM kb_source_status ss"
+    " WHERE v.id IS NULL AND ss.kb_id = k.id AND split_part(ss.source_name, '/', 1) IN"
+    "  (SELECT jsonb_array_elements(k.manifest -> 'spec' -> 'sources') ->> 'name')"
+    ") u"
+)
 
 
 class Database:
@@ -318,18 +334,20 @@ class Database:
                 " coalesce(v.chunk_count, 0) AS chunks, s.sources, s.ready_sources"
                 " FROM (SELECT " + _KB_COLUMNS + ", manifest FROM kb_knowledge_bases) k"
                 " LEFT JOIN kb_versions v ON v.kb_id = k.id AND v.number = k.current_version"
-                " LEFT JOIN LATERAL (SELECT count(*) AS sources, count(*) FILTER (WHERE u.state = 'ready')"
-                "  AS ready_sources FROM ("
-                "   SELECT coalesce(ss.state, vs.state) AS state FROM kb_version_sources vs"
-                "   LEFT JOIN kb_source_status ss ON ss.kb_id = k.id AND ss.source_name = vs.source_name"
-                "   WHERE vs.version_id = v.id"
-                "   UNION ALL"
-                "   SELECT ss.state FROM kb_source_status ss"
-                "   WHERE v.id IS NULL AND ss.kb_id = k.id AND split_part(ss.source_name, '/', 1) IN"
-                "    (SELECT jsonb_array_elements(k.manifest -> 'spec' -> 'sources') ->> 'name')"
-                " ) u) s ON true"
+                f" LEFT JOIN LATERAL ({_SOURCE_COUNTS}) s ON true"
                 " ORDER BY k.name"
             ).fetchall()
+
+    @_store_errors
+    def source_counts(self, kb_id: int) -> tuple[int, int]:
+        """(sources, ready ones) of a knowledge base, counted as `get` counts them (see list_summaries)."""
+        row = self._conn.execute(
+            "SELECT s.sources, s.ready_sources FROM (SELECT id, manifest, current_version FROM kb_knowledge_bases"
+            " WHERE id = %s) k LEFT JOIN kb_versions v ON v.kb_id = k.id AND v.number = k.current_version"
+            f" LEFT JOIN LATERAL ({_SOURCE_COUNTS}) s ON true",
+            (kb_id,),
+        ).fetchone()
+        return (int(row[0]), int(row[1])) if row else (0, 0)
 
     @_store_errors
     def pending_count(self) -> int:

@@ -95,10 +95,11 @@ def rollback(
     """Make a retained version serve again (default: the newest one before the current), re-embedding nothing.
 
     One transaction under the knowledge base's lock. The live status of each source whose content
-    differs between the two versions is dropped, so its HTTP validators never describe content that no
-    longer serves (the next refresh fetches it in full). The version's manifest becomes the one in force
-    and the desired state (a new generation, observed at once, when it differs: like `kubectl rollout
-    undo`, this drops a manifest still pending for a controller). Conditions are the caller's to update.
+    differs between the two versions (or that only one of them has) is dropped, so its HTTP validators never
+    describe content that no longer serves (the next refresh fetches it in full). The version's manifest
+    becomes the one in force and the desired state (a new generation, observed at once, when it differs: like
+    `kubectl rollout undo`, this drops a manifest still pending for a controller). Conditions are the caller's
+    to update.
     """
     conn = db.connection
     with db.kb_lock(name, timeout=timeout, on_wait=on_wait), conn.transaction():
@@ -124,7 +125,7 @@ def rollback(
             " differing AS (SELECT coalesce(o.source_name, n.source_name) AS source_name"
             "  FROM (SELECT * FROM served WHERE number = %(old)s) o"
             "  FULL JOIN (SELECT * FROM served WHERE number = %(new)s) n ON n.source_name = o.source_name"
-            "  WHERE o.revision_id IS DISTINCT FROM n.revision_id)"
+            "  WHERE o.revision_id IS DISTINCT FROM n.revision_id OR o.source_name IS NULL OR n.source_name IS NULL)"
             " DELETE FROM kb_source_status s USING differing d"
             " WHERE s.kb_id = %(kb)s AND s.source_name = d.source_name RETURNING s.source_name",
             {"kb": kb_id, "old": current, "new": target},

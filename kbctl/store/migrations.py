@@ -295,6 +295,28 @@ MIGRATIONS: list[tuple[int, str, str]] = [
         );
         """,
     ),
+    (
+        16,
+        "events: what happened to each knowledge base (reason, message, count, first and last time seen)",
+        # Keyed by the knowledge base's name, not its row, so that a deletion or a prune stays on record. A repeated
+        # event (same name, type, reason and message) counts up in its row (kbctl.store.events).
+        """
+        CREATE TABLE kb_events (
+            id bigserial PRIMARY KEY,
+            object_name text NOT NULL,
+            type text NOT NULL CHECK (type IN ('Normal', 'Warning')),
+            reason text NOT NULL,
+            message text NOT NULL,
+            component text NOT NULL,
+            count integer NOT NULL DEFAULT 1,
+            first_seen timestamptz NOT NULL DEFAULT now(),
+            last_seen timestamptz NOT NULL DEFAULT now()
+        );
+        CREATE UNIQUE INDEX kb_events_once ON kb_events (object_name, type, reason, md5(message));
+        CREATE INDEX kb_events_by_object ON kb_events (object_name, last_seen DESC);
+        CREATE INDEX kb_events_by_time ON kb_events (last_seen DESC);
+        """,
+    ),
 ]
 
 # Serializes migrations of one database across processes (an arbitrary, fixed 64-bit key).

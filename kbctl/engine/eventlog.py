@@ -1,0 +1,58 @@
+"""What the engine writes to the events table (kbctl.store.events), worded once here: a publish, a failed reconcile,
+a failing source, a rollback, a deletion or a prune. Recording never fails the work it records: a store that
+refuses the event has already refused the work, or will say so on its own."""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Sequence
+
+from kbctl.engine.results import KnowledgeBaseResult
+from kbctl.errors import KbctlError
+from kbctl.store.database import Database
+from kbctl.store.events import NewEvent, record_events
+
+__all__ = ["deleted", "record", "result_events", "rolled_back"]
+
+
+def result_events(result: KnowledgeBaseResult, component: str) -> list[NewEvent]:
+    """The events of one reconcile (apply, refresh or a controller's): a new version published, the knowledge
+    base failing as a whole, and each source failing or stale. An unchanged one with every source ready has none."""
+    name = result.name
+    events: list[NewEvent] = []
+    if result.action in ("created", "configured", "refreshed"):
+        chunks = sum(s.chunks for s in result.sources)
+        embedded = sum(s.embedded for s in result.sources)
+        message = (
+            f"version {result.version} published ({result.action}): {chunks} chunks from {len(result.sources)} "
+            f"sources, {embedded} embedded, {chunks - embedded} reused"
+        )
+        events.append(NewEvent(name, "Normal", "Published", message, component))
+    elif result.action == "failed" and result.message:
+        events.append(NewEvent(name, "Warning", "ReconcileFailed", result.message, component))
+    for source in result.sources:
+        if source.state == "stale":
+            message = f"source {source.name}: {source.message}; its last good content still serves"
+            events.append(NewEvent(name, "Warning", "SourceStale", message, component))
+        elif source.state == "failed":
+            events.append(
+                NewEvent(name, "Warning", "SourceFailed", f"source {source.name}: {source.message}", component)
+            )
+    return events
+
+
+def rolled_back(name: str, from_version: int, to_version: int) -> NewEvent:
+    message = f"version {to_version} serves again (was version {from_version})"
+    return NewEvent(name, "Normal", "RolledBack", message, "rollout")
+
+
+def deleted(name: str, component: str) -> NewEvent:
+    reason = "Pruned" if component == "prune" else "Deleted"
+    message = "no longer in the applied set: deleted" if component == "prune" else "deleted"
+    return NewEvent(name, "Normal", reason, message, component)
+
+
+def record(db: Database, events: Sequence[NewEvent]) -> None:
+    """Record events; a store error is swallowed (see the module docstring)."""
+    with contextlib.suppress(KbctlError):
+        record_events(db, events)

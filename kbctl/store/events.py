@@ -1,0 +1,106 @@
+"""Events: what happened to each knowledge base, as kubectl shows Kubernetes events (type, reason, message, count,
+first and last time seen), written by apply, refresh, the controller, rollout, delete and prune, and read by
+`kbctl get events` and `kbctl describe`.
+
+An event repeated (same knowledge base, type, reason and message) counts up in its row instead of adding one.
+Events are kept by the knowledge base's name, so a deletion stays on record; each name keeps its newest
+EVENTS_PER_KNOWLEDGE_BASE and the table its newest EVENTS_MAX. A message is redacted and cut at
+EVENT_MESSAGE_CHARS: it may quote a URL, never a document's text.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict
+from pydantic.alias_generators import to_camel
+
+from kbctl.defaults import EVENT_MESSAGE_CHARS, EVENTS_MAX, EVENTS_PER_KNOWLEDGE_BASE
+from kbctl.store.database import Database, _store_errors
+from kbctl.userconfig import redact
+
+__all__ = ["EventType", "KnowledgeBaseEvent", "NewEvent", "list_events", "record_events"]
+
+EventType = Literal["Normal", "Warning"]
+
+
+@dataclass(frozen=True)
+class NewEvent:
+    """An event to record about one knowledge base."""
+
+    name: str  # the knowledge base
+    type: EventType
+    reason: str  # one CamelCase word: Published, SourceFailed, RolledBack, DriftReverted, ...
+    message: str
+    component: str  # what did it: apply, refresh, controller, rollout, delete, prune
+
+
+class KnowledgeBaseEvent(BaseModel):
+    """One event as `kbctl get events` shows it (camelCase with `model_dump(by_alias=True)`)."""
+
+    model_config = ConfigDict(frozen=True, alias_generator=to_camel, populate_by_name=True)
+
+    name: str  # the knowledge base it is about
+    type: EventType
+    reason: str
+    message: str
+    component: str
+    count: int
+    first_seen: datetime
+    last_seen: datetime
+
+
+def _bounded(message: str) -> str:
+    text = redact(message)
+    return text if len(text) <= EVENT_MESSAGE_CHARS else text[: EVENT_MESSAGE_CHARS - 1] + "…"
+
+
+@_store_errors
+def record_events(db: Database, events: Sequence[NewEvent]) -> None:
+    """Record events (each a new row, or a count up of the same one), then trim what is kept."""
+    if not events:
+        return
+    conn = db.connection
+    with conn.transaction():
+        for e in events:
+            conn.execute(
+                "INSERT INTO kb_events (object_name, type, reason, message, component) VALUES (%s, %s, %s, %s, %s)"
+                " ON CONFLICT (object_name, type, reason, md5(message)) DO UPDATE"
+                " SET count = kb_events.count + 1, last_seen = now(), component = excluded.component",
+                (e.name, e.type, e.reason, _bounded(e.message), e.component),
+            )
+        for name in sorted({e.name for e in events}):
+            conn.execute(
+                "DELETE FROM kb_events WHERE object_name = %(name)s AND id NOT IN (SELECT id FROM kb_events"
+                " WHERE object_name = %(name)s ORDER BY last_seen DESC, id DESC LIMIT %(keep)s)",
+                {"name": name, "keep": EVENTS_PER_KNOWLEDGE_BASE},
+            )
+        conn.execute(
+            "DELETE FROM kb_events WHERE last_seen < (SELECT last_seen FROM kb_events"
+            " ORDER BY last_seen DESC OFFSET %s LIMIT 1)",
+            (EVENTS_MAX,),
+        )
+
+
+@_store_errors
+def list_events(
+    db: Database, names: Sequence[str] | None = None, *, limit: int | None = None
+) -> list[KnowledgeBaseEvent]:
+    """The events of `names` (every knowledge base's, deleted ones included, when None), oldest first as kubectl
+    lists them; `limit` keeps the newest."""
+    where, args = ("WHERE object_name = ANY(%(names)s)", {"names": list(names)}) if names is not None else ("", {})
+    rows = db.connection.execute(
+        "SELECT object_name, type, reason, message, component, count, first_seen, last_seen FROM ("
+        f" SELECT * FROM kb_events {where} ORDER BY last_seen DESC, id DESC LIMIT %(limit)s"
+        ") newest ORDER BY last_seen, id",
+        {**args, "limit": limit if limit is not None else EVENTS_MAX},
+    ).fetchall()
+    return [
+        KnowledgeBaseEvent(
+            name=r[0], type=r[1], reason=r[2], message=r[3], component=r[4], count=r[5], first_seen=r[6], last_seen=r[7]
+        )
+        for r in rows
+    ]
