@@ -21,6 +21,7 @@ if TYPE_CHECKING:
     from kbctl.engine.diff import DiffReport, SourceDiff
     from kbctl.engine.events import (
         ControllerGone,
+        DocumentsRemoved,
         Event,
         HandedToController,
         NullReporter,
@@ -83,6 +84,7 @@ _WHERE = {
     "ChatModel": "kbctl.chat",
     "Controller": "kbctl.engine.controller",
     "ControllerGone": "kbctl.engine.events",
+    "DocumentsRemoved": "kbctl.engine.events",
     "DeleteResult": "kbctl.client",
     "DiffReport": "kbctl.engine.diff",
     "Embedder": "kbctl.embedding",
@@ -162,6 +164,7 @@ __all__ = [
     "ControllerGone",
     "DeleteResult",
     "DiffReport",
+    "DocumentsRemoved",
     "Embedder",
     "EmbeddingError",
     "EvalSetError",

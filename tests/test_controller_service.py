@@ -51,7 +51,8 @@ def test_json_logs_are_one_object_per_event(capsys: pytest.CaptureFixture[str]) 
     log = JsonLogReporter(clock=lambda: 0.0)
     log.report(ReconcileStarted("a", "apply", "created", 1, 2))
     log.report(ReconcileFailed("a", "no source could be read"))
-    first, second = (json.loads(line) for line in capsys.readouterr().out.splitlines())
+    log.report(ReconcileFinished("b", "apply", "configured", 4))  # a success is logged too
+    first, second, third = (json.loads(line) for line in capsys.readouterr().out.splitlines())
     assert first == {
         "time": "1970-01-01T00:00:00.000Z",
         "level": "info",
@@ -60,6 +61,11 @@ def test_json_logs_are_one_object_per_event(capsys: pytest.CaptureFixture[str]) 
         "message": "KnowledgeBase/a created (version 1); waiting for the ingestion of 2 sources",
     }
     assert (second["level"], second["message"]) == ("error", "KnowledgeBase/a failed: no source could be read")
+    assert (third["event"], third["level"], third["message"]) == (
+        "ReconcileFinished",
+        "info",
+        "KnowledgeBase/b configured (version 4)",
+    )
 
 
 @pytest.mark.parametrize(

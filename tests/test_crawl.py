@@ -11,6 +11,7 @@ from kbctl.client import KnowledgeBaseStore
 from kbctl.manifest import parse_manifests
 from kbctl.sources.crawl import page_id, page_url
 from tests.support.httpserver import HTTPTestServer, fetch_policy_for, serve
+from tests.support.lines import Lines
 
 
 def page(title: str, text: str, *links: str) -> str:
@@ -134,3 +135,21 @@ def test_page_ids_round_trip() -> None:
     assert page_id("https://help.example.com/a/b?x=1") == "a/b?x=1"
     assert page_url("https://help.example.com/start", "a/b?x=1") == "https://help.example.com/a/b?x=1"
     assert page_url("https://help.example.com/start", "index") == "https://help.example.com/"
+
+
+def test_a_page_that_starts_answering_404_is_named_everywhere(store: KnowledgeBaseStore, site: HTTPTestServer) -> None:
+    """A dropped page is visible: the refresh log names it, the result lists it, `rollout history` says
+    "removed", and an event records it (not "no content change" while the chunks go down)."""
+    store.fetch_policy = fetch_policy_for(site)
+    store.apply(manifest(site))
+    site.route("/faq", status=404, body="gone")
+    log = Lines()
+    [refreshed] = store.refresh(["help"], reporter=log).results
+    assert refreshed.action == "refreshed" and refreshed.removed == ["site/faq"]
+    assert "KnowledgeBase/help no longer serves 1 document (gone at the source): site/faq" in log.lines
+    [newest, *_] = store.history("help")
+    assert newest.change_cause == "removed: site/faq"
+    event = store.events(["help"])[-1]
+    assert (event.reason, event.component) == ("DocumentsRemoved", "refresh")
+    assert event.message == "version 2 no longer serves 1 document gone at the source: site/faq"
+    assert "site/faq" not in served(store)

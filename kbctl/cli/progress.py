@@ -16,6 +16,7 @@ import typer
 
 from kbctl import (
     ControllerGone,
+    DocumentsRemoved,
     Event,
     HandedToController,
     ReconcileFailed,
@@ -72,6 +73,12 @@ def event_line(event: Event) -> str | None:
         return f"{prefix} {event.action} (version {event.version}); {work}"
     if isinstance(event, SourceReconciled):
         return _source_line(prefix, event)
+    if isinstance(event, DocumentsRemoved):
+        shown = ", ".join(event.documents[:REMOVED_SHOWN])
+        more = len(event.documents) - REMOVED_SHOWN
+        return f"{prefix} no longer serves {count(len(event.documents), 'document')} (gone at the source): {shown}" + (
+            f" and {more} more" if more > 0 else ""
+        )
     if isinstance(event, ReconcileFinished):
         if event.trigger == "apply":
             return None
@@ -85,6 +92,9 @@ def event_line(event: Event) -> str | None:
     assert isinstance(event, HandedToController)
     return f"{prefix} {event.action} (version {event.version}); waiting for a controller"
 
+
+REMOVED_SHOWN = 10
+"""Documents a removal line names; the rest are counted (`describe` and the events keep every name)."""
 
 PLAIN_EVERY_SECONDS = 10.0
 """How often, at most, a progress line is printed when stderr is not a terminal (a CI log)."""
@@ -175,8 +185,11 @@ class JsonLogReporter:
         self._clock = clock
 
     def report(self, event: Event) -> None:
-        """Print one event as a JSON object on its own line."""
+        """Print one event as a JSON object on its own line (a reconcile's end too, which the text log leaves to the
+        source lines and the command's summary)."""
         message = event_line(event)
+        if message is None and isinstance(event, ReconcileFinished):
+            message = f"KnowledgeBase/{event.name} {event.action} (version {event.version})"
         if message is None:
             return
         failed = isinstance(event, ReconcileFailed) or (isinstance(event, SourceReconciled) and event.source.failed)

@@ -46,6 +46,7 @@ from kbctl.errors import KbctlError, NotFoundError, SourceError, StoreError, Usa
 from kbctl.manifest import KnowledgeBase
 from kbctl.manifest.changes import field_changes
 from kbctl.manifest.digest import manifest_digests
+from kbctl.sources import source_of
 from kbctl.sources.crawl import crawl_site
 from kbctl.sources.files import read_paths
 from kbctl.sources.git import read_repository
@@ -127,7 +128,10 @@ def _change_cause(plan: KnowledgeBasePlan) -> str:
     fresh = [p.name for p in plan.to_ingest if p.name not in respec]
     if fresh:
         parts.append(("refreshed: " if plan.trigger == "refresh" else "new content: ") + ", ".join(_first(fresh)))
-    hidden = sum(max(0, len(x) - CAUSE_ITEMS) for x in (fields, added, removed, changed, fresh))
+    gone = [n for n in plan.documents_removed if source_of(n) not in respec]
+    if gone:
+        parts.append("removed: " + ", ".join(_first(gone)))
+    hidden = sum(max(0, len(x) - CAUSE_ITEMS) for x in (fields, added, removed, changed, fresh, gone))
     if hidden:
         parts.append(f"and {hidden} more")
     return "; ".join(parts) or "no content change"
@@ -247,7 +251,10 @@ class _Reconciler:
             observe(db, state.row, finished=done)
         refresh = kb.spec.refresh
         set_schedule(db, state.row.id, refresh.seconds if refresh else None, refreshed=self.trigger == "refresh")
-        report_sources(self.reporter, name, self.trigger, results, embedder.model_id, finished=(action, version))
+        gone = [] if plan.unchanged else plan.documents_removed
+        report_sources(
+            self.reporter, name, self.trigger, results, embedder.model_id, finished=(action, version), removed=gone
+        )
         if run.vector_ids:  # content was ingested: new vectors may give the model enough for its index
             self._index(name, embedder.model_id)
         new_chunks = sum(len(o.chunks) for o in outcomes.values() if isinstance(o, NewRevision))
@@ -257,7 +264,7 @@ class _Reconciler:
             db.analyze_chunks()
         if not plan.unchanged and len(plan.sources) >= ANALYZE_AFTER_SOURCES:
             db.analyze_versions()  # the planner's estimate of the new version's size
-        return KnowledgeBaseResult(name=name, action=action, version=version, sources=results)
+        return KnowledgeBaseResult(name=name, action=action, version=version, sources=results, removed=gone)
 
     def _remote_sources(self, kb: KnowledgeBase, state: StoredState) -> dict[str, ReadOutcome]:
         """The documents of the git and crawl sources to fetch now: every one (or those in `only`) on refresh; on

@@ -14,6 +14,8 @@ from kbctl.store.events import NewEvent, record_events
 
 __all__ = ["deleted", "record", "result_events", "rolled_back"]
 
+REMOVED_NAMED = 20  # documents a DocumentsRemoved event names; the rest are counted
+
 
 def result_events(result: KnowledgeBaseResult, component: str) -> list[NewEvent]:
     """The events of one reconcile (apply, refresh or a controller's): a new version published, the knowledge
@@ -30,6 +32,14 @@ def result_events(result: KnowledgeBaseResult, component: str) -> list[NewEvent]
         events.append(NewEvent(name, "Normal", "Published", message, component))
     elif result.action == "failed" and result.message:
         events.append(NewEvent(name, "Warning", "ReconcileFailed", result.message, component))
+    if result.removed:
+        gone = result.removed
+        named = ", ".join(gone[:REMOVED_NAMED]) + (
+            f" and {len(gone) - REMOVED_NAMED} more" if len(gone) > REMOVED_NAMED else ""
+        )
+        documents = f"{len(gone)} document{'s' if len(gone) != 1 else ''}"
+        message = f"version {result.version} no longer serves {documents} gone at the source: {named}"
+        events.append(NewEvent(name, "Normal", "DocumentsRemoved", message, component))
     for source in result.sources:
         if source.state == "stale":
             message = f"source {source.name}: {source.message}; its last good content still serves"

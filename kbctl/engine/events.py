@@ -10,6 +10,7 @@ from kbctl.engine.results import SourceResult
 
 __all__ = [
     "ControllerGone",
+    "DocumentsRemoved",
     "Event",
     "HandedToController",
     "NullReporter",
@@ -94,6 +95,16 @@ Stage = Literal["fetching", "embedding"]
 
 
 @dataclass(frozen=True)
+class DocumentsRemoved:
+    """Documents of a path, git or crawl source that the new version no longer serves: gone from the folder, the
+    repository or the site (a page answering 404, a file deleted)."""
+
+    name: str
+    trigger: Trigger
+    documents: tuple[str, ...]  # SOURCE/ID of each
+
+
+@dataclass(frozen=True)
 class WorkProgress:
     """`done` of `total` items of a long stage for the knowledge base `name`: pages fetched, or texts embedded."""
 
@@ -116,6 +127,7 @@ class VectorIndexBuilt:
 Event = (
     ReconcileStarted
     | SourceReconciled
+    | DocumentsRemoved
     | ReconcileFinished
     | ReconcileFailed
     | HandedToController
@@ -150,12 +162,15 @@ def report_sources(
     *,
     finished: tuple[Action, int] | None = None,
     failed: str | None = None,
+    removed: Sequence[str] = (),
 ) -> None:
     """The end of one knowledge base's reconcile, as every route reports it (in-process, a controller's result
-    read back, a settled file): one SourceReconciled per source, then ReconcileFinished (`finished`: action and
-    version) or ReconcileFailed (`failed`: why), when given."""
+    read back, a settled file): one SourceReconciled per source, DocumentsRemoved when documents are gone, then
+    ReconcileFinished (`finished`: action and version) or ReconcileFailed (`failed`: why), when given."""
     for source in sources:
         reporter.report(SourceReconciled(name, trigger, source, model))
+    if removed:
+        reporter.report(DocumentsRemoved(name, trigger, tuple(removed)))
     if failed is not None:
         reporter.report(ReconcileFailed(name, failed))
     elif finished is not None:

@@ -30,7 +30,7 @@ from kbctl.errors import SourceError
 from kbctl.manifest import KnowledgeBase, Source
 from kbctl.manifest.changes import source_changes
 from kbctl.manifest.digest import manifest_digests, sha256_json
-from kbctl.sources import Document, read_inline
+from kbctl.sources import Document, read_inline, source_of
 from kbctl.sources.files import NotModified
 from kbctl.sources.files import ReadOutcome as FilesRead
 from kbctl.sources.url import FetchRequest, FetchResult, Validators
@@ -179,6 +179,13 @@ class KnowledgeBasePlan:
             return [], [], []
         old = pack(self.previous_manifest)[0] if self.previous_manifest is not None else None
         return source_changes(old, self.packed()[0])
+
+    @property
+    def documents_removed(self) -> list[str]:
+        """Documents (SOURCE/ID) the current version serves that the next one does not, though their source is
+        still in the manifest: gone from the folder, the repository or the site."""
+        names = {s.name for s in self.kb.spec.sources}
+        return [n for n in self.removed if n != source_of(n) and source_of(n) in names]
 
     @property
     def to_ingest(self) -> tuple[SourcePlan, ...]:

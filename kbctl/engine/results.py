@@ -43,6 +43,11 @@ class KnowledgeBaseResult(BaseModel):
     version: int | None
     sources: list[SourceResult]
     message: str | None = None
+    removed: list[str] = Field(
+        default_factory=list,
+        description="Documents (SOURCE/ID) of a path, git or crawl source that this version no longer serves: "
+        "gone from the folder, the repository or the site.",
+    )
 
     @property
     def failed(self) -> bool:
