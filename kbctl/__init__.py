@@ -22,6 +22,7 @@ if TYPE_CHECKING:
     from kbctl.engine.events import (
         ControllerGone,
         DocumentsRemoved,
+        DriftFound,
         Event,
         HandedToController,
         NullReporter,
@@ -85,6 +86,7 @@ _WHERE = {
     "Controller": "kbctl.engine.controller",
     "ControllerGone": "kbctl.engine.events",
     "DocumentsRemoved": "kbctl.engine.events",
+    "DriftFound": "kbctl.engine.events",
     "DeleteResult": "kbctl.client",
     "DiffReport": "kbctl.engine.diff",
     "Embedder": "kbctl.embedding",
@@ -165,6 +167,7 @@ __all__ = [
     "DeleteResult",
     "DiffReport",
     "DocumentsRemoved",
+    "DriftFound",
     "Embedder",
     "EmbeddingError",
     "EvalSetError",

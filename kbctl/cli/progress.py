@@ -17,6 +17,7 @@ import typer
 from kbctl import (
     ControllerGone,
     DocumentsRemoved,
+    DriftFound,
     Event,
     HandedToController,
     ReconcileFailed,
@@ -73,6 +74,9 @@ def event_line(event: Event) -> str | None:
         return f"{prefix} {event.action} (version {event.version}); {work}"
     if isinstance(event, SourceReconciled):
         return _source_line(prefix, event)
+    if isinstance(event, DriftFound):
+        what = f"{prefix}: version {event.serving} serves a manifest other than the one last applied"
+        return f"{what}; re-applying it" if event.reverted else f"{what}; spec.suspend is set, left as it is"
     if isinstance(event, DocumentsRemoved):
         shown = ", ".join(event.documents[:REMOVED_SHOWN])
         more = len(event.documents) - REMOVED_SHOWN

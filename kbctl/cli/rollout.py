@@ -73,7 +73,8 @@ def undo(
     """Serve an earlier version again, instantly: nothing is fetched, chunked or embedded.
 
     Sources whose content differs between the two versions are fetched in full by the next refresh.
-    The next apply compares manifests with the version now serving.
+    The next apply compares manifests with the version now serving. A running `kbctl controller` brings back
+    the manifest last applied on its next pass (drift), unless that manifest sets spec.suspend: true.
     """
     check_resource(resource)
     with open_store() as store:

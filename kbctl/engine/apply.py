@@ -250,7 +250,8 @@ class _Reconciler:
             prune_history(db, state.row.id, kb.spec.version_history)
             observe(db, state.row, finished=done)
         refresh = kb.spec.refresh
-        set_schedule(db, state.row.id, refresh.seconds if refresh else None, refreshed=self.trigger == "refresh")
+        seconds = refresh.seconds if refresh and not kb.spec.suspended else None  # suspended: no scheduled refresh
+        set_schedule(db, state.row.id, seconds, refreshed=self.trigger == "refresh")
         gone = [] if plan.unchanged else plan.documents_removed
         report_sources(
             self.reporter, name, self.trigger, results, embedder.model_id, finished=(action, version), removed=gone

@@ -26,8 +26,10 @@ from kbctl.embedding import Embedder
 from kbctl.engine.apply import apply_knowledge_bases, refresh_knowledge_bases
 from kbctl.engine.conditions import PublishedNothing, observe
 from kbctl.engine.conditions import condition as find_condition
+from kbctl.engine.drift import converge_drift
 from kbctl.engine.events import (
     ControllerGone,
+    DriftFound,
     Event,
     HandedToController,
     NullReporter,
@@ -160,14 +162,17 @@ class Controller:
         return result
 
     def run_once(self) -> ApplyReport:
-        """Process pending knowledge bases until none is left, then the scheduled refreshes that are due
-        (`spec.refresh`); return what this pass did, one result per knowledge base processed (`exit_code()` is 1
-        when a reconcile or a source failed)."""
+        """Bring back knowledge bases that drifted from their applied manifest (kbctl.engine.drift), process pending
+        knowledge bases until none is left, then the scheduled refreshes that are due (`spec.refresh`); return what
+        this pass did, one result per knowledge base processed (`exit_code()` is 1 when a reconcile or a source
+        failed)."""
         self.heartbeat()
         self._progressed()
         done: list[KnowledgeBaseResult] = []
         self.working = True
         try:
+            for drift in converge_drift(self.db):  # first: a reverted one is then claimed in this same pass
+                self._reporter.report(DriftFound(drift.name, drift.serving, drift.reverted))
             while (claim := self.claim()) is not None:
                 done.append(self.process(claim))
                 self.heartbeat()

@@ -11,6 +11,7 @@ from kbctl.engine.results import SourceResult
 __all__ = [
     "ControllerGone",
     "DocumentsRemoved",
+    "DriftFound",
     "Event",
     "HandedToController",
     "NullReporter",
@@ -105,6 +106,16 @@ class DocumentsRemoved:
 
 
 @dataclass(frozen=True)
+class DriftFound:
+    """A controller found `name` serving another manifest than the one last applied: re-applied it (`reverted`),
+    or left it as it is (spec.suspend)."""
+
+    name: str
+    serving: int
+    reverted: bool
+
+
+@dataclass(frozen=True)
 class WorkProgress:
     """`done` of `total` items of a long stage for the knowledge base `name`: pages fetched, or texts embedded."""
 
@@ -128,6 +139,7 @@ Event = (
     ReconcileStarted
     | SourceReconciled
     | DocumentsRemoved
+    | DriftFound
     | ReconcileFinished
     | ReconcileFailed
     | HandedToController

@@ -615,6 +615,17 @@ class Spec(_Model):
     refresh: Refresh | None = Field(
         default=None, description="A schedule on which `kbctl controller` refreshes it (none: only `kbctl refresh`)."
     )
+    suspend: Annotated[bool, Strict()] | None = Field(
+        default=None,
+        description="true: `kbctl controller` leaves it as it is: no scheduled refresh, and a version that drifted "
+        "from the applied manifest (a manual `rollout undo`) is reported, not reverted. `apply` and `refresh` "
+        "still work.",
+    )
+
+    @property
+    def suspended(self) -> bool:
+        """Whether the controller is to leave this knowledge base alone (spec.suspend)."""
+        return bool(self.suspend)
 
     @property
     def effective_limits(self) -> Limits:
@@ -623,7 +634,7 @@ class Spec(_Model):
 
     @model_serializer(mode="wrap")
     def _omit_unset_limits(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
-        return _without_unset(handler(self), "limits", "answer", "refresh")
+        return _without_unset(handler(self), "limits", "answer", "refresh", "suspend")
 
     @field_validator("sources", mode="wrap")
     @classmethod

@@ -558,7 +558,8 @@ class Database:
             # pending manifest recorded before its hash was kept.
             row = self._conn.execute(
                 "SELECT k.id, coalesce(k.desired_sha256, CASE WHEN k.desired_manifest IS NULL THEN v.manifest_sha256"
-                " END), k.desired_manifest IS NOT NULL AND k.desired_sha256 IS NULL FROM kb_knowledge_bases k"
+                " END), k.desired_manifest IS NOT NULL AND k.desired_sha256 IS NULL, k.applied_sha256"
+                " FROM kb_knowledge_bases k"
                 " LEFT JOIN kb_versions v ON v.kb_id = k.id AND v.number = k.current_version"
                 " WHERE k.name = %s FOR UPDATE OF k",
                 (name,),
@@ -570,7 +571,8 @@ class Database:
                 changed = legacy is None or unpack(self._conn, legacy[0]) != manifest
             else:
                 changed = row is not None and row[1] != digest
-            if row is None or changed:
+            newly_applied = row is None or row[3] != digest
+            if row is None or changed or newly_applied:
                 desired, texts = packed() if packed is not None else pack(manifest)
                 store_texts(self._conn, texts)
             if row is None:
@@ -585,6 +587,18 @@ class Database:
                     " generation = generation + 1, updated_at = now() WHERE id = %s",
                     (Jsonb(desired), digest, row[0]),
                 )
+            # What was applied, and at which generation (kbctl.engine.drift): a rollback leaves it as it is.
+            self._conn.execute(
+                "UPDATE kb_knowledge_bases SET applied_sha256 = %(digest)s, applied_generation = generation,"
+                " applied_manifest = CASE WHEN %(new)s THEN %(manifest)s ELSE applied_manifest END"
+                " WHERE name = %(name)s",
+                {
+                    "digest": digest,
+                    "new": newly_applied,
+                    "manifest": Jsonb(desired) if newly_applied else None,
+                    "name": name,
+                },
+            )
         stored = self.get_kb(name)
         assert stored is not None
         return stored

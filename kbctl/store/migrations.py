@@ -317,6 +317,17 @@ MIGRATIONS: list[tuple[int, str, str]] = [
         CREATE INDEX kb_events_by_time ON kb_events (last_seen DESC);
         """,
     ),
+    (
+        17,
+        "the manifest last applied, kept apart from the desired and the serving one, so drift can be seen",
+        # `rollout undo` makes an older manifest the desired one (a new generation); the one applied stays, with the
+        # generation it was recorded at: a later generation serving another manifest is drift (kbctl.engine.drift).
+        # Existing knowledge bases start tracking at their next apply.
+        """
+        ALTER TABLE kb_knowledge_bases ADD COLUMN applied_sha256 text, ADD COLUMN applied_manifest jsonb,
+            ADD COLUMN applied_generation bigint;
+        """,
+    ),
 ]
 
 # Serializes migrations of one database across processes (an arbitrary, fixed 64-bit key).

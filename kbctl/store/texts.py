@@ -89,12 +89,13 @@ def unpack(conn: psycopg.Connection[Any], manifest: dict[str, Any]) -> dict[str,
 
 
 def delete_unused_texts(conn: psycopg.Connection[Any]) -> int:
-    """Delete the texts no stored manifest names (versions, last applied, desired); return how many."""
+    """Delete the texts no stored manifest names (versions, in force, desired, last applied); return how many."""
     cur = conn.execute(
         "WITH manifests AS ("
         "  SELECT manifest AS m FROM kb_versions"
         "  UNION ALL SELECT manifest FROM kb_knowledge_bases"
-        "  UNION ALL SELECT desired_manifest FROM kb_knowledge_bases WHERE desired_manifest IS NOT NULL),"
+        "  UNION ALL SELECT desired_manifest FROM kb_knowledge_bases WHERE desired_manifest IS NOT NULL"
+        "  UNION ALL SELECT applied_manifest FROM kb_knowledge_bases WHERE applied_manifest IS NOT NULL),"
         " used AS (SELECT DISTINCT s ->> %s AS sha FROM manifests,"
         "  jsonb_array_elements(CASE WHEN jsonb_typeof(m -> 'spec' -> 'sources') = 'array'"
         "   THEN m -> 'spec' -> 'sources' ELSE '[]' END) s)"
