@@ -17,7 +17,7 @@ if TYPE_CHECKING:
     from kbctl.client import DeleteResult, KnowledgeBaseStore, Readiness, Scope
     from kbctl.config import Settings
     from kbctl.embedding import Embedder
-    from kbctl.engine.controller import Controller
+    from kbctl.engine.controller import Controller, RolloutStatus
     from kbctl.engine.diff import DiffReport, SourceDiff
     from kbctl.engine.events import (
         ControllerGone,
@@ -32,11 +32,12 @@ if TYPE_CHECKING:
         Reporter,
         SourceReconciled,
         StoreUnavailable,
+        SyncFinished,
         VectorIndexBuilt,
         WorkProgress,
     )
     from kbctl.engine.prune import PruneScope
-    from kbctl.engine.results import ApplyReport, KnowledgeBaseResult, PendingResult, SourceResult
+    from kbctl.engine.results import ApplyReport, KnowledgeBaseResult, PendingResult, RecordedSync, SourceResult
     from kbctl.engine.settled import ManifestsToApply
     from kbctl.engine.status import KnowledgeBaseDetail, KnowledgeBaseSummary, SourceStatus
     from kbctl.errors import (
@@ -76,6 +77,7 @@ if TYPE_CHECKING:
     from kbctl.store.embedded import ServerStatus
     from kbctl.store.events import KnowledgeBaseEvent
     from kbctl.store.history import GcResult, RollbackResult, VersionInfo
+    from kbctl.store.syncs import SyncStatus
 
 _WHERE = {
     "ApplyReport": "kbctl.engine.results",
@@ -135,6 +137,7 @@ _WHERE = {
     "RerankInfo": "kbctl.query.results",
     "Reranker": "kbctl.rerank",
     "RollbackError": "kbctl.errors",
+    "RolloutStatus": "kbctl.engine.controller",
     "RollbackResult": "kbctl.store.history",
     "Scope": "kbctl.client",
     "Selector": "kbctl.manifest.selectors",
@@ -148,6 +151,9 @@ _WHERE = {
     "SourceStatus": "kbctl.engine.status",
     "StoreError": "kbctl.errors",
     "StoreUnavailable": "kbctl.engine.events",
+    "SyncFinished": "kbctl.engine.events",
+    "RecordedSync": "kbctl.engine.results",
+    "SyncStatus": "kbctl.store.syncs",
     "UsageError": "kbctl.errors",
     "VectorIndexBuilt": "kbctl.engine.events",
     "VersionInfo": "kbctl.store.history",
@@ -209,12 +215,14 @@ __all__ = [
     "ReconcileFailed",
     "ReconcileFinished",
     "ReconcileStarted",
+    "RecordedSync",
     "Reporter",
     "RerankError",
     "RerankInfo",
     "Reranker",
     "RollbackError",
     "RollbackResult",
+    "RolloutStatus",
     "Scope",
     "Selector",
     "ServerStatus",
@@ -227,6 +235,8 @@ __all__ = [
     "SourceStatus",
     "StoreError",
     "StoreUnavailable",
+    "SyncFinished",
+    "SyncStatus",
     "UsageError",
     "VectorIndexBuilt",
     "VersionInfo",

@@ -22,7 +22,7 @@ if TYPE_CHECKING:
     from kbctl.answer import AskResult
     from kbctl.chat import ChatModel
     from kbctl.embedding import Embedder
-    from kbctl.engine.controller import Controller
+    from kbctl.engine.controller import Controller, RolloutStatus
     from kbctl.engine.diff import DiffReport
     from kbctl.engine.events import Reporter
     from kbctl.engine.prune import PruneScope
@@ -43,6 +43,7 @@ if TYPE_CHECKING:
     from kbctl.store.events import KnowledgeBaseEvent
     from kbctl.store.history import GcResult, RollbackResult, VersionInfo
     from kbctl.store.pool import DatabasePool
+    from kbctl.store.syncs import SyncStatus
 
 __all__ = ["DeleteResult", "KnowledgeBaseStore", "Readiness", "Scope"]
 
@@ -329,17 +330,48 @@ class KnowledgeBaseStore:
 
     def wait(
         self,
-        name: str,
+        name: str | Sequence[str],
         *,
         condition: str = "Ready",
         value: bool = True,
         generation: int | None = None,
+        deleted: bool = False,
         timeout: float = 300.0,
+        on_met: Callable[[str], None] | None = None,
     ) -> bool:
-        """Wait until a knowledge base has a condition (default Ready=True); False on timeout."""
-        from kbctl.engine.controller import wait_for
+        """Wait until a knowledge base (or each of several) has a condition (default Ready=True, for the latest
+        generation), or with `deleted` until it no longer exists; False when `timeout` seconds pass first (one
+        deadline for all). `on_met` hears each name as soon as it is met. A name that does not exist is
+        NotFoundError, except with `deleted` (met at once).
 
-        return wait_for(self.db, name, condition=condition, value=value, generation=generation, timeout=timeout)
+        >>> store.wait(["a", "b"], timeout=300, on_met=print)    # doctest: +SKIP
+        """
+        from kbctl.engine.controller import wait_for_all, wait_for_deletion
+
+        names = [name] if isinstance(name, str) else list(name)
+        if deleted:
+            return not wait_for_deletion(self.db, names, timeout=timeout, on_deleted=on_met)
+        left = wait_for_all(
+            self.db, names, condition=condition, value=value, generation=generation, timeout=timeout, on_met=on_met
+        )
+        return not left
+
+    def rollout_status(
+        self,
+        name: str,
+        *,
+        watch: bool = True,
+        timeout: float = 300.0,
+        on_progress: Callable[[RolloutStatus], None] | None = None,
+    ) -> RolloutStatus:
+        """Where the rollout of a knowledge base's latest generation stands (`kbctl rollout status`): with `watch`,
+        wait until it is done (reconciled and Ready) or failed, up to `timeout` seconds (`on_progress` hears each
+        new waiting status); without, the status now. The result's `state` is "done", "failed" or "waiting"."""
+        from kbctl.engine.controller import rollout_status, wait_for_rollout
+
+        if not watch:
+            return rollout_status(self.db, name)
+        return wait_for_rollout(self.db, name, timeout=timeout, on_progress=on_progress)
 
     def history(self, name: str) -> list[VersionInfo]:
         """The retained versions of a knowledge base, newest first, with what changed in each."""
@@ -407,6 +439,20 @@ class KnowledgeBaseStore:
             names = [n for n in names if n in visible] if names is not None else sorted(visible)
         with self._reading() as db:
             return list_events(db, names, limit=limit)
+
+    def syncs(self) -> list[SyncStatus]:
+        """The Syncs recorded (git folders of manifests a controller keeps applied), by name, with what each last
+        applied."""
+        from kbctl.store.syncs import list_syncs
+
+        with self._reading() as db:
+            return list_syncs(db)
+
+    def delete_sync(self, name: str) -> bool:
+        """Stop and forget a Sync (the knowledge bases it applied stay); False when there was none called `name`."""
+        from kbctl.store.syncs import delete_sync
+
+        return delete_sync(self.db, name)
 
     def list(self, selector: Selector | None = None, *, scope: Scope | None = None) -> list[KnowledgeBaseSummary]:
         """Every knowledge base (whose labels match `selector`, and that `scope` lets the caller see, when

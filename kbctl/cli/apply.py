@@ -113,6 +113,8 @@ def apply(
     elif not quiet and not output:
         for name in report.pruned:
             typer.echo(f"KnowledgeBase/{name} pruned")
+        for sync in report.syncs:
+            typer.echo(f"Sync/{sync.name} {sync.action}")
         if wait:
             n = len(report.results)
             typer.echo(f"applied {n} resource{'s' if n != 1 else ''}")
@@ -147,10 +149,11 @@ def _recorded_lines(to_apply: ManifestsToApply, *, quiet: bool, log: bool) -> Ca
 def _json(report: ApplyReport, *, wait: bool, pruning: bool) -> dict[str, Any]:
     """`-o json|yaml`: with --wait the report (and what was pruned, when pruning); without, what was recorded,
     what was pruned, and the report of what was applied here (path: sources), if any."""
-    applied = report.model_dump(mode="json", exclude={"recorded", "pruned"})
+    applied = report.model_dump(mode="json", exclude={"recorded", "pruned", "syncs", "failed_syncs"})
+    syncs = {"syncs": [s.model_dump(mode="json") for s in report.syncs]} if report.syncs else {}
     if wait:
-        return {**applied, "pruned": report.pruned} if pruning else applied
-    out: dict[str, Any] = {"results": [p.__dict__ for p in report.recorded], "pruned": report.pruned}
+        return {**applied, "pruned": report.pruned, **syncs} if pruning else {**applied, **syncs}
+    out: dict[str, Any] = {"results": [p.__dict__ for p in report.recorded], "pruned": report.pruned, **syncs}
     if report.results:
         out["applied"] = applied
     return out
@@ -158,7 +161,7 @@ def _json(report: ApplyReport, *, wait: bool, pruning: bool) -> dict[str, Any]:
 
 def _client_dry_run(filename: list[str], recursive: bool, output: OutputOpt) -> None:
     """--dry-run=client: validate the manifests (every problem at once, as apply does) and touch no store."""
-    manifests = load_manifest_paths(filename, recursive)
+    manifests = load_manifest_paths(filename, recursive).manifests
     if output:
         emit({"dryRun": "client", "valid": [m.kb.name for m in manifests]}, output)
         return

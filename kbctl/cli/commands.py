@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import json
 import sys
-from typing import TYPE_CHECKING, Annotated
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Annotated, Any, TypeVar
 
 import typer
 
@@ -13,15 +14,18 @@ from kbctl.cli._common import (
     COMPLETE_VAR,
     EVENT_RESOURCES,
     NOT_COVERED_EXIT,
+    SYNC_RESOURCES,
     AllOpt,
     DryRun,
     DryRunOpt,
     Files,
     KbName,
+    LabelColumnsOpt,
     ListSelectorOpt,
     LockTimeoutOpt,
     MaxTokensOpt,
     ModeOpt,
+    NoHeadersOpt,
     NothingFoundExitOpt,
     ObjectOutputOpt,
     OptionalFiles,
@@ -31,8 +35,12 @@ from kbctl.cli._common import (
     Recursive,
     RerankOpt,
     Resource,
+    ShowLabelsOpt,
+    SortByOpt,
     ThresholdOpt,
     TopKOpt,
+    WatchOpt,
+    WatchTimeoutOpt,
     app,
     check_resource,
     config_app,
@@ -51,7 +59,9 @@ from kbctl.cli._common import (
 )
 
 if TYPE_CHECKING:
-    from kbctl import FederatedResult, QueryResult
+    from kbctl import FederatedResult, KnowledgeBaseEvent, KnowledgeBaseSummary, QueryResult
+    from kbctl.client import KnowledgeBaseStore
+    from kbctl.manifest.selectors import Selector
 
 # Each command imports the library parts it needs when it runs: `kbctl --help` and `kbctl version` load none.
 
@@ -100,9 +110,11 @@ def validate(filename: Files, recursive: Recursive = False) -> None:
 
     Objects of other tools in the same files or folder (a kustomization.yaml, a Deployment) are skipped with one
     note per file on stderr; a `List` (as `get -o yaml` prints) is checked object by object."""
-    manifests = load_manifest_paths(filename, recursive)
-    for m in manifests:
+    loaded = load_manifest_paths(filename, recursive)
+    for m in loaded.manifests:
         typer.echo(f"{m.path}:{m.line}: KnowledgeBase/{m.kb.name} valid")
+    for s in loaded.syncs:
+        typer.echo(f"{s.path}:{s.line}: Sync/{s.sync.name} valid")
 
 
 @app.command()
@@ -122,6 +134,12 @@ def get(
     ] = None,
     selector: ListSelectorOpt = None,
     output: ObjectOutputOpt = None,
+    no_headers: NoHeadersOpt = False,
+    show_labels: ShowLabelsOpt = False,
+    label_columns: LabelColumnsOpt = None,
+    sort_by: SortByOpt = None,
+    watch: WatchOpt = False,
+    watch_timeout: WatchTimeoutOpt = None,
 ) -> None:
     """List knowledge bases: name, Ready, STATUS (conditions in one word), version, sources ready/total, chunks, age.
 
@@ -132,41 +150,227 @@ def get(
     `-o custom-columns=NAME:.metadata.name,VERSION:.status.version` pick fields. A name that does not exist
     is reported on stderr (exit 1) after the others are printed.
 
+    `--sort-by=.status.chunks` orders by a field of those objects, `--show-labels` and `-L KEY` add label
+    columns, `--no-headers` drops the header line, and `-w` keeps watching after the table (every second),
+    printing a knowledge base's row again each time it changes, until Ctrl-C (or --watch-timeout).
+
     `get events [NAME...]` lists what happened to knowledge bases (all, or those named; deleted ones too),
     oldest first: publishes, failed reconciles, failing sources, rollbacks, deletions and prunes, a repeated
-    event counted once (`5m (x3 over 2h)`); `-o json|yaml` prints them as data.
-    """
-    from kbctl.cli.output import parse_object_output
-    from kbctl.cli.render import knowledge_base_table
+    event counted once (`5m (x3 over 2h)`); `-o json|yaml` prints them as data, `--sort-by=.count` orders them
+    by one of those fields, and `-w` prints new or counted-up events as they come.
 
+    `get syncs [NAME...]` lists the Syncs (git folders a controller keeps applied): repository, ref, path,
+    interval, the commit last applied, when, and why the last pass applied nothing, if it did not.
+    """
+    from kbctl.cli.output import custom_columns, parse_object_output
+    from kbctl.cli.render import headed_table
+
+    keys = [key.strip() for spec in label_columns or () for key in spec.split(",") if key.strip()]
+    sort_path = _sort_path(sort_by)
     if resource.lower() in EVENT_RESOURCES:
-        _get_events(names or [], selector, output)
+        if show_labels or keys:
+            raise typer.BadParameter("events have no labels", param_hint="'--show-labels' / '-L'")
+        _get_events(
+            names or [],
+            selector,
+            output,
+            no_headers=no_headers,
+            sort_path=sort_path,
+            watch=watch,
+            watch_timeout=watch_timeout,
+        )
+        return
+    if resource.lower() in SYNC_RESOURCES:
+        _get_syncs(names or [], output, no_headers=no_headers)
         return
     wanted = resource_names(resource, names)
     chosen = list_selector(selector, wanted)
     fmt = parse_object_output(output)
+    if watch and fmt is not None and fmt.structured:
+        raise typer.BadParameter("-w prints table rows: use it with the table, -o wide or -o name", param_hint="'-w'")
+    layout = {"wide": fmt is not None and fmt.kind == "wide", "show_labels": show_labels, "label_columns": keys}
     with open_store() as store:
-        found = store.list(chosen)
-        by_name = {s.name: s for s in found}
-        items = [by_name[n] for n in wanted if n in by_name] if wanted else found
-        missing = [n for n in wanted if n not in by_name]
-        objects = [store.resource(i.name) for i in items] if fmt is not None and fmt.structured else []
-    if fmt is not None and fmt.structured:
-        emit_objects(objects, fmt, single=len(wanted) == 1 and not missing)
-    elif fmt is not None and fmt.kind == "name":
-        for i in items:
-            typer.echo(f"knowledgebase/{i.name}")
-    elif items:
-        typer.echo(knowledge_base_table(items, wide=fmt is not None and fmt.kind == "wide"))
+        items = _listed(store, chosen, wanted)
+        missing = [n for n in wanted if n not in {i.name for i in items}]
+        objects = [store.resource(i.name) for i in items] if sort_path or (fmt is not None and fmt.structured) else []
+        if sort_path is not None:
+            order = sorted(range(len(items)), key=lambda k: _sort_key(sort_path(objects[k])))
+            items, objects = [items[k] for k in order], [objects[k] for k in order]
+        headers, first = _rows_by_name(items, layout)
+        if fmt is not None and fmt.structured:
+            if fmt.kind == "custom-columns" and no_headers:
+                titles, *cells = custom_columns(fmt.argument, objects)
+                typer.echo(headed_table(titles, cells, no_headers=True))
+            else:
+                emit_objects(objects, fmt, single=len(wanted) == 1 and not missing)
+        elif fmt is not None and fmt.kind == "name":
+            for i in items:
+                typer.echo(f"knowledgebase/{i.name}")
+        elif items:
+            typer.echo(headed_table(headers, list(first.values()), no_headers=no_headers))
+        elif not missing:
+            typer.echo("No knowledge bases found.", err=True)
+        for name in missing:
+            typer.echo(f'Error: knowledgebase "{name}" not found', err=True)
+        if missing:
+            raise typer.Exit(1)
+        if watch:
+            names_only = fmt is not None and fmt.kind == "name"
+            changes = _row_changes(headers, names_only=names_only, header_due=not (items or no_headers or names_only))
+            _watch(lambda: _rows_by_name(_listed(store, chosen, wanted), layout)[1], changes, first, watch_timeout)
+
+
+Rows = dict[str, list[object]]  # the table rows of `get kb` by knowledge base name
+
+
+def _listed(store: KnowledgeBaseStore, selector: Selector | None, wanted: list[str]) -> list[KnowledgeBaseSummary]:
+    """The knowledge bases `get kb` shows: those named, in that order, else every one `selector` matches."""
+    found = store.list(selector)
+    by_name = {s.name: s for s in found}
+    return [by_name[n] for n in wanted if n in by_name] if wanted else found
+
+
+def _rows_by_name(items: list[KnowledgeBaseSummary], layout: dict[str, Any]) -> tuple[list[str], Rows]:
+    from kbctl.cli.render import knowledge_base_rows
+
+    headers, rows = knowledge_base_rows(items, **layout)
+    return headers, {i.name: row for i, row in zip(items, rows, strict=True)}
+
+
+def _row_changes(headers: list[str], *, names_only: bool, header_due: bool) -> Callable[[Rows, Rows], list[str]]:
+    """What `get kb -w` prints between two polls: the rows that changed (knowledgebase/NAME with -o name), under
+    the header when the first list printed none (it was empty)."""
+    from kbctl.cli.render import headed_table, table_body
+
+    def changes(before: Rows, after: Rows) -> list[str]:
+        nonlocal header_due
+        changed = [after[n] for n in _changed_rows(before, after)]
+        if not changed:
+            return []
+        if names_only:
+            return [f"knowledgebase/{row[0]}" for row in changed]
+        text = headed_table(headers, changed) if header_due else table_body(headers, changed)
+        header_due = False
+        return [text]
+
+    return changes
+
+
+def _sort_path(sort_by: str | None) -> Callable[[Any], list[Any]] | None:
+    """The compiled `--sort-by` (kubectl's `{.path}` or `.path`); a bad one is a usage error (exit 2)."""
+    if sort_by is None:
+        return None
+    from kbctl.cli.output import _path
+
+    text = sort_by.strip()
+    if text.startswith("{") and text.endswith("}"):
+        text = text[1:-1].strip()
+    if not text.strip("$"):
+        raise typer.BadParameter(f"{sort_by!r}: give a field, e.g. .metadata.name", param_hint="'--sort-by'")
+    try:
+        return _path(text)
+    except ValueError as exc:
+        raise typer.BadParameter(str(exc), param_hint="'--sort-by'") from None
+
+
+def _sort_key(values: list[Any]) -> tuple[int, float, str]:
+    """Where a value found by `--sort-by` goes: missing (or null) first, then numbers by value, then times (ISO
+    text) in time order, then other text; the first match counts when a path finds several."""
+    from datetime import datetime
+
+    value = values[0] if values else None
+    if value is None:
+        return (0, 0.0, "")
+    if isinstance(value, int | float) and not isinstance(value, bool):
+        return (1, float(value), "")
+    if isinstance(value, str):
+        try:
+            return (2, datetime.fromisoformat(value).timestamp(), "")
+        except ValueError:
+            return (3, 0.0, value)
+    return (3, 0.0, json.dumps(value, sort_keys=True, ensure_ascii=False))
+
+
+def _changed_rows(before: Rows, after: Rows) -> list[str]:
+    """The knowledge bases (by name, as in `after`) whose row is new or not what it was, AGE aside (it changes
+    with the clock alone): what `get -w` prints again."""
+    from kbctl.cli.render import AGE_COLUMN
+
+    def shown(row: list[object] | None) -> list[object] | None:
+        return None if row is None else row[:AGE_COLUMN] + row[AGE_COLUMN + 1 :]
+
+    return [name for name, row in after.items() if shown(row) != shown(before.get(name))]
+
+
+def _new_events(before: list[KnowledgeBaseEvent], after: list[KnowledgeBaseEvent]) -> list[KnowledgeBaseEvent]:
+    """The events of `after` that `before` did not have, or had with a lower count (`get events -w`)."""
+    seen = {(e.name, e.type, e.reason, e.message): (e.count, e.last_seen) for e in before}
+    return [e for e in after if seen.get((e.name, e.type, e.reason, e.message)) != (e.count, e.last_seen)]
+
+
+WATCH_INTERVAL = 1.0  # seconds between two polls of `get -w`
+T = TypeVar("T")
+
+
+def _pause(seconds: float) -> None:
+    import time
+
+    time.sleep(seconds)
+
+
+def _watch(poll: Callable[[], T], changes: Callable[[T, T], list[str]], last: T, timeout: str | None) -> None:
+    """kubectl's `get -w`: poll every WATCH_INTERVAL and print what `changes` finds between two polls, until
+    Ctrl-C (exit 0) or `timeout` (a duration) has passed."""
+    import time
+
+    deadline = None if timeout is None else time.monotonic() + parse_duration(timeout)
+    try:
+        while True:
+            left = WATCH_INTERVAL if deadline is None else min(WATCH_INTERVAL, deadline - time.monotonic())
+            if left > 0:
+                _pause(left)
+            current = poll()
+            for line in changes(last, current):
+                typer.echo(line)
+            last = current
+            if deadline is not None and time.monotonic() >= deadline:
+                return
+    except KeyboardInterrupt:
+        return
+
+
+def _get_syncs(names: list[str], output: str | None, *, no_headers: bool) -> None:
+    from kbctl.cli.output import parse_object_output
+    from kbctl.cli.render import syncs_table
+
+    fmt = parse_object_output(output)
+    if fmt is not None and fmt.kind not in ("json", "yaml"):
+        raise typer.BadParameter("syncs print as a table, json or yaml", param_hint="'-o'")
+    with open_store() as store:
+        syncs = [s for s in store.syncs() if not names or s.name in names]
+    missing = [n for n in names if n not in {s.name for s in syncs}]
+    if fmt is not None:
+        emit(syncs, Output(fmt.kind))
+    elif syncs:
+        typer.echo(syncs_table(syncs, no_headers=no_headers))
     elif not missing:
-        typer.echo("No knowledge bases found.", err=True)
+        typer.echo("No syncs found.", err=True)
     for name in missing:
-        typer.echo(f'Error: knowledgebase "{name}" not found', err=True)
+        typer.echo(f'Error: sync "{name}" not found', err=True)
     if missing:
         raise typer.Exit(1)
 
 
-def _get_events(names: list[str], selector: str | None, output: str | None) -> None:
+def _get_events(
+    names: list[str],
+    selector: str | None,
+    output: str | None,
+    *,
+    no_headers: bool = False,
+    sort_path: Callable[[Any], list[Any]] | None = None,
+    watch: bool = False,
+    watch_timeout: str | None = None,
+) -> None:
     from kbctl.cli.output import parse_object_output
     from kbctl.cli.render import events_table
 
@@ -175,14 +379,43 @@ def _get_events(names: list[str], selector: str | None, output: str | None) -> N
     fmt = parse_object_output(output)
     if fmt is not None and fmt.kind not in ("json", "yaml"):
         raise typer.BadParameter("events print as a table, json or yaml", param_hint="'-o'")
+    if watch and fmt is not None:
+        raise typer.BadParameter("-w prints table rows: use it without -o", param_hint="'-w'")
     with open_store() as store:
         events = store.events(names or None)
-    if fmt is not None:
-        emit(events, Output(fmt.kind))
-    elif events:
-        typer.echo(events_table(events))
-    else:
-        typer.echo("No events found.", err=True)
+        if sort_path is not None:
+            events = sorted(events, key=lambda e: _sort_key(sort_path(_event_object(e))))
+        if fmt is not None:
+            emit(events, Output(fmt.kind))
+        elif events:
+            typer.echo(events_table(events, no_headers=no_headers))
+        else:
+            typer.echo("No events found.", err=True)
+        if watch:
+            changes = _event_changes(header_due=not (events or no_headers))
+            _watch(lambda: store.events(names or None), changes, events, watch_timeout)
+
+
+def _event_changes(*, header_due: bool) -> Callable[[list[KnowledgeBaseEvent], list[KnowledgeBaseEvent]], list[str]]:
+    """What `get events -w` prints between two polls: the new or counted-up events, under the header when the
+    first list printed none."""
+    from kbctl.cli.render import events_table
+
+    def changes(before: list[KnowledgeBaseEvent], after: list[KnowledgeBaseEvent]) -> list[str]:
+        nonlocal header_due
+        arrived = _new_events(before, after)
+        if not arrived:
+            return []
+        text = events_table(arrived, no_headers=not header_due)
+        header_due = False
+        return [text]
+
+    return changes
+
+
+def _event_object(event: KnowledgeBaseEvent) -> dict[str, Any]:
+    """An event as `-o json` prints it, its camelCase names (.lastSeen) also there for --sort-by."""
+    return {**event.model_dump(mode="json", by_alias=True), **event.model_dump(mode="json")}
 
 
 @app.command()
@@ -369,6 +602,22 @@ def context(
         raise typer.Exit(NOT_COVERED_EXIT)
 
 
+def _delete_syncs(names: list[str], *, ignore_not_found: bool) -> None:
+    if not names:
+        raise typer.BadParameter("name the Syncs to delete", param_hint="NAME")
+    missing = []
+    with open_store() as store:
+        for name in names:
+            if store.delete_sync(name):
+                typer.echo(f"Sync/{name} deleted")
+            elif not ignore_not_found:
+                missing.append(name)
+    for name in missing:
+        typer.echo(f'Error: sync "{name}" not found', err=True)
+    if missing:
+        raise typer.Exit(1)
+
+
 @app.command()
 @handles_errors
 def delete(
@@ -393,9 +642,15 @@ def delete(
     first (it is never recreated half way). A name that does not exist is an error (exit 1, after the others
     are deleted) unless --ignore-not-found. --dry-run prints what would be deleted and deletes nothing
     (=client: the names given, without a store).
+
+    `delete sync NAME...` stops a Sync (the knowledge bases it applied stay: delete them, or prune them from
+    another apply).
     """
     from kbctl.manifest import load_manifests
 
+    if resource is not None and resource.lower() in SYNC_RESOURCES:
+        _delete_syncs(names or [], ignore_not_found=ignore_not_found)
+        return
     if filename:
         if resource is not None:
             raise typer.BadParameter("give -f or a RESOURCE and names, not both", param_hint="-f")

@@ -10,15 +10,17 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 
 from kbctl.cli._common import (
-    KbName,
+    AllOpt,
+    ListSelectorOpt,
     Resource,
     app,
-    check_resource,
     choices,
     duration_option,
     handles_errors,
+    list_selector,
     open_store,
     parse_duration,
+    resource_names,
 )
 
 if TYPE_CHECKING:
@@ -32,13 +34,16 @@ class LogFormat(StrEnum):
     json = "json"
 
 
-def parse_for(text: str) -> tuple[str, bool]:
-    """(condition, wanted status) of `--for=condition=Ready` or `--for=condition=Degraded=false`."""
+def parse_for(text: str) -> tuple[str, bool] | None:
+    """(condition, wanted status) of `--for=condition=Ready` or `--for=condition=Degraded=false`; None for
+    `--for=delete`."""
+    if text.lower() == "delete":
+        return None
     kind, _, rest = text.partition("=")
     name, _, value = rest.partition("=")
     if kind != "condition" or not name or value.lower() not in ("", "true", "false"):
         raise typer.BadParameter(
-            f"invalid --for {text!r}; use condition=NAME or condition=NAME=true|false", param_hint="--for"
+            f"invalid --for {text!r}; use condition=NAME, condition=NAME=true|false or delete", param_hint="--for"
         )
     return name, value.lower() != "false"
 
@@ -59,22 +64,25 @@ def controller(
         typer.Option(
             "--metrics-address",
             metavar="HOST:PORT",
-            help="Serve /metrics (Prometheus) and /healthz here, e.g. :9090 (every interface) or 127.0.0.1:9090.",
+            help="Serve /metrics (Prometheus), /healthz and /readyz here, e.g. :9090 (every interface) or "
+            "127.0.0.1:9090.",
         ),
     ] = None,
     log_format: Annotated[
         LogFormat, typer.Option("--log-format", metavar=choices(LogFormat), help="text lines, or JSON lines.")
     ] = LogFormat.text,
 ) -> None:
-    """Run the reconciler: reconcile knowledge bases recorded by `kbctl apply` (without --wait), and run the
-    scheduled refreshes (spec.refresh) that are due.
+    """Run the reconciler: apply the Syncs that are due (git folders of manifests, pull mode), bring back knowledge
+    bases that drifted from the manifest last applied (a manual `rollout undo`), reconcile those recorded by
+    `kbctl apply` (without --wait), and run the scheduled refreshes (spec.refresh) that are due.
 
     Wakes up on a PostgreSQL NOTIFY (and every --poll-interval), claims one pending knowledge base at a
     time with FOR UPDATE SKIP LOCKED and a lease, so several controllers can share one database
     without doing the same work twice. Stops cleanly on SIGINT/SIGTERM. As a service (examples/deploy:
     a systemd unit, a Kubernetes Deployment): --metrics-address serves Prometheus metrics (reconciles,
-    durations, failures, queue depth, last success per knowledge base) and /healthz (503 when the loop has
-    stalled), and --log-format json prints one JSON object per event.
+    durations, failures, queue depth, last success per knowledge base), /healthz (503 when the loop has
+    stalled) and /readyz (503 while the database cannot be reached or its schema is not this kbctl's), and
+    --log-format json prints one JSON object per event.
     """
     from kbctl.cli.progress import CliReporter, JsonLogReporter
 
@@ -91,18 +99,20 @@ def controller(
         server = None
         reporter: Reporter = log
         if metrics_address is not None:
-            from kbctl.serve.controller import ControllerMetrics, HealthServer
+            from kbctl.serve.controller import ControllerMetrics, HealthServer, StoreReadiness
 
             metrics = ControllerMetrics(log, store.pending_count)  # the scrape's own connection, each time
             reporter = metrics
         ctl = store.controller(reporter=reporter)
         if metrics_address is not None:
-            server = HealthServer(address, metrics, lambda: ctl.alive(max(3 * seconds, 60.0)))
+            server = HealthServer(
+                address, metrics, lambda: ctl.alive(max(3 * seconds, 60.0)), ready=StoreReadiness(store.settings)
+            )
         try:
             if once:
                 report = ctl.run_once()
                 ctl.deregister()
-                done, failed = len(report.results), sum(r.failed for r in report.results)
+                done, failed = len(report.results), sum(r.failed for r in report.results) + len(report.failed_syncs)
                 plural = "s" if done != 1 else ""
                 typer.echo(f"reconciled {done} knowledge base{plural}" + (f", {failed} failed" if failed else ""))
                 if report.exit_code():
@@ -123,25 +133,65 @@ def controller(
 @handles_errors
 def wait(
     resource: Resource,
-    name: KbName,
+    names: Annotated[
+        list[str] | None,
+        typer.Argument(metavar="NAME", help="Knowledge bases to wait for (or -l, or --all)."),
+    ] = None,
     for_: Annotated[
-        str, typer.Option("--for", metavar="CONDITION", help="condition=NAME[=true|false], e.g. condition=Ready.")
-    ] = ("condition=Ready"),
+        str,
+        typer.Option(
+            "--for", metavar="CONDITION", help="condition=NAME[=true|false] (e.g. condition=Ready), or delete."
+        ),
+    ] = "condition=Ready",
+    selector: ListSelectorOpt = None,
+    all_kbs: AllOpt = False,
     timeout: Annotated[str, duration_option("--timeout", help="Give up after this long (30s, 5m, 1h).")] = "30s",
 ) -> None:
-    """Wait until a knowledge base has a condition (Ready, Progressing, Degraded); exit 1 on timeout.
+    """Wait until knowledge bases have a condition (Ready, Progressing, Degraded), or are deleted; exit 1 on
+    timeout.
 
-    Ready=true means the latest generation: while a change waits for a controller, the version in place keeps
-    Ready True (reason Serving), and waiting returns only once the change is reconciled.
+    Which ones, as in kubectl: `wait kb NAME...` (or kb/NAME...), `wait kb -l SELECTOR`, or `wait kb --all` (those
+    that exist when the wait starts). Prints `knowledgebase/NAME condition met` (or `deleted`) for each as soon as
+    it is; one --timeout covers them all, and on timeout the error names those not met. Ready=true means the latest
+    generation: while a change waits for a controller, the version in place keeps Ready True (reason Serving), and
+    waiting returns only once the change is reconciled. A name that does not exist is an error, except with
+    --for=delete (it is deleted already).
+
+    \b
+    Examples:
+      kbctl apply -f kb/ && kbctl wait kb --all --for=condition=Ready --timeout=10m
+      kbctl wait kb client-service-policy data-handling-policy --for=condition=Degraded=false
+      kbctl wait kb -l team=support --for=condition=Ready --timeout=5m
+      kbctl wait kb old-policies --for=delete --timeout=1m
     """
-    check_resource(resource)
-    condition, value = parse_for(for_)
+    wanted = list(dict.fromkeys(resource_names(resource, names)))
+    chosen = list_selector(selector, wanted)
+    if sum((bool(wanted), chosen is not None, all_kbs)) != 1:
+        raise typer.BadParameter("choose what to wait for: names, -l or --all (one of them)", param_hint="NAME")
+    target = parse_for(for_)
     seconds = parse_duration(timeout)
+    word = "deleted" if target is None else "condition met"
+    done: list[str] = []
+
+    def met(name: str) -> None:
+        done.append(name)
+        typer.echo(f"knowledgebase/{name} {word}")
+
     with open_store() as store:
-        met = store.wait(name, condition=condition, value=value, timeout=seconds)
-    if not met:
-        typer.echo(
-            f"Error: timed out after {timeout} waiting for {condition}={value} on knowledgebase/{name}", err=True
-        )
-        raise typer.Exit(1)
-    typer.echo(f"knowledgebase/{name} condition met")
+        targets = wanted or [s.name for s in store.list(chosen)]
+        if not targets:
+            if target is None:
+                return  # nothing left to be deleted
+            from kbctl.errors import NotFoundError
+
+            raise NotFoundError("no knowledge bases found" if all_kbs else "no knowledge base matches the selector")
+        if target is None:
+            all_met = store.wait(targets, deleted=True, timeout=seconds, on_met=met)
+        else:
+            all_met = store.wait(targets, condition=target[0], value=target[1], timeout=seconds, on_met=met)
+    if all_met:
+        return
+    left = ", ".join(f"knowledgebase/{n}" for n in targets if n not in done)
+    what = "the deletion of" if target is None else f"{target[0]}={target[1]} on"
+    typer.echo(f"Error: timed out after {timeout} waiting for {what} {left}", err=True)
+    raise typer.Exit(1)

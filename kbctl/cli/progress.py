@@ -25,6 +25,7 @@ from kbctl import (
     ReconcileStarted,
     SourceReconciled,
     StoreUnavailable,
+    SyncFinished,
     VectorIndexBuilt,
     WorkProgress,
 )
@@ -74,6 +75,9 @@ def event_line(event: Event) -> str | None:
         return f"{prefix} {event.action} (version {event.version}); {work}"
     if isinstance(event, SourceReconciled):
         return _source_line(prefix, event)
+    if isinstance(event, SyncFinished):
+        at = f"commit {event.revision[:12]}" if event.revision else "no commit"
+        return f"Sync/{event.name}: {event.error}" if event.error else f"Sync/{event.name}: {at} applied"
     if isinstance(event, DriftFound):
         what = f"{prefix}: version {event.serving} serves a manifest other than the one last applied"
         return f"{what}; re-applying it" if event.reverted else f"{what}; spec.suspend is set, left as it is"

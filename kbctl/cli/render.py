@@ -8,7 +8,7 @@ lines the README shows are made in one place.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
@@ -20,6 +20,7 @@ if TYPE_CHECKING:  # imported by the commands that print them (a command's start
         KnowledgeBaseEvent,
         KnowledgeBaseSummary,
         SourceDiff,
+        SyncStatus,
         VersionInfo,
     )
     from kbctl.manifest.explain import FieldDoc
@@ -31,10 +32,16 @@ __all__ = [
     "diff_lines",
     "events_table",
     "explain_text",
+    "headed_table",
     "history_table",
+    "knowledge_base_rows",
     "knowledge_base_table",
+    "label_column_title",
+    "label_text",
     "no_versions_line",
+    "syncs_table",
     "table",
+    "table_body",
 ]
 
 MINUS = "\u2212"  # the minus sign (U+2212) of "+3 \u22122 chunks": ruff flags it written out
@@ -108,21 +115,74 @@ def span(seconds_float: float) -> str:
     return f"{seconds}s"
 
 
-def knowledge_base_table(items: Sequence[KnowledgeBaseSummary], *, wide: bool = False) -> str:
-    """`kbctl get kb`: name, Ready condition, the conditions in one word, serving version, sources ready/total,
-    chunks, age; `-o wide` adds the model, the labels and the description (what an agent reads to choose a
-    knowledge base)."""
+AGE_COLUMN = 6
+"""Where AGE is in every layout of knowledge_base_rows (a watch ignores it: it changes with the clock alone)."""
+
+
+def label_text(labels: Mapping[str, str]) -> str:
+    """Labels as kubectl's LABELS column shows them: k=v,k=v by key, or <none>."""
+    return ",".join(f"{k}={v}" for k, v in sorted(labels.items())) or "<none>"
+
+
+def label_column_title(key: str) -> str:
+    """The title of a `-L KEY` column, as kubectl makes it: the key's last /-part upper-cased."""
+    return key.rsplit("/", 1)[-1].upper()
+
+
+def knowledge_base_rows(
+    items: Sequence[KnowledgeBaseSummary],
+    *,
+    wide: bool = False,
+    show_labels: bool = False,
+    label_columns: Sequence[str] = (),
+) -> tuple[list[str], list[list[object]]]:
+    """The headers and rows of `kbctl get kb` (see knowledge_base_table)."""
     headers = ["NAME", "READY", "STATUS", "VERSION", "SOURCES", "CHUNKS", "AGE"]
-    rows = [
+    rows: list[list[object]] = [
         [i.name, i.ready, i.status, i.version or "-", f"{i.ready_sources}/{i.sources}", i.chunks, age(i.created_at)]
         for i in items
     ]
     if wide:
         headers += ["MODEL", "LABELS", "DESCRIPTION"]
         for row, i in zip(rows, items, strict=True):
-            labels = ",".join(f"{k}={v}" for k, v in sorted(i.labels.items())) or "<none>"
-            row += [i.model, labels, i.description or "<none>"]
-    return table(headers, rows)
+            row += [i.model, label_text(i.labels), i.description or "<none>"]
+    headers += [label_column_title(key) for key in label_columns]
+    for row, i in zip(rows, items, strict=True):
+        row += [i.labels.get(key, "") for key in label_columns]
+    if show_labels and not wide:  # wide has its LABELS column already
+        headers.append("LABELS")
+        for row, i in zip(rows, items, strict=True):
+            row.append(label_text(i.labels))
+    return headers, rows
+
+
+def knowledge_base_table(
+    items: Sequence[KnowledgeBaseSummary],
+    *,
+    wide: bool = False,
+    no_headers: bool = False,
+    show_labels: bool = False,
+    label_columns: Sequence[str] = (),
+) -> str:
+    """`kbctl get kb`: name, Ready condition, the conditions in one word, serving version, sources ready/total,
+    chunks, age; `-o wide` adds the model, the labels and the description (what an agent reads to choose a
+    knowledge base). As in kubectl, `label_columns` (-L) add a column per label key, `show_labels` a LABELS
+    column, and `no_headers` leaves the header line out."""
+    headers, rows = knowledge_base_rows(items, wide=wide, show_labels=show_labels, label_columns=label_columns)
+    return headed_table(headers, rows, no_headers=no_headers)
+
+
+def headed_table(headers: Sequence[str], rows: Sequence[Sequence[object]], *, no_headers: bool = False) -> str:
+    """`table`, or with `no_headers` its rows alone, padded to their own widths (kubectl's --no-headers)."""
+    if not no_headers:
+        return table(headers, rows)
+    return table([""] * len(headers), rows).split("\n", 1)[1] if rows else ""
+
+
+def table_body(headers: Sequence[str], rows: Sequence[Sequence[object]]) -> str:
+    """The rows of `table(headers, rows)` without the header line, still padded as under it (what a watch prints
+    below the table it printed first)."""
+    return table(headers, rows).split("\n", 1)[1] if rows else ""
 
 
 def _settings(values: dict[str, Any], prefix: str = "") -> str:
@@ -203,15 +263,43 @@ def describe_text(d: KnowledgeBaseDetail) -> str:
     return "\n".join(lines)
 
 
-def events_table(events: Sequence[KnowledgeBaseEvent], *, indent: str = "") -> str:
+def events_table(events: Sequence[KnowledgeBaseEvent], *, indent: str = "", no_headers: bool = False) -> str:
     """`kbctl get events` and describe's Events: as kubectl lists them, a repeated one as `5m (x3 over 2h)`."""
     rows = []
     for e in events:
         seen = age(e.last_seen)
         if e.count > 1:
             seen += f" (x{e.count} over {age(e.first_seen)})"
-        rows.append([seen, e.type, e.reason, f"knowledgebase/{e.name}", e.message])
-    return table(["LAST SEEN", "TYPE", "REASON", "OBJECT", "MESSAGE"], rows, indent=indent)
+        rows.append([seen, e.type, e.reason, f"{e.kind.lower()}/{e.name}", e.message])
+    headers = ["LAST SEEN", "TYPE", "REASON", "OBJECT", "MESSAGE"]
+    if no_headers:
+        return "\n".join(indent + line for line in headed_table(headers, rows, no_headers=True).split("\n"))
+    return table(headers, rows, indent=indent)
+
+
+def _redacted(url: str) -> str:
+    from kbctl.userconfig import redact
+
+    return redact(url)
+
+
+def syncs_table(syncs: Sequence[SyncStatus], *, no_headers: bool = False) -> str:
+    """`kbctl get syncs`: where each Sync reads, how often, the commit it last applied and the last error."""
+    rows = [
+        [
+            s.name,
+            _redacted(s.url),
+            s.ref or "<default>",
+            s.path,
+            s.interval + (" (suspended)" if s.suspend else ""),
+            s.last_applied_revision[:12] if s.last_applied_revision else "-",
+            age(s.last_applied_at) if s.last_applied_at else "-",
+            s.last_error or "",
+        ]
+        for s in syncs
+    ]
+    headers = ["NAME", "URL", "REF", "PATH", "INTERVAL", "REVISION", "APPLIED", "ERROR"]
+    return headed_table(headers, rows, no_headers=no_headers)
 
 
 def history_table(versions: Sequence[VersionInfo]) -> str:

@@ -1,10 +1,12 @@
-"""`kbctl rollout history|undo` and `kbctl gc`: list versions, switch back to one, drop unreferenced vectors."""
+"""`kbctl rollout history|status|undo` and `kbctl gc`: list versions, follow a rollout, switch back to one, drop
+unreferenced vectors."""
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
+from typer.core import TyperCommand
 
 from kbctl.cli._common import (
     KbName,
@@ -15,6 +17,7 @@ from kbctl.cli._common import (
     app,
     check_resource,
     command_group,
+    duration_option,
     emit,
     emit_objects,
     handles_errors,
@@ -23,9 +26,14 @@ from kbctl.cli._common import (
     say_waiting,
 )
 
+if TYPE_CHECKING:
+    from typer import _click  # the click that typer vendors (annotations only)
+
 # The renderers are imported by the commands that print them (see kbctl.cli.commands).
 
-rollout_app = command_group("rollout", "Show the versions of a knowledge base and roll back to one.")
+rollout_app = command_group(
+    "rollout", "Show the versions of a knowledge base, follow its rollout, and roll back to one."
+)
 
 
 @rollout_app.command("history")
@@ -55,6 +63,69 @@ def history(resource: Resource, name: KbName, output: ObjectOutputOpt = None) ->
         typer.echo(no_versions_line(detail), err=True)
         return
     typer.echo(history_table(versions))
+
+
+# kubectl spells a boolean flag's value after "=": `--watch=false` is `--no-watch` (click's flags take no value).
+_WATCH_SPELLINGS = {
+    **{f"--watch={v}": "--watch" for v in ("true", "t", "1", "yes")},
+    **{f"--watch={v}": "--no-watch" for v in ("false", "f", "0", "no")},
+}
+
+
+class _WatchValue(TyperCommand):
+    """`rollout status`: reads kubectl's `--watch=false` and `--watch=true` (nothing after `--` is touched)."""
+
+    def parse_args(self, ctx: _click.Context, args: list[str]) -> list[str]:
+        end = args.index("--") if "--" in args else len(args)
+        spelled = [_WATCH_SPELLINGS.get(a.lower(), a) for a in args[:end]]
+        return super().parse_args(ctx, spelled + args[end:])
+
+
+@rollout_app.command("status", cls=_WatchValue)
+@handles_errors
+def status(
+    resource: Resource,
+    name: KbName,
+    watch: Annotated[
+        bool,
+        typer.Option(
+            "--watch/--no-watch",
+            "-w",
+            help="Wait until the rollout finishes (default), or print the status once (--watch=false).",
+        ),
+    ] = True,
+    timeout: Annotated[str, duration_option("--timeout", help="Give up after this long (30s, 5m, 1h).")] = "5m",
+) -> None:
+    """Wait until the latest applied generation of a knowledge base is rolled out: reconciled by a controller
+    (observedGeneration = generation) and Ready.
+
+    Prints a line each time the state changes (`Waiting for knowledgebase "NAME" rollout to finish: generation 3
+    waits for a controller...`), then `knowledgebase "NAME" successfully rolled out (version N)`. Exits 1 when the
+    reconcile failed or published nothing (the reason is printed), or on timeout. --watch=false prints the status
+    once: exit 0 if rolled out, 1 otherwise.
+
+    \b
+    Examples:
+      kbctl apply -f kb/policies.yaml && kbctl rollout status kb policies --timeout=10m
+      kbctl rollout status kb policies --watch=false
+    """
+    check_resource(resource)
+    seconds = parse_duration(timeout)
+    with open_store() as store:
+        result = store.rollout_status(name, watch=watch, timeout=seconds, on_progress=lambda s: typer.echo(s.message))
+    if result.state == "done":
+        typer.echo(result.message)
+        return
+    if result.state == "failed":
+        typer.echo(f"Error: {result.message}", err=True)
+    elif not watch:
+        typer.echo(result.message)
+    else:
+        typer.echo(
+            f'Error: timed out after {timeout} waiting for knowledgebase "{name}" rollout to finish: {result.detail}',
+            err=True,
+        )
+    raise typer.Exit(1)
 
 
 @rollout_app.command("undo")

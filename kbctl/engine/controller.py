@@ -19,6 +19,7 @@ import threading
 import time
 import uuid
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import Literal
 
 from kbctl.defaults import HEARTBEAT_SECONDS, HEARTBEAT_TTL_SECONDS, LEASE_SECONDS, RETRY_SECONDS, STALL_SECONDS
@@ -40,21 +41,27 @@ from kbctl.engine.events import (
     report_sources,
 )
 from kbctl.engine.results import ApplyReport, KnowledgeBaseResult, PendingResult, SourceResult
+from kbctl.engine.sync import run_due_syncs
 from kbctl.errors import KbctlError, NotFoundError, StoreError
 from kbctl.manifest import KnowledgeBase
 from kbctl.sources.url import FetchPolicy
 from kbctl.store import claims
 from kbctl.store.claims import CHANNEL, Claim
-from kbctl.store.database import Database
+from kbctl.store.database import Database, KnowledgeBaseRow
 from kbctl.store.schedule import claim_due_refresh
 
 __all__ = [
     "CHANNEL",
     "Controller",
+    "RolloutStatus",
     "controller_alive",
     "record_pending",
+    "rollout_status",
     "wait_for",
+    "wait_for_all",
     "wait_for_controller",
+    "wait_for_deletion",
+    "wait_for_rollout",
 ]
 
 
@@ -162,15 +169,22 @@ class Controller:
         return result
 
     def run_once(self) -> ApplyReport:
-        """Bring back knowledge bases that drifted from their applied manifest (kbctl.engine.drift), process pending
+        """Apply the Syncs that are due (kbctl.engine.sync), bring back knowledge bases that drifted from their applied
+        manifest (kbctl.engine.drift), process pending
         knowledge bases until none is left, then the scheduled refreshes that are due (`spec.refresh`); return what
         this pass did, one result per knowledge base processed (`exit_code()` is 1 when a reconcile or a source
         failed)."""
         self.heartbeat()
         self._progressed()
         done: list[KnowledgeBaseResult] = []
+        failed_syncs: list[str] = []
         self.working = True
         try:
+            for sync in run_due_syncs(self.db, self._embedder_for, self._reporter, self._policy):
+                done.extend(sync.results)
+                if sync.error is not None:
+                    failed_syncs.append(sync.name)
+                self.heartbeat()
             for drift in converge_drift(self.db):  # first: a reverted one is then claimed in this same pass
                 self._reporter.report(DriftFound(drift.name, drift.serving, drift.reverted))
             while (claim := self.claim()) is not None:
@@ -182,7 +196,7 @@ class Controller:
         finally:
             self.working = False
             self._progressed()
-        return ApplyReport(results=done)
+        return ApplyReport(results=done, failed_syncs=failed_syncs)
 
     def refresh(self, name: str) -> KnowledgeBaseResult:
         """Run a claimed scheduled refresh of `name` (as `kbctl refresh` does); a failure is reported and kept
@@ -274,6 +288,9 @@ class _ProgressReporter:
             self._inner.report(event)
 
 
+WAIT_POLL_SECONDS = 0.25  # how often `kbctl wait` and `kbctl rollout status` read the store
+
+
 def wait_for(
     db: Database,
     name: str,
@@ -290,19 +307,185 @@ def wait_for(
     version in place keeps Ready True, and a pipeline that applies and then waits means the change. Returns
     False when `timeout` seconds pass first. Raises NotFoundError for an unknown name.
     """
-    deadline = time.monotonic() + timeout
-    want = "True" if value else "False"
-    while True:
-        row = db.get_kb(name)
+    left = wait_for_all(
+        db, [name], condition=condition, value=value, generation=generation, timeout=timeout, poll_seconds=poll_seconds
+    )
+    return not left
+
+
+def wait_for_all(
+    db: Database,
+    names: Sequence[str],
+    *,
+    condition: str = "Ready",
+    value: bool = True,
+    generation: int | None = None,
+    timeout: float = 300.0,
+    poll_seconds: float = WAIT_POLL_SECONDS,
+    on_met: Callable[[str], None] | None = None,
+) -> list[str]:
+    """Wait until every one of `names` has `condition` with status `value`, as `wait_for` does for one, within one
+    deadline for all; `on_met` hears each name as soon as its condition holds. Returns the names whose condition
+    did not hold when `timeout` seconds passed (none: all met). Raises NotFoundError for a name that does not exist
+    (or no longer does)."""
+
+    def met(name: str, row: KnowledgeBaseRow | None) -> bool:
         if row is None:
             raise NotFoundError(f'knowledgebase "{name}" not found')
-        wanted = generation if generation is not None else row.generation if condition == "Ready" and value else 0
-        observed = row.observed_generation >= wanted
-        if observed and find_condition(row.conditions, condition).get("status") == want:
-            return True
-        if time.monotonic() >= deadline:
-            return False
-        time.sleep(poll_seconds)
+        return _condition_met(row, condition, value, generation)
+
+    return _poll(db, names, met, timeout, poll_seconds, on_met)
+
+
+def wait_for_deletion(
+    db: Database,
+    names: Sequence[str],
+    *,
+    timeout: float = 300.0,
+    poll_seconds: float = WAIT_POLL_SECONDS,
+    on_deleted: Callable[[str], None] | None = None,
+) -> list[str]:
+    """Wait until none of `names` exists any more (`kubectl wait --for=delete`), within one deadline for all; a name
+    that does not exist is deleted at once. `on_deleted` hears each name as soon as it is gone. Returns the names
+    that still existed when `timeout` seconds passed (none: all deleted)."""
+    return _poll(db, names, lambda _name, row: row is None, timeout, poll_seconds, on_deleted)
+
+
+def _condition_met(row: KnowledgeBaseRow, condition: str, value: bool, generation: int | None) -> bool:
+    """Whether `row` has `condition` with status `value`, having observed the generation that counts (see
+    `wait_for`)."""
+    wanted = generation if generation is not None else row.generation if condition == "Ready" and value else 0
+    status = find_condition(row.conditions, condition).get("status")
+    return row.observed_generation >= wanted and status == ("True" if value else "False")
+
+
+def _rows(db: Database, names: Sequence[str]) -> dict[str, KnowledgeBaseRow | None]:
+    """The stored row of each name (None for one that does not exist): one statement for one name or for many."""
+    if len(names) == 1:
+        return {names[0]: db.get_kb(names[0])}
+    found = {row.name: row for row in db.list_kbs()}
+    return {name: found.get(name) for name in names}
+
+
+def _poll(
+    db: Database,
+    names: Sequence[str],
+    met: Callable[[str, KnowledgeBaseRow | None], bool],
+    timeout: float,
+    poll_seconds: float,
+    on_met: Callable[[str], None] | None,
+) -> list[str]:
+    """Read the rows of the names not met yet every `poll_seconds` until `met` holds for each (each is named to
+    `on_met` once) or `timeout` seconds pass; every name is checked at least once. The names left, in order."""
+    deadline = time.monotonic() + timeout
+    waiting = list(dict.fromkeys(names))
+    while True:
+        for name, row in _rows(db, waiting).items():
+            if met(name, row):
+                waiting.remove(name)
+                if on_met is not None:
+                    on_met(name)
+        left = deadline - time.monotonic()
+        if not waiting or left <= 0:
+            return waiting
+        time.sleep(min(poll_seconds, left))
+
+
+RolloutState = Literal["done", "waiting", "failed"]
+
+
+@dataclass(frozen=True)
+class RolloutStatus:
+    """Where the rollout of a knowledge base's latest generation stands (`kbctl rollout status`).
+
+    `state` is "done" (the latest generation is reconciled and the knowledge base is Ready), "failed" (its
+    reconcile failed, or published nothing: Ready False with reason ReconcileFailed or NoContent), or "waiting";
+    `message` says it in one line, as kubectl does: `Waiting for knowledgebase "NAME" rollout to finish: ...`,
+    `knowledgebase "NAME" successfully rolled out (version N)`, or `knowledgebase "NAME" rollout failed: ...`.
+    """
+
+    name: str
+    state: RolloutState
+    generation: int
+    observed_generation: int
+    version: int | None  # the version that serves queries
+    reason: str  # the Ready condition's reason
+    detail: str  # what it waits for, or why it failed (empty when done)
+    message: str  # the whole line
+
+    @property
+    def done(self) -> bool:
+        """The latest generation is rolled out."""
+        return self.state == "done"
+
+
+_ROLLOUT_FAILED = ("ReconcileFailed", "NoContent")
+
+
+def rollout_status(db: Database, name: str) -> RolloutStatus:
+    """The rollout status of `name` now (NotFoundError when it does not exist)."""
+    row = db.get_kb(name)
+    if row is None:
+        raise NotFoundError(f'knowledgebase "{name}" not found')
+    return _rollout_status(db, row)
+
+
+def _rollout_status(db: Database, row: KnowledgeBaseRow) -> RolloutStatus:
+    ready = find_condition(row.conditions, "Ready")
+    reason, detail = str(ready.get("reason") or "Unknown"), str(ready.get("message") or "")
+    state: RolloutState
+    if reason in _ROLLOUT_FAILED:  # the latest reconcile's failure: a newer generation recorded resets Ready
+        state, why = "failed", detail or reason
+        message = f'knowledgebase "{row.name}" rollout failed: {why}'
+    elif row.observed_generation >= row.generation and ready.get("status") == "True":
+        state, why = "done", ""
+        message = f'knowledgebase "{row.name}" successfully rolled out (version {row.current_version})'
+    else:
+        if row.observed_generation < row.generation:
+            why = f"generation {row.generation} waits for a controller"
+            if not controller_alive(db):
+                why += " (none is running: start `kbctl controller`, or apply with --wait)"
+        else:  # reconciled, but not Ready (every source failing, no version yet)
+            why = detail or f"Ready is {ready.get('status', 'Unknown')} ({reason})"
+        state, message = "waiting", f'Waiting for knowledgebase "{row.name}" rollout to finish: {why}...'
+    return RolloutStatus(
+        name=row.name,
+        state=state,
+        generation=row.generation,
+        observed_generation=row.observed_generation,
+        version=row.current_version,
+        reason=reason,
+        detail=why,
+        message=message,
+    )
+
+
+def wait_for_rollout(
+    db: Database,
+    name: str,
+    *,
+    timeout: float = 300.0,
+    poll_seconds: float = WAIT_POLL_SECONDS,
+    on_progress: Callable[[RolloutStatus], None] | None = None,
+) -> RolloutStatus:
+    """Wait until the latest generation of `name` is rolled out (`kubectl rollout status`): reconciled
+    (generation == observedGeneration) and Ready. Returns the last status read: done, failed (the reconcile failed
+    or published nothing; waiting stops), or waiting when `timeout` seconds passed first. `on_progress` hears
+    each waiting status whose message differs from the one before. Raises NotFoundError when `name` does not
+    exist (or no longer does)."""
+    deadline = time.monotonic() + timeout
+    said = ""
+    while True:
+        status = rollout_status(db, name)
+        if status.state != "waiting":
+            return status
+        if status.message != said and on_progress is not None:
+            on_progress(status)
+        said = status.message
+        left = deadline - time.monotonic()
+        if left <= 0:
+            return status
+        time.sleep(min(poll_seconds, left))
 
 
 def wait_for_controller(

@@ -21,6 +21,7 @@ __all__ = [
     "Reporter",
     "SourceReconciled",
     "StoreUnavailable",
+    "SyncFinished",
     "Trigger",
     "report_sources",
 ]
@@ -116,6 +117,16 @@ class DriftFound:
 
 
 @dataclass(frozen=True)
+class SyncFinished:
+    """A controller's pass of the Sync `name`: the commit it read (None when the fetch failed) and, when it applied
+    nothing or a knowledge base failed, why."""
+
+    name: str
+    revision: str | None
+    error: str | None
+
+
+@dataclass(frozen=True)
 class WorkProgress:
     """`done` of `total` items of a long stage for the knowledge base `name`: pages fetched, or texts embedded."""
 
@@ -140,6 +151,7 @@ Event = (
     | SourceReconciled
     | DocumentsRemoved
     | DriftFound
+    | SyncFinished
     | ReconcileFinished
     | ReconcileFailed
     | HandedToController

@@ -20,11 +20,12 @@ from kbctl.engine.apply import apply_knowledge_bases
 from kbctl.engine.controller import controller_alive, record_pending, wait_for_controller
 from kbctl.engine.events import NullReporter, Reporter
 from kbctl.engine.prune import PruneScope, check_applyset, prune_knowledge_bases
-from kbctl.engine.results import ApplyReport, KnowledgeBaseResult, PendingResult
+from kbctl.engine.results import ApplyReport, KnowledgeBaseResult, PendingResult, RecordedSync
 from kbctl.engine.settled import ManifestsToApply, in_file_order, record_applied, report_settled
 from kbctl.manifest import KnowledgeBase
 from kbctl.sources.url import FetchPolicy
 from kbctl.store.database import Database
+from kbctl.store.syncs import record_sync
 
 __all__ = ["ApplyOptions", "run_apply"]
 
@@ -92,7 +93,12 @@ def run_apply(
     if options.applyset is not None:
         db.join_applyset(names, options.applyset)
     pruned = prune_knowledge_bases(db, names, options.prune) if options.prune is not None else []
-    return ApplyReport(results=results, recorded=recorded, pruned=pruned)
+    syncs = (
+        [RecordedSync(name=s.sync.name, action=record_sync(db, s.sync)) for s in to_apply.manifests.syncs]
+        if to_apply
+        else []
+    )
+    return ApplyReport(results=results, recorded=recorded, pruned=pruned, syncs=syncs)
 
 
 def _wait(

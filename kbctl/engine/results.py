@@ -7,7 +7,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-__all__ = ["ApplyReport", "KnowledgeBaseResult", "PendingResult", "SourceResult"]
+__all__ = ["ApplyReport", "KnowledgeBaseResult", "PendingResult", "RecordedSync", "SourceResult"]
 
 
 class SourceResult(BaseModel):
@@ -66,6 +66,15 @@ class PendingResult:
     pending: bool
 
 
+class RecordedSync(BaseModel):
+    """A Sync manifest `apply` recorded for the controllers (kbctl.engine.sync)."""
+
+    model_config = ConfigDict(frozen=True)
+
+    name: str
+    action: Literal["created", "configured", "unchanged"]
+
+
 class ApplyReport(BaseModel):
     """The outcome of one apply or refresh: one result per knowledge base reconciled, in manifest order; what an
     apply that does not wait left to a controller; what a prune deleted."""
@@ -77,6 +86,10 @@ class ApplyReport(BaseModel):
         default_factory=list, description="Left to a controller (apply without waiting), in manifest order."
     )
     pruned: list[str] = Field(default_factory=list, description="Knowledge bases a prune deleted, by name.")
+    syncs: list[RecordedSync] = Field(default_factory=list, description="Sync manifests recorded, in file order.")
+    failed_syncs: list[str] = Field(
+        default_factory=list, description="Syncs whose pass (a controller's) failed to fetch, to validate or to apply."
+    )
 
     def exit_code(self, *, changes: bool = False) -> int:
         """The command's exit code: 1 when anything failed; with `changes` (`--exit-code`), 2 when something was
@@ -86,6 +99,7 @@ class ApplyReport(BaseModel):
         changed = (
             bool(self.pruned)
             or any(r.action != "unchanged" for r in self.results)
+            or any(s.action != "unchanged" for s in self.syncs)
             or any(p.pending for p in self.recorded)
         )
         return 2 if changes and changed else 0
@@ -93,7 +107,7 @@ class ApplyReport(BaseModel):
     @property
     def failed(self) -> bool:
         """True when anything failed (the CLI exits 1)."""
-        return any(r.failed for r in self.results)
+        return bool(self.failed_syncs) or any(r.failed for r in self.results)
 
     @property
     def embedded(self) -> int:

@@ -25,6 +25,7 @@ if TYPE_CHECKING:
     )
     from kbctl.manifest.load import (
         LoadedManifest,
+        LoadedSync,
         ManifestFile,
         ManifestSet,
         SettledManifest,
@@ -54,6 +55,7 @@ if TYPE_CHECKING:
         json_schema,
         write_schema,
     )
+    from kbctl.manifest.sync import Sync
 
 # Each name is imported on first use: a command that only reads the store (or its digests) never loads the
 # YAML loader and its error locating.
@@ -69,6 +71,8 @@ _WHERE = {
     "check_git_ref": "kbctl.manifest._field_checks",
     "check_git_url": "kbctl.manifest._field_checks",
     "LoadedManifest": "kbctl.manifest.load",
+    "LoadedSync": "kbctl.manifest.load",
+    "Sync": "kbctl.manifest.sync",
     "ManifestFile": "kbctl.manifest.load",
     "ManifestSet": "kbctl.manifest.load",
     "SettledManifest": "kbctl.manifest.load",
@@ -113,6 +117,7 @@ __all__ = [
     "KnowledgeBase",
     "Limits",
     "LoadedManifest",
+    "LoadedSync",
     "ManifestFile",
     "ManifestSet",
     "Metadata",
@@ -123,6 +128,7 @@ __all__ = [
     "SkippedFile",
     "Source",
     "Spec",
+    "Sync",
     "check_dns_label",
     "check_git_ref",
     "check_git_url",

@@ -17,9 +17,11 @@ from kbctl.inputs.bounds import UnreadableFile, manifest_limit, read_bounded_str
 from kbctl.inputs.problems import problems_from
 from kbctl.inputs.yaml_lines import SyntaxProblem, YamlDocument, load_documents, locate
 from kbctl.manifest.models import API_VERSION, KIND, KnowledgeBase, _schema_text, write_schema
+from kbctl.manifest.sync import SYNC_KIND, Sync
 
 __all__ = [
     "LoadedManifest",
+    "LoadedSync",
     "ManifestFile",
     "ManifestSet",
     "Settled",
@@ -47,6 +49,15 @@ class LoadedManifest:
     kb: KnowledgeBase
     path: str
     line: int  # 1-based line where the YAML document's content starts
+
+
+@dataclass(frozen=True)
+class LoadedSync:
+    """A valid Sync (a git folder a controller keeps applied) and where it came from."""
+
+    sync: Sync
+    path: str
+    line: int
 
 
 @dataclass(frozen=True)
@@ -97,6 +108,7 @@ class ManifestSet:
     settled: list[SettledManifest]
     names: list[str]
     skipped: list[SkippedFile] = field(default_factory=list)
+    syncs: list[LoadedSync] = field(default_factory=list)
 
 
 Settled = Callable[[list[ManifestFile]], Mapping[int, tuple[str, Sequence[tuple[str, int]]]]]
@@ -198,6 +210,7 @@ class _Collector:
         self.names: list[str] = []
         self.problems: list[ManifestProblem] = []
         self.skipped: list[SkippedFile] = []
+        self.syncs: list[LoadedSync] = []
         self._first: dict[str, tuple[str, int]] = {}
 
     def add_settled(self, file: str, key: str, kbs: Sequence[tuple[str, int]]) -> bool:
@@ -248,7 +261,20 @@ class _Collector:
         return count
 
     def _add_document(self, item: YamlDocument, file: str) -> None:
-        """Check one document of kbctl's and take its KnowledgeBase, or its problems."""
+        """Check one document of kbctl's and take its KnowledgeBase (or Sync), or its problems."""
+        data = item.data
+        if isinstance(data, dict) and data.get("kind") == SYNC_KIND and data.get("apiVersion") == API_VERSION:
+            try:
+                sync = Sync.model_validate(data)
+            except ValidationError as invalid:
+                self.problems.extend(problems_from(invalid, Sync, item, file))
+                return
+            if any(s.sync.name == sync.name for s in self.syncs):
+                _, line = locate(item, [("metadata",), ("name",)])
+                self.problems.append(ManifestProblem(file, line, "metadata.name", f"duplicate Sync name {sync.name!r}"))
+                return
+            self.syncs.append(LoadedSync(sync, file, item.line))
+            return
         kb, problems = _check_document(item, file)
         name = kb.name if kb is not None else _declared_name(item)
         if name is not None and name in self._first:
@@ -273,7 +299,7 @@ class _Collector:
     def result(self) -> ManifestSet:
         if self.problems:
             raise ManifestError(self.problems)
-        return ManifestSet(self.manifests, self.settled, self.names, self.skipped)
+        return ManifestSet(self.manifests, self.settled, self.names, self.skipped, self.syncs)
 
 
 def _read_file(file: str) -> ManifestFile:

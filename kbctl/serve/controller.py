@@ -1,21 +1,27 @@
-"""`kbctl controller` as a long-lived service: Prometheus metrics from the engine's events, and /healthz.
+"""`kbctl controller` as a long-lived service: Prometheus metrics from the engine's events, /healthz and /readyz.
 
 `--metrics-address HOST:PORT` serves, on a thread of its own:
 - `/metrics`: reconciles by knowledge base, trigger and outcome, their durations, failures, the last success
   per knowledge base, and the queue depth (knowledge bases whose recorded generation is not reconciled yet,
   counted on a connection of the server's own at each scrape);
 - `/healthz`: 200 while the controller's loop has completed a pass recently (3 poll intervals, at least 60 s;
-  a reconcile in progress counts as alive), else 503.
+  a reconcile in progress counts as alive), else 503;
+- `/readyz` (given a readiness check, e.g. `StoreReadiness`): 200 and a JSON object of the checks, each "ok", while
+  the controller can work (the database answers on a connection of the check's own within 2 s, and its schema is at
+  this kbctl's last migration); else 503 and the same object, the failed check saying why. Without a check, /readyz
+  is 404, as any other path.
 Nothing else is served: every other path is 404, every method but GET 405, and no request body is read.
 """
 
 from __future__ import annotations
 
+import json
 import threading
 import time
 from collections.abc import Callable
+from dataclasses import replace
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, disable_created_metrics, generate_latest
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
@@ -23,7 +29,23 @@ from prometheus_client.exposition import CONTENT_TYPE_LATEST
 from kbctl import Event, ReconcileFailed, ReconcileFinished, ReconcileStarted, Reporter
 from kbctl.errors import KbctlError, UsageError
 
-__all__ = ["ControllerMetrics", "HealthServer", "parse_address"]
+if TYPE_CHECKING:
+    from kbctl.client import Readiness
+    from kbctl.config import Settings
+
+__all__ = [
+    "ControllerMetrics",
+    "HealthServer",
+    "ReadyCheck",
+    "StoreReadiness",
+    "controller_readiness",
+    "parse_address",
+]
+
+ReadyCheck = Callable[[], tuple[bool, dict[str, Any]]]
+"""A readiness check for `HealthServer`: (ready, a JSON-able object of the checks, each "ok" or why not)."""
+
+READY_TIMEOUT = 2.0  # seconds a readiness probe waits for a database connection
 
 _BUCKETS = (0.1, 0.5, 1.0, 5.0, 15.0, 60.0, 300.0, 900.0, 3600.0)
 
@@ -90,13 +112,55 @@ class ControllerMetrics:
         return generate_latest(self.registry)
 
 
-class HealthServer:
-    """/metrics and /healthz on `address`, served from a daemon thread until `close`."""
+def controller_readiness(readiness: Readiness) -> tuple[bool, dict[str, Any]]:
+    """A store's readiness as the controller's: its `database` and `migrations` checks. The query model's is left
+    out: a controller loads the models of the knowledge bases it reconciles when they need them."""
+    ready = readiness.database == readiness.migrations == "ok"
+    return ready, {"ready": ready, "database": readiness.database, "migrations": readiness.migrations}
 
-    def __init__(self, address: tuple[str, int], metrics: ControllerMetrics, alive: Callable[[], bool]) -> None:
+
+class StoreReadiness:
+    """`kbctl controller`'s readiness check (a `ReadyCheck`): a KnowledgeBaseStore of the check's own on the
+    controller's database (the primary, never a query replica), with a pool of one connection, so a probe neither
+    waits for the controller's connection (busy with a reconcile) nor touches it from the server's thread. Each call
+    asks, within `timeout` seconds for a connection and the pool's statement timeout for the query, whether the
+    database answers and its schema is at this kbctl's last migration (`KnowledgeBaseStore.readiness`).
+
+    Opening it migrates nothing the controller's own store has not (it opened first); `close` closes its
+    connections (`HealthServer.close` does, for the check it serves)."""
+
+    def __init__(self, settings: Settings, *, timeout: float = READY_TIMEOUT) -> None:
+        from kbctl.client import KnowledgeBaseStore
+
+        primary = replace(settings, query_database_url=None)
+        self._store = KnowledgeBaseStore(settings=primary, pool_size=1, pool_timeout=timeout)
+
+    def __call__(self) -> tuple[bool, dict[str, Any]]:
+        return controller_readiness(self._store.readiness())
+
+    def close(self) -> None:
+        self._store.close()
+
+
+class HealthServer:
+    """/metrics, /healthz and (given `ready`) /readyz on `address`, served from a daemon thread until `close`.
+
+    `ready` is keyword-only and optional: without it the server is as it was, /readyz 404."""
+
+    def __init__(
+        self,
+        address: tuple[str, int],
+        metrics: ControllerMetrics,
+        alive: Callable[[], bool],
+        *,
+        ready: ReadyCheck | None = None,
+    ) -> None:
         owner = self
+        self._ready = ready
 
         class Handler(BaseHTTPRequestHandler):
+            timeout = 10.0  # seconds a client may take to send its request line and headers (no body is read)
+
             def do_GET(self) -> None:
                 if self.path == "/metrics":
                     try:
@@ -106,6 +170,13 @@ class HealthServer:
                 elif self.path == "/healthz":
                     ok = alive()
                     owner._send(self, 200 if ok else 503, b"ok\n" if ok else b"stalled\n", "text/plain")
+                elif self.path == "/readyz" and ready is not None:
+                    try:
+                        ok, checks = ready()
+                        body = json.dumps(checks, sort_keys=True)
+                    except Exception as exc:  # a check that fails outright: not ready, and say so
+                        ok, body = False, json.dumps({"ready": False, "error": type(exc).__name__})
+                    owner._send(self, 200 if ok else 503, f"{body}\n".encode(), "application/json")
                 else:
                     owner._send(self, 404, b"not found\n", "text/plain")
 
@@ -135,5 +206,9 @@ class HealthServer:
         handler.wfile.write(body)
 
     def close(self) -> None:
+        """Stop serving, then close the readiness check when it has a `close` (a `StoreReadiness`'s connections)."""
         self._server.shutdown()
         self._server.server_close()
+        close = getattr(self._ready, "close", None)
+        if callable(close):
+            close()

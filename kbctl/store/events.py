@@ -22,9 +22,10 @@ from kbctl.defaults import EVENT_MESSAGE_CHARS, EVENTS_MAX, EVENTS_PER_KNOWLEDGE
 from kbctl.store.database import Database, _store_errors
 from kbctl.userconfig import redact
 
-__all__ = ["EventType", "KnowledgeBaseEvent", "NewEvent", "list_events", "record_events"]
+__all__ = ["EventType", "KnowledgeBaseEvent", "NewEvent", "ObjectKind", "list_events", "record_events"]
 
 EventType = Literal["Normal", "Warning"]
+ObjectKind = Literal["KnowledgeBase", "Sync"]
 
 
 @dataclass(frozen=True)
@@ -36,6 +37,7 @@ class NewEvent:
     reason: str  # one CamelCase word: Published, SourceFailed, RolledBack, DriftReverted, ...
     message: str
     component: str  # what did it: apply, refresh, controller, rollout, delete, prune
+    kind: ObjectKind = "KnowledgeBase"  # what it is about: a knowledge base, or a Sync (`name` is then the Sync's)
 
 
 class KnowledgeBaseEvent(BaseModel):
@@ -43,7 +45,8 @@ class KnowledgeBaseEvent(BaseModel):
 
     model_config = ConfigDict(frozen=True, alias_generator=to_camel, populate_by_name=True)
 
-    name: str  # the knowledge base it is about
+    name: str  # the knowledge base (or Sync) it is about
+    kind: ObjectKind = "KnowledgeBase"
     type: EventType
     reason: str
     message: str
@@ -67,10 +70,11 @@ def record_events(db: Database, events: Sequence[NewEvent]) -> None:
     with conn.transaction():
         for e in events:
             conn.execute(
-                "INSERT INTO kb_events (object_name, type, reason, message, component) VALUES (%s, %s, %s, %s, %s)"
-                " ON CONFLICT (object_name, type, reason, md5(message)) DO UPDATE"
+                "INSERT INTO kb_events (object_kind, object_name, type, reason, message, component)"
+                " VALUES (%s, %s, %s, %s, %s, %s)"
+                " ON CONFLICT (object_kind, object_name, type, reason, md5(message)) DO UPDATE"
                 " SET count = kb_events.count + 1, last_seen = now(), component = excluded.component",
-                (e.name, e.type, e.reason, _bounded(e.message), e.component),
+                (e.kind, e.name, e.type, e.reason, _bounded(e.message), e.component),
             )
         for name in sorted({e.name for e in events}):
             conn.execute(
@@ -93,14 +97,22 @@ def list_events(
     lists them; `limit` keeps the newest."""
     where, args = ("WHERE object_name = ANY(%(names)s)", {"names": list(names)}) if names is not None else ("", {})
     rows = db.connection.execute(
-        "SELECT object_name, type, reason, message, component, count, first_seen, last_seen FROM ("
+        "SELECT object_name, object_kind, type, reason, message, component, count, first_seen, last_seen FROM ("
         f" SELECT * FROM kb_events {where} ORDER BY last_seen DESC, id DESC LIMIT %(limit)s"
         ") newest ORDER BY last_seen, id",
         {**args, "limit": limit if limit is not None else EVENTS_MAX},
     ).fetchall()
     return [
         KnowledgeBaseEvent(
-            name=r[0], type=r[1], reason=r[2], message=r[3], component=r[4], count=r[5], first_seen=r[6], last_seen=r[7]
+            name=r[0],
+            kind=r[1],
+            type=r[2],
+            reason=r[3],
+            message=r[4],
+            component=r[5],
+            count=r[6],
+            first_seen=r[7],
+            last_seen=r[8],
         )
         for r in rows
     ]

@@ -297,12 +297,13 @@ MIGRATIONS: list[tuple[int, str, str]] = [
     ),
     (
         16,
-        "events: what happened to each knowledge base (reason, message, count, first and last time seen)",
+        "events: what happened to each knowledge base or sync (reason, message, count, first and last time seen)",
         # Keyed by the knowledge base's name, not its row, so that a deletion or a prune stays on record. A repeated
         # event (same name, type, reason and message) counts up in its row (kbctl.store.events).
         """
         CREATE TABLE kb_events (
             id bigserial PRIMARY KEY,
+            object_kind text NOT NULL DEFAULT 'KnowledgeBase' CHECK (object_kind IN ('KnowledgeBase', 'Sync')),
             object_name text NOT NULL,
             type text NOT NULL CHECK (type IN ('Normal', 'Warning')),
             reason text NOT NULL,
@@ -312,7 +313,7 @@ MIGRATIONS: list[tuple[int, str, str]] = [
             first_seen timestamptz NOT NULL DEFAULT now(),
             last_seen timestamptz NOT NULL DEFAULT now()
         );
-        CREATE UNIQUE INDEX kb_events_once ON kb_events (object_name, type, reason, md5(message));
+        CREATE UNIQUE INDEX kb_events_once ON kb_events (object_kind, object_name, type, reason, md5(message));
         CREATE INDEX kb_events_by_object ON kb_events (object_name, last_seen DESC);
         CREATE INDEX kb_events_by_time ON kb_events (last_seen DESC);
         """,
@@ -326,6 +327,25 @@ MIGRATIONS: list[tuple[int, str, str]] = [
         """
         ALTER TABLE kb_knowledge_bases ADD COLUMN applied_sha256 text, ADD COLUMN applied_manifest jsonb,
             ADD COLUMN applied_generation bigint;
+        """,
+    ),
+    (
+        18,
+        "syncs: git folders of manifests a controller keeps applied (pull mode), with what each last applied",
+        """
+        CREATE TABLE kb_syncs (
+            name text PRIMARY KEY,
+            spec jsonb NOT NULL,
+            spec_sha256 text NOT NULL,
+            interval_seconds double precision NOT NULL,
+            next_at timestamptz NOT NULL DEFAULT now(),
+            last_applied_revision text,
+            last_applied_at timestamptz,
+            last_attempted_revision text,
+            last_error text,
+            created_at timestamptz NOT NULL DEFAULT now(),
+            updated_at timestamptz NOT NULL DEFAULT now()
+        );
         """,
     ),
 ]

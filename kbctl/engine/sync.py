@@ -1,0 +1,114 @@
+"""Pull mode: a controller fetches each due Sync's git ref (through the git sources' hardened fetch), applies the
+KnowledgeBase manifests of its folder as one apply set (pruning, when the Sync says so, what left the folder), and
+records the commit it applied. A commit whose manifests do not validate applies nothing: the knowledge bases keep
+serving what they served, and the Sync's status and a SyncFailed event name the file, line and field. A folder
+with no manifest at all is refused the same way, so a wrong path never prunes everything."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from kbctl.embedding import Embedder
+from kbctl.engine.apply import apply_knowledge_bases
+from kbctl.engine.eventlog import record
+from kbctl.engine.events import Reporter, SyncFinished
+from kbctl.engine.prune import PruneScope, check_applyset, prune_knowledge_bases
+from kbctl.engine.results import KnowledgeBaseResult
+from kbctl.errors import KbctlError, ManifestError
+from kbctl.manifest import load_manifest_set, read_manifest_files
+from kbctl.sources.git import fetch_repository
+from kbctl.sources.url import FetchPolicy
+from kbctl.store.database import Database
+from kbctl.store.events import NewEvent
+from kbctl.store.syncs import SyncStatus, claim_due_sync, finish_sync
+
+__all__ = ["SyncOutcome", "run_due_syncs", "run_sync"]
+
+PROBLEMS_NAMED = 3  # of a bad commit's manifest problems, how many the status and the event name
+
+
+@dataclass(frozen=True)
+class SyncOutcome:
+    """What one pass of a Sync did: the commit it read (None when the fetch failed), the knowledge bases applied and
+    pruned, or why it applied nothing."""
+
+    name: str
+    revision: str | None
+    results: list[KnowledgeBaseResult]
+    pruned: list[str]
+    error: str | None
+
+
+def run_due_syncs(
+    db: Database, embedder_for: Callable[[str], Embedder], reporter: Reporter, policy: FetchPolicy | None
+) -> list[SyncOutcome]:
+    """Run every Sync that is due, each claimed first (another controller skips it)."""
+    outcomes = []
+    while (status := claim_due_sync(db)) is not None:
+        outcomes.append(run_sync(db, status, embedder_for, reporter, policy))
+    return outcomes
+
+
+def _failed(db: Database, status: SyncStatus, revision: str | None, error: str, reporter: Reporter) -> SyncOutcome:
+    finish_sync(db, status.name, revision, error)
+    record(db, [NewEvent(status.name, "Warning", "SyncFailed", error, "controller", kind="Sync")])
+    reporter.report(SyncFinished(status.name, revision, error))
+    return SyncOutcome(status.name, revision, [], [], error)
+
+
+def run_sync(
+    db: Database,
+    status: SyncStatus,
+    embedder_for: Callable[[str], Embedder],
+    reporter: Reporter,
+    policy: FetchPolicy | None,
+) -> SyncOutcome:
+    """One pass of one Sync (see the module docstring)."""
+    policy = policy or FetchPolicy.from_env()
+    if policy.cache_dir is None:
+        return _failed(db, status, None, "syncs need a cache folder (FetchPolicy.cache_dir)", reporter)
+    try:
+        checkout = fetch_repository(status.url, status.ref, policy.cache_dir / "syncs", policy.guard())
+    except KbctlError as exc:
+        return _failed(db, status, None, f"cannot fetch: {exc}", reporter)
+    revision, root = checkout.commit, checkout.folder.resolve()
+    folder = (root / status.path).resolve()
+    if not folder.is_relative_to(root) or not folder.is_dir():
+        return _failed(db, status, revision, f"commit {revision[:12]}: no folder {status.path!r}", reporter)
+    try:
+        loaded = load_manifest_set(read_manifest_files([str(folder)], recursive=True))
+    except ManifestError as exc:
+        problems = [_in_repository(str(p), root) for p in exc.problems]
+        more = f" (and {len(problems) - PROBLEMS_NAMED} more)" if len(problems) > PROBLEMS_NAMED else ""
+        why = f"commit {revision[:12]}: " + "; ".join(problems[:PROBLEMS_NAMED]) + more + "; nothing was applied"
+        return _failed(db, status, revision, why, reporter)
+    applyset, kbs = f"sync-{status.name}", [m.kb for m in loaded.manifests]
+    names = [kb.name for kb in kbs]
+    try:  # as `kbctl apply --wait --applyset sync-NAME [--prune]` does it, here in the controller
+        check_applyset(db, set(names), applyset)
+        report = apply_knowledge_bases(db, kbs, embedder_for, reporter, policy=policy, component="controller")
+        db.join_applyset(names, applyset)
+        pruned = prune_knowledge_bases(db, names, PruneScope(applyset, None)) if status.prune else []
+    except KbctlError as exc:
+        return _failed(db, status, revision, f"commit {revision[:12]}: {exc}", reporter)
+    failed = [r.name for r in report.results if r.failed]
+    error = f"commit {revision[:12]}: KnowledgeBase {', '.join(failed)} failed (see its events)" if failed else None
+    finish_sync(db, status.name, revision, error)
+    changed = [r.name for r in report.results if r.action != "unchanged"]
+    if error is not None:
+        record(db, [NewEvent(status.name, "Warning", "SyncFailed", error, "controller", kind="Sync")])
+    elif revision != status.last_applied_revision or changed or pruned:
+        message = (
+            f"commit {revision[:12]} applied: {len(report.results)} knowledge bases, {len(changed)} changed"
+            f"{', pruned ' + ', '.join(pruned) if pruned else ''}"
+        )
+        record(db, [NewEvent(status.name, "Normal", "SyncApplied", message, "controller", kind="Sync")])
+    reporter.report(SyncFinished(status.name, revision, error))
+    return SyncOutcome(status.name, revision, list(report.results), pruned, error)
+
+
+def _in_repository(problem: str, root: Path) -> str:
+    """A problem's text with the checkout's folder left out: `kb/policy.yaml:7: ...` as in the repository."""
+    return problem.replace(f"{root}/", "")

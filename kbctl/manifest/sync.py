@@ -1,0 +1,91 @@
+"""The `Sync` manifest: a git repository, ref and folder whose KnowledgeBase manifests `kbctl controller` applies
+by itself every `interval` (pull mode, as Flux does), as one apply set, pruning what left the folder.
+
+    apiVersion: kbctl.dev/v1alpha1
+    kind: Sync
+    metadata: {name: knowledge}
+    spec:
+      url: https://git.example.com/org/knowledge.git
+      ref: main
+      path: kb
+      interval: 5m
+      prune: true
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Final, Literal
+
+from pydantic import Field, Strict, field_validator
+
+from kbctl.manifest._field_checks import check_git_ref, check_git_url, check_relative_path, duration_seconds
+from kbctl.manifest.models import ApiVersion, Metadata, _Model
+
+__all__ = ["SYNC_KIND", "Sync", "SyncSpec"]
+
+SYNC_KIND: Final = "Sync"
+SYNC_MIN_SECONDS: Final = 10.0
+SYNC_MAX_SECONDS: Final = 31 * 86400.0
+
+
+class SyncSpec(_Model):
+    """Where the manifests are, and how often and how they are applied."""
+
+    url: str = Field(
+        description="The repository, as a git source's url: https://, ssh:// or git@host:path (an absolute folder or "
+        "file:/// only with KBCTL_ALLOW_LOCAL_GIT=1); credentials from the environment, never from the manifest."
+    )
+    ref: str | None = Field(default=None, description="A branch or tag (default: the repository's default branch).")
+    path: str = Field(default=".", description="The folder of the manifests in the repository (read with subfolders).")
+    interval: str = Field(default="5m", description="How often the controller fetches it: 10s to 31d.")
+    prune: Annotated[bool, Strict()] = Field(
+        default=True, description="Delete the knowledge bases this Sync applied that have left the folder."
+    )
+    suspend: Annotated[bool, Strict()] = Field(default=False, description="true: the controller leaves it alone.")
+
+    @field_validator("url")
+    @classmethod
+    def _valid_url(cls, value: str) -> str:
+        return check_git_url(value)
+
+    @field_validator("ref")
+    @classmethod
+    def _valid_ref(cls, value: str | None) -> str | None:
+        return None if value is None else check_git_ref(value)
+
+    @field_validator("path")
+    @classmethod
+    def _valid_path(cls, value: str) -> str:
+        check_relative_path(value)
+        if value.startswith("-") or "/-" in value or ".." in value.split("/") or "*" in value:
+            raise ValueError("must be a folder of the repository: no '..', no '*', no part starting with '-'")
+        return value
+
+    @field_validator("interval")
+    @classmethod
+    def _valid_interval(cls, value: str) -> str:
+        if not SYNC_MIN_SECONDS <= duration_seconds(value) <= SYNC_MAX_SECONDS:
+            raise ValueError(f"must be between 10s and 31d, got {value!r}")
+        return value
+
+    @property
+    def seconds(self) -> float:
+        return duration_seconds(self.interval)
+
+
+class Sync(_Model):
+    """A git folder of manifests that `kbctl controller` keeps applied (pull mode)."""
+
+    api_version: ApiVersion
+    kind: Literal["Sync"]
+    metadata: Metadata
+    spec: SyncSpec
+
+    @property
+    def name(self) -> str:
+        return self.metadata.name
+
+    @property
+    def applyset(self) -> str:
+        """The apply set its knowledge bases belong to (so its prune touches only what it applied)."""
+        return f"sync-{self.name}"
