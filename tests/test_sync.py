@@ -22,20 +22,31 @@ def git(repo: Path, *args: str) -> str:
 
 
 def commit(repo: Path, message: str) -> str:
+    """Commit the working copy and push it to the bare repository."""
     git(repo, "add", "-A")
     git(repo, "commit", "--quiet", "-m", message)
+    git(repo, "push", "--quiet", "origin", "main")
     return git(repo, "rev-parse", "HEAD")
+
+
+def remote(repo: Path) -> Path:
+    return repo.parent / "remote.git"
 
 
 @pytest.fixture
 def repo(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    """A repository of manifests beside other files (a README, a Deployment), as a GitOps repository holds them."""
+    """A working copy of manifests beside other files (a README, a Deployment), as a GitOps repository holds them;
+    each commit is pushed to the bare repository the Syncs read (`remote(repo)`), as to a git host."""
     monkeypatch.setenv(ALLOW_LOCAL_ENV, "1")
+    subprocess.run(
+        ["git", "init", "--quiet", "--bare", "--initial-branch", "main", str(tmp_path / "remote.git")], check=True
+    )
     repo = tmp_path / "knowledge"
     (repo / "kb").mkdir(parents=True)
     git(repo, "init", "--quiet", "--initial-branch", "main")
     git(repo, "config", "user.email", "kb@example.com")
     git(repo, "config", "user.name", "kb")
+    git(repo, "remote", "add", "origin", str(tmp_path / "remote.git"))
     (repo / "kb" / "policy.yaml").write_text(
         knowledge_base("policy", text_source("retention", "Invoices are kept for seven years."))
     )
@@ -49,7 +60,7 @@ def repo(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 def sync_manifest(repo: Path, path: str = "kb") -> str:
     return (
         f"apiVersion: kbctl.dev/v1alpha1\nkind: Sync\nmetadata: {{name: knowledge}}\n"
-        f"spec:\n  url: {repo}\n  ref: main\n  path: {path}\n  interval: 1m\n"
+        f"spec:\n  url: {remote(repo)}\n  ref: main\n  path: {path}\n  interval: 1m\n"
     )
 
 
@@ -155,7 +166,7 @@ def test_get_syncs_shows_what_each_applied(
     store.controller().run_once()
     header, row = cli.invoke(app, ["get", "syncs"]).stdout.splitlines()
     assert header.split() == ["NAME", "URL", "REF", "PATH", "INTERVAL", "REVISION", "APPLIED", "ERROR"]
-    assert row.split()[:6] == ["knowledge", str(repo), "main", "kb", "1m", git(repo, "rev-parse", "HEAD")[:12]]
+    assert row.split()[:6] == ["knowledge", str(remote(repo)), "main", "kb", "1m", git(repo, "rev-parse", "HEAD")[:12]]
     as_json = cli.invoke(app, ["get", "sync", "knowledge", "-o", "json"])
     assert as_json.exit_code == 0 and '"last_applied_revision"' in as_json.stdout
     again = cli.invoke(app, ["apply", "-f", str(tmp_path / "sync.yaml")])
