@@ -143,8 +143,8 @@ SourceKind = Literal["text", "url", "path", "git", "crawl"]
 FILE_FORMATS: Final = ("html", "pdf", "docx", "json", "jsonl", "csv", "auto")  # path: and git: sources only
 
 
-class GitRepository(_Model):
-    """A ref of a git repository whose files are the documents (`spec.sources[].git`)."""
+class GitRef(_Model):
+    """A branch or tag of a git repository, checked before git ever sees it (a git source's, a Sync's)."""
 
     url: str = Field(
         description="https://host/org/repo(.git), ssh://git@host/org/repo or git@host:org/repo (an absolute folder "
@@ -152,12 +152,6 @@ class GitRepository(_Model):
         "is read. Credentials come from the environment (SSH agent, credential helpers), never from the manifest.",
     )
     ref: str | None = Field(default=None, description="A branch or tag (default: the repository's default branch).")
-    paths: list[str] = Field(
-        default_factory=lambda: ["."],
-        min_length=1,
-        max_length=50,
-        description="Folders, files or globs in the repository to read (default: all of it).",
-    )
 
     @field_validator("url")
     @classmethod
@@ -168,6 +162,17 @@ class GitRepository(_Model):
     @classmethod
     def _valid_ref(cls, value: str | None) -> str | None:
         return None if value is None else check_git_ref(value)
+
+
+class GitRepository(GitRef):
+    """A ref of a git repository whose files are the documents (`spec.sources[].git`)."""
+
+    paths: list[str] = Field(
+        default_factory=lambda: ["."],
+        min_length=1,
+        max_length=50,
+        description="Folders, files or globs in the repository to read (default: all of it).",
+    )
 
     @field_validator("paths")
     @classmethod

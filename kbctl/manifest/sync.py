@@ -18,8 +18,8 @@ from typing import Annotated, Final, Literal
 
 from pydantic import Field, Strict, field_validator
 
-from kbctl.manifest._field_checks import check_git_ref, check_git_url, check_relative_path, duration_seconds
-from kbctl.manifest.models import ApiVersion, Metadata, _Model
+from kbctl.manifest._field_checks import check_relative_path, duration_seconds
+from kbctl.manifest.models import ApiVersion, GitRef, Metadata, _Model
 
 __all__ = ["SYNC_KIND", "Sync", "SyncSpec"]
 
@@ -28,30 +28,15 @@ SYNC_MIN_SECONDS: Final = 10.0
 SYNC_MAX_SECONDS: Final = 31 * 86400.0
 
 
-class SyncSpec(_Model):
-    """Where the manifests are, and how often and how they are applied."""
+class SyncSpec(GitRef):
+    """Where the manifests are (`url`, `ref` as a git source's), and how often and how they are applied."""
 
-    url: str = Field(
-        description="The repository, as a git source's url: https://, ssh:// or git@host:path (an absolute folder or "
-        "file:/// only with KBCTL_ALLOW_LOCAL_GIT=1); credentials from the environment, never from the manifest."
-    )
-    ref: str | None = Field(default=None, description="A branch or tag (default: the repository's default branch).")
     path: str = Field(default=".", description="The folder of the manifests in the repository (read with subfolders).")
     interval: str = Field(default="5m", description="How often the controller fetches it: 10s to 31d.")
     prune: Annotated[bool, Strict()] = Field(
         default=True, description="Delete the knowledge bases this Sync applied that have left the folder."
     )
     suspend: Annotated[bool, Strict()] = Field(default=False, description="true: the controller leaves it alone.")
-
-    @field_validator("url")
-    @classmethod
-    def _valid_url(cls, value: str) -> str:
-        return check_git_url(value)
-
-    @field_validator("ref")
-    @classmethod
-    def _valid_ref(cls, value: str | None) -> str | None:
-        return None if value is None else check_git_ref(value)
 
     @field_validator("path")
     @classmethod
