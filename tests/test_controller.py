@@ -216,3 +216,14 @@ def test_query_of_a_pending_new_knowledge_base_says_why(store: KnowledgeBaseStor
         'Error: knowledgebase "a" has no published version yet: generation 1 waits for a controller (no version'
         " serves queries); start `kbctl controller`, or apply with --wait\n",
     )
+
+
+def test_controller_once_in_json_mode_prints_only_json_lines(store: KnowledgeBaseStore, cli: CliRunner) -> None:
+    import json
+
+    store.apply(kbs(kb_text("a")), wait=False)
+    ran = cli.invoke(app, ["controller", "--once", "--log-format", "json"])
+    assert ran.exit_code == 0, ran.output
+    records = [json.loads(line) for line in ran.stdout.splitlines()]
+    assert [r["event"] for r in records][-2:] == ["ReconcileFinished", "PassFinished"]
+    assert records[-1]["message"] == "reconciled 1 knowledge base"

@@ -114,7 +114,11 @@ def controller(
                 ctl.deregister()
                 done, failed = len(report.results), sum(r.failed for r in report.results) + len(report.failed_syncs)
                 plural = "s" if done != 1 else ""
-                typer.echo(f"reconciled {done} knowledge base{plural}" + (f", {failed} failed" if failed else ""))
+                summary = f"reconciled {done} knowledge base{plural}" + (f", {failed} failed" if failed else "")
+                if isinstance(log, JsonLogReporter):  # every line is JSON in JSON mode
+                    log.say("PassFinished", summary, level="error" if failed else "info")
+                else:
+                    typer.echo(summary)
                 if report.exit_code():
                     raise typer.Exit(report.exit_code())
                 return
@@ -122,7 +126,10 @@ def controller(
             for sig in (signal.SIGINT, signal.SIGTERM):
                 signal.signal(sig, lambda *_: stop.set())
             where = f"; metrics and /healthz on port {server.port}" if server is not None else ""
-            typer.echo(f"controller {ctl.id} running{where}", err=True)
+            if isinstance(log, JsonLogReporter):
+                log.say("ControllerStarted", f"controller {ctl.id} running{where}", err=True)
+            else:
+                typer.echo(f"controller {ctl.id} running{where}", err=True)
             ctl.run(stop, poll_seconds=seconds)
         finally:
             if server is not None:

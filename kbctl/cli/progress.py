@@ -201,16 +201,22 @@ class JsonLogReporter:
         if message is None:
             return
         failed = isinstance(event, ReconcileFailed) or (isinstance(event, SourceReconciled) and event.source.failed)
+        failed = failed or (isinstance(event, SyncFinished) and event.error is not None)
+        level = "error" if failed else "warning" if isinstance(event, StoreUnavailable) else "info"
+        self.say(type(event).__name__, message, level=level, name=getattr(event, "name", None))
+
+    def say(self, event: str, message: str, *, level: str = "info", name: str | None = None, err: bool = False) -> None:
+        """Print one JSON line of the command's own (`ControllerStarted`, `PassFinished`), as the events are."""
         record: dict[str, Any] = {
             "time": datetime.fromtimestamp(self._clock(), UTC)
             .isoformat(timespec="milliseconds")
             .replace("+00:00", "Z"),
-            "level": "error" if failed else "warning" if isinstance(event, StoreUnavailable) else "info",
-            "event": type(event).__name__,
-            "knowledgeBase": getattr(event, "name", None),
+            "level": level,
+            "event": event,
+            "knowledgeBase": name,
             "message": message,
         }
-        typer.echo(json.dumps(record, ensure_ascii=False))
+        typer.echo(json.dumps(record, ensure_ascii=False), err=err)
 
     def close(self) -> None:
         """Nothing to tidy (the text reporter's progress bar has no JSON twin)."""
