@@ -51,6 +51,7 @@ from kbctl.sources.crawl import crawl_site
 from kbctl.sources.files import read_paths
 from kbctl.sources.git import read_repository
 from kbctl.sources.url import FetchPolicy, fetch_urls
+from kbctl.store.applied import record_applied_from
 from kbctl.store.database import Database, NewRevision, SourceEntry, SourceStatusRow
 from kbctl.store.history import applying, prune_history
 from kbctl.store.rows import source_state
@@ -218,6 +219,9 @@ class _Reconciler:
             if requests
             else {}
         )
+        files = read_paths(kb, file_stamps(kb, state, embedder.model_id))
+        if files and kb.base_dir is not None and not any(isinstance(f, SourceError) for f in files.values()):
+            record_applied_from(db, state.row.id, str(kb.base_dir))  # every path source listed there: vouch for it
         now = datetime.now(UTC)
         plan = build_plan(
             kb,
@@ -227,7 +231,7 @@ class _Reconciler:
             now=now,
             requested={r.key for r in requests},
             fetched=fetched,
-            read={**read_paths(kb, file_stamps(kb, state, embedder.model_id)), **self._remote_sources(kb, state)},
+            read={**files, **self._remote_sources(kb, state)},
             known=known,
             source_sha256s=digests.sources,
             packed=packed,

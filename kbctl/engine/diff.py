@@ -11,6 +11,7 @@ from pydantic import BaseModel, ConfigDict, computed_field
 
 from kbctl.embedding import Embedder
 from kbctl.engine.ingest import Chunked, TokenCounts, chunk_source
+from kbctl.engine.located import honour_applied_from
 from kbctl.engine.plan import Fail, Ingest, SourcePlan, build_plan, fetch_requests, file_stamps
 from kbctl.engine.prune import PruneScope
 from kbctl.engine.settled import in_file_order
@@ -305,7 +306,7 @@ def diff_knowledge_bases(
     """
     differ = _Differ(db, embedder_for)
     with db.read_only():
-        results = [differ.diff(kb) for kb in knowledge_bases]
+        results = [differ.diff(kb) for kb in honour_applied_from(db, knowledge_bases)]
         results += [_settled_diff(kb) for kb in settled]
         if order:
             results = in_file_order(order, results)

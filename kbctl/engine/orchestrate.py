@@ -19,6 +19,7 @@ from kbctl.embedding import Embedder
 from kbctl.engine.apply import apply_knowledge_bases
 from kbctl.engine.controller import controller_alive, record_pending, wait_for_controller
 from kbctl.engine.events import NullReporter, Reporter
+from kbctl.engine.located import honour_applied_from
 from kbctl.engine.prune import PruneScope, check_applyset, prune_knowledge_bases
 from kbctl.engine.results import ApplyReport, KnowledgeBaseResult, PendingResult, RecordedSync
 from kbctl.engine.settled import ManifestsToApply, in_file_order, record_applied, report_settled
@@ -66,6 +67,7 @@ def run_apply(
     else:
         kbs = list(manifests)
         names = [kb.name for kb in kbs]
+    kbs = honour_applied_from(db, kbs)  # output of `get -o yaml` saved elsewhere reads its files where they are
     if options.applyset is not None:
         check_applyset(db, set(names), options.applyset)
 

@@ -12,6 +12,7 @@ from kbctl.defaults import DESCRIBE_EVENTS
 from kbctl.engine.conditions import Condition, is_true, status_word
 from kbctl.errors import NotFoundError
 from kbctl.sources import source_of
+from kbctl.store.applied import applied_from
 from kbctl.store.database import Database, KnowledgeBaseRow, SourceStatusRow, VersionSourceRow
 from kbctl.store.events import KnowledgeBaseEvent, list_events
 from kbctl.store.rows import SourceState, source_state
@@ -213,8 +214,9 @@ def _timestamp(when: datetime | None) -> str | None:
 def knowledge_base_resource(db: Database, name: str) -> dict[str, Any]:
     """A knowledge base as a Kubernetes-style object (`kbctl get kb NAME -o yaml`): apiVersion, kind, metadata
     (name, labels, generation, creationTimestamp), the spec as applied with every default filled in, and status
-    (observedGeneration, serving version, conditions, sources). Applying it again changes nothing: apply ignores
-    status and the metadata kbctl writes. The spec is the one waiting for a controller when a change is pending,
+    (observedGeneration, serving version, conditions, sources; appliedFrom, the folder its path: sources were read
+    from). Applying it again, from any folder, changes nothing: apply ignores status and the metadata kbctl writes,
+    save appliedFrom, which it honours for the path sources read there (kbctl.engine.located). The spec is the one waiting for a controller when a change is pending,
     else the one last applied (which may not serve yet: see the Ready condition)."""
     from kbctl.manifest import KnowledgeBase
 
@@ -244,6 +246,9 @@ def knowledge_base_resource(db: Database, name: str) -> dict[str, Any]:
         "conditions": described["conditions"],
         "sources": described["sourceStatus"],
     }
+    folder = applied_from(db, name) if any("path" in s for s in manifest["spec"]["sources"]) else None
+    if folder is not None:
+        status["appliedFrom"] = folder  # where path: sources were read (kbctl.engine.located): applies anywhere
     return {
         "apiVersion": manifest["apiVersion"],
         "kind": manifest["kind"],

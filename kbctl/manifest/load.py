@@ -17,7 +17,7 @@ from kbctl.inputs.bounds import UnreadableFile, manifest_limit, read_bounded_str
 from kbctl.inputs.problems import problems_from
 from kbctl.inputs.yaml_lines import SyntaxProblem, YamlDocument, load_documents, locate
 from kbctl.manifest.models import API_VERSION, KIND, KnowledgeBase, _schema_text, write_schema
-from kbctl.manifest.sync import SYNC_KIND, Sync
+from kbctl.manifest.sync import SYNC_KIND, Sync, _sync_schema_text, write_sync_schema
 
 __all__ = [
     "LoadedManifest",
@@ -290,7 +290,9 @@ class _Collector:
         self.problems.extend(problems)
         if kb is not None and not problems:
             base = os.getcwd() if file == STDIN_PATH else os.path.dirname(os.path.abspath(file))
-            self.manifests.append(LoadedManifest(kb=kb.located(base), path=file, line=item.line))
+            status = data.get("status") if isinstance(data, dict) else None
+            hint = status.get("appliedFrom") if isinstance(status, dict) and kb.reads_files else None
+            self.manifests.append(LoadedManifest(kb=kb.located(base, applied_from=hint), path=file, line=item.line))
             self.names.append(kb.name)
 
     def no_manifests(self, where: str) -> None:
@@ -411,14 +413,16 @@ def load_manifests(
 
 
 def _main(argv: Sequence[str] | None = None) -> int:
-    """Print the KnowledgeBase JSON schema, or write it with --write-schema PATH."""
+    """Print the JSON schema of a kind (--kind, default KnowledgeBase), or write it with --write-schema PATH."""
     parser = argparse.ArgumentParser(prog="python -m kbctl.manifest", description=_main.__doc__)
     parser.add_argument("--write-schema", metavar="PATH", help="write the schema to PATH instead of stdout")
+    parser.add_argument("--kind", choices=(KIND, SYNC_KIND), default=KIND, help="the kind (default: %(default)s)")
     args = parser.parse_args(argv)
+    write, text = (write_sync_schema, _sync_schema_text) if args.kind == SYNC_KIND else (write_schema, _schema_text)
     if args.write_schema:
-        write_schema(args.write_schema)
+        write(args.write_schema)
     else:
-        sys.stdout.write(_schema_text())
+        sys.stdout.write(text())
     return 0
 
 

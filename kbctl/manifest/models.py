@@ -703,6 +703,18 @@ def _without_derived(data: dict[str, Any]) -> dict[str, Any]:
     return data
 
 
+APPLIED_FROM_MAX: Final = 4096  # characters of a status.appliedFrom hint (PATH_MAX); a longer one is ignored
+
+
+def _hint(folder: object) -> Path | None:
+    """An absolute folder of at most APPLIED_FROM_MAX characters without control characters, or None."""
+    if not isinstance(folder, str) or not folder or len(folder) > APPLIED_FROM_MAX:
+        return None
+    if any(ord(c) < 32 or ord(c) == 127 for c in folder) or not Path(folder).is_absolute():
+        return None
+    return Path(folder)
+
+
 class KnowledgeBase(_Model):
     """A retrieval knowledge base, declared like a Kubernetes object."""
 
@@ -711,6 +723,7 @@ class KnowledgeBase(_Model):
     metadata: Metadata
     spec: Spec
     _base_dir: Path | None = PrivateAttr(default=None)
+    _applied_from: Path | None = PrivateAttr(default=None)
 
     @model_validator(mode="before")
     @classmethod
@@ -741,10 +754,19 @@ class KnowledgeBase(_Model):
             return NotImplemented
         return self.__dict__ == other.__dict__
 
-    def located(self, base_dir: str | Path) -> KnowledgeBase:
-        """This knowledge base with its `path:` sources relative to `base_dir` (not part of the manifest)."""
+    @property
+    def applied_from(self) -> Path | None:
+        """The folder that `status.appliedFrom` of `kbctl get -o yaml` output names: where the store last read this
+        knowledge base's `path:` sources. Only a hint: kbctl.engine.located honours it when the store recorded that
+        very folder and the path sources are the ones it read there; a manifest cannot name a folder of its own."""
+        return self._applied_from
+
+    def located(self, base_dir: str | Path, *, applied_from: str | None = None) -> KnowledgeBase:
+        """This knowledge base with its `path:` sources relative to `base_dir` (not part of the manifest), and the
+        `status.appliedFrom` hint its document carried (an absolute folder; anything else is ignored)."""
         copy = self.model_copy()
         copy._base_dir = Path(base_dir).resolve()
+        copy._applied_from = _hint(applied_from)
         return copy
 
     @property

@@ -19,7 +19,15 @@ from psycopg.types.json import Jsonb
 
 from kbctl.store.database import Database, _store_errors
 
-__all__ = ["AppliedFile", "SettledKnowledgeBase", "record_applied_files", "settled_files", "touch_sources"]
+__all__ = [
+    "AppliedFile",
+    "SettledKnowledgeBase",
+    "applied_from",
+    "record_applied_files",
+    "record_applied_from",
+    "settled_files",
+    "touch_sources",
+]
 
 
 @dataclass(frozen=True)
@@ -114,3 +122,19 @@ def record_applied_files(db: Database, applied: Sequence[AppliedFile]) -> None:
 def touch_sources(db: Database, kb_id: int, now: datetime) -> None:
     """Move every source status of a knowledge base to checked at `now` (what an unchanged apply records)."""
     db.connection.execute("UPDATE kb_source_status SET checked_at = %s WHERE kb_id = %s", (now, kb_id))
+
+
+@_store_errors
+def record_applied_from(db: Database, kb_id: int, folder: str) -> None:
+    """Record the folder the path: sources of a knowledge base were read from (an apply that listed them all)."""
+    db.connection.execute(
+        "UPDATE kb_knowledge_bases SET applied_from = %s WHERE id = %s AND applied_from IS DISTINCT FROM %s",
+        (folder, kb_id, folder),
+    )
+
+
+@_store_errors
+def applied_from(db: Database, name: str) -> str | None:
+    """The folder the path: sources of knowledge base `name` were last read from (None: never, or no such KB)."""
+    row = db.connection.execute("SELECT applied_from FROM kb_knowledge_bases WHERE name = %s", (name,)).fetchone()
+    return row[0] if row is not None else None

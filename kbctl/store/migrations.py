@@ -348,6 +348,13 @@ MIGRATIONS: list[tuple[int, str, str]] = [
         );
         """,
     ),
+    (
+        19,
+        "the folder a knowledge base's path: sources were last read from, so get -o yaml output applies anywhere",
+        # Written by an apply that listed every path source there; read back only when a manifest names this very
+        # folder (status.appliedFrom) for the path sources read there (kbctl.engine.located).
+        "ALTER TABLE kb_knowledge_bases ADD COLUMN applied_from text;",
+    ),
 ]
 
 # Serializes migrations of one database across processes (an arbitrary, fixed 64-bit key).
