@@ -431,14 +431,15 @@ class KnowledgeBaseStore:
     ) -> list[KnowledgeBaseEvent]:
         """What happened to knowledge bases (those of `names`, else every one, deleted ones included), oldest
         first: publishes, failed reconciles, failing sources, rollbacks, deletions. `limit` keeps the newest.
-        With `scope`, only events of knowledge bases that exist and that `scope` lets the caller see."""
+        With `scope`, only events of knowledge bases that exist and that `scope` lets the caller see (not those of a
+        Sync of the same name)."""
         from kbctl.store.events import list_events
 
         if scope is not None:
             visible = {kb.name for kb in self.list(scope=scope)}
             names = [n for n in names if n in visible] if names is not None else sorted(visible)
         with self._reading() as db:
-            return list_events(db, names, limit=limit)
+            return list_events(db, names, limit=limit, kind="KnowledgeBase" if scope is not None else None)
 
     def syncs(self) -> list[SyncStatus]:
         """The Syncs recorded (git folders of manifests a controller keeps applied), by name, with what each last

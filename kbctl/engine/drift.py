@@ -33,7 +33,7 @@ def converge_drift(db: Database) -> list[DriftOutcome]:
         what = f"version {drift.serving} serves a manifest other than the one last applied"
         if drift.suspended:
             message = f"{what} (rolled back?); spec.suspend is set, so it is left as it is"
-            newest = list_events(db, [drift.name], limit=1)
+            newest = list_events(db, [drift.name], limit=1, kind="KnowledgeBase")
             if not newest or (newest[0].reason, newest[0].message) != ("DriftDetected", message):
                 record(db, [NewEvent(drift.name, "Warning", "DriftDetected", message, "controller")])
             outcomes.append(DriftOutcome(drift.name, drift.serving, reverted=False))

@@ -1,4 +1,4 @@
-"""`python -m kbctl.manifest [--write-schema PATH]` prints or writes the KnowledgeBase JSON Schema."""
+"""`python -m kbctl.manifest [--kind KnowledgeBase|Sync] [--write-schema PATH]` prints or writes a JSON Schema."""
 
 from kbctl.manifest.load import _main
 

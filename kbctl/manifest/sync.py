@@ -14,14 +14,16 @@ by itself every `interval` (pull mode, as Flux does), as one apply set, pruning 
 
 from __future__ import annotations
 
-from typing import Annotated, Final, Literal
+import json
+from pathlib import Path
+from typing import Annotated, Any, Final, Literal
 
 from pydantic import Field, Strict, field_validator
 
 from kbctl.manifest._field_checks import check_relative_path, duration_seconds
-from kbctl.manifest.models import ApiVersion, GitRef, Metadata, _Model
+from kbctl.manifest.models import API_VERSION, JSON_SCHEMA_DIALECT, ApiVersion, GitRef, Metadata, _Model
 
-__all__ = ["SYNC_KIND", "Sync", "SyncSpec"]
+__all__ = ["SYNC_KIND", "Sync", "SyncSpec", "sync_json_schema", "write_sync_schema"]
 
 SYNC_KIND: Final = "Sync"
 SYNC_MIN_SECONDS: Final = 10.0
@@ -74,3 +76,23 @@ class Sync(_Model):
     def applyset(self) -> str:
         """The apply set its knowledge bases belong to (so its prune touches only what it applied)."""
         return f"sync-{self.name}"
+
+
+# ---------------------------------------------------------------- JSON schema
+
+
+def sync_json_schema() -> dict[str, Any]:
+    """The JSON schema of a Sync manifest (for editors and CI), deterministic. Unlike a KnowledgeBase, a Sync reads
+    no `status` or server-written metadata, so the schema is the model's as it is."""
+    schema = Sync.model_json_schema(by_alias=True)
+    schema.pop("title", None)
+    return {"$schema": JSON_SCHEMA_DIALECT, "title": f"{SYNC_KIND} ({API_VERSION})", **schema}
+
+
+def _sync_schema_text() -> str:
+    return json.dumps(sync_json_schema(), indent=2, ensure_ascii=False) + "\n"
+
+
+def write_sync_schema(path: str | Path) -> None:
+    """Write sync_json_schema() to path as indented JSON with a trailing newline."""
+    Path(path).write_text(_sync_schema_text(), encoding="utf-8")

@@ -3,9 +3,9 @@ first and last time seen), written by apply, refresh, the controller, rollout, d
 `kbctl get events` and `kbctl describe`.
 
 An event repeated (same knowledge base, type, reason and message) counts up in its row instead of adding one.
-Events are kept by the knowledge base's name, so a deletion stays on record; each name keeps its newest
-EVENTS_PER_KNOWLEDGE_BASE and the table its newest EVENTS_MAX. A message is redacted and cut at
-EVENT_MESSAGE_CHARS: it may quote a URL, never a document's text.
+Events are kept by the knowledge base's name, so a deletion stays on record; each object (a kind and a name: a
+knowledge base and a Sync of the same name are two) keeps its newest EVENTS_PER_KNOWLEDGE_BASE, and the table its
+newest EVENTS_MAX. A message is redacted and cut at EVENT_MESSAGE_CHARS: it may quote a URL, never a document's text.
 """
 
 from __future__ import annotations
@@ -76,11 +76,12 @@ def record_events(db: Database, events: Sequence[NewEvent]) -> None:
                 " SET count = kb_events.count + 1, last_seen = now(), component = excluded.component",
                 (e.kind, e.name, e.type, e.reason, _bounded(e.message), e.component),
             )
-        for name in sorted({e.name for e in events}):
+        for kind, name in sorted({(e.kind, e.name) for e in events}):
             conn.execute(
-                "DELETE FROM kb_events WHERE object_name = %(name)s AND id NOT IN (SELECT id FROM kb_events"
-                " WHERE object_name = %(name)s ORDER BY last_seen DESC, id DESC LIMIT %(keep)s)",
-                {"name": name, "keep": EVENTS_PER_KNOWLEDGE_BASE},
+                "DELETE FROM kb_events WHERE object_kind = %(kind)s AND object_name = %(name)s AND id NOT IN ("
+                " SELECT id FROM kb_events WHERE object_kind = %(kind)s AND object_name = %(name)s"
+                " ORDER BY last_seen DESC, id DESC LIMIT %(keep)s)",
+                {"kind": kind, "name": name, "keep": EVENTS_PER_KNOWLEDGE_BASE},
             )
         conn.execute(
             "DELETE FROM kb_events WHERE last_seen < (SELECT last_seen FROM kb_events"
@@ -91,11 +92,20 @@ def record_events(db: Database, events: Sequence[NewEvent]) -> None:
 
 @_store_errors
 def list_events(
-    db: Database, names: Sequence[str] | None = None, *, limit: int | None = None
+    db: Database, names: Sequence[str] | None = None, *, limit: int | None = None, kind: ObjectKind | None = None
 ) -> list[KnowledgeBaseEvent]:
     """The events of `names` (every knowledge base's, deleted ones included, when None), oldest first as kubectl
-    lists them; `limit` keeps the newest."""
-    where, args = ("WHERE object_name = ANY(%(names)s)", {"names": list(names)}) if names is not None else ("", {})
+    lists them; `limit` keeps the newest. `kind` keeps those of one kind (a knowledge base may share its name
+    with a Sync); None: both."""
+    conditions: list[str] = []
+    args: dict[str, object] = {}
+    if names is not None:
+        conditions.append("object_name = ANY(%(names)s)")
+        args["names"] = list(names)
+    if kind is not None:
+        conditions.append("object_kind = %(kind)s")
+        args["kind"] = kind
+    where = "WHERE " + " AND ".join(conditions) if conditions else ""
     rows = db.connection.execute(
         "SELECT object_name, object_kind, type, reason, message, component, count, first_seen, last_seen FROM ("
         f" SELECT * FROM kb_events {where} ORDER BY last_seen DESC, id DESC LIMIT %(limit)s"
