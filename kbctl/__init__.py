@@ -18,7 +18,7 @@ if TYPE_CHECKING:
     from kbctl.config import Settings
     from kbctl.embedding import Embedder
     from kbctl.engine.controller import Controller, RolloutStatus
-    from kbctl.engine.diff import DiffReport, SourceDiff
+    from kbctl.engine.diff import DiffReport
     from kbctl.engine.events import (
         ControllerGone,
         DocumentsRemoved,
@@ -37,9 +37,9 @@ if TYPE_CHECKING:
         WorkProgress,
     )
     from kbctl.engine.prune import PruneScope
-    from kbctl.engine.results import ApplyReport, KnowledgeBaseResult, PendingResult, RecordedSync, SourceResult
+    from kbctl.engine.results import ApplyReport, KnowledgeBaseResult, PendingResult, RecordedSync, SourceStatus
     from kbctl.engine.settled import ManifestsToApply
-    from kbctl.engine.status import KnowledgeBaseDetail, KnowledgeBaseSummary, SourceStatus
+    from kbctl.engine.status import KnowledgeBaseDetail, KnowledgeBaseSummary
     from kbctl.errors import (
         BeirError,
         ChatError,
@@ -143,12 +143,10 @@ _WHERE = {
     "Selector": "kbctl.manifest.selectors",
     "ServerStatus": "kbctl.store.embedded",
     "Settings": "kbctl.config",
-    "SourceDiff": "kbctl.engine.diff",
     "SourceError": "kbctl.errors",
     "SourceOutcome": "kbctl.query.federated",
     "SourceReconciled": "kbctl.engine.events",
-    "SourceResult": "kbctl.engine.results",
-    "SourceStatus": "kbctl.engine.status",
+    "SourceStatus": "kbctl.engine.results",
     "StoreError": "kbctl.errors",
     "StoreUnavailable": "kbctl.engine.events",
     "SyncFinished": "kbctl.engine.events",
@@ -227,11 +225,9 @@ __all__ = [
     "Selector",
     "ServerStatus",
     "Settings",
-    "SourceDiff",
     "SourceError",
     "SourceOutcome",
     "SourceReconciled",
-    "SourceResult",
     "SourceStatus",
     "StoreError",
     "StoreUnavailable",

@@ -17,7 +17,7 @@ from kbctl.errors import KbctlError
 from kbctl.inputs.bounds import MAX_FILE_BYTES, manifest_limit
 from kbctl.manifest import load_manifests, parse_manifests
 from kbctl.store import texts
-from kbctl.store.database import ChunkRow, Database, NewRevision, SourceEntry
+from kbctl.store.database import ChunkRow, Database, NewRevision, SourceRow
 from kbctl.store.search import (
     EF_SEARCH,
     EXACT_SCAN_MAX,
@@ -55,7 +55,16 @@ def publish(db: Database, name: str, vecs: np.ndarray, offset: int = 0) -> int:
         model=MODEL,
         number=1,
         new_revisions=[NewRevision("doc", "key", "sha", "inline", None, 10, chunks)],
-        sources=[SourceEntry("doc", "sha", "key", "ready", None, len(chunks), len(chunks))],
+        sources=[
+            SourceRow(
+                source_name="doc",
+                state="ready",
+                source_sha256="sha",
+                revision_key="key",
+                chunk_count=len(chunks),
+                embedded_count=len(chunks),
+            )
+        ],
         statuses=[],
     )
     target = db.query_target(name)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import sys
 from collections.abc import Callable
+from enum import StrEnum
 from typing import TYPE_CHECKING, Annotated, Any, TypeVar
 
 import typer
@@ -117,12 +118,23 @@ def validate(filename: Files, recursive: Recursive = False) -> None:
         typer.echo(f"{s.path}:{s.line}: Sync/{s.sync.name} valid")
 
 
-@app.command()
-def schema() -> None:
-    """Print the JSON Schema of the KnowledgeBase manifest (for editors and CI linters)."""
-    from kbctl.manifest import json_schema
+class SchemaKind(StrEnum):
+    knowledge_base = "KnowledgeBase"
+    sync = "Sync"
 
-    typer.echo(json.dumps(json_schema(), indent=2))
+
+@app.command()
+def schema(
+    kind: Annotated[
+        SchemaKind, typer.Option("--kind", help="The kind whose schema to print: KnowledgeBase or Sync.")
+    ] = SchemaKind.knowledge_base,
+) -> None:
+    """Print the JSON Schema of a manifest kind (for editors and CI linters): the KnowledgeBase's, or with
+    --kind Sync a Sync's. The same files are in schemas/."""
+    from kbctl.manifest import json_schema
+    from kbctl.manifest.sync import sync_json_schema
+
+    typer.echo(json.dumps(sync_json_schema() if kind is SchemaKind.sync else json_schema(), indent=2))
 
 
 @app.command()

@@ -19,7 +19,7 @@ if TYPE_CHECKING:  # imported by the commands that print them (a command's start
         KnowledgeBaseDetail,
         KnowledgeBaseEvent,
         KnowledgeBaseSummary,
-        SourceDiff,
+        SourceStatus,
         SyncStatus,
         VersionInfo,
     )
@@ -58,7 +58,7 @@ def gc_line(result: GcResult) -> str:
     return line + (f", {count(result.texts_removed, 'unused source text')}" if result.texts_removed else "")
 
 
-def _diff_source_line(s: SourceDiff) -> str:
+def _diff_source_line(s: SourceStatus) -> str:
     head = f"source {s.name}" if s.change == "unchanged" else f"source {s.name} {s.change}"
     if s.fetch:
         return f"{head} would be fetched" if s.change == "unchanged" else f"{head}: would be fetched"

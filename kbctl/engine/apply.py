@@ -41,7 +41,7 @@ from kbctl.engine.plan import (
     served_validators,
     serves_spec,
 )
-from kbctl.engine.results import ApplyReport, KnowledgeBaseResult, SourceResult
+from kbctl.engine.results import ApplyReport, KnowledgeBaseResult, SourceStatus
 from kbctl.errors import KbctlError, NotFoundError, SourceError, StoreError, UsageError
 from kbctl.manifest import KnowledgeBase
 from kbctl.manifest.changes import field_changes
@@ -52,7 +52,7 @@ from kbctl.sources.files import read_paths
 from kbctl.sources.git import read_repository
 from kbctl.sources.url import FetchPolicy, fetch_urls
 from kbctl.store.applied import record_applied_from
-from kbctl.store.database import Database, NewRevision, SourceEntry, SourceStatusRow
+from kbctl.store.database import Database, NewRevision, SourceRow
 from kbctl.store.history import applying, prune_history
 from kbctl.store.rows import source_state
 from kbctl.store.schedule import set_schedule
@@ -62,7 +62,6 @@ from kbctl.store.texts import packing
 __all__ = [
     "ApplyReport",
     "KnowledgeBaseResult",
-    "SourceResult",
     "apply_knowledge_bases",
     "refresh_knowledge_bases",
 ]
@@ -72,7 +71,7 @@ CAUSE_ITEMS = 3  # changes named per kind in a version's change cause (`rollout 
 _T = TypeVar("_T")
 
 
-def source_result(p: SourcePlan, outcome: NewRevision | Fail | None = None) -> SourceResult:
+def source_result(p: SourcePlan, outcome: NewRevision | Fail | None = None) -> SourceStatus:
     """What happened to one source: its plan, and for new content what ingesting it gave."""
     decision = outcome if isinstance(outcome, Fail) else p.decision
     chunks = embedded = truncated = 0
@@ -84,7 +83,7 @@ def source_result(p: SourcePlan, outcome: NewRevision | Fail | None = None) -> S
     elif isinstance(decision, Reuse):
         chunks = decision.chunk_count
     kept = decision.keep if isinstance(decision, Fail) else None
-    return SourceResult(
+    return SourceStatus(
         name=p.name,
         state=source_state(read=not isinstance(decision, Fail), serving=kept is not None),
         fetched=p.fetch,
@@ -97,18 +96,29 @@ def source_result(p: SourcePlan, outcome: NewRevision | Fail | None = None) -> S
     )
 
 
-def _revision(p: SourcePlan, outcome: NewRevision | Fail | None) -> int | str | None:
-    """What a published source points at: the key of its new revision, a stored revision's id, or nothing."""
-    if isinstance(outcome, NewRevision):
-        return outcome.revision_key
-    return p.serving.revision_id if p.serving is not None else None
-
-
-def _status(p: SourcePlan, outcome: NewRevision | Fail | None, state: StoredState, now: datetime) -> SourceStatusRow:
-    """The live status row a source leaves: the plan's, the ingest failure's, or the stored one kept."""
-    status = (
-        p.status or state.statuses.get(p.name) or SourceStatusRow(p.name, "ready", None, None, None, None, None, now)
+def _entry(position: int, p: SourcePlan, outcome: NewRevision | Fail | None, result: SourceStatus) -> SourceRow:
+    """The row a published version keeps for a source: it points at its new revision (by key), at the stored
+    revision it keeps serving, or at nothing."""
+    key = outcome.revision_key if isinstance(outcome, NewRevision) else None
+    kept = p.serving.revision_id if key is None and p.serving is not None else None
+    serves = key is not None or kept is not None
+    return SourceRow(
+        source_name=p.name,
+        state=result.state,
+        message=result.message,
+        position=position,
+        source_sha256=p.source_sha256,
+        revision_id=kept,
+        revision_key=key,
+        chunk_count=result.chunks,
+        embedded_count=result.embedded,
+        reused_count=result.chunks - result.embedded if serves else 0,
     )
+
+
+def _status(p: SourcePlan, outcome: NewRevision | Fail | None, state: StoredState, now: datetime) -> SourceRow:
+    """The live status row a source leaves: the plan's, the ingest failure's, or the stored one kept."""
+    status = p.status or state.statuses.get(p.name) or SourceRow(source_name=p.name, state="ready", checked_at=now)
     if isinstance(outcome, Fail):  # fetched (or read) fine, but its content could not be ingested
         serving = source_state(read=False, serving=outcome.keep is not None)
         return replace(status, state=serving, message=outcome.message, checked_at=now)
@@ -306,21 +316,13 @@ class _Reconciler:
         self,
         plan: KnowledgeBasePlan,
         run: IngestRun,
-        results: Sequence[SourceResult],
-        statuses: list[SourceStatusRow],
-        stored: Mapping[str, SourceStatusRow],
+        results: Sequence[SourceStatus],
+        statuses: list[SourceRow],
+        stored: Mapping[str, SourceRow],
     ) -> None:
         entries = [
-            SourceEntry(
-                name=p.name,
-                source_sha256=p.source_sha256,
-                revision=_revision(p, run.outcomes.get(p.name)),
-                state=r.state,
-                message=r.message,
-                chunk_count=r.chunks,
-                embedded=r.embedded,
-            )
-            for p, r in zip(plan.sources, results, strict=True)
+            _entry(position, p, run.outcomes.get(p.name), r)
+            for position, (p, r) in enumerate(zip(plan.sources, results, strict=True))
         ]
         self.db.publish(
             name=plan.name,
@@ -340,8 +342,8 @@ class _Reconciler:
         self,
         plan: KnowledgeBasePlan,
         state: StoredState,
-        results: Sequence[SourceResult],
-        statuses: list[SourceStatusRow],
+        results: Sequence[SourceStatus],
+        statuses: list[SourceRow],
         model: str,
     ) -> KnowledgeBaseResult:
         """No source would serve any content: publish nothing, keep what serves, say which sources failed."""

@@ -40,7 +40,7 @@ from kbctl.engine.events import (
     StoreUnavailable,
     report_sources,
 )
-from kbctl.engine.results import ApplyReport, KnowledgeBaseResult, PendingResult, SourceResult
+from kbctl.engine.results import ApplyReport, KnowledgeBaseResult, PendingResult, reported
 from kbctl.engine.sync import run_due_syncs
 from kbctl.errors import KbctlError, NotFoundError, StoreError
 from kbctl.manifest import KnowledgeBase
@@ -558,17 +558,8 @@ def _result_from_store(db: Database, p: PendingResult, reporter: Reporter) -> Kn
         reporter.report(ReconcileFailed(p.name, message))
         return KnowledgeBaseResult(name=p.name, action="failed", version=None, sources=[], message=message)
     sources = [
-        SourceResult(
-            name=s.source_name,
-            state=s.state,  # stored by the one rule: stale when it failed but earlier content serves
-            fetched=False,  # not recorded per version; apply's lines do not depend on it
-            # A revision written by the same transaction as the version is new content ingested for it.
-            ingested=s.revision_created_at is not None and s.revision_created_at == version.created_at,
-            chunks=s.chunk_count,
-            embedded=s.embedded_count,
-            reused=s.reused_count,
-            message=s.message,
-        )
+        # A revision written by the same transaction as the version is new content ingested for it.
+        reported(s, ingested=s.revision_created_at is not None and s.revision_created_at == version.created_at)
         for s in db.version_sources(version.id)
     ]
     report_sources(reporter, p.name, "apply", sources, version.model)

@@ -7,13 +7,14 @@ from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, computed_field
+from pydantic import BaseModel, ConfigDict, computed_field, model_validator
 
 from kbctl.embedding import Embedder
 from kbctl.engine.ingest import Chunked, TokenCounts, chunk_source
 from kbctl.engine.located import honour_applied_from
 from kbctl.engine.plan import Fail, Ingest, SourcePlan, build_plan, fetch_requests, file_stamps
 from kbctl.engine.prune import PruneScope
+from kbctl.engine.results import DIFFED, SourceStatus
 from kbctl.engine.settled import in_file_order
 from kbctl.manifest import KnowledgeBase
 from kbctl.manifest.changes import field_changes
@@ -28,7 +29,6 @@ __all__ = [
     "DiffReport",
     "FieldDiff",
     "KnowledgeBaseDiff",
-    "SourceDiff",
     "diff_knowledge_bases",
 ]
 
@@ -45,32 +45,6 @@ class FieldDiff(_Frozen):
     new: Any
 
 
-class SourceDiff(_Frozen):
-    """What apply would do to one source.
-
-    `fetch` is True for a URL source that apply would fetch (new, its spec changed, or it never had
-    content). Diff never fetches, so the chunk and token counts of such a source are None (unknown).
-    Chunks are compared by the sha256 of the text embedded for them: `chunks_added` are chunks of the
-    new content absent from the content served now, `chunks_removed` the reverse. `tokens_to_embed`
-    counts (with the model's tokenizer, as ingest does) the text of the new chunks whose vectors the
-    cache lacks: an estimate of the embedding bill.
-    """
-
-    name: str
-    kind: SourceKind
-    change: Literal["added", "changed", "removed", "unchanged"]
-    fetch: bool = False
-    chunks_added: int | None = 0
-    chunks_removed: int | None = 0
-    tokens_to_embed: int | None = 0
-    truncated: int | None = 0  # of the chunks added, those longer than the model reads (their ends reach no vector)
-
-    @property
-    def differs(self) -> bool:
-        """Apply would change this source or has to fetch it to find out."""
-        return self.change != "unchanged" or self.fetch
-
-
 class KnowledgeBaseDiff(_Frozen):
     """What apply would do to one knowledge base; `version` is the one serving now (None when created)."""
 
@@ -78,9 +52,15 @@ class KnowledgeBaseDiff(_Frozen):
     action: Literal["created", "configured", "unchanged", "pruned"]
     version: int | None
     fields: list[FieldDiff] = []
-    sources: list[SourceDiff] = []
+    sources: list[SourceStatus] = []
     over_limits: list[str] = []  # the spec.limits apply would exceed (it would fail), one sentence each
     unreadable: list[str] = []  # the sources and documents apply could not read (each would fail alone)
+
+    @model_validator(mode="after")
+    def _diff_fields(self) -> KnowledgeBaseDiff:
+        for source in self.sources:
+            source.shown_as(DIFFED)
+        return self
 
     @property
     def differs(self) -> bool:
@@ -146,7 +126,7 @@ class _Differ:
         cut = _truncated(embedder, chunked, sizes)
         sources = [self._source(p, state, added, respec, chunked, tokens, cut) for p in plan.sources]
         sources += [
-            SourceDiff(
+            SourceStatus(
                 name=n,
                 kind=_old_kind(_old_source(old, n) if old else {}),
                 change="removed",
@@ -157,7 +137,7 @@ class _Differ:
         ]
         kinds = {s.name: s.kind for s in kb.spec.sources}
         sources += [  # documents gone from a path or git source that stays (a file deleted)
-            SourceDiff(
+            SourceStatus(
                 name=n,
                 kind=kinds.get(source_of(n), "path"),
                 change="removed",
@@ -205,7 +185,7 @@ class _Differ:
         chunked: dict[str, Chunked],
         tokens: dict[str, int],
         cut: set[bytes],
-    ) -> SourceDiff:
+    ) -> SourceStatus:
         name, kind = plan.name, plan.source.kind
         prev = state.served.get(name)
         before = prev.revision_id if prev else None
@@ -216,7 +196,7 @@ class _Differ:
             "added" if name in added or new_unit else "changed" if name in respec or moved else "unchanged"
         )
         if plan.fetch:
-            return SourceDiff(
+            return SourceStatus(
                 name=name,
                 kind=kind,
                 change=change,
@@ -226,7 +206,7 @@ class _Differ:
                 tokens_to_embed=None,
             )
         if not moved:
-            return SourceDiff(name=name, kind=kind, change=change)
+            return SourceStatus(name=name, kind=kind, change=change)
         new = (
             list(chunked[name].hashes)
             if name in chunked
@@ -234,7 +214,7 @@ class _Differ:
         )
         old = self._revision_hashes(before)
         fresh = Counter(new) - Counter(old)
-        return SourceDiff(
+        return SourceStatus(
             name=name,
             kind=kind,
             change=change,
@@ -282,7 +262,7 @@ def _old_source(manifest: dict[str, Any], name: str) -> dict[str, Any]:
 
 def _settled_diff(kb: SettledKnowledgeBase) -> KnowledgeBaseDiff:
     """The diff of a knowledge base of a settled file: unchanged, and so is each of its (inline) sources."""
-    sources = [SourceDiff(name=name, kind="text", change="unchanged") for name, _ in kb.sources]
+    sources = [SourceStatus(name=name, kind="text", change="unchanged") for name, _ in kb.sources]
     return KnowledgeBaseDiff(name=kb.name, action="unchanged", version=kb.version, sources=sources)
 
 

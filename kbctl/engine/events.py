@@ -6,7 +6,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Literal, Protocol
 
-from kbctl.engine.results import SourceResult
+from kbctl.engine.results import APPLIED, SourceStatus
 
 __all__ = [
     "ControllerGone",
@@ -47,7 +47,7 @@ class SourceReconciled:
 
     name: str
     trigger: Trigger
-    source: SourceResult
+    source: SourceStatus
     model: str
 
 
@@ -181,7 +181,7 @@ def report_sources(
     reporter: Reporter,
     name: str,
     trigger: Trigger,
-    sources: Sequence[SourceResult],
+    sources: Sequence[SourceStatus],
     model: str,
     *,
     finished: tuple[Action, int] | None = None,
@@ -192,7 +192,7 @@ def report_sources(
     read back, a settled file): one SourceReconciled per source, DocumentsRemoved when documents are gone, then
     ReconcileFinished (`finished`: action and version) or ReconcileFailed (`failed`: why), when given."""
     for source in sources:
-        reporter.report(SourceReconciled(name, trigger, source, model))
+        reporter.report(SourceReconciled(name, trigger, source.shown_as(APPLIED), model))
     if removed:
         reporter.report(DocumentsRemoved(name, trigger, tuple(removed)))
     if failed is not None:

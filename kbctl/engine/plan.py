@@ -34,7 +34,7 @@ from kbctl.sources import Document, read_inline, source_of
 from kbctl.sources.files import NotModified
 from kbctl.sources.files import ReadOutcome as FilesRead
 from kbctl.sources.url import FetchRequest, FetchResult, Validators
-from kbctl.store.database import SourceStatusRow, VersionSourceRow
+from kbctl.store.database import SourceRow
 from kbctl.store.rows import source_state
 from kbctl.store.state import StoredState
 from kbctl.store.texts import Packing, pack, packing
@@ -117,7 +117,7 @@ class SourcePlan:
     source_sha256: str
     decision: Decision
     fetch: bool
-    status: SourceStatusRow | None
+    status: SourceRow | None
     unit: str | None = None  # one document of a path, git or crawl source: `SOURCE/ID`
 
     @property
@@ -219,7 +219,7 @@ def _revision_key(kb: KnowledgeBase, source: Source, doc: Document, model_id: st
     return sha256_json(key)
 
 
-def _units(served: Mapping[str, VersionSourceRow], source: Source) -> dict[str, tuple[str, VersionSourceRow]]:
+def _units(served: Mapping[str, SourceRow], source: Source) -> dict[str, tuple[str, SourceRow]]:
     """The units of a many-document source the current version serves: unit name -> (document id, row)."""
     prefix = f"{source.name}/"
     return {name: (name[len(prefix) :], row) for name, row in served.items() if name.startswith(prefix)}
@@ -272,12 +272,12 @@ def serves_spec(state: StoredState, source: Source) -> bool:
     return any(row.source_sha256 == _unit_sha256(sha, doc_id) for doc_id, row in _units(state.served, source).values())
 
 
-def _same_spec(prev: VersionSourceRow | None, sha: str) -> bool:
+def _same_spec(prev: SourceRow | None, sha: str) -> bool:
     """The current version serves content for this source under the same spec."""
     return prev is not None and prev.source_sha256 == sha and prev.revision_id is not None
 
 
-def _kept(prev: VersionSourceRow | None, sha: str) -> Reuse | None:
+def _kept(prev: SourceRow | None, sha: str) -> Reuse | None:
     """The revision the current version serves for this source, if its spec is unchanged."""
     if prev is None or prev.revision_id is None or prev.source_sha256 != sha:
         return None
@@ -323,11 +323,20 @@ class _Planner:
         origin: str | None = None,
         validators: Validators | None = None,
         fetched_at: datetime | None = None,
-    ) -> SourceStatusRow:
+    ) -> SourceRow:
         """The live status a source's read leaves: its state by the one rule (`source_state`)."""
         v = validators or Validators()
         state = source_state(read=read, serving=serving)
-        return SourceStatusRow(name, state, message, origin, v.etag, v.last_modified, fetched_at, self.now)
+        return SourceRow(
+            source_name=name,
+            state=state,
+            message=message,
+            origin=origin,
+            etag=v.etag,
+            last_modified=v.last_modified,
+            fetched_at=fetched_at,
+            checked_at=self.now,
+        )
 
     def document(self, source: Source, doc: Document, name: str | None = None) -> Reuse | Ingest:
         key = _revision_key(self.kb, source, doc, self.model_id)

@@ -23,10 +23,11 @@ from typing import TYPE_CHECKING, Protocol, TypeVar
 from kbctl.embedding import Embedder
 from kbctl.engine.events import ReconcileStarted, Reporter, report_sources
 from kbctl.engine.plan import CHUNKER_VERSION
-from kbctl.engine.results import KnowledgeBaseResult, SourceResult
+from kbctl.engine.results import KnowledgeBaseResult, reported
 from kbctl.errors import KbctlError, UsageError
 from kbctl.store.applied import AppliedFile, SettledKnowledgeBase, record_applied_files, settled_files, touch_sources
 from kbctl.store.database import Database
+from kbctl.store.rows import SourceRow
 
 if TYPE_CHECKING:
     from kbctl.manifest import ManifestSet
@@ -102,9 +103,7 @@ def report_settled(db: Database, kbs: Sequence[SettledKnowledgeBase], reporter: 
     for kb in kbs:
         touch_sources(db, kb.kb_id, datetime.now(UTC))
         sources = [
-            SourceResult(
-                name=name, state="ready", fetched=False, ingested=False, chunks=chunks, embedded=0, reused=chunks
-            )
+            reported(SourceRow(source_name=name, state="ready", chunk_count=chunks, reused_count=chunks))
             for name, chunks in kb.sources
         ]
         reporter.report(ReconcileStarted(kb.name, "apply", "unchanged", kb.version, 0))

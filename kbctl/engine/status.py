@@ -5,52 +5,28 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, model_validator
 from pydantic.alias_generators import to_camel
 
 from kbctl.defaults import DESCRIBE_EVENTS
 from kbctl.engine.conditions import Condition, is_true, status_word
+from kbctl.engine.results import DESCRIBED, SourceStatus
 from kbctl.errors import NotFoundError
 from kbctl.sources import source_of
 from kbctl.store.applied import applied_from
-from kbctl.store.database import Database, KnowledgeBaseRow, SourceStatusRow, VersionSourceRow
+from kbctl.store.database import Database, KnowledgeBaseRow, SourceRow
 from kbctl.store.events import KnowledgeBaseEvent, list_events
-from kbctl.store.rows import SourceState, source_state
+from kbctl.store.rows import source_state
 from kbctl.store.schedule import read_schedule
 
 __all__ = [
     "KnowledgeBaseDetail",
     "KnowledgeBaseSummary",
-    "SourceStatus",
     "describe_knowledge_base",
     "knowledge_base_resource",
     "list_knowledge_bases",
     "resource_list",
 ]
-
-
-class SourceStatus(BaseModel):
-    """One source of the current version: its live state and the content it serves.
-
-    state is `ready`, `stale` (the last fetch failed; the last good content still serves, see
-    message) or `failed` (nothing serves).
-    """
-
-    model_config = ConfigDict(frozen=True, alias_generator=to_camel, populate_by_name=True)
-
-    name: str
-    kind: str
-    state: SourceState
-    message: str | None
-    origin: str | None
-    title: str | None
-    chunks: int
-    embedded: int
-    reused: int
-    content_sha256: str | None
-    updated_at: datetime | None
-    fetched_at: datetime | None
-    checked_at: datetime | None
 
 
 class KnowledgeBaseSummary(BaseModel):
@@ -98,8 +74,14 @@ class KnowledgeBaseDetail(KnowledgeBaseSummary):
     source_status: list[SourceStatus]
     events: list[KnowledgeBaseEvent] = []  # the newest DESCRIBE_EVENTS, oldest first
 
+    @model_validator(mode="after")
+    def _described_fields(self) -> KnowledgeBaseDetail:
+        for source in self.source_status:
+            source.shown_as(DESCRIBED)
+        return self
 
-def _source_status(name: str, kind: str, served: VersionSourceRow | None, live: SourceStatusRow | None) -> SourceStatus:
+
+def _source_status(name: str, kind: str, served: SourceRow | None, live: SourceRow | None) -> SourceStatus:
     """One source as describe shows it: what the serving version holds (nothing before the first version),
     with the live state of its last read when there is one."""
     return SourceStatus(
@@ -141,7 +123,7 @@ def _detail(db: Database, row: KnowledgeBaseRow) -> KnowledgeBaseDetail:
         live = db.source_statuses(row.id)
         served = db.version_sources(version.id) if version else []
         schedule = read_schedule(db, row.id)
-        events = list_events(db, [row.name], limit=DESCRIBE_EVENTS)
+        events = list_events(db, [row.name], limit=DESCRIBE_EVENTS, kind="KnowledgeBase")
     # The spec in force: the serving version's, else the one last recorded; read through the models, so
     # every default comes from kbctl/manifest/models.py.
     from kbctl.manifest import KnowledgeBase
@@ -216,8 +198,9 @@ def knowledge_base_resource(db: Database, name: str) -> dict[str, Any]:
     (name, labels, generation, creationTimestamp), the spec as applied with every default filled in, and status
     (observedGeneration, serving version, conditions, sources; appliedFrom, the folder its path: sources were read
     from). Applying it again, from any folder, changes nothing: apply ignores status and the metadata kbctl writes,
-    save appliedFrom, which it honours for the path sources read there (kbctl.engine.located). The spec is the one waiting for a controller when a change is pending,
-    else the one last applied (which may not serve yet: see the Ready condition)."""
+    save appliedFrom, which it honours for the path sources read there (kbctl.engine.located). The spec is the one
+    waiting for a controller when a change is pending, else the one last applied (which may not serve yet: see the
+    Ready condition)."""
     from kbctl.manifest import KnowledgeBase
 
     row = db.get_kb(name)

@@ -122,7 +122,7 @@ class _Model(BaseModel):
 
 
 class Metadata(_Model):
-    """Identity of a knowledge base."""
+    """Identity of an object (a knowledge base, a Sync): its name and labels."""
 
     name: str = Field(
         description="DNS-1123 label: lowercase letters, digits and '-', at most 63 characters.",

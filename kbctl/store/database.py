@@ -35,11 +35,9 @@ from kbctl.store.rows import (
     KnowledgeBaseRow,
     NewRevision,
     QueryTarget,
-    SourceEntry,
-    SourceStatusRow,
+    SourceRow,
     SummaryRow,
     VersionRow,
-    VersionSourceRow,
 )
 from kbctl.store.search import (
     EF_SEARCH,
@@ -68,10 +66,8 @@ __all__ = [
     "KnowledgeBaseRow",
     "NewRevision",
     "QueryTarget",
-    "SourceEntry",
-    "SourceStatusRow",
+    "SourceRow",
     "VersionRow",
-    "VersionSourceRow",
     "store_error",
 ]
 
@@ -422,9 +418,9 @@ class Database:
         return dict(row[0]) if row is not None and row[0] else {}
 
     @_store_errors
-    def version_sources(self, version_id: int) -> list[VersionSourceRow]:
+    def version_sources(self, version_id: int) -> list[SourceRow]:
         """The sources of a version in manifest order, with the revision each one serves."""
-        with self._conn.cursor(row_factory=class_row(VersionSourceRow)) as cur:
+        with self._conn.cursor(row_factory=class_row(SourceRow)) as cur:
             return cur.execute(
                 "SELECT vs.position, vs.source_name, vs.source_sha256, vs.revision_id, vs.state, vs.message,"
                 " vs.embedded_count, vs.reused_count, r.origin, r.title,"
@@ -436,9 +432,9 @@ class Database:
             ).fetchall()
 
     @_store_errors
-    def source_statuses(self, kb_id: int) -> dict[str, SourceStatusRow]:
+    def source_statuses(self, kb_id: int) -> dict[str, SourceRow]:
         """The live status of each source of a knowledge base, by source name."""
-        with self._conn.cursor(row_factory=class_row(SourceStatusRow)) as cur:
+        with self._conn.cursor(row_factory=class_row(SourceRow)) as cur:
             rows = cur.execute(
                 "SELECT source_name, state, message, origin, etag, last_modified, fetched_at, checked_at"
                 " FROM kb_source_status WHERE kb_id = %s",
@@ -448,7 +444,7 @@ class Database:
 
     @_store_errors
     def write_statuses(
-        self, kb_id: int, statuses: Sequence[SourceStatusRow], stored: Mapping[str, SourceStatusRow] | None = None
+        self, kb_id: int, statuses: Sequence[SourceRow], stored: Mapping[str, SourceRow] | None = None
     ) -> None:
         """Replace the live status rows of a knowledge base (sources not listed lose theirs); `stored`, the rows
         as read before (`source_statuses`), spares rewriting those that changed only in when they were checked."""
@@ -456,7 +452,7 @@ class Database:
             self._write_statuses(kb_id, statuses, stored)
 
     def _write_statuses(
-        self, kb_id: int, statuses: Sequence[SourceStatusRow], stored: Mapping[str, SourceStatusRow] | None = None
+        self, kb_id: int, statuses: Sequence[SourceRow], stored: Mapping[str, SourceRow] | None = None
     ) -> None:
         self._conn.execute(
             "DELETE FROM kb_source_status WHERE kb_id = %s AND NOT source_name = ANY(%s)",
@@ -465,7 +461,7 @@ class Database:
         if stored:
             # A row that differs from the stored one only in checked_at (a source read again and found the same)
             # is one UPDATE per distinct time with the others, not an upsert each: 0.5 s at 9,000 sources.
-            checked: dict[datetime, list[str]] = {}
+            checked: dict[datetime | None, list[str]] = {}
             changed = []
             for s in statuses:
                 before = stored.get(s.source_name)
@@ -669,10 +665,10 @@ class Database:
         model: str,
         number: int,
         new_revisions: Sequence[NewRevision],
-        sources: Sequence[SourceEntry],
-        statuses: Sequence[SourceStatusRow],
+        sources: Sequence[SourceRow],
+        statuses: Sequence[SourceRow],
         change_cause: str = "",
-        stored_statuses: Mapping[str, SourceStatusRow] | None = None,
+        stored_statuses: Mapping[str, SourceRow] | None = None,
         packed: Packing | None = None,
     ) -> int:
         """Write a complete version and make it current, all in one transaction; return its number.
@@ -696,8 +692,8 @@ class Database:
             kb_id = int(row[0])
             # Keyed by source too: two sources with the same text and settings share a key, not a revision.
             new_ids = insert_revisions(self._conn, kb_id, new_revisions)
-            chunks = sum(s.chunk_count for s in sources if s.revision is not None)
-            embedded = sum(s.embedded for s in sources)
+            chunks = sum(s.chunk_count for s in sources if s.serves)
+            embedded = sum(s.embedded_count for s in sources)
             vrow = self._conn.execute(
                 "INSERT INTO kb_versions (kb_id, number, manifest, manifest_sha256, model, chunk_count,"
                 " embedded_count, reused_count, change_cause, retrieval, answer)"
@@ -727,18 +723,18 @@ class Database:
                 ) as copy,
             ):
                 copy.set_types(["int8", "int4", "text", "text", "int8", "text", "text", "int4", "int4"])
-                for pos, s in enumerate(sources):
+                for s in sources:
                     copy.write_row(
                         (
                             vrow[0],
-                            pos,
-                            s.name,
+                            s.position,
+                            s.source_name,
                             s.source_sha256,
-                            new_ids[(s.name, s.revision)] if isinstance(s.revision, str) else s.revision,
+                            new_ids[(s.source_name, s.revision_key)] if s.revision_key is not None else s.revision_id,
                             s.state,
                             s.message,
-                            s.embedded,
-                            s.chunk_count - s.embedded if s.revision else 0,
+                            s.embedded_count,
+                            s.reused_count,
                         )
                     )
             version_statistics(self._conn, kb_id, int(vrow[0]))

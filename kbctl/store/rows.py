@@ -16,12 +16,10 @@ __all__ = [
     "KnowledgeBaseRow",
     "NewRevision",
     "QueryTarget",
-    "SourceEntry",
+    "SourceRow",
     "SourceState",
-    "SourceStatusRow",
     "SummaryRow",
     "VersionRow",
-    "VersionSourceRow",
     "source_state",
 ]
 
@@ -103,23 +101,42 @@ class QueryTarget:
     retrieval: dict[str, Any] | None  # the version's spec.retrieval, as stored
 
 
-@dataclass(frozen=True)
-class VersionSourceRow:
-    """The state of one source in one version, with the revision (content) it serves."""
+@dataclass(frozen=True, kw_only=True)
+class SourceRow:
+    """One source of a knowledge base as the store keeps it, in either of its two tables.
 
-    position: int
+    In a version (kb_version_sources, read with the revision it serves): its place, spec hash, state when the
+    version was published and the revision (content) it serves; a version being published names a new revision by
+    `revision_key` instead of `revision_id`. Live (kb_source_status): its state now, with the HTTP validators of
+    what it serves and when it was fetched and checked. Each table fills its own columns; the others keep their
+    defaults. The state is decided by one rule, `source_state`, in both.
+    """
+
     source_name: str
-    source_sha256: str
-    revision_id: int | None
     state: SourceState
-    message: str | None
-    embedded_count: int
-    reused_count: int
-    origin: str | None
-    title: str | None
-    chunk_count: int
-    content_sha256: str | None
-    revision_created_at: datetime | None
+    message: str | None = None
+    origin: str | None = None
+    # kb_version_sources, and the revision served (kb_source_revisions)
+    position: int = 0
+    source_sha256: str = ""
+    revision_id: int | None = None
+    revision_key: str | None = None  # a new revision published with the version (written, never read back)
+    embedded_count: int = 0
+    reused_count: int = 0
+    title: str | None = None
+    chunk_count: int = 0
+    content_sha256: str | None = None
+    revision_created_at: datetime | None = None
+    # kb_source_status
+    etag: str | None = None
+    last_modified: str | None = None
+    fetched_at: datetime | None = None
+    checked_at: datetime | None = None
+
+    @property
+    def serves(self) -> bool:
+        """A version row pointing at content (a stored revision, or a new one published with it)."""
+        return self.revision_id is not None or self.revision_key is not None
 
 
 @dataclass(frozen=True)
@@ -149,37 +166,6 @@ class NewRevision:
     language: str = LANGUAGE  # text search configuration of the chunks' tsvector
     embedded: int = 0  # texts embedded for it in the run that made it (the rest were in the vector cache)
     truncated: int = 0  # chunks longer than the model reads: their ends reach no vector (reported, not stored)
-
-
-@dataclass(frozen=True)
-class SourceEntry:
-    """One source of a version being published.
-
-    `revision` is a stored revision id, the `revision_key` of one of the new revisions published
-    with it, or None when the source has no content to serve.
-    """
-
-    name: str
-    source_sha256: str
-    revision: int | str | None
-    state: SourceState
-    message: str | None
-    chunk_count: int
-    embedded: int
-
-
-@dataclass(frozen=True)
-class SourceStatusRow:
-    """The live state of one source: ready, stale (serving its last good content) or failed."""
-
-    source_name: str
-    state: SourceState
-    message: str | None
-    origin: str | None
-    etag: str | None
-    last_modified: str | None
-    fetched_at: datetime | None
-    checked_at: datetime
 
 
 @dataclass(frozen=True)

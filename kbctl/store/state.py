@@ -6,7 +6,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from kbctl.store.database import Database, KnowledgeBaseRow, SourceStatusRow, VersionRow, VersionSourceRow
+from kbctl.store.database import Database, KnowledgeBaseRow, SourceRow, VersionRow
 
 __all__ = ["StoredRevision", "StoredState", "read_state"]
 
@@ -33,8 +33,8 @@ class StoredState:
     name: str
     row: KnowledgeBaseRow | None = None
     current: VersionRow | None = None
-    served: Mapping[str, VersionSourceRow] = field(default_factory=dict)
-    statuses: Mapping[str, SourceStatusRow] = field(default_factory=dict)
+    served: Mapping[str, SourceRow] = field(default_factory=dict)
+    statuses: Mapping[str, SourceRow] = field(default_factory=dict)
     revisions: Mapping[tuple[str, str], StoredRevision] = field(default_factory=dict)
     next_version: int = 1
 
