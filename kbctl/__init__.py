@@ -41,6 +41,7 @@ if TYPE_CHECKING:
     from kbctl.engine.settled import ManifestsToApply
     from kbctl.engine.status import KnowledgeBaseDetail, KnowledgeBaseSummary
     from kbctl.errors import (
+        AuthError,
         BeirError,
         ChatError,
         EmbeddingError,
@@ -58,6 +59,7 @@ if TYPE_CHECKING:
         StoreError,
         UsageError,
     )
+    from kbctl.inputs.access import Reader
     from kbctl.manifest import (
         KnowledgeBase,
         LoadedManifest,
@@ -82,6 +84,7 @@ if TYPE_CHECKING:
 _WHERE = {
     "ApplyReport": "kbctl.engine.results",
     "AskResult": "kbctl.answer",
+    "AuthError": "kbctl.errors",
     "BeirError": "kbctl.errors",
     "ChatError": "kbctl.errors",
     "ChatModel": "kbctl.chat",
@@ -129,6 +132,7 @@ _WHERE = {
     "QueryOverrides": "kbctl.query.options",
     "QueryResult": "kbctl.query.results",
     "Readiness": "kbctl.client",
+    "Reader": "kbctl.inputs.access",
     "ReconcileFailed": "kbctl.engine.events",
     "ReconcileFinished": "kbctl.engine.events",
     "ReconcileStarted": "kbctl.engine.events",
@@ -163,6 +167,7 @@ _WHERE = {
 __all__ = [
     "ApplyReport",
     "AskResult",
+    "AuthError",
     "BeirError",
     "ChatError",
     "ChatModel",
@@ -209,6 +214,7 @@ __all__ = [
     "QueryOptions",
     "QueryOverrides",
     "QueryResult",
+    "Reader",
     "Readiness",
     "ReconcileFailed",
     "ReconcileFinished",

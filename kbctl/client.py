@@ -29,6 +29,7 @@ if TYPE_CHECKING:
     from kbctl.engine.results import ApplyReport, PendingResult
     from kbctl.engine.settled import ManifestsToApply
     from kbctl.engine.status import KnowledgeBaseDetail, KnowledgeBaseSummary
+    from kbctl.inputs.access import Reader
     from kbctl.manifest import KnowledgeBase, LoadedManifest, ManifestFile
     from kbctl.manifest.load import ManifestFiles
     from kbctl.manifest.selectors import Selector
@@ -455,13 +456,16 @@ class KnowledgeBaseStore:
 
         return delete_sync(self.db, name)
 
-    def list(self, selector: Selector | None = None, *, scope: Scope | None = None) -> list[KnowledgeBaseSummary]:
+    def list(
+        self, selector: Selector | None = None, *, scope: Scope | None = None, reader: Reader | None = None
+    ) -> list[KnowledgeBaseSummary]:
         """Every knowledge base (whose labels match `selector`, and that `scope` lets the caller see, when
-        given), by name."""
+        given), by name. With a `reader`, as that caller sees them: the counts of a knowledge base that restricts
+        sources (`access`) are of what it may read."""
         from kbctl.engine.status import list_knowledge_bases
 
         with self._reading() as db:
-            found = list_knowledge_bases(db)
+            found = list_knowledge_bases(db, reader)
         return [
             s
             for s in found
@@ -482,15 +486,16 @@ class KnowledgeBaseStore:
 
         return resource_list(list(items))
 
-    def describe(self, name: str, *, scope: Scope | None = None) -> KnowledgeBaseDetail:
+    def describe(self, name: str, *, scope: Scope | None = None, reader: Reader | None = None) -> KnowledgeBaseDetail:
         """Spec in force, current version and per-source state of one knowledge base (NotFoundError outside
-        `scope`)."""
+        `scope`). With a `reader`, as that caller sees it: the sources it may not read are left out, with their
+        chunks, events and condition messages."""
         from kbctl.engine.status import describe_knowledge_base
 
         with self._reading() as db:
             if scope is not None:
                 self._in_scope(db, name, scope)
-            return describe_knowledge_base(db, name)
+            return describe_knowledge_base(db, name, reader)
 
     def query(
         self,
@@ -499,19 +504,24 @@ class KnowledgeBaseStore:
         options: QueryOptions | None = None,
         *,
         scope: Scope | None = None,
+        reader: Reader | None = None,
         **overrides: Unpack[QueryOverrides],
     ) -> QueryResult:
         """The chunks most relevant to `question` (hybrid, vector or keyword; spec defaults for what is unset);
         `rerank` False skips the spec's reranker, True requires one; `explain` adds a per-stage trace of
         candidates, ranks, scores, cuts and timings. The overrides given (not None: top_k, threshold,
-        max_tokens, mode, explain, rerank) replace those of `options`. Outside `scope` it is NotFoundError."""
+        max_tokens, mode, explain, rerank) replace those of `options`. Outside `scope` it is NotFoundError.
+
+        `reader` is the caller's groups and claims (`Reader.of(["hr"])`): documents behind an `access` rule it
+        does not meet are never candidates, so no hit, count, score or trace names them. None is a caller without
+        any, who reads only documents without a rule."""
         from kbctl.query.options import QueryOptions
         from kbctl.query.retrieve import query_knowledge_base
 
         options = QueryOptions.build(options, **overrides)
         with self._reading(query=True) as db:
             return query_knowledge_base(
-                db, name, question, self.embedder, options, reranker_for=self.reranker, visible=scope
+                db, name, question, self.embedder, options, reranker_for=self.reranker, visible=scope, reader=reader
             )
 
     def query_many(
@@ -522,12 +532,13 @@ class KnowledgeBaseStore:
         names: Sequence[str] = (),
         selector: Selector | None = None,
         scope: Scope | None = None,
+        reader: Reader | None = None,
         **overrides: Unpack[QueryOverrides],
     ) -> FederatedResult:
         """Query several knowledge bases (`names`, or those matching `selector`, or every one with a published
         version in `scope`) and fuse their rankings into one by reciprocal rank (kbctl.query.federated). topK
         and the token budget apply to the fused list, by default the largest of the knowledge bases'. A name
-        that does not exist, or is outside `scope`, is NotFoundError."""
+        that does not exist, or is outside `scope`, is NotFoundError. `reader` as for `query`."""
         from kbctl.query.federated import query_many
         from kbctl.query.options import QueryOptions
 
@@ -539,7 +550,9 @@ class KnowledgeBaseStore:
             targets = list(names)
         else:
             targets = [kb.name for kb in self.list(selector, scope=scope) if kb.version is not None]
-        return query_many(question, targets, options, lambda name: self.query(name, question, options, scope=scope))
+        return query_many(
+            question, targets, options, lambda name: self.query(name, question, options, scope=scope, reader=reader)
+        )
 
     def context(
         self,
@@ -548,13 +561,15 @@ class KnowledgeBaseStore:
         options: QueryOptions | None = None,
         *,
         scope: Scope | None = None,
+        reader: Reader | None = None,
         **overrides: Unpack[QueryOverrides],
     ) -> GroundedContext:
         """The block a model should receive for `question`: merged passages marked as reference data,
-        or an explicit "no relevant context was found" block. The overrides given replace those of `options`."""
+        or an explicit "no relevant context was found" block. The overrides given replace those of `options`;
+        `reader` as for `query`."""
         from kbctl.query.context import build_context
 
-        return build_context(self.query(name, question, options, scope=scope, **overrides))
+        return build_context(self.query(name, question, options, scope=scope, reader=reader, **overrides))
 
     def ask(
         self,
@@ -565,6 +580,7 @@ class KnowledgeBaseStore:
         model: str | None = None,
         on_text: Callable[[str], None] | None = None,
         scope: Scope | None = None,
+        reader: Reader | None = None,
         **overrides: Unpack[QueryOverrides],
     ) -> AskResult:
         """Answer `question` from the knowledge base's passages through a chat model, citing them as [1], [2].
@@ -572,8 +588,8 @@ class KnowledgeBaseStore:
         When nothing passes the similarity threshold no model is called: the result has `answer` None and
         `reason` "noContext". The model is `model` (`provider/name` or `profile:NAME`), else the version's
         `spec.answer`, else the configuration's `chat.defaultModel`. With `on_text` the answer is streamed to
-        it as it arrives. The retrieval overrides given replace those of `options`, as for `query`. The
-        database connection is given back before the model is called.
+        it as it arrives. The retrieval overrides given replace those of `options`, and `reader` filters the
+        passages, as for `query`. The database connection is given back before the model is called.
         """
         from kbctl.answer import answer_ask, prepare_ask
         from kbctl.query.options import QueryOptions
@@ -591,6 +607,7 @@ class KnowledgeBaseStore:
                 default_model=self.settings.config.chat.default_model,
                 reranker_for=self.reranker,
                 visible=scope,
+                reader=reader,
             )
         return answer_ask(plan, on_text)
 

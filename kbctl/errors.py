@@ -14,6 +14,7 @@
      ├── NotFoundError         a named knowledge base (or version) does not exist
      ├── LimitError            an apply would exceed one of the knowledge base's spec.limits
      ├── RollbackError         a rollback that cannot be done as asked (that version already serves)
+     ├── AuthError             a bearer (a JWT) could not be verified, or its claims are not in a known format
      └── UsageError            the Python API was called wrong (a bad argument); also a ValueError
 
 "The world failed" and "you called it wrong" stay apart: a bad argument (QueryOptions(top_k=0), an unparsable
@@ -27,6 +28,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 __all__ = [
+    "AuthError",
     "BeirError",
     "ChatError",
     "EmbeddingError",
@@ -120,6 +122,11 @@ class LimitError(KbctlError):
 
 class RollbackError(KbctlError):
     """A rollback that cannot be done as asked (the version asked for already serves)."""
+
+
+class AuthError(KbctlError):
+    """A caller's credentials could not be accepted: a JWT whose signature, issuer, audience or expiry fails, whose
+    keys cannot be read, or whose claims are not in a known format (refused, never read as "no groups")."""
 
 
 class UsageError(KbctlError, ValueError):

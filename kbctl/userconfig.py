@@ -41,11 +41,12 @@ from pathlib import Path
 from typing import Any, Literal, TypeVar
 from urllib.parse import unquote
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator, model_validator
 from pydantic.alias_generators import to_camel
 from pydantic_core import PydanticCustomError
 
 from kbctl.errors import InputError, KbctlError, ManifestProblem, UsageError
+from kbctl.inputs.access import Reader
 
 __all__ = [
     "ALLOW_NETWORKS_ENV",
@@ -348,6 +349,8 @@ class ServeToken(_Model):
     knowledge_bases: tuple[str, ...] = ()
     selector: str | None = None
     metrics: bool = False  # may read /metrics, whose labels name every knowledge base (a scraper's token)
+    groups: tuple[str, ...] = ()  # the caller's groups: which restricted documents (`access`) it reads
+    claims: dict[str, str | tuple[str, ...]] = Field(default_factory=dict)  # matched against `access.labels`
 
     @field_validator("token_env")
     @classmethod
@@ -356,11 +359,56 @@ class ServeToken(_Model):
         assert checked is not None
         return checked
 
+    @field_validator("groups", "claims")
+    @classmethod
+    def _reader(cls, value: Any, info: ValidationInfo) -> Any:
+        Reader.of(value) if info.field_name == "groups" else Reader.of((), value)
+        return value
+
+
+class ServeOidc(_Model):
+    """JWT bearers from an identity provider (OIDC), accepted beside the tokens: each is verified against the
+    issuer's keys (a JWKS file, or a JWKS URL fetched over https), its issuer, audience and expiry checked, and its
+    `groupsClaim` (a list of strings) read as the caller's groups; `labelClaims` name the claims matched against
+    documents' `access.labels`. Every verified caller sees the knowledge bases of `knowledgeBases` and `selector`."""
+
+    issuer: str = Field(min_length=1, max_length=2048)
+    audience: str | None = Field(default=None, min_length=1, max_length=2048)
+    jwks_file: str | None = None
+    jwks_url: str | None = Field(default=None, alias="jwksURL")
+    algorithms: tuple[
+        Literal["RS256", "RS384", "RS512", "PS256", "PS384", "PS512", "ES256", "ES384", "ES512", "EdDSA"], ...
+    ] = (
+        "RS256",
+        "ES256",
+    )
+    groups_claim: str = Field(default="groups", min_length=1, max_length=256)
+    label_claims: tuple[str, ...] = ()
+    knowledge_bases: tuple[str, ...] = ()
+    selector: str | None = None
+    leeway: float = Field(default=60.0, ge=0, le=600)  # seconds of clock skew allowed on exp and nbf
+    cache_seconds: float = Field(default=300.0, ge=0, le=86_400)  # how long fetched keys are used
+
+    @field_validator("jwks_url")
+    @classmethod
+    def _https(cls, value: str | None) -> str | None:
+        if value is not None and not value.startswith("https://"):
+            raise ValueError("jwksURL must be an https:// URL")
+        return value
+
+    @model_validator(mode="after")
+    def _one_key_source(self) -> ServeOidc:
+        if (self.jwks_file is None) == (self.jwks_url is None):
+            raise ValueError("set exactly one of jwksFile or jwksURL")
+        return self
+
 
 class ServeConfig(_Model):
-    """`kbctl serve`: its bearer tokens by name (the name is what logs and metrics show, never the token)."""
+    """`kbctl serve`: its bearer tokens by name (the name is what logs and metrics show, never the token), and
+    optionally JWTs of an identity provider (`oidc`)."""
 
     tokens: dict[str, ServeToken] = Field(default_factory=dict)
+    oidc: ServeOidc | None = None
 
 
 class ConfigFile(_Model):

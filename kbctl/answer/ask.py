@@ -19,6 +19,7 @@ from kbctl.answer.results import AnswerUsage, AskResult, AskTimings, Citation, R
 from kbctl.chat import ChatModel, ChatOptions
 from kbctl.embedding import Embedder
 from kbctl.errors import ChatError, UsageError
+from kbctl.inputs.access import Reader
 from kbctl.manifest import Answer
 from kbctl.manifest.models import read_stored
 from kbctl.query.context import GroundedContext, build_context
@@ -90,20 +91,21 @@ def prepare_ask(
     default_model: str | None = None,
     reranker_for: Callable[[str], Reranker] | None = None,
     visible: Visible | None = None,
+    reader: Reader | None = None,
 ) -> AskPlan:
     """Retrieve for `question` from the serving version of `name` and choose the chat model, in one snapshot of
     `db` (not needed after: a server gives its connection back before `answer_ask` calls the model).
 
     The chat model is `model` (a `provider/name` or `profile:NAME`), else the version's `spec.answer`, else
     `default_model`; none of them is a ChatError, even when nothing would be retrieved. Retrieval takes
-    `options` like `query`; `visible` is the caller's scope, as for `query_knowledge_base`.
+    `options` like `query`; `visible` is the caller's scope and `reader` its groups, as for `query_knowledge_base`.
     """
     question = clean_question(question)
     if len(question) > MAX_QUESTION_CHARS:
         raise UsageError(f"question is longer than {MAX_QUESTION_CHARS:,} characters")
     started = time.perf_counter()
     with db.read_only():
-        plan = plan_query(db, name, options or QueryOptions(), visible)
+        plan = plan_query(db, name, options or QueryOptions(), visible, reader)
         spec = read_stored(Answer, db.answer_spec(plan.version_id), f"spec.answer of KnowledgeBase/{name}")
         ref = chat_model_ref(name, spec, model, default_model)
         chat = chat_for(ref)  # an unknown provider or profile fails here, before any retrieval

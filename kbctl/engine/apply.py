@@ -43,7 +43,7 @@ from kbctl.engine.plan import (
 )
 from kbctl.engine.results import ApplyReport, KnowledgeBaseResult, SourceStatus
 from kbctl.errors import KbctlError, NotFoundError, SourceError, StoreError, UsageError
-from kbctl.manifest import KnowledgeBase
+from kbctl.manifest import Access, KnowledgeBase
 from kbctl.manifest.changes import field_changes
 from kbctl.manifest.digest import manifest_digests
 from kbctl.sources import source_of
@@ -96,13 +96,18 @@ def source_result(p: SourcePlan, outcome: NewRevision | Fail | None = None) -> S
     )
 
 
-def _entry(position: int, p: SourcePlan, outcome: NewRevision | Fail | None, result: SourceStatus) -> SourceRow:
+def _entry(
+    position: int, p: SourcePlan, outcome: NewRevision | Fail | None, result: SourceStatus, access: Access | None
+) -> SourceRow:
     """The row a published version keeps for a source: it points at its new revision (by key), at the stored
-    revision it keeps serving, or at nothing."""
+    revision it keeps serving, or at nothing, and says who may read it (`access`: the source's, else the spec's)."""
     key = outcome.revision_key if isinstance(outcome, NewRevision) else None
     kept = p.serving.revision_id if key is None and p.serving is not None else None
     serves = key is not None or kept is not None
+    readers, reader_labels = access.columns() if access is not None else (None, None)
     return SourceRow(
+        readers=readers,
+        reader_labels=reader_labels,
         source_name=p.name,
         state=result.state,
         message=result.message,
@@ -321,7 +326,7 @@ class _Reconciler:
         stored: Mapping[str, SourceRow],
     ) -> None:
         entries = [
-            _entry(position, p, run.outcomes.get(p.name), r)
+            _entry(position, p, run.outcomes.get(p.name), r, plan.kb.spec.access_of(p.source))
             for position, (p, r) in enumerate(zip(plan.sources, results, strict=True))
         ]
         self.db.publish(

@@ -17,7 +17,7 @@ from kbctl.engine.prune import PruneScope
 from kbctl.engine.results import DIFFED, SourceStatus
 from kbctl.engine.settled import in_file_order
 from kbctl.manifest import KnowledgeBase
-from kbctl.manifest.changes import field_changes
+from kbctl.manifest.changes import access_changes, field_changes
 from kbctl.manifest.models import SourceKind
 from kbctl.sources import source_of
 from kbctl.sources.files import read_paths
@@ -156,7 +156,10 @@ class _Differ:
             name=kb.name,
             action="unchanged" if plan.unchanged else "configured",
             version=plan.current_version,
-            fields=[FieldDiff(path=c.path, old=c.old, new=c.new) for c in field_changes(old, plan.manifest)],
+            fields=[
+                FieldDiff(path=c.path, old=c.old, new=c.new)
+                for c in [*field_changes(old, plan.manifest), *access_changes(old, plan.manifest)]
+            ],
             sources=sources,
             over_limits=over,
             unreadable=unreadable,

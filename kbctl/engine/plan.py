@@ -29,7 +29,7 @@ from typing import Any, Literal
 from kbctl.errors import SourceError
 from kbctl.manifest import KnowledgeBase, Source
 from kbctl.manifest.changes import source_changes
-from kbctl.manifest.digest import manifest_digests, sha256_json
+from kbctl.manifest.digest import manifest_digests, sha256_json, source_sha256
 from kbctl.sources import Document, read_inline, source_of
 from kbctl.sources.files import NotModified
 from kbctl.sources.files import ReadOutcome as FilesRead
@@ -199,7 +199,7 @@ class KnowledgeBasePlan:
 
 
 def _source_sha256(source: Source) -> str:
-    return sha256_json(source.model_dump(by_alias=True, mode="json"))
+    return source_sha256(source.model_dump(by_alias=True, mode="json"))
 
 
 def _revision_key(kb: KnowledgeBase, source: Source, doc: Document, model_id: str) -> str:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, TypeVar
 
 from pydantic import BaseModel, ConfigDict, model_validator
 from pydantic.alias_generators import to_camel
@@ -12,6 +12,7 @@ from kbctl.defaults import DESCRIBE_EVENTS
 from kbctl.engine.conditions import Condition, is_true, status_word
 from kbctl.engine.results import DESCRIBED, SourceStatus
 from kbctl.errors import NotFoundError
+from kbctl.inputs.access import Reader, may_read
 from kbctl.sources import source_of
 from kbctl.store.applied import applied_from
 from kbctl.store.database import Database, KnowledgeBaseRow, SourceRow
@@ -117,13 +118,17 @@ def _row_fields(row: KnowledgeBaseRow) -> dict[str, Any]:
     }
 
 
-def _detail(db: Database, row: KnowledgeBaseRow) -> KnowledgeBaseDetail:
+def _detail(db: Database, row: KnowledgeBaseRow, reader: Reader | None = None) -> KnowledgeBaseDetail:
     with db.read_only():
         version = db.get_version(row.id, row.current_version) if row.current_version else None
         live = db.source_statuses(row.id)
         served = db.version_sources(version.id) if version else []
         schedule = read_schedule(db, row.id)
         events = list_events(db, [row.name], limit=DESCRIBE_EVENTS, kind="KnowledgeBase")
+    hidden = 0
+    if reader is not None:
+        readable = [s for s in served if may_read(reader, s.readers, s.reader_labels)]
+        hidden, served = len(served) - len(readable), readable
     # The spec in force: the serving version's, else the one last recorded; read through the models, so
     # every default comes from kbctl/manifest/models.py.
     from kbctl.manifest import KnowledgeBase
@@ -140,6 +145,24 @@ def _detail(db: Database, row: KnowledgeBaseRow) -> KnowledgeBaseDetail:
         order = {s.name: i for i, s in enumerate(spec.sources)}
         names = sorted((n for n in live if source_of(n) in order), key=lambda n: (order[source_of(n)], n))
         sources = [_source_status(n, kinds[source_of(n)], None, live[n]) for n in names]
+    if hidden:  # a reader's view: what it may not read is not named, counted or described
+        return _readers_view(
+            KnowledgeBaseDetail(
+                **_row_fields(row),
+                sources=len(sources),
+                ready_sources=sum(1 for s in sources if s.state == "ready"),
+                chunks=sum(s.chunk_count for s in served),
+                description=spec.description,
+                model=version.model if version else spec.embedding.model,
+                chunking=spec.chunking.model_dump(by_alias=True, mode="json"),
+                retrieval=spec.retrieval.model_dump(by_alias=True, mode="json"),
+                answer=spec.answer.model_dump(by_alias=True, mode="json") if spec.answer else None,
+                embedded=sum(s.embedded_count for s in served),
+                reused=sum(s.reused_count for s in served),
+                version_created_at=version.created_at if version else None,
+                source_status=sources,
+            )
+        )
     return KnowledgeBaseDetail(
         **_row_fields(row),
         sources=len(sources),
@@ -165,28 +188,44 @@ def _detail(db: Database, row: KnowledgeBaseRow) -> KnowledgeBaseDetail:
     )
 
 
-def list_knowledge_bases(db: Database) -> list[KnowledgeBaseSummary]:
+_T = TypeVar("_T", bound=KnowledgeBaseSummary)
+
+
+def _readers_view(summary: _T) -> _T:
+    """A knowledge base as a caller who may not read some of its sources sees it: the counts are of what it may
+    read (set by the caller), and the conditions keep their status and reason but not their messages, which may
+    name a source."""
+    conditions = [c.model_copy(update={"message": ""}) for c in summary.conditions]
+    return summary.model_copy(update={"conditions": conditions})
+
+
+def list_knowledge_bases(db: Database, reader: Reader | None = None) -> list[KnowledgeBaseSummary]:
     """Every knowledge base with its current version and counts, by name (counted in the store: no manifest is
-    read, so listing costs the same however much text the knowledge bases hold)."""
-    return [
-        KnowledgeBaseSummary(
+    read, so listing costs the same however much text the knowledge bases hold). With a `reader`, a knowledge
+    base that restricts sources it may not read shows the counts of what it may read (`_readers_view`)."""
+    counts = db.readable_counts(reader) if reader is not None else {}
+    found = []
+    for row in db.list_summaries():
+        sources, ready, chunks, hidden = counts.get(row.name, (row.sources, row.ready_sources, row.chunks, 0))
+        summary = KnowledgeBaseSummary(
             **_row_fields(row),
             description=row.description,
             model=row.model,
-            sources=row.sources,
-            ready_sources=row.ready_sources,
-            chunks=row.chunks,
+            sources=sources,
+            ready_sources=ready,
+            chunks=chunks,
         )
-        for row in db.list_summaries()
-    ]
+        found.append(_readers_view(summary) if hidden else summary)
+    return found
 
 
-def describe_knowledge_base(db: Database, name: str) -> KnowledgeBaseDetail:
-    """The detail of one knowledge base; NotFoundError when there is none called `name`."""
+def describe_knowledge_base(db: Database, name: str, reader: Reader | None = None) -> KnowledgeBaseDetail:
+    """The detail of one knowledge base; NotFoundError when there is none called `name`. With a `reader`, the
+    sources it may not read are left out, with their chunks, events and condition messages (`_readers_view`)."""
     row = db.get_kb(name)
     if row is None:
         raise NotFoundError(f'knowledgebase "{name}" not found')
-    return _detail(db, row)
+    return _detail(db, row, reader)
 
 
 def _timestamp(when: datetime | None) -> str | None:

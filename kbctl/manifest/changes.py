@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["FieldChange", "field_changes", "source_changes"]
+__all__ = ["FieldChange", "access_changes", "field_changes", "source_changes"]
 
 
 @dataclass(frozen=True)
@@ -50,3 +50,14 @@ def source_changes(old: dict[str, Any] | None, new: dict[str, Any]) -> tuple[lis
     removed = [n for n in before if n not in after]
     changed = [n for n in after if n in before and before[n] != after[n]]
     return added, removed, changed
+
+
+def access_changes(old: dict[str, Any] | None, new: dict[str, Any]) -> list[FieldChange]:
+    """The sources present in both manifests whose `access` differs, as `spec.sources[NAME].access` (who may read
+    them: a change that publishes a new version of the same chunks), in manifest order."""
+    before = {s["name"]: s.get("access") for s in (old or {}).get("spec", {}).get("sources", [])}
+    return [
+        FieldChange(f"spec.sources[{s['name']}].access", before[s["name"]], s.get("access"))
+        for s in new.get("spec", {}).get("sources", [])
+        if s["name"] in before and before[s["name"]] != s.get("access")
+    ]

@@ -8,7 +8,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["ManifestDigests", "canonical_json", "manifest_digests", "sha256_json"]
+__all__ = ["ManifestDigests", "canonical_json", "manifest_digests", "sha256_json", "source_sha256"]
 
 
 def canonical_json(data: object) -> str:
@@ -21,9 +21,17 @@ def sha256_json(data: object) -> str:
     return hashlib.sha256(canonical_json(data).encode()).hexdigest()
 
 
+def source_sha256(source: Mapping[str, Any]) -> str:
+    """A source's spec hash, what its stored documents are keyed by: sha256_json of its manifest entry without
+    `access` (who may read the documents changes none of them: a new version serves the same revisions)."""
+    if "access" not in source:
+        return sha256_json(source)
+    return sha256_json({k: v for k, v in source.items() if k != "access"})
+
+
 @dataclass(frozen=True)
 class ManifestDigests:
-    """sha256_json of a manifest, and of each of its `spec.sources` entries in order."""
+    """sha256_json of a manifest, and `source_sha256` of each of its `spec.sources` entries in order."""
 
     manifest: str
     sources: tuple[str, ...]
@@ -43,7 +51,13 @@ def manifest_digests(manifest: Mapping[str, Any]) -> ManifestDigests:
     digest = hashlib.sha256()
     for piece in _object_pieces(manifest, {"spec": _object_pieces(spec, {"sources": _array_pieces(pieces)})}):
         digest.update(piece)
-    return ManifestDigests(digest.hexdigest(), tuple(hashlib.sha256(p).hexdigest() for p in pieces))
+    hashes = (
+        source_sha256(source)
+        if isinstance(source, Mapping) and "access" in source
+        else hashlib.sha256(piece).hexdigest()
+        for source, piece in zip(sources, pieces, strict=True)
+    )
+    return ManifestDigests(digest.hexdigest(), tuple(hashes))
 
 
 def _object_pieces(data: Mapping[str, Any], encoded: Mapping[str, list[bytes]]) -> list[bytes]:

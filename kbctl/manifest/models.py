@@ -29,6 +29,7 @@ from pydantic_core import ErrorDetails, InitErrorDetails
 from kbctl import defaults
 from kbctl.defaults import DEFAULT_MODEL
 from kbctl.errors import StoreError
+from kbctl.inputs.access import ACCESS_GROUPS_MAX, ACCESS_LABELS_MAX, check_group, label_terms
 from kbctl.manifest._field_checks import (
     CONTEXT_TOKENS_MAX,
     DNS_LABEL,
@@ -52,6 +53,7 @@ __all__ = [
     "DEFAULT_MODEL",
     "KIND",
     "MAX_INSTRUCTIONS_CHARS",
+    "Access",
     "Answer",
     "Chunking",
     "Crawl",
@@ -198,6 +200,41 @@ class Crawl(_Model):
         return check_url(value)
 
 
+def _group(value: str) -> str:
+    return check_group(value)
+
+
+_Group = Annotated[str, AfterValidator(_group)]
+
+
+class Access(_Model):
+    """Who may retrieve documents (`spec.access`, `spec.sources[].access`): callers in one of `groups`, holding
+    every label of `labels` among their claims. A source without access has its knowledge base's; with neither,
+    every caller that may see the knowledge base reads it."""
+
+    groups: list[_Group] = Field(
+        default_factory=list,
+        max_length=ACCESS_GROUPS_MAX,
+        description="Callers in any one of these groups may read (a token's `groups`, a JWT's groups claim, "
+        "`--as-group`).",
+    )
+    labels: dict[_LabelKey, _LabelValue] = Field(
+        default_factory=dict,
+        max_length=ACCESS_LABELS_MAX,
+        description="Claims the caller must all hold (`department: hr`: a claim `department` with value `hr`).",
+    )
+
+    @model_validator(mode="after")
+    def _names_someone(self) -> Access:
+        if not self.groups and not self.labels:
+            raise ValueError("name at least one group or label (leave access out to let every caller read)")
+        return self
+
+    def columns(self) -> tuple[list[str] | None, list[str] | None]:
+        """The rule as the store keeps it: its groups and its label terms (`key=value`), each None when empty."""
+        return (sorted(set(self.groups)) or None, label_terms(self.labels) or None)
+
+
 class Source(_Model):
     """Documents to index: fetched from a URL, given inline as text, read from files next to the manifest, from a
     git repository, or crawled from a site (exactly one of them)."""
@@ -235,6 +272,11 @@ class Source(_Model):
     )
     text_fields: list[str] | None = Field(
         default=None, description="json / jsonl: the fields an entry's text is made of, in order (default: all)."
+    )
+    access: Access | None = Field(
+        default=None,
+        description="Who may retrieve this source's documents (default: the knowledge base's spec.access). Changing "
+        "it publishes a new version without fetching or embedding anything.",
     )
 
     @model_validator(mode="before")
@@ -317,6 +359,7 @@ class Source(_Model):
             "titleField",
             "text_fields",
             "textFields",
+            "access",
         )
 
 
@@ -620,6 +663,11 @@ class Spec(_Model):
     refresh: Refresh | None = Field(
         default=None, description="A schedule on which `kbctl controller` refreshes it (none: only `kbctl refresh`)."
     )
+    access: Access | None = Field(
+        default=None,
+        description="Who may retrieve the documents of every source that sets no access of its own (default: "
+        "every caller that may see the knowledge base).",
+    )
     suspend: Annotated[bool, Strict()] | None = Field(
         default=None,
         description="true: `kbctl controller` leaves it as it is: no scheduled refresh, and a version that drifted "
@@ -632,6 +680,10 @@ class Spec(_Model):
         """Whether the controller is to leave this knowledge base alone (spec.suspend)."""
         return bool(self.suspend)
 
+    def access_of(self, source: Source) -> Access | None:
+        """Who may read `source`: its own access, else the knowledge base's, else None (every caller)."""
+        return source.access if source.access is not None else self.access
+
     @property
     def effective_limits(self) -> Limits:
         """The limits in force: those set, else the defaults."""
@@ -639,7 +691,7 @@ class Spec(_Model):
 
     @model_serializer(mode="wrap")
     def _omit_unset_limits(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
-        return _without_unset(handler(self), "limits", "answer", "refresh", "suspend")
+        return _without_unset(handler(self), "limits", "answer", "refresh", "suspend", "access")
 
     @field_validator("sources", mode="wrap")
     @classmethod

@@ -59,6 +59,7 @@ from kbctl.embedding import Embedder, Vector
 from kbctl.embedding.local import calibrated_threshold
 from kbctl.engine.conditions import condition
 from kbctl.errors import NotFoundError, RerankError, UsageError
+from kbctl.inputs.access import Reader
 from kbctl.manifest import Rerank, Retrieval
 from kbctl.manifest.models import Fusion, read_stored
 from kbctl.query.options import Mode, QueryOptions
@@ -103,6 +104,7 @@ class QueryPlan:
     language: str  # PostgreSQL text search configuration of the full-text stages
     rerank: Rerank | None  # the spec's reranker, None when there is none or the options skip it
     explain: bool
+    reader: Reader | None = None  # the caller, whose access filters every candidate; None: the version restricts none
 
     @property
     def pool(self) -> int:
@@ -113,12 +115,17 @@ class QueryPlan:
 Visible = Callable[[str, Mapping[str, str]], bool]  # may the caller see the knowledge base (name, labels)?
 
 
-def plan_query(db: Database, name: str, options: QueryOptions, visible: Visible | None = None) -> QueryPlan:
+def plan_query(
+    db: Database, name: str, options: QueryOptions, visible: Visible | None = None, reader: Reader | None = None
+) -> QueryPlan:
     """The plan of a query of `name`: its serving version, with the options that are unset taken from the
     version's `spec.retrieval` (validated by `kbctl.manifest.Retrieval`, which fills in the defaults; a field it leaves
     unset takes kbctl.defaults', and a threshold set nowhere is the calibrated one of the model the version was
     embedded with, `calibrated_threshold`). A knowledge
-    base that `visible` refuses is not found, exactly as one that does not exist."""
+    base that `visible` refuses is not found, exactly as one that does not exist.
+
+    `reader` is the caller (None: one without groups or claims). When the version restricts some of its sources
+    (`access`), the plan reads only what the caller may read, and its chunk count is of those alone."""
     target = db.query_target(name)
     if target is None or (visible is not None and not visible(name, target.labels)):
         raise NotFoundError(f'knowledgebase "{name}" not found')
@@ -133,12 +140,14 @@ def plan_query(db: Database, name: str, options: QueryOptions, visible: Visible 
     if options.rerank and spec.rerank is None:
         raise UsageError(f"KnowledgeBase/{name} (version {target.number}) has no spec.retrieval.rerank")
     threshold = options.threshold if options.threshold is not None else spec.similarity_threshold
+    caller = (reader if reader is not None else Reader()) if target.restricted_chunks else None
+    chunks = db.readable_chunks(target.version_id, caller) if caller is not None else target.chunk_count
     return QueryPlan(
         name=name,
         version_id=target.version_id,
         version=target.number,
         model=target.model,
-        chunks=target.chunk_count,
+        chunks=chunks,
         ef_search=spec.ef_search or EF_SEARCH,
         candidates=spec.candidates or CANDIDATES,
         fusion=spec.fusion or FUSION,
@@ -150,6 +159,7 @@ def plan_query(db: Database, name: str, options: QueryOptions, visible: Visible 
         language=spec.language,
         rerank=spec.rerank if options.rerank is not False else None,
         explain=options.explain,
+        reader=caller,
     )
 
 
@@ -271,7 +281,13 @@ def vector_candidates(db: Database, plan: QueryPlan, vector: Vector) -> list[Chu
 
     def nearest(limit: int) -> list[ChunkHit]:
         return db.search(
-            plan.version_id, vector, limit, model=plan.model, version_chunks=plan.chunks, ef_search=plan.ef_search
+            plan.version_id,
+            vector,
+            limit,
+            model=plan.model,
+            version_chunks=plan.chunks,
+            ef_search=plan.ef_search,
+            reader=plan.reader,
         )
 
     first = min(plan.pool, FIRST_READ * plan.top_k) if plan.mode == "vector" and plan.rerank is None else plan.pool
@@ -303,7 +319,7 @@ def keyword_candidates(
     the vector list's chunks `by_vector` are the ones scored (kbctl.store.bm25)."""
     if plan.mode == "vector":
         return []
-    return db.keyword_search(plan.version_id, plan.language, question, vector, plan.pool, by_vector)
+    return db.keyword_search(plan.version_id, plan.language, question, vector, plan.pool, by_vector, plan.reader)
 
 
 def fuse(
@@ -484,6 +500,7 @@ def query_knowledge_base(
     *,
     reranker_for: Callable[[str], Reranker] | None = None,
     visible: Visible | None = None,
+    reader: Reader | None = None,
 ) -> QueryResult:
     """Retrieve the chunks of the current version of `name` most relevant to `question`.
 
@@ -495,13 +512,15 @@ def query_knowledge_base(
     not sent twice. With `options.explain`, `trace` records every stage's candidates, ranks, scores,
     verdicts and time. Unset options come from the version's `spec.retrieval`; the question is embedded
     with the model of the version, whatever the manifest says now. `visible`, when given, is asked whether
-    the caller may see the knowledge base (a server's token scope); refused, it is not found.
+    the caller may see the knowledge base (a server's token scope); refused, it is not found. `reader` is the
+    caller's groups and claims: a document behind an `access` rule it does not meet is never a candidate (None:
+    a caller without any, who reads only unrestricted documents).
     """
     question = clean_question(question)
     # One read-only snapshot for the whole query: a version published, rolled back or pruned meanwhile
     # cannot change what it reads (the rows of the version it started with stay visible to it).
     with db.read_only():
-        plan = plan_query(db, name, options or QueryOptions(), visible)
+        plan = plan_query(db, name, options or QueryOptions(), visible, reader)
         return run_query(db, plan, question, embedder_for, reranker_for)
 
 

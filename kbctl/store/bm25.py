@@ -43,6 +43,8 @@ from psycopg.rows import class_row
 from kbctl.defaults import BM25_B as B  # length normalization
 from kbctl.defaults import BM25_K1 as K1  # term frequency saturation
 from kbctl.defaults import LAST_RESORT_RANKED, MATCH_POSTINGS
+from kbctl.inputs.access import Reader
+from kbctl.store.access import readable, readable_params, readable_size
 from kbctl.store.rows import ChunkHit
 from kbctl.store.search import as_float32
 
@@ -107,8 +109,13 @@ class QuestionTerms:
         return [math.log1p((n - df + 0.5) / (df + 0.5)) for df in self.chunks_with]
 
 
-def question_terms(conn: psycopg.Connection[Any], version_id: int, language: str, question: str) -> QuestionTerms:
-    """The question's words (in `language`) and the version's statistics of them."""
+def question_terms(
+    conn: psycopg.Connection[Any], version_id: int, language: str, question: str, reader: Reader | None = None
+) -> QuestionTerms:
+    """The question's words (in `language`) and the version's statistics of them: of the part `reader` may read,
+    when given (summed over its revisions, so a document the caller may not read weighs on no score)."""
+    if reader is not None:
+        return _readable_terms(conn, version_id, language, question, reader)
     # Each word's df is looked up by its own key (a subquery per word): joined instead, a version published after
     # the last ANALYZE looked like one of a single row, and the planner merged all of its 109,000 rows (~110 ms).
     row = conn.execute(
@@ -129,6 +136,33 @@ def question_terms(conn: psycopg.Connection[Any], version_id: int, language: str
         chunks_with=tuple(int(d) for d in dfs or ()),
         chunks=int(chunks or 0),
         mean_length=float(length or 0) / max(1, int(chunks or 0)),
+    )
+
+
+def _readable_terms(
+    conn: psycopg.Connection[Any], version_id: int, language: str, question: str, reader: Reader
+) -> QuestionTerms:
+    """question_terms over the revisions of a version that `reader` may read."""
+    row = conn.execute(
+        "WITH rv AS MATERIALIZED (SELECT vs.revision_id FROM kb_version_sources vs"
+        " WHERE vs.version_id = %(v)s AND vs.revision_id IS NOT NULL" + readable(reader) + "),"
+        " q AS (SELECT u.lexeme, coalesce(array_length(u.positions, 1), 1) AS n,"
+        " (SELECT sum(t.chunks) FROM kb_revision_terms t WHERE t.lexeme = u.lexeme"
+        " AND t.revision_id IN (SELECT revision_id FROM rv)) AS df"
+        " FROM unnest(to_tsvector(%(l)s::regconfig, %(q)s)) u)"
+        " SELECT array_agg(q.lexeme ORDER BY q.lexeme), array_agg(q.n ORDER BY q.lexeme),"
+        " array_agg(coalesce(q.df, 0) ORDER BY q.lexeme) FROM q",
+        {"l": language, "q": question, "v": version_id, **readable_params(reader)},
+    ).fetchone()
+    assert row is not None
+    lexemes, counts, dfs = row
+    chunks, length = readable_size(conn, version_id, reader)
+    return QuestionTerms(
+        lexemes=tuple(lexemes or ()),
+        counts=tuple(int(c) for c in counts or ()),
+        chunks_with=tuple(int(d) for d in dfs or ()),
+        chunks=chunks,
+        mean_length=float(length) / max(1, chunks),
     )
 
 
@@ -215,11 +249,16 @@ _SCORE = (
     " FROM (SELECT lexeme, coalesce(array_length(positions, 1), 1)::float8 AS tf"
     " FROM unnest(ts_filter(setweight(c.tsv, 'A', %(lex)s::text[]), '{a}'))) u)"
 )
+
+
 # Which chunks are scored: those of the version matching %(match)s, at most %(cap)s of them; or those of %(ids)s.
-_IN_VERSION = (
-    "SELECT c.id, c.tsv, c.term_count FROM kb_version_sources vs JOIN kb_chunks c ON c.revision_id = vs.revision_id"
-    " WHERE vs.version_id = %(v)s AND c.tsv @@ %(match)s::tsquery LIMIT %(cap)s"
-)
+def _in_version(reader: Reader | None) -> str:
+    return (
+        "SELECT c.id, c.tsv, c.term_count FROM kb_version_sources vs JOIN kb_chunks c ON c.revision_id = vs.revision_id"
+        " WHERE vs.version_id = %(v)s" + readable(reader) + " AND c.tsv @@ %(match)s::tsquery LIMIT %(cap)s"
+    )
+
+
 _AMONG = (
     "SELECT c.id, c.tsv, c.term_count FROM kb_chunks c"
     " WHERE c.id = ANY(%(ids)s::bigint[]) AND c.tsv @@ %(match)s::tsquery"
@@ -236,13 +275,15 @@ def _scored(
     among: Sequence[int] | None = None,
     *,
     by_index: bool = False,
+    reader: Reader | None = None,
 ) -> list[tuple[int, float]]:
     """The best `limit` (chunk id, BM25 score) of a version's chunks holding any of `matching`, among at most
     `cap` of them (all when None), or among the chunks `among` when given, scored by every word of the question.
     `by_index`: the chunks are found through the full-text index, never by a scan (see keyword_search), inside the
-    caller's transaction (a query's snapshot) or one opened here; the scan setting is then as it was."""
+    caller's transaction (a query's snapshot) or one opened here; the scan setting is then as it was. With a
+    `reader`, only the chunks it may read (`among` holds only such chunks already)."""
     weights = [count * idf * (K1 + 1) for count, idf in zip(terms.counts, terms.idf(), strict=True)]
-    chosen = _IN_VERSION if among is None else _AMONG
+    chosen = _in_version(reader) if among is None else _AMONG
     inside = conn.info.transaction_status != TransactionStatus.IDLE
     with nullcontext() if inside or not by_index else conn.transaction():
         before = None
@@ -267,6 +308,7 @@ def _scored(
                 "b": B,
                 "avgdl": max(terms.mean_length, 1.0),
                 "n": limit,
+                **readable_params(reader),
             },
             prepare=False,
         ).fetchall()
@@ -298,6 +340,7 @@ def keyword_search(
     vector: Vector,
     limit: int,
     among: Sequence[ChunkHit] = (),
+    reader: Reader | None = None,
 ) -> list[ChunkHit]:
     """The `limit` chunks of a version with the best BM25 score for `question`, best first, each with its BM25
     score (`keyword_score`) and its cosine similarity to `vector` (`score`).
@@ -305,34 +348,49 @@ def keyword_search(
     `among` (in hybrid mode, the vector list) are chunks of the version already read: those the keyword search
     finds too are not read again. When every word of the question is common (even the rarest is in more than
     MATCH_POSTINGS chunks), no word can select chunks: the chunks `among` are the ones scored, when given;
-    otherwise MATCH_POSTINGS of the chunks holding the rarest word."""
-    terms = question_terms(conn, version_id, language, question)
+    otherwise MATCH_POSTINGS of the chunks holding the rarest word. With a `reader`, only the chunks it may read are
+    scored, by the statistics of those alone (kbctl.store.access)."""
+    terms = question_terms(conn, version_id, language, question, reader)
     selecting = selecting_words(terms)
     if not selecting:
         return []  # only stop words, or words no chunk holds
     known = {hit.chunk_id: hit for hit in among}
     if known and min(terms.chunks_with[terms.lexemes.index(word)] for word in selecting) > MATCH_POSTINGS:
-        ranked = _scored(conn, version_id, terms, terms.lexemes, limit, None, list(known))
+        ranked = _scored(conn, version_id, terms, terms.lexemes, limit, None, list(known), reader=reader)
     else:
         # Words selected within the postings budget are found through the index: the planner's estimate for many
         # words joined by OR is far too high (an ArguAna question's 130 selecting words hold 3,452 of 11,511 chunks:
         # it scanned every chunk's tsvector against all of them, 200 ms where the index takes 20).
         postings = sum(terms.chunks_with[terms.lexemes.index(word)] for word in selecting)
-        ranked = _scored(conn, version_id, terms, selecting, limit, MATCH_POSTINGS, by_index=postings <= MATCH_POSTINGS)
+        ranked = _scored(
+            conn,
+            version_id,
+            terms,
+            selecting,
+            limit,
+            MATCH_POSTINGS,
+            by_index=postings <= MATCH_POSTINGS,
+            reader=reader,
+        )
     if len(ranked) < limit and len(selecting) < sum(df > 0 for df in terms.chunks_with):
         kept = {i for i, _ in ranked}
-        more = _scored(conn, version_id, terms, terms.lexemes, limit, LAST_RESORT_RANKED)
+        more = _scored(conn, version_id, terms, terms.lexemes, limit, LAST_RESORT_RANKED, reader=reader)
         ranked += [(i, s) for i, s in more if i not in kept][: limit - len(ranked)]
         ranked.sort(key=lambda item: (-item[1], item[0]))
     unread = [(i, s) for i, s in ranked if i not in known]
-    read = {hit.chunk_id: hit for hit in _chunk_hits(conn, version_id, vector, unread)}
+    read = {hit.chunk_id: hit for hit in _chunk_hits(conn, version_id, vector, unread, reader)}
     return [replace(known[i], keyword_score=s) if i in known else read[i] for i, s in ranked]
 
 
 def _chunk_hits(
-    conn: psycopg.Connection[Any], version_id: int, vector: Vector, ranked: Sequence[tuple[int, float]]
+    conn: psycopg.Connection[Any],
+    version_id: int,
+    vector: Vector,
+    ranked: Sequence[tuple[int, float]],
+    reader: Reader | None = None,
 ) -> list[ChunkHit]:
-    """The chunks `ranked` (chunk id, BM25 score) of a version, each with its cosine similarity to `vector`."""
+    """The chunks `ranked` (chunk id, BM25 score) of a version, each with its cosine similarity to `vector` (those
+    `reader` may read, when given)."""
     if not ranked:
         return []
     with conn.cursor(row_factory=class_row(ChunkHit)) as cur:
@@ -344,12 +402,14 @@ def _chunk_hits(
             " JOIN kb_chunks c ON c.id = best.id"
             " JOIN kb_source_revisions r ON r.id = c.revision_id"
             " JOIN kb_version_sources vs ON vs.revision_id = c.revision_id AND vs.version_id = %(v)s"
-            " JOIN kb_embeddings e ON e.id = c.embedding_id",
+            + readable(reader)
+            + " JOIN kb_embeddings e ON e.id = c.embedding_id",
             {
                 "q": as_float32(vector),
                 "v": version_id,
                 "ids": [i for i, _ in ranked],
                 "scores": [s for _, s in ranked],
+                **readable_params(reader),
             },
             binary=True,
         ).fetchall()

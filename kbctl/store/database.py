@@ -19,7 +19,9 @@ from psycopg.types.json import Jsonb
 
 from kbctl.defaults import INDEX_LOOKUP_SECONDS
 from kbctl.errors import StoreError
+from kbctl.inputs.access import Reader
 from kbctl.manifest.digest import sha256_json
+from kbctl.store.access import readable_counts, readable_size
 from kbctl.store.bm25 import (
     containing_all_words,
     delete_revision_terms,
@@ -404,7 +406,7 @@ class Database:
         with self._conn.cursor(row_factory=class_row(QueryTarget)) as cur:
             return cur.execute(
                 "SELECT k.id AS kb_id, k.labels, k.conditions, v.id AS version_id, v.number, v.model, v.chunk_count,"
-                " v.retrieval"
+                " v.retrieval, v.restricted_chunks"
                 " FROM (SELECT " + _KB_COLUMNS + ", manifest FROM kb_knowledge_bases) k"
                 " LEFT JOIN kb_versions v ON v.kb_id = k.id AND v.number = k.current_version"
                 " WHERE k.name = %s",
@@ -423,7 +425,7 @@ class Database:
         with self._conn.cursor(row_factory=class_row(SourceRow)) as cur:
             return cur.execute(
                 "SELECT vs.position, vs.source_name, vs.source_sha256, vs.revision_id, vs.state, vs.message,"
-                " vs.embedded_count, vs.reused_count, r.origin, r.title,"
+                " vs.embedded_count, vs.reused_count, vs.readers, vs.reader_labels, r.origin, r.title,"
                 " coalesce(r.chunk_count, 0) AS chunk_count, r.content_sha256,"
                 " r.created_at AS revision_created_at"
                 " FROM kb_version_sources vs LEFT JOIN kb_source_revisions r ON r.id = vs.revision_id"
@@ -693,11 +695,12 @@ class Database:
             # Keyed by source too: two sources with the same text and settings share a key, not a revision.
             new_ids = insert_revisions(self._conn, kb_id, new_revisions)
             chunks = sum(s.chunk_count for s in sources if s.serves)
+            restricted = sum(s.chunk_count for s in sources if s.serves and s.restricted)
             embedded = sum(s.embedded_count for s in sources)
             vrow = self._conn.execute(
                 "INSERT INTO kb_versions (kb_id, number, manifest, manifest_sha256, model, chunk_count,"
-                " embedded_count, reused_count, change_cause, retrieval, answer)"
-                " VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s)"
+                " embedded_count, reused_count, change_cause, retrieval, answer, restricted_chunks)"
+                " VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s)"
                 " RETURNING id",
                 (
                     kb_id,
@@ -711,6 +714,7 @@ class Database:
                     change_cause,
                     Jsonb(manifest.get("spec", {}).get("retrieval", {})),
                     Jsonb(manifest.get("spec", {}).get("answer", {})),
+                    restricted,
                 ),
             ).fetchone()
             assert vrow is not None
@@ -719,10 +723,12 @@ class Database:
                 self._conn.cursor() as cur,
                 cur.copy(
                     "COPY kb_version_sources (version_id, position, source_name, source_sha256, revision_id, state,"
-                    " message, embedded_count, reused_count) FROM STDIN (FORMAT BINARY)"
+                    " message, embedded_count, reused_count, readers, reader_labels) FROM STDIN (FORMAT BINARY)"
                 ) as copy,
             ):
-                copy.set_types(["int8", "int4", "text", "text", "int8", "text", "text", "int4", "int4"])
+                copy.set_types(
+                    ["int8", "int4", "text", "text", "int8", "text", "text", "int4", "int4", "text[]", "text[]"]
+                )
                 for s in sources:
                     copy.write_row(
                         (
@@ -735,6 +741,8 @@ class Database:
                             s.message,
                             s.embedded_count,
                             s.reused_count,
+                            None if s.readers is None else list(s.readers),
+                            None if s.reader_labels is None else list(s.reader_labels),
                         )
                     )
             version_statistics(self._conn, kb_id, int(vrow[0]))
@@ -760,14 +768,16 @@ class Database:
         model: str | None = None,
         version_chunks: int | None = None,
         ef_search: int = EF_SEARCH,
+        reader: Reader | None = None,
     ) -> list[ChunkHit]:
         """The `limit` chunks of a version nearest to `vector` by cosine similarity, best first.
 
         With the version's `model` and chunk count, a version of more than EXACT_SCAN_MAX chunks is searched
-        through the model's HNSW index (`ef_search` candidates per layer), else every chunk is compared.
+        through the model's HNSW index (`ef_search` candidates per layer), else every chunk is compared. With a
+        `reader`, only the chunks it may read, `version_chunks` of them (kbctl.store.access).
         """
         if self._exact or model is None or version_chunks is None or version_chunks <= EXACT_SCAN_MAX:
-            return exact_search(self._conn, version_id, vector, limit)
+            return exact_search(self._conn, version_id, vector, limit, reader)
         index = self._vector_index(model)
         hits = None
         if index is not None:
@@ -787,8 +797,9 @@ class Database:
                     limit,
                     ef_search=ef_search,
                     pgvector=self._pgvector,
+                    reader=reader,
                 )
-        return hits if hits is not None else exact_search(self._conn, version_id, vector, limit)
+        return hits if hits is not None else exact_search(self._conn, version_id, vector, limit, reader)
 
     def _vector_index(self, model: str) -> VectorIndex | None:
         """The HNSW index of `model`, as looked up at most INDEX_LOOKUP_SECONDS ago (a catalog query per search
@@ -854,11 +865,24 @@ class Database:
         vector: Vector,
         limit: int,
         among: Sequence[ChunkHit] = (),
+        reader: Reader | None = None,
     ) -> list[ChunkHit]:
         """The `limit` chunks of a version with the best BM25 score for `question` (full text in `language`), best
         first, each with its cosine similarity to `vector`; `among`: chunks already read (the vector list), the
-        ones scored when every word of the question is common (see kbctl.store.bm25)."""
-        return keyword_search(self._conn, version_id, language, question, vector, limit, among)
+        ones scored when every word of the question is common (see kbctl.store.bm25). With a `reader`, only the
+        chunks it may read, scored by their statistics alone (kbctl.store.access)."""
+        return keyword_search(self._conn, version_id, language, question, vector, limit, among, reader)
+
+    @_store_errors
+    def readable_counts(self, reader: Reader) -> dict[str, tuple[int, int, int, int]]:
+        """Per knowledge base that restricts sources: (sources, ready, chunks) `reader` may read, and sources it may
+        not (kbctl.store.access.readable_counts)."""
+        return readable_counts(self._conn, reader)
+
+    @_store_errors
+    def readable_chunks(self, version_id: int, reader: Reader) -> int:
+        """How many chunks of a version `reader` may read."""
+        return readable_size(self._conn, version_id, reader)[0]
 
     @_store_errors
     def containing_all_words(self, chunk_ids: Sequence[int], language: str, question: str) -> set[int]:

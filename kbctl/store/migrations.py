@@ -355,6 +355,15 @@ MIGRATIONS: list[tuple[int, str, str]] = [
         # folder (status.appliedFrom) for the path sources read there (kbctl.engine.located).
         "ALTER TABLE kb_knowledge_bases ADD COLUMN applied_from text;",
     ),
+    (
+        20,
+        "document-level access: who may read each source of a version, and how many chunks are restricted",
+        # readers: groups (any one), reader_labels: key=value claims (all); NULL: no rule (kbctl.store.access).
+        """
+        ALTER TABLE kb_version_sources ADD COLUMN readers text[], ADD COLUMN reader_labels text[];
+        ALTER TABLE kb_versions ADD COLUMN restricted_chunks integer NOT NULL DEFAULT 0;
+        """,
+    ),
 ]
 
 # Serializes migrations of one database across processes (an arbitrary, fixed 64-bit key).

@@ -99,6 +99,7 @@ class QueryTarget:
     model: str | None
     chunk_count: int | None
     retrieval: dict[str, Any] | None  # the version's spec.retrieval, as stored
+    restricted_chunks: int | None = None  # chunks behind an access rule (kbctl.store.access); 0: none
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -127,6 +128,14 @@ class SourceRow:
     chunk_count: int = 0
     content_sha256: str | None = None
     revision_created_at: datetime | None = None
+    readers: Sequence[str] | None = None  # who may read it (kbctl.store.access): groups, any one; None: any caller
+    reader_labels: Sequence[str] | None = None  # and `key=value` claims, all of them; None: no claim needed
+
+    @property
+    def restricted(self) -> bool:
+        """Whether an access rule stands before this row's documents."""
+        return self.readers is not None or self.reader_labels is not None
+
     # kb_source_status
     etag: str | None = None
     last_modified: str | None = None

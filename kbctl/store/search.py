@@ -33,6 +33,8 @@ from psycopg import sql
 from psycopg.rows import class_row
 
 from kbctl.defaults import EF_SEARCH, EXACT_SCAN_MAX, INDEX_BUILD_MEMORY, INDEX_MIN_VECTORS, MAX_OVERFETCH
+from kbctl.inputs.access import Reader
+from kbctl.store.access import readable, readable_params
 from kbctl.store.rows import ChunkHit
 
 if TYPE_CHECKING:
@@ -146,16 +148,19 @@ def build_vector_index(conn: psycopg.Connection[Any], model: str) -> VectorIndex
     return vector_index(conn, model)
 
 
-def exact_search(conn: psycopg.Connection[Any], version_id: int, vector: Vector, limit: int) -> list[ChunkHit]:
-    """The `limit` chunks of a version nearest to `vector` by cosine distance, best first: every chunk compared."""
+def exact_search(
+    conn: psycopg.Connection[Any], version_id: int, vector: Vector, limit: int, reader: Reader | None = None
+) -> list[ChunkHit]:
+    """The `limit` chunks of a version nearest to `vector` by cosine distance, best first: every chunk compared
+    (every chunk `reader` may read, when given: kbctl.store.access)."""
     with conn.cursor(row_factory=class_row(ChunkHit)) as cur:
         return cur.execute(
             _HITS + " FROM kb_version_sources vs"
             " JOIN kb_source_revisions r ON r.id = vs.revision_id"
             " JOIN kb_chunks c ON c.revision_id = vs.revision_id"
             " JOIN kb_embeddings e ON e.id = c.embedding_id"
-            " WHERE vs.version_id = %(v)s ORDER BY e.embedding <=> %(q)s, c.id LIMIT %(n)s",
-            {"q": as_float32(vector), "v": version_id, "n": limit},
+            " WHERE vs.version_id = %(v)s" + readable(reader) + " ORDER BY e.embedding <=> %(q)s, c.id LIMIT %(n)s",
+            {"q": as_float32(vector), "v": version_id, "n": limit, **readable_params(reader)},
             binary=True,
         ).fetchall()
 
@@ -177,16 +182,18 @@ def index_settings(conn: psycopg.Connection[Any], ef_search: int, *, iterative: 
     )
 
 
-def indexed_query(model: str, dimensions: int) -> sql.Composed:
+def indexed_query(model: str, dimensions: int, reader: Reader | None = None) -> sql.Composed:
     """The indexed plan's statement: the `%(m)s` nearest vectors of `model` by the index's own expression (so the
-    planner can use it), then the version's chunks among them, re-ranked by full-precision cosine."""
+    planner can use it), then the version's chunks among them (those `reader` may read, when given), re-ranked by
+    full-precision cosine."""
     return sql.SQL(
         "WITH near AS MATERIALIZED ("
         " SELECT id, embedding FROM kb_embeddings WHERE model = {model}"
         " ORDER BY embedding::halfvec({dims}) <=> %(q)s::vector::halfvec({dims}) LIMIT %(m)s)"
         " " + _HITS + " FROM near e JOIN kb_chunks c ON c.embedding_id = e.id"
         " JOIN kb_version_sources vs ON vs.revision_id = c.revision_id AND vs.version_id = %(v)s"
-        " JOIN kb_source_revisions r ON r.id = vs.revision_id"
+        + readable(reader)
+        + " JOIN kb_source_revisions r ON r.id = vs.revision_id"
         " ORDER BY e.embedding <=> %(q)s, c.id LIMIT %(n)s"
     ).format(model=sql.Literal(model), dims=sql.Literal(dimensions))
 
@@ -201,13 +208,18 @@ def indexed_search(
     limit: int,
     ef_search: int = EF_SEARCH,
     pgvector: tuple[int, ...] = ITERATIVE_SCAN_VERSION,
+    reader: Reader | None = None,
 ) -> list[ChunkHit] | None:
     """The `limit` chunks of a version nearest to `vector` through the model's HNSW index, best first (exact cosine),
-    or None when the index cannot answer in full (then search exactly). Runs inside the caller's transaction."""
+    or None when the index cannot answer in full (then search exactly). Runs inside the caller's transaction.
+
+    With a `reader`, only the chunks it may read count, and `version_chunks` is how many of them there are: the
+    candidates read grow with the share the reader may read, so a filter never makes the answer shorter."""
     share = min(1.0, version_chunks / max(1, index.vectors))
     fetch = index_candidates(limit, share)
     iterative = pgvector >= ITERATIVE_SCAN_VERSION
-    query = indexed_query(model, index.dimensions)
+    query = indexed_query(model, index.dimensions, reader)
+    params = readable_params(reader)
     # Past MAX_OVERFETCH candidates, or more candidates than the version has chunks, an exact scan costs less.
     while fetch <= min(MAX_OVERFETCH, version_chunks):
         # ef_search covers the candidates read, so the scan need not iterate past its first pass (that costs more
@@ -215,7 +227,7 @@ def indexed_search(
         index_settings(conn, min(EF_SEARCH_MAX, max(ef_search, fetch)), iterative=iterative)
         with conn.cursor(row_factory=class_row(ChunkHit)) as cur:
             hits = cur.execute(
-                query, {"q": as_float32(vector), "m": fetch, "v": version_id, "n": limit}, binary=True
+                query, {"q": as_float32(vector), "m": fetch, "v": version_id, "n": limit, **params}, binary=True
             ).fetchall()
         if len(hits) >= min(limit, version_chunks):
             return hits
