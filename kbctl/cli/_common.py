@@ -23,6 +23,7 @@ if TYPE_CHECKING:  # the library is imported by the command that uses it, so `--
 
     from kbctl import RerankInfo
     from kbctl.client import KnowledgeBaseStore
+    from kbctl.inputs.access import Reader
     from kbctl.manifest import ManifestSet
     from kbctl.manifest.load import ManifestFiles
     from kbctl.manifest.selectors import Selector
@@ -141,6 +142,42 @@ ModeOpt = Annotated[
         help="hybrid (full text + vectors, fused), vector or keyword (default: spec.retrieval.mode).",
     ),
 ]
+AsGroupOpt = Annotated[
+    list[str] | None,
+    typer.Option(
+        "--as-group",
+        metavar="GROUP",
+        help="Retrieve as a caller in this group (repeatable): documents behind an access rule are read only when "
+        "it names one of these groups. Without it, only documents without a rule.",
+    ),
+]
+AsClaimOpt = Annotated[
+    list[str] | None,
+    typer.Option(
+        "--as-claim",
+        metavar="NAME=VALUE",
+        help="Retrieve as a caller holding this claim (repeatable), matched against access.labels.",
+    ),
+]
+
+
+def reader_of(groups: list[str] | None, claims: list[str] | None) -> Reader:
+    """The caller that --as-group and --as-claim describe; a bad value is a usage error naming its option."""
+    from kbctl.inputs.access import Reader
+
+    pairs: dict[str, list[str]] = {}
+    for claim in claims or []:
+        name, equals, value = claim.partition("=")
+        if not equals or not name:
+            raise typer.BadParameter(f"expected NAME=VALUE, got {claim!r}", param_hint="'--as-claim'")
+        pairs.setdefault(name, []).append(value)
+    try:
+        return Reader.of(groups or [], pairs)
+    except ValueError as exc:
+        hint = "'--as-claim'" if claims and "claim" in str(exc) else "'--as-group'"
+        raise typer.BadParameter(str(exc), param_hint=hint) from None
+
+
 DryRunOpt = Annotated[
     DryRun | None,
     typer.Option(

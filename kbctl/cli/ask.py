@@ -9,6 +9,8 @@ import typer
 
 from kbctl.cli._common import (
     NOT_COVERED_EXIT,
+    AsClaimOpt,
+    AsGroupOpt,
     MaxTokensOpt,
     ModeOpt,
     OutputOpt,
@@ -19,6 +21,7 @@ from kbctl.cli._common import (
     emit,
     handles_errors,
     open_store,
+    reader_of,
     warn_rerank,
 )
 
@@ -55,6 +58,8 @@ def ask(
     max_tokens: MaxTokensOpt = None,
     mode: ModeOpt = None,
     rerank: RerankOpt = None,
+    as_group: AsGroupOpt = None,
+    as_claim: AsClaimOpt = None,
     stream: Annotated[
         bool | None,
         typer.Option("--stream/--no-stream", help="Print the answer as it arrives (default: on a terminal)."),
@@ -69,6 +74,8 @@ def ask(
     nothing passes the similarity threshold no model is called and kbctl says the knowledge base does not
     cover the question. Then lists the sources the answer cites; citations of passages that were not given,
     and an answer citing nothing, are reported on stderr.
+
+    Documents behind an access rule are read only as --as-group and --as-claim allow, as for kbctl query.
 
     Exit codes: 0 answered; 3 the knowledge base does not cover the question (nothing relevant retrieved, or
     the model found no answer in the passages); 1 an error.
@@ -89,7 +96,14 @@ def ask(
         sys.stdout.flush()
 
     with open_store() as store:
-        result = store.ask(name, question, options, model=model, on_text=piece if streaming else None)
+        result = store.ask(
+            name,
+            question,
+            options,
+            model=model,
+            on_text=piece if streaming else None,
+            reader=reader_of(as_group, as_claim),
+        )
     warn_rerank(result.retrieval.rerank)
     if output:
         emit(result, output)

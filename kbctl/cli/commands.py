@@ -17,6 +17,8 @@ from kbctl.cli._common import (
     NOT_COVERED_EXIT,
     SYNC_RESOURCES,
     AllOpt,
+    AsClaimOpt,
+    AsGroupOpt,
     DryRun,
     DryRunOpt,
     Files,
@@ -52,6 +54,7 @@ from kbctl.cli._common import (
     load_manifest_paths,
     open_store,
     parse_duration,
+    reader_of,
     resource_names,
     say_waiting,
     server_app,
@@ -472,6 +475,8 @@ def query(
     rerank: RerankOpt = None,
     all_kbs: AllOpt = False,
     selector: ListSelectorOpt = None,
+    as_group: AsGroupOpt = None,
+    as_claim: AsClaimOpt = None,
     exit_code: NothingFoundExitOpt = False,
     output: OutputOpt = None,
 ) -> None:
@@ -487,15 +492,20 @@ def query(
     rank; topK and the token budget apply to the fused list (by default the largest of theirs). Each hit names
     its knowledge base; one without a published version is said, not fatal.
 
+    Documents behind an access rule (spec.access, spec.sources[].access) are retrieved only for the groups and
+    claims given by --as-group and --as-claim: a caller without them reads only documents without a rule.
+
     \b
     Examples:
       kbctl query client-service-policy "how long do we keep invoices?" --explain
+      kbctl query hr-handbook "what does salary band E4 pay?" --as-group hr-managers
       kbctl query client-service-policy,data-handling-policy "how long do we keep invoices?"
       kbctl query --all "how long do we keep invoices?"
     """
     from kbctl import QueryOptions
 
     names, question = _query_targets(args, all_kbs, selector)
+    reader = reader_of(as_group, as_claim)
     options = QueryOptions.build(
         top_k=top_k,
         threshold=threshold,
@@ -506,7 +516,7 @@ def query(
     )
     if len(names) == 1:
         with open_store() as store:
-            result = store.query(names[0], question, options)
+            result = store.query(names[0], question, options, reader=reader)
         warn_rerank(result.rerank)
         if output:
             emit(result, output)
@@ -518,7 +528,7 @@ def query(
     if explain:
         raise typer.BadParameter("--explain traces one knowledge base: name one", param_hint="'--explain'")
     with open_store() as store:
-        fused = store.query_many(question, options, names=names, selector=list_selector(selector, ()))
+        fused = store.query_many(question, options, names=names, selector=list_selector(selector, ()), reader=reader)
     if output:
         emit(fused, output)
     else:
@@ -588,6 +598,8 @@ def context(
     max_tokens: MaxTokensOpt = None,
     mode: ModeOpt = None,
     rerank: RerankOpt = None,
+    as_group: AsGroupOpt = None,
+    as_claim: AsClaimOpt = None,
     exit_code: NothingFoundExitOpt = False,
     output: OutputOpt = None,
 ) -> None:
@@ -596,7 +608,8 @@ def context(
     Passages are tagged with source, title, origin, section and character range, marked as reference
     data and not instructions, and escaped so their text cannot break out of the block. Neighbouring
     chunks of one source are merged so their overlap is sent once. When nothing passes the threshold
-    the block says plainly that no relevant context was found (with --exit-code, exit 3).
+    the block says plainly that no relevant context was found (with --exit-code, exit 3). Documents behind an
+    access rule are read only as --as-group and --as-claim allow, as for kbctl query.
     """
     from kbctl import QueryOptions
 
@@ -604,7 +617,7 @@ def context(
         top_k=top_k, threshold=threshold, max_tokens=max_tokens, mode=mode and mode.value, rerank=rerank
     )
     with open_store() as store:
-        grounded = store.context(name, question, options)
+        grounded = store.context(name, question, options, reader=reader_of(as_group, as_claim))
     warn_rerank(grounded.rerank)
     if output:
         emit(grounded, output)

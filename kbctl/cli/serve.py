@@ -7,7 +7,16 @@ from typing import Annotated
 
 import typer
 
-from kbctl.cli._common import app, duration_option, handles_errors, parse_duration, state
+from kbctl.cli._common import (
+    AsClaimOpt,
+    AsGroupOpt,
+    app,
+    duration_option,
+    handles_errors,
+    parse_duration,
+    reader_of,
+    state,
+)
 
 
 @app.command()
@@ -71,6 +80,8 @@ def serve(
             "more queries/s to many concurrent clients; KBCTL_MODEL_THREADS also sets it).",
         ),
     ] = None,
+    as_group: AsGroupOpt = None,
+    as_claim: AsClaimOpt = None,
 ) -> None:
     """Serve retrieval over HTTP for agents: a JSON API (OpenAPI at /openapi.json, docs at /docs) and MCP at /mcp.
 
@@ -82,8 +93,11 @@ def serve(
 
     Callers authenticate with bearer tokens from serve.tokens in kbctl's configuration, each naming the
     environment variable that holds it and a scope (knowledgeBases and/or a label selector); a knowledge base
-    out of scope answers 404. Without tokens the server binds loopback only (a non-loopback --host needs
-    --insecure). Logs are JSON lines on stderr, one per request.
+    out of scope answers 404. Each token's groups and claims (serve.tokens.NAME.groups, .claims) decide which
+    documents behind an access rule it retrieves; serve.oidc also accepts JWTs of an identity provider, verified
+    against its keys, their groups claim read as the caller's groups. Without tokens the server binds loopback
+    only (a non-loopback --host needs --insecure), and its callers read as --as-group and --as-claim say (by
+    default only documents without an access rule). Logs are JSON lines on stderr, one per request.
 
     Example: SUPPORT_BOT_TOKEN=... kbctl serve --host 0.0.0.0 --port 8080
     """
@@ -104,22 +118,24 @@ def serve(
         header_timeout=parse_duration(header_timeout),
         body_timeout=parse_duration(body_timeout),
         threads=threads,
+        anonymous=reader_of(as_group, as_claim),
     )
 
 
 @app.command()
 @handles_errors
-def mcp() -> None:
+def mcp(as_group: AsGroupOpt = None, as_claim: AsClaimOpt = None) -> None:
     """Serve the Model Context Protocol over stdio, for desktop and IDE agents.
 
     Tools: list_knowledge_bases (with descriptions), search (knowledge base, question, optional top_k and
     threshold), get_context (the grounded block of kbctl context) and ask (an answer citing the passages, as
     kbctl ask, through the knowledge base's chat model); each knowledge base is also an MCP
-    resource (kbctl://knowledgebases/NAME). The local user sees every knowledge base, as with the CLI.
+    resource (kbctl://knowledgebases/NAME). The local user sees every knowledge base, as with the CLI, and the
+    documents behind an access rule as --as-group and --as-claim allow (none without them).
 
     Client configuration: {"mcpServers": {"kbctl": {"command": "kbctl", "args": ["mcp"]}}}
     """
     from kbctl.config import Settings
     from kbctl.serve.run import serve_mcp_stdio
 
-    serve_mcp_stdio(Settings.from_env(database_url=state["database_url"]))
+    serve_mcp_stdio(Settings.from_env(database_url=state["database_url"]), reader=reader_of(as_group, as_claim))

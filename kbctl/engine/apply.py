@@ -12,7 +12,7 @@ import time
 from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import replace
 from datetime import UTC, datetime
-from typing import TypeVar
+from typing import Any, TypeVar
 
 from kbctl.defaults import ANALYZE_AFTER_CHUNKS, ANALYZE_AFTER_SOURCES, ANALYZE_CHUNK_SHARE
 from kbctl.embedding import Embedder
@@ -44,8 +44,8 @@ from kbctl.engine.plan import (
 from kbctl.engine.results import ApplyReport, KnowledgeBaseResult, SourceStatus
 from kbctl.errors import KbctlError, NotFoundError, SourceError, StoreError, UsageError
 from kbctl.manifest import Access, KnowledgeBase
-from kbctl.manifest.changes import field_changes
-from kbctl.manifest.digest import manifest_digests
+from kbctl.manifest.changes import access_changes, field_changes
+from kbctl.manifest.digest import manifest_digests, source_sha256
 from kbctl.sources import source_of
 from kbctl.sources.crawl import crawl_site
 from kbctl.sources.files import read_paths
@@ -57,7 +57,7 @@ from kbctl.store.history import applying, prune_history
 from kbctl.store.rows import source_state
 from kbctl.store.schedule import set_schedule
 from kbctl.store.state import StoredState, read_state
-from kbctl.store.texts import packing
+from kbctl.store.texts import pack, packing
 
 __all__ = [
     "ApplyReport",
@@ -139,7 +139,11 @@ def _change_cause(plan: KnowledgeBasePlan) -> str:
     fields = field_changes(old, new)
     parts = [f"{p.path.removeprefix('spec.')} changed" for p in _first(fields)]
     parts += [f"source {n} added" for n in _first(added)] + [f"source {n} removed" for n in _first(removed)]
-    parts += [f"source {n} changed" for n in _first(changed)]
+    access = {c.path.removeprefix("spec.sources[").removesuffix("].access") for c in access_changes(old, new)}
+    packed_old, packed_new = pack(old)[0], plan.packed()[0]  # compared as source_changes compares them
+    reread = [n for n in changed if n not in access or _differs_beyond_access(packed_old, packed_new, n)]
+    parts += [f"source {n} changed" for n in _first(reread)]
+    parts += [f"access of {n} changed" for n in _first([n for n in changed if n in access])]
     respec = set(added) | set(changed)
     fresh = [p.name for p in plan.to_ingest if p.name not in respec]
     if fresh:
@@ -151,6 +155,13 @@ def _change_cause(plan: KnowledgeBasePlan) -> str:
     if hidden:
         parts.append(f"and {hidden} more")
     return "; ".join(parts) or "no content change"
+
+
+def _differs_beyond_access(old: dict[str, Any], new: dict[str, Any], name: str) -> bool:
+    """Whether source `name` differs between two manifests in more than its `access`."""
+    [before] = [s for s in old["spec"]["sources"] if s["name"] == name]
+    [after] = [s for s in new["spec"]["sources"] if s["name"] == name]
+    return source_sha256(before) != source_sha256(after)
 
 
 def _first(items: Sequence[_T]) -> Sequence[_T]:

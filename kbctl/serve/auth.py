@@ -1,22 +1,31 @@
-"""Who is asking: bearer tokens from kbctl's configuration, each read-only within a scope of knowledge bases.
+"""Who is asking: bearer tokens from kbctl's configuration, each read-only within a scope of knowledge bases, or
+JWTs of the organisation's identity provider (`serve.oidc`, verified by kbctl.serve.oidc).
 
 A token is defined by the NAME of the environment variable that holds it (`serve.tokens.<name>.tokenEnv`), like
-provider keys; only its name is ever shown. Without any token configured, every caller is `anonymous` and sees
-every knowledge base, which `kbctl serve` allows on a loopback address only (see `kbctl.serve.run`).
+provider keys; only its name is ever shown. Each token (and each verified JWT) also carries the caller's groups and
+claims, a `Reader`: the documents behind an `access` rule it does not meet are never retrieved for it. Without any
+token or identity provider configured, every caller is `anonymous` and sees every knowledge base, which `kbctl
+serve` allows on a loopback address only (see `kbctl.serve.run`), with the groups given by `--as-group` (none by
+default: only documents without an access rule).
 """
 
 from __future__ import annotations
 
 import hashlib
 import hmac
+import logging
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 
-from kbctl.errors import KbctlError
+from kbctl.errors import AuthError, KbctlError
+from kbctl.inputs.access import Reader
 from kbctl.manifest.selectors import Selector, parse_selector
+from kbctl.serve.oidc import OidcVerifier, looks_like_jwt
 from kbctl.userconfig import ServeConfig
 
 __all__ = ["ANONYMOUS", "MIN_TOKEN_CHARS", "Principal", "Tokens"]
+
+_log = logging.getLogger("kbctl.serve")
 
 MIN_TOKEN_CHARS = 16  # a shorter secret is refused at start: it could be guessed
 
@@ -30,6 +39,7 @@ class Principal:
     selector: Selector | None = None
     everything: bool = False
     metrics: bool = False  # may read /metrics (its labels name knowledge bases of every scope)
+    reader: Reader = field(default_factory=Reader)  # its groups and claims: which restricted documents it reads
 
     def may_see(self, name: str, labels: Mapping[str, str]) -> bool:
         """Whether the knowledge base `name` with these labels is in scope."""
@@ -46,11 +56,37 @@ def _digest(token: str) -> bytes:
     return hashlib.sha256(token.encode()).digest()
 
 
-class Tokens:
-    """The configured tokens, read from the environment once; `authenticate` maps a header to a Principal."""
+def _selector(text: str | None, where: str) -> Selector | None:
+    try:
+        return parse_selector(text) if text is not None else None
+    except ValueError as exc:
+        raise KbctlError(f"{where}.selector: {exc}") from None
 
-    def __init__(self, config: ServeConfig, environ: Mapping[str, str], *, config_file: str = "the configuration"):
+
+class Tokens:
+    """The configured tokens, read from the environment once, and the identity provider's JWTs when configured;
+    `authenticate` maps a header to a Principal. `anonymous` is the caller when neither is configured."""
+
+    def __init__(
+        self,
+        config: ServeConfig,
+        environ: Mapping[str, str],
+        *,
+        config_file: str = "the configuration",
+        anonymous: Principal = ANONYMOUS,
+    ):
         self._by_digest: list[tuple[bytes, Principal]] = []
+        self._anonymous = anonymous
+        self._oidc: tuple[OidcVerifier, Principal] | None = None
+        if config.oidc is not None:
+            where = f"{config_file}: serve.oidc"
+            verifier = OidcVerifier(config.oidc, config_file=config_file, environ=environ)
+            scope = Principal(
+                name="oidc",
+                names=frozenset(config.oidc.knowledge_bases),
+                selector=_selector(config.oidc.selector, where),
+            )
+            self._oidc = (verifier, scope)
         for name, token in config.tokens.items():
             where = f"{config_file}: serve.tokens.{name}"
             value = environ.get(token.token_env, "")
@@ -61,12 +97,12 @@ class Tokens:
                     f"{where}: the token in {token.token_env} is shorter than {MIN_TOKEN_CHARS} characters "
                     "(generate one with: python -c 'import secrets; print(secrets.token_urlsafe(32))')"
                 )
-            try:
-                selector = parse_selector(token.selector) if token.selector is not None else None
-            except ValueError as exc:
-                raise KbctlError(f"{where}.selector: {exc}") from None
             principal = Principal(
-                name=name, names=frozenset(token.knowledge_bases), selector=selector, metrics=token.metrics
+                name=name,
+                names=frozenset(token.knowledge_bases),
+                selector=_selector(token.selector, where),
+                metrics=token.metrics,
+                reader=Reader.of(token.groups, token.claims),
             )
             self._by_digest.append((_digest(value), principal))
 
@@ -75,18 +111,32 @@ class Tokens:
         return len(self._by_digest)
 
     @property
+    def oidc(self) -> bool:
+        """Whether JWTs of an identity provider are accepted (serve.oidc)."""
+        return self._oidc is not None
+
+    @property
     def configured(self) -> bool:
-        """Whether any token is configured (then every request but the health checks needs one)."""
-        return bool(self._by_digest)
+        """Whether any token or identity provider is configured (then every request but the health checks needs a
+        bearer)."""
+        return bool(self._by_digest) or self._oidc is not None
 
     def authenticate(self, authorization: str | None) -> Principal | None:
-        """The caller of an `Authorization` header: ANONYMOUS when no token is configured, None when the header
-        is missing, malformed or carries no configured token."""
+        """The caller of an `Authorization` header: the anonymous caller when nothing is configured, None when the
+        header is missing, malformed, carries no configured token, or a JWT that fails verification (a JWT whose
+        claims are in no known format included: refused, never read as a caller without groups)."""
         if not self.configured:
-            return ANONYMOUS
+            return self._anonymous
         scheme, _, value = (authorization or "").partition(" ")
         if scheme.lower() != "bearer" or not value.strip():
             return None
+        if self._oidc is not None and looks_like_jwt(value.strip()):
+            verifier, scope = self._oidc
+            try:
+                return replace(scope, reader=verifier.verify(value.strip()))
+            except AuthError as exc:
+                _log.info("bearer JWT refused: %s", exc)
+                return None
         digest = _digest(value.strip())
         found = None
         for known, principal in self._by_digest:  # every token compared, in constant time each

@@ -1,8 +1,9 @@
 """The Model Context Protocol server: kbctl's retrieval as MCP tools and resources, over stdio or streamable HTTP.
 
-Over stdio (`kbctl mcp`) the caller is the local user and sees every knowledge base, as the CLI does. Over HTTP
-(mounted at `/mcp` by `kbctl serve`) the caller is the bearer token the server's middleware authenticated, with
-its scope, exactly as for the REST routes.
+Over stdio (`kbctl mcp`) the caller is the local user and sees every knowledge base, as the CLI does, reading the
+documents behind an access rule only as the groups of `--as-group` allow. Over HTTP (mounted at `/mcp` by `kbctl
+serve`) the caller is the bearer the server's middleware authenticated, with its scope and its groups, exactly as
+for the REST routes.
 """
 
 from __future__ import annotations
@@ -42,18 +43,18 @@ _GROUNDING = (
 RESOURCE_PREFIX = "kbctl://knowledgebases/"
 
 
-def _caller(request: Any) -> Principal | None:
-    """The caller of a request: the local user over stdio (no request), else the token kbctl serve's middleware
-    authenticated, None when there is none (never behind that middleware: callers fail closed)."""
+def _caller(request: Any, local: Principal) -> Principal | None:
+    """The caller of a request: the local user over stdio (no request: `local`), else the token kbctl serve's
+    middleware authenticated, None when there is none (never behind that middleware: callers fail closed)."""
     if request is None:
-        return ANONYMOUS
+        return local
     principal = getattr(getattr(request, "state", None), "principal", None)
     return principal if isinstance(principal, Principal) else None
 
 
-def _principal(ctx: Context[Any, Any]) -> Principal:
+def _principal(ctx: Context[Any, Any], local: Principal) -> Principal:
     """The caller of a tool call or resource read."""
-    principal = _caller(ctx.request_context.request)
+    principal = _caller(ctx.request_context.request, local)
     if principal is None:
         raise ToolError("not authenticated")
     return principal
@@ -91,9 +92,10 @@ async def _query(
     question: str,
     top_k: int | None,
     threshold: float | None,
+    local: Principal,
 ) -> QueryResult:
-    """The query of a tool call, within the caller's scope, traced like the HTTP routes' queries."""
-    principal = _principal(ctx)
+    """The query of a tool call, within the caller's scope and as its reader, traced like the HTTP routes'."""
+    principal = _principal(ctx, local)
     options = _options(top_k, threshold)
     name = _name(knowledge_base)
     result: QueryResult = await _call(service.query, principal, name, _question(question), options)
@@ -113,9 +115,10 @@ class _KbctlMCP(MCPServer[Any]):
     """MCPServer whose resource list is the caller's knowledge bases, read at each request."""
 
     service: RetrievalService
+    local: Principal = ANONYMOUS  # the caller over stdio
 
     async def _handle_list_resources(self, ctx: Any, params: PaginatedRequestParams | None) -> ListResourcesResult:
-        principal = _caller(getattr(ctx, "request", None))
+        principal = _caller(getattr(ctx, "request", None), self.local)
         if principal is None:
             return ListResourcesResult(resources=[])
         kbs = await _call(self.service.knowledge_bases, principal)
@@ -132,19 +135,20 @@ class _KbctlMCP(MCPServer[Any]):
         )
 
 
-def build_mcp(service: RetrievalService, *, ask_timeout: float = 120.0) -> MCPServer[Any]:
+def build_mcp(service: RetrievalService, *, ask_timeout: float = 120.0, local: Principal = ANONYMOUS) -> MCPServer[Any]:
     """The MCP server over `service`: tools list_knowledge_bases, search, get_context and ask, and one resource
     per knowledge base (`kbctl://knowledgebases/NAME`, its description and state as JSON). `ask_timeout` bounds
-    an answer (its chat model call included)."""
+    an answer (its chat model call included); `local` is the caller over stdio (`kbctl mcp --as-group`)."""
     server = _KbctlMCP(name="kbctl", version=__version__, instructions=INSTRUCTIONS)
     server.service = service
+    server.local = local
 
     @server.tool(
         description="List the knowledge bases you may search, with the description of what each one covers, "
         "its labels, whether it is ready and how many chunks it holds. Choose a knowledge base by its description."
     )
     async def list_knowledge_bases(ctx: Context[Any, Any]) -> dict[str, Any]:
-        kbs = await _call(service.knowledge_bases, _principal(ctx))
+        kbs = await _call(service.knowledge_bases, _principal(ctx, local))
         return {
             "knowledgeBases": [
                 {
@@ -171,7 +175,7 @@ def build_mcp(service: RetrievalService, *, ask_timeout: float = 120.0) -> MCPSe
         top_k: StrictInt | None = None,
         threshold: StrictFloat | None = None,
     ) -> dict[str, Any]:
-        result = await _query(service, ctx, "search", knowledge_base, question, top_k, threshold)
+        result = await _query(service, ctx, "search", knowledge_base, question, top_k, threshold, local)
         return {
             "knowledgeBase": result.knowledge_base,
             "version": result.version,
@@ -202,7 +206,7 @@ def build_mcp(service: RetrievalService, *, ask_timeout: float = 120.0) -> MCPSe
         top_k: StrictInt | None = None,
         threshold: StrictFloat | None = None,
     ) -> str:
-        result = await _query(service, ctx, "get_context", knowledge_base, question, top_k, threshold)
+        result = await _query(service, ctx, "get_context", knowledge_base, question, top_k, threshold, local)
         return GroundedContext.of(result).block
 
     @server.tool(
@@ -219,7 +223,7 @@ def build_mcp(service: RetrievalService, *, ask_timeout: float = 120.0) -> MCPSe
         top_k: StrictInt | None = None,
         threshold: StrictFloat | None = None,
     ) -> dict[str, Any]:
-        principal = _principal(ctx)
+        principal = _principal(ctx, local)
         options = _options(top_k, threshold)
         name, asked = _name(knowledge_base), _question(question)
         with anyio.fail_after(ask_timeout):
@@ -254,7 +258,7 @@ def build_mcp(service: RetrievalService, *, ask_timeout: float = 120.0) -> MCPSe
     )
     async def knowledge_base(name: str, ctx: Context[Any, Any]) -> str:
         # Failures the caller caused are ResourceErrors: refused, and logged at info without a traceback.
-        principal = _caller(ctx.request_context.request)
+        principal = _caller(ctx.request_context.request, local)
         if principal is None:
             raise ResourceError("not authenticated")
         try:

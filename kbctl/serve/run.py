@@ -5,11 +5,13 @@ from __future__ import annotations
 import ipaddress
 import logging
 import os
+from dataclasses import replace
 
 from kbctl.config import Settings
 from kbctl.errors import KbctlError
+from kbctl.inputs.access import Reader
 from kbctl.serve.app import LOOPBACK_HOSTS
-from kbctl.serve.auth import Tokens
+from kbctl.serve.auth import ANONYMOUS, Tokens
 from kbctl.serve.limits import DEFAULT_BODY_TIMEOUT, DEFAULT_HEADER_TIMEOUT
 from kbctl.serve.logs import configure_logging
 
@@ -32,7 +34,7 @@ def check_bind(host: str, tokens: Tokens, *, insecure: bool) -> str:
     """What the server says at start about who can reach it; KbctlError for a non-loopback bind without tokens
     (unless `insecure`)."""
     if tokens.configured:
-        return f"bearer tokens required ({tokens.count} configured)"
+        return f"bearer tokens required ({tokens.count} configured{', and JWTs of serve.oidc' if tokens.oidc else ''})"
     if is_loopback(host):
         return "no tokens configured: serving loopback only, every knowledge base readable by local callers"
     if not insecure:
@@ -55,9 +57,11 @@ def serve(
     header_timeout: float = DEFAULT_HEADER_TIMEOUT,
     body_timeout: float = DEFAULT_BODY_TIMEOUT,
     threads: int = 40,
+    anonymous: Reader | None = None,
 ) -> None:
     """Run the HTTP API (and MCP at /mcp) until interrupted. A request's headers must arrive within
-    `header_timeout` seconds and its body within `body_timeout` more, or the connection is cut (408)."""
+    `header_timeout` seconds and its body within `body_timeout` more, or the connection is cut (408). `anonymous`
+    is who a caller is when no token is configured (loopback): its groups and claims; None, neither."""
     import uvicorn
 
     from kbctl.serve.app import create_app
@@ -65,7 +69,10 @@ def serve(
     from kbctl.serve.service import RetrievalService
 
     configure_logging()
-    tokens = Tokens(settings.config.serve, os.environ, config_file=str(settings.config_file))
+    local = replace(ANONYMOUS, reader=anonymous) if anonymous is not None else ANONYMOUS
+    tokens = Tokens(settings.config.serve, os.environ, config_file=str(settings.config_file), anonymous=local)
+    if tokens.configured and not local.reader.anonymous:
+        raise KbctlError("--as-group and --as-claim are for a server without tokens: give each token its groups")
     access = check_bind(host, tokens, insecure=insecure)
     service = RetrievalService(settings, pool_size=pool_size)
     try:
@@ -95,8 +102,9 @@ def serve(
         service.close()
 
 
-def serve_mcp_stdio(settings: Settings) -> None:
-    """Run the MCP server over stdin/stdout until the client closes it (logs go to stderr)."""
+def serve_mcp_stdio(settings: Settings, reader: Reader | None = None) -> None:
+    """Run the MCP server over stdin/stdout until the client closes it (logs go to stderr); the local caller
+    reads as `reader` (None: only documents without an access rule)."""
     from kbctl.serve.mcp import build_mcp
     from kbctl.serve.service import RetrievalService
 
@@ -104,6 +112,7 @@ def serve_mcp_stdio(settings: Settings) -> None:
     service = RetrievalService(settings, pool_size=4)
     try:
         service.warm_up()
-        build_mcp(service).run("stdio")
+        local = replace(ANONYMOUS, reader=reader) if reader is not None else ANONYMOUS
+        build_mcp(service, local=local).run("stdio")
     finally:
         service.close()

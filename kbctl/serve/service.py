@@ -1,10 +1,11 @@
-"""What the HTTP API and the MCP tools do, once: list, describe and query within a caller's scope.
+"""What the HTTP API and the MCP tools do, once: list, describe and query within a caller's scope, as its reader.
 
 A thin adapter over the Python API: one pooled KnowledgeBaseStore (one connection pool, one copy of each model)
-answers every call, with the caller's token scope as the store's `scope`. Each call borrows a pooled connection
-and reads in one snapshot, so a version published while the server runs is served by the next call and no call
-sees a half-published version. Every method is synchronous and thread-safe: the HTTP routes run them on worker
-threads, never on the event loop.
+answers every call, with the caller's token scope as the store's `scope` and its groups and claims as its
+`reader` (`Principal.reader`: documents behind an access rule it does not meet are neither retrieved nor
+described). Each call borrows a pooled connection and reads in one snapshot, so a version published while the
+server runs is served by the next call and no call sees a half-published version. Every method is synchronous and
+thread-safe: the HTTP routes run them on worker threads, never on the event loop.
 """
 
 from __future__ import annotations
@@ -44,20 +45,20 @@ class RetrievalService:
 
     def knowledge_bases(self, principal: Principal, selector: Selector | None = None) -> list[KnowledgeBaseSummary]:
         """The knowledge bases in scope (and matching `selector`), by name."""
-        return self.store.list(selector, scope=principal.may_see)
+        return self.store.list(selector, scope=principal.may_see, reader=principal.reader)
 
     def describe(self, principal: Principal, name: str) -> KnowledgeBaseDetail:
-        return self.store.describe(name, scope=principal.may_see)
+        return self.store.describe(name, scope=principal.may_see, reader=principal.reader)
 
     def query(self, principal: Principal, name: str, question: str, options: QueryOptions) -> QueryResult:
         """The ranked chunks of `name` for `question` (NotFoundError outside the caller's scope)."""
-        return self.store.query(name, question, options, scope=principal.may_see)
+        return self.store.query(name, question, options, scope=principal.may_see, reader=principal.reader)
 
     def ask(self, principal: Principal, name: str, question: str, options: QueryOptions) -> AskResult:
         """The grounded answer of `name` to `question` through the knowledge base's chat model (spec.answer, else
         the configuration's chat.defaultModel); the database connection goes back to the pool before the model
         is called."""
-        return self.store.ask(name, question, options, scope=principal.may_see)
+        return self.store.ask(name, question, options, scope=principal.may_see, reader=principal.reader)
 
     def query_many(
         self,
@@ -70,7 +71,9 @@ class RetrievalService:
     ) -> FederatedResult:
         """Query several knowledge bases (`names`, or those matching `selector`, or every one in scope) and fuse
         their rankings into one (KnowledgeBaseStore.query_many). A name outside the scope is NotFoundError."""
-        return self.store.query_many(question, options, names=names, selector=selector, scope=principal.may_see)
+        return self.store.query_many(
+            question, options, names=names, selector=selector, scope=principal.may_see, reader=principal.reader
+        )
 
     def readiness(self) -> Readiness:
         """Whether requests can be served: the database answers, its schema is current, the model is loaded."""
