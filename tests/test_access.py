@@ -2,11 +2,17 @@
 
 from __future__ import annotations
 
+import re
+
 import pytest
 
 from kbctl import KnowledgeBaseStore, Reader
 from kbctl.errors import ManifestError, UsageError
+from kbctl.inputs.access import may_read
 from kbctl.manifest import parse_manifests
+from kbctl.store import bm25
+from kbctl.store.history import prune_history
+from kbctl.store.migrations import MIGRATIONS
 from tests.support.manifests import knowledge_base, text_source
 
 HANDBOOK = "Every employee has twenty-five days of paid holiday per calendar year, booked in the HR portal."
@@ -103,6 +109,66 @@ def test_changing_access_publishes_a_version_that_reuses_every_chunk(published: 
     assert published.apply(parse_manifests(loosened, "hr.yaml"), wait=True).results[0].action == "unchanged"
     published.rollback("hr", 1)
     assert "salaries" not in sources(published, Reader.of(["finance"]))  # version 1's rule serves again
+
+
+def readable_recount(store: KnowledgeBaseStore, version: int, reader: Reader) -> tuple[dict[str, int], int, int]:
+    """BM25's statistics of what `reader` may read of a version, counted from the chunks it may read."""
+    conn = store.db.connection
+    rows = conn.execute(
+        "SELECT vs.readers, vs.reader_labels, c.tsv FROM kb_version_sources vs"
+        " JOIN kb_chunks c ON c.revision_id = vs.revision_id WHERE vs.version_id = %s",
+        (version,),
+    ).fetchall()
+    df: dict[str, int] = {}
+    chunks = length = 0
+    for readers, labels, tsv in rows:
+        if not may_read(reader, readers, labels):
+            continue
+        chunks += 1
+        for lexeme, positions in re.findall(r"'((?:[^']|'')+)'(?::([\d,A-D]+))?", tsv):
+            df[lexeme] = df.get(lexeme, 0) + 1
+            length += len(positions.split(",")) if positions else 1
+    return df, chunks, length
+
+
+def test_a_callers_keyword_statistics_are_those_of_what_it_may_read(published: KnowledgeBaseStore) -> None:
+    """N, avgdl and each word's df for a caller (the version's, minus the rules it does not pass, as stored at
+    publish) equal a count over the chunks it may read, in every version, and go with a pruned version."""
+    loosened = hr().replace('"hr-managers"', '"hr-managers", "finance"')
+    assert published.apply(parse_manifests(loosened, "hr.yaml"), wait=True).exit_code() == 0
+    conn = published.db.connection
+    versions = [int(r[0]) for r in conn.execute("SELECT id FROM kb_versions ORDER BY number").fetchall()]
+    question = "salary band payroll holiday incident employee euros"
+    callers = [Reader(), Reader.of(["finance"]), Reader.of(["security"], {"clearance": "high"})]
+    for version in versions:
+        for reader in [*callers, Reader.of(["hr-managers", "security"], {"clearance": "high"})]:
+            df, chunks, length = readable_recount(published, version, reader)
+            terms = bm25.question_terms(conn, version, "english", question, reader)
+            assert terms.chunks == chunks and terms.mean_length == pytest.approx(length / max(1, chunks))
+            assert dict(zip(terms.lexemes, terms.chunks_with, strict=True)) == {w: df.get(w, 0) for w in terms.lexemes}
+    assert published.db.readable_chunks(versions[0], Reader.of(["finance"])) < published.db.readable_chunks(
+        versions[1], Reader.of(["finance"])
+    )
+    # Migration 21 computes the same rows for versions published before it.
+    snapshot = "SELECT * FROM kb_version_rules ORDER BY 1, 2", "SELECT * FROM kb_version_rule_terms ORDER BY 1, 2, 3"
+    published_rows = [conn.execute(q).fetchall() for q in snapshot]
+    assert all(published_rows)
+    [backfill] = [
+        sql.split("-- The versions published before this migration.")[1] for n, _, sql in MIGRATIONS if n == 21
+    ]
+    with conn.transaction():
+        conn.execute("DELETE FROM kb_version_rule_terms; DELETE FROM kb_version_rules")
+        conn.execute(backfill.encode())
+    assert [conn.execute(q).fetchall() for q in snapshot] == published_rows
+    row = conn.execute("SELECT id FROM kb_knowledge_bases WHERE name = 'hr'").fetchone()
+    assert row is not None and prune_history(published.db, int(row[0]), keep=1) == 1
+    for table in ("kb_version_rules", "kb_version_rule_terms"):
+        row = conn.execute(f"SELECT count(*) FROM {table} WHERE version_id = %s", (versions[0],)).fetchone()
+        assert row is not None and row[0] == 0, table
+    published.delete("hr")
+    for table in ("kb_version_rules", "kb_version_rule_terms"):
+        row = conn.execute(f"SELECT count(*) FROM {table}").fetchone()
+        assert row is not None and row[0] == 0, table
 
 
 def test_knowledge_bases_without_access_are_read_by_every_caller(store: KnowledgeBaseStore) -> None:

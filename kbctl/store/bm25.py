@@ -44,7 +44,7 @@ from kbctl.defaults import BM25_B as B  # length normalization
 from kbctl.defaults import BM25_K1 as K1  # term frequency saturation
 from kbctl.defaults import LAST_RESORT_RANKED, MATCH_POSTINGS
 from kbctl.inputs.access import Reader
-from kbctl.store.access import readable, readable_params, readable_size
+from kbctl.store.access import HIDDEN_RULES, delete_rule_statistics, readable, readable_params, readable_size
 from kbctl.store.rows import ChunkHit
 from kbctl.store.search import as_float32
 
@@ -142,16 +142,17 @@ def question_terms(
 def _readable_terms(
     conn: psycopg.Connection[Any], version_id: int, language: str, question: str, reader: Reader
 ) -> QuestionTerms:
-    """question_terms over the revisions of a version that `reader` may read."""
+    """question_terms over the part of a version that `reader` may read: the version's statistics minus those of
+    the access rules it does not pass (kbctl.store.access)."""
     row = conn.execute(
-        "WITH rv AS MATERIALIZED (SELECT vs.revision_id FROM kb_version_sources vs"
-        " WHERE vs.version_id = %(v)s AND vs.revision_id IS NOT NULL" + readable(reader) + "),"
+        "WITH hidden AS MATERIALIZED (" + HIDDEN_RULES + "),"
         " q AS (SELECT u.lexeme, coalesce(array_length(u.positions, 1), 1) AS n,"
-        " (SELECT sum(t.chunks) FROM kb_revision_terms t WHERE t.lexeme = u.lexeme"
-        " AND t.revision_id IN (SELECT revision_id FROM rv)) AS df"
+        " (SELECT t.chunks FROM kb_version_terms t WHERE t.version_id = %(v)s AND t.lexeme = u.lexeme) AS df,"
+        " (SELECT sum(t.chunks) FROM kb_version_rule_terms t WHERE t.version_id = %(v)s AND t.lexeme = u.lexeme"
+        " AND t.rule IN (SELECT rule FROM hidden)) AS unread"
         " FROM unnest(to_tsvector(%(l)s::regconfig, %(q)s)) u)"
         " SELECT array_agg(q.lexeme ORDER BY q.lexeme), array_agg(q.n ORDER BY q.lexeme),"
-        " array_agg(coalesce(q.df, 0) ORDER BY q.lexeme) FROM q",
+        " array_agg(coalesce(q.df, 0) - coalesce(q.unread, 0) ORDER BY q.lexeme) FROM q",
         {"l": language, "q": question, "v": version_id, **readable_params(reader)},
     ).fetchone()
     assert row is not None
@@ -217,6 +218,7 @@ def delete_version_terms(
     """Delete the statistics of versions being deleted, `version_ids` or every version of the knowledge base
     `kb_id`."""
     _delete_terms(conn, "version", version_ids, kb_id)
+    delete_rule_statistics(conn, version_ids, kb_id=kb_id)
 
 
 def delete_revision_terms(

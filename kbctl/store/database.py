@@ -21,7 +21,7 @@ from kbctl.defaults import INDEX_LOOKUP_SECONDS
 from kbctl.errors import StoreError
 from kbctl.inputs.access import Reader
 from kbctl.manifest.digest import sha256_json
-from kbctl.store.access import readable_counts, readable_size
+from kbctl.store.access import readable_counts, readable_size, rule_statistics
 from kbctl.store.bm25 import (
     containing_all_words,
     delete_revision_terms,
@@ -746,6 +746,8 @@ class Database:
                         )
                     )
             version_statistics(self._conn, kb_id, int(vrow[0]))
+            if restricted:
+                rule_statistics(self._conn, int(vrow[0]))
             self._write_statuses(kb_id, statuses, stored_statuses)
             self._conn.execute("UPDATE kb_knowledge_bases SET current_version = %s WHERE id = %s", (number, kb_id))
         return number

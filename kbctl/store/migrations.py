@@ -364,6 +364,47 @@ MIGRATIONS: list[tuple[int, str, str]] = [
         ALTER TABLE kb_versions ADD COLUMN restricted_chunks integer NOT NULL DEFAULT 0;
         """,
     ),
+    (
+        21,
+        "document-level access: each restricted version's statistics per access rule, so a query subtracts what its "
+        "caller may not read instead of summing what it may",
+        # A rule is one (readers, reader_labels) pair of a version's restricted sources; its chunks, analyzed length
+        # and per-lexeme document frequencies are written at publish (kbctl.store.access.rule_statistics). No
+        # foreign key on the terms (as kb_version_terms: publishing checks none per row); deleted with the version.
+        """
+        CREATE TABLE kb_version_rules (
+            version_id bigint NOT NULL REFERENCES kb_versions(id) ON DELETE CASCADE,
+            rule integer NOT NULL,
+            readers text[],
+            reader_labels text[],
+            chunks integer NOT NULL,
+            term_count bigint NOT NULL,
+            PRIMARY KEY (version_id, rule)
+        );
+        CREATE TABLE kb_version_rule_terms (
+            version_id bigint NOT NULL,
+            lexeme text NOT NULL,
+            rule integer NOT NULL,
+            chunks integer NOT NULL,
+            PRIMARY KEY (version_id, lexeme, rule)
+        );
+        -- The versions published before this migration.
+        WITH src AS MATERIALIZED (
+            SELECT vs.version_id, vs.revision_id, vs.readers, vs.reader_labels, r.chunk_count, r.term_count,
+                (dense_rank() OVER (PARTITION BY vs.version_id ORDER BY vs.readers, vs.reader_labels))::integer AS rule
+            FROM kb_version_sources vs
+            JOIN kb_versions v ON v.id = vs.version_id AND v.restricted_chunks > 0
+            JOIN kb_source_revisions r ON r.id = vs.revision_id
+            WHERE vs.readers IS NOT NULL OR vs.reader_labels IS NOT NULL),
+        rules AS (
+            INSERT INTO kb_version_rules (version_id, rule, readers, reader_labels, chunks, term_count)
+            SELECT version_id, rule, readers, reader_labels, sum(chunk_count), sum(term_count) FROM src
+            GROUP BY version_id, rule, readers, reader_labels)
+        INSERT INTO kb_version_rule_terms (version_id, lexeme, rule, chunks)
+            SELECT src.version_id, t.lexeme, src.rule, sum(t.chunks) FROM src
+            JOIN kb_revision_terms t ON t.revision_id = src.revision_id GROUP BY src.version_id, t.lexeme, src.rule;
+        """,
+    ),
 ]
 
 # Serializes migrations of one database across processes (an arbitrary, fixed 64-bit key).
