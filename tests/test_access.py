@@ -5,8 +5,10 @@ from __future__ import annotations
 import re
 
 import pytest
+from typer.testing import CliRunner
 
 from kbctl import KnowledgeBaseStore, Reader
+from kbctl.cli import app
 from kbctl.errors import ManifestError, UsageError
 from kbctl.inputs.access import may_read
 from kbctl.manifest import parse_manifests
@@ -203,3 +205,18 @@ def test_a_bad_access_rule_names_its_field(access: dict[str, object], field: str
 def test_a_reader_of_unknown_shape_is_refused(groups: object, claims: object) -> None:
     with pytest.raises(UsageError):
         Reader.of(groups, claims)  # type: ignore[arg-type]
+
+
+def test_describe_as_a_caller_on_the_command_line(published: KnowledgeBaseStore, cli: CliRunner) -> None:
+    """`kbctl describe kb NAME --as-group/--as-claim` lists the sources that caller reads; with -o it is refused."""
+    everything = cli.invoke(app, ["describe", "kb", "hr"], env={"COLUMNS": "200"})
+    assert everything.exit_code == 0 and "incidents" in everything.output and "salaries" in everything.output
+    managers = cli.invoke(app, ["describe", "kb", "hr", "--as-group", "hr-managers"], env={"COLUMNS": "200"})
+    assert managers.exit_code == 0, managers.output
+    assert "salaries" in managers.output and "incidents" not in managers.output
+    cleared = cli.invoke(
+        app, ["describe", "kb", "hr", "--as-group", "security", "--as-claim", "clearance=high"], env={"COLUMNS": "200"}
+    )
+    assert "incidents" in cleared.output and "salaries" not in cleared.output
+    refused = cli.invoke(app, ["describe", "kb", "hr", "--as-group", "hr-managers", "-o", "json"])
+    assert refused.exit_code == 2 and "without -o" in refused.output

@@ -435,21 +435,40 @@ def _event_object(event: KnowledgeBaseEvent) -> dict[str, Any]:
 
 @app.command()
 @handles_errors
-def describe(resource: Resource, name: KbName, output: ObjectOutputOpt = None) -> None:
+def describe(
+    resource: Resource,
+    name: KbName,
+    output: ObjectOutputOpt = None,
+    as_group: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--as-group",
+            metavar="GROUP",
+            help="Describe it as a caller in this group sees it (repeatable): only the sources it may read, "
+            "their chunks, no events. With --as-claim only, a caller without groups.",
+        ),
+    ] = None,
+    as_claim: AsClaimOpt = None,
+) -> None:
     """Show a knowledge base in detail: spec in force, current version, and the state of every source.
 
     -o json|yaml|jsonpath=...|custom-columns=... print the object as `kbctl get kb NAME -o ...` does.
+    --as-group and --as-claim show what one caller may read (document-level `access`), as serve shows it to a
+    token with those groups and claims.
     """
     from kbctl.cli.output import parse_object_output
     from kbctl.cli.render import describe_text
 
     check_resource(resource)
     fmt = parse_object_output(output)
+    as_reader = as_group is not None or as_claim is not None
+    if as_reader and fmt is not None and fmt.structured:
+        raise typer.BadParameter("--as-group and --as-claim describe as text: use them without -o", param_hint="'-o'")
     with open_store() as store:
         if fmt is not None and fmt.structured:
             emit_objects([store.resource(name)], fmt, single=True)
             return
-        d = store.describe(name)
+        d = store.describe(name, reader=reader_of(as_group, as_claim) if as_reader else None)
     typer.echo(f"knowledgebase/{d.name}" if fmt is not None and fmt.kind == "name" else describe_text(d))
 
 
