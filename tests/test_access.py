@@ -152,8 +152,11 @@ def test_a_callers_keyword_statistics_are_those_of_what_it_may_read(published: K
         versions[1], Reader.of(["finance"])
     )
     # Migration 21 computes the same rows for versions published before it.
-    snapshot = "SELECT * FROM kb_version_rules ORDER BY 1, 2", "SELECT * FROM kb_version_rule_terms ORDER BY 1, 2, 3"
-    published_rows = [conn.execute(q).fetchall() for q in snapshot]
+    snapshot = [
+        f"SELECT * FROM {table} WHERE version_id = ANY(%s) ORDER BY 1, 2, 3"
+        for table in ("kb_version_rules", "kb_version_rule_terms")
+    ]
+    published_rows = [conn.execute(q, (versions,)).fetchall() for q in snapshot]
     assert all(published_rows)
     [backfill] = [
         sql.split("-- The versions published before this migration.")[1] for n, _, sql in MIGRATIONS if n == 21
@@ -161,7 +164,8 @@ def test_a_callers_keyword_statistics_are_those_of_what_it_may_read(published: K
     with conn.transaction():
         conn.execute("DELETE FROM kb_version_rule_terms; DELETE FROM kb_version_rules")
         conn.execute(backfill.encode())
-    assert [conn.execute(q).fetchall() for q in snapshot] == published_rows
+    after = [conn.execute(q, (versions,)).fetchall() for q in snapshot]
+    assert after == published_rows
     row = conn.execute("SELECT id FROM kb_knowledge_bases WHERE name = 'hr'").fetchone()
     assert row is not None and prune_history(published.db, int(row[0]), keep=1) == 1
     for table in ("kb_version_rules", "kb_version_rule_terms"):
