@@ -10,6 +10,7 @@ import hmac
 import json
 import os
 import secrets
+import ssl
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -29,6 +30,8 @@ from kbctl.errors import AuthError, KbctlError
 from kbctl.inputs.access import Reader
 from kbctl.serve.oidc import MAX_JWKS_BYTES, OidcVerifier, looks_like_jwt
 from kbctl.userconfig import ServeOidc
+from tests.support.httpserver import serve
+from tests.support.tls import certificates as tls_certificates
 
 ISSUER = "https://idp.example"
 AUDIENCE = "kbctl"
@@ -503,3 +506,37 @@ def test_looks_like_jwt(rsa_key: rsa.RSAPrivateKey) -> None:
     unsigned = b64(json.dumps({"alg": "none"}).encode())
     assert looks_like_jwt(f"{unsigned}.e30.sig")  # the shape only: verify() refuses it
     assert not looks_like_jwt(f"{unsigned}.e30.")  # an empty signature is not the shape
+
+
+# ---- the JWKS URL over real HTTPS ----
+
+
+def test_keys_are_fetched_over_https_from_a_real_server_and_refetched_when_rotated(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, rsa_key: rsa.RSAPrivateKey, other_rsa_key: rsa.RSAPrivateKey
+) -> None:
+    """The identity provider as a real HTTPS server on 127.0.0.1 (a throwaway CA trusted through SSL_CERT_FILE):
+    its keys are fetched once, a token signed with a key it rotated in makes them be fetched again, and a server
+    whose certificate is not trusted is refused, never read over an unverified connection."""
+    ca, cert, key = tls_certificates(tmp_path, "IP:127.0.0.1", "127.0.0.1")
+    server_context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    server_context.load_cert_chain(cert, key)
+    with serve(tls=server_context) as idp:
+        idp.route("/jwks", body=json.dumps({"keys": [rsa_jwk(rsa_key, "rsa1")]}), content_type="application/json")
+        url = f"https://127.0.0.1:{idp.port}/jwks"
+        monkeypatch.delenv("SSL_CERT_DIR", raising=False)
+        monkeypatch.setenv("SSL_CERT_FILE", str(ca))
+        clock = Clock()
+        verifier = OidcVerifier(config(jwksURL=url), clock=clock)
+        assert verifier.verify(sign(rsa_key)) == Reader.of(["hr", "staff"])
+        assert verifier.verify(sign(rsa_key, groups=["staff"])) == Reader.of(["staff"])
+        assert idp.hits["/jwks"] == 1
+        assert idp.requests_for("/jwks")[0].headers["user-agent"].startswith("kbctl/")
+        both = [rsa_jwk(rsa_key, "rsa1"), rsa_jwk(other_rsa_key, "rsa2")]
+        idp.route("/jwks", body=json.dumps({"keys": both}), content_type="application/json")
+        clock.now += 60  # past the refetch interval
+        assert verifier.verify(sign(other_rsa_key, kid="rsa2")) == Reader.of(["hr", "staff"])
+        assert idp.hits["/jwks"] == 2
+        monkeypatch.delenv("SSL_CERT_FILE")  # the throwaway CA is no longer trusted
+        untrusted = OidcVerifier(config(jwksURL=url), clock=Clock())
+        refused(untrusted, sign(rsa_key), "keys could not be read")
+        assert idp.hits["/jwks"] == 2  # the TLS handshake failed: no request was made

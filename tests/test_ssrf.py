@@ -3,9 +3,7 @@
 from __future__ import annotations
 
 import asyncio
-import shutil
 import ssl
-import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -16,6 +14,7 @@ from kbctl.errors import KbctlError, SourceError
 from kbctl.sources._guard import Guard, check_ip, guarded_transport
 from kbctl.sources.url import FetchPolicy, FetchRequest, FetchResult, fetch_urls
 from tests.support.httpserver import HTTPTestServer, loopback_only, serve
+from tests.support.tls import certificates as tls_certificates
 
 HINT = "; set KBCTL_ALLOW_PRIVATE_NETWORKS=1 to allow private networks"
 # Link-local and cloud metadata addresses: KBCTL_ALLOW_PRIVATE_NETWORKS=1 does not open them, so it is not the hint.
@@ -429,23 +428,8 @@ def test_check_ip_rejects_non_addresses() -> None:
 
 @pytest.fixture(scope="module")
 def certificates(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path, Path]:
-    """A throwaway CA and a server certificate for secure.example.test, made with the openssl CLI."""
-    openssl = shutil.which("openssl")
-    if openssl is None:
-        pytest.skip("the openssl command is not installed")
-    d = tmp_path_factory.mktemp("tls")
-    ec = ["-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes"]
-
-    def run(*args: str) -> None:
-        subprocess.run([openssl, *args], cwd=d, check=True, capture_output=True)
-
-    run("req", "-x509", *ec, "-keyout", "ca.key", "-out", "ca.pem", "-days", "2", "-subj", "/CN=kbctl test CA",
-        "-addext", "basicConstraints=critical,CA:TRUE", "-addext", "keyUsage=critical,keyCertSign")  # fmt: skip
-    run("req", *ec, "-keyout", "server.key", "-out", "server.csr", "-subj", "/CN=secure.example.test")
-    (d / "ext.cnf").write_text("subjectAltName=DNS:secure.example.test\nbasicConstraints=CA:FALSE\n")
-    run("x509", "-req", "-in", "server.csr", "-CA", "ca.pem", "-CAkey", "ca.key", "-CAcreateserial",
-        "-out", "server.pem", "-days", "2", "-extfile", "ext.cnf")  # fmt: skip
-    return d / "ca.pem", d / "server.pem", d / "server.key"
+    """A throwaway CA and a server certificate for secure.example.test."""
+    return tls_certificates(tmp_path_factory.mktemp("tls"), "DNS:secure.example.test", "secure.example.test")
 
 
 def test_tls_uses_the_host_name_while_connecting_to_the_checked_ip(
