@@ -21,10 +21,10 @@ import httpx
 import jwt
 import pytest
 from cryptography.hazmat.primitives import serialization
-from cryptography.hazmat.primitives.asymmetric import ec, rsa
+from cryptography.hazmat.primitives.asymmetric import ec, ed25519, rsa
 from cryptography.hazmat.primitives.asymmetric.padding import PKCS1v15
 from cryptography.hazmat.primitives.hashes import SHA256
-from jwt.algorithms import ECAlgorithm, RSAAlgorithm
+from jwt.algorithms import ECAlgorithm, OKPAlgorithm, RSAAlgorithm
 
 from kbctl.errors import AuthError, KbctlError
 from kbctl.inputs.access import Reader
@@ -540,3 +540,14 @@ def test_keys_are_fetched_over_https_from_a_real_server_and_refetched_when_rotat
         untrusted = OidcVerifier(config(jwksURL=url), clock=Clock())
         refused(untrusted, sign(rsa_key), "keys could not be read")
         assert idp.hits["/jwks"] == 2  # the TLS handshake failed: no request was made
+
+
+def test_an_eddsa_token_is_accepted_when_eddsa_is_allowed(tmp_path: Path) -> None:
+    """An Ed25519 key (OKP) of the set verifies an EdDSA token, once `algorithms` allows EdDSA (not by default)."""
+    key = ed25519.Ed25519PrivateKey.generate()
+    jwk: dict[str, Any] = OKPAlgorithm.to_jwk(key.public_key(), as_dict=True)
+    path = write(tmp_path, {"keys": [{**jwk, "kid": "ed1"}]})
+    token = sign(key, kid="ed1", algorithm="EdDSA")
+    assert OidcVerifier(config(jwksFile=path, algorithms=["EdDSA"])).verify(token) == Reader.of(["hr", "staff"])
+    with pytest.raises(KbctlError, match="no public signing key usable with RS256, ES256"):
+        OidcVerifier(config(jwksFile=path)).verify(token)  # RS256 and ES256 only: the set holds no usable key
