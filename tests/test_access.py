@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import json
 import re
+from pathlib import Path
 
 import pytest
 from typer.testing import CliRunner
@@ -10,6 +12,8 @@ from typer.testing import CliRunner
 from kbctl import KnowledgeBaseStore, Reader
 from kbctl.cli import app
 from kbctl.errors import ManifestError, UsageError
+from kbctl.eval.evalset import parse_evalset
+from kbctl.eval.run import evaluate_store
 from kbctl.inputs.access import may_read
 from kbctl.manifest import parse_manifests
 from kbctl.store import bm25
@@ -224,3 +228,24 @@ def test_describe_as_a_caller_on_the_command_line(published: KnowledgeBaseStore,
     assert "incidents" in cleared.output and "salaries" not in cleared.output
     refused = cli.invoke(app, ["describe", "kb", "hr", "--as-group", "hr-managers", "-o", "json"])
     assert refused.exit_code == 2 and "without -o" in refused.output
+
+
+def test_eval_measures_as_a_caller(published: KnowledgeBaseStore, cli: CliRunner, tmp_path: Path) -> None:
+    """`kbctl eval --as-group` measures what that caller retrieves: a source it may not read counts as missed."""
+    evalset = (
+        "knowledgeBase: hr\nqueries:\n  - id: e4\n"
+        "    question: what does salary band E4 pay?\n    expectedSources: [salaries]\n"
+    )
+    parsed = parse_evalset(evalset)
+    recall = {
+        reader: evaluate_store(published, "hr", parsed, reader=reader).modes[0].recall
+        for reader in (None, Reader.of(["hr-managers"]))
+    }
+    assert recall[None] == 0.0 and recall[Reader.of(["hr-managers"])] == 1.0
+    path = tmp_path / "hr-eval.yaml"
+    path.write_text(evalset)
+    outsider = cli.invoke(app, ["eval", "-f", str(path), "-o", "json"])
+    manager = cli.invoke(app, ["eval", "-f", str(path), "--as-group", "hr-managers", "-o", "json"])
+    assert outsider.exit_code == 0 and manager.exit_code == 0, outsider.output + manager.output
+    assert json.loads(outsider.output)["modes"][0]["recall"] == 0.0
+    assert json.loads(manager.output)["modes"][0]["recall"] == 1.0

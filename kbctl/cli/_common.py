@@ -147,8 +147,9 @@ AsGroupOpt = Annotated[
     typer.Option(
         "--as-group",
         metavar="GROUP",
-        help="Retrieve as a caller in this group (repeatable): documents behind an access rule are read only when "
-        "it names one of these groups. Without it, only documents without a rule.",
+        help="Act as a caller in this group (repeatable): a document behind an access rule is read only when the "
+        "rule names one of the groups. A caller without groups reads only documents without a rule (describe "
+        "without --as-group or --as-claim shows every source).",
     ),
 ]
 AsClaimOpt = Annotated[
@@ -156,7 +157,7 @@ AsClaimOpt = Annotated[
     typer.Option(
         "--as-claim",
         metavar="NAME=VALUE",
-        help="Retrieve as a caller holding this claim (repeatable), matched against access.labels.",
+        help="Act as a caller holding this claim (repeatable), matched against access.labels.",
     ),
 ]
 

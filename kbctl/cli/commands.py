@@ -439,15 +439,7 @@ def describe(
     resource: Resource,
     name: KbName,
     output: ObjectOutputOpt = None,
-    as_group: Annotated[
-        list[str] | None,
-        typer.Option(
-            "--as-group",
-            metavar="GROUP",
-            help="Describe it as a caller in this group sees it (repeatable): only the sources it may read, "
-            "their chunks, no events. With --as-claim only, a caller without groups.",
-        ),
-    ] = None,
+    as_group: AsGroupOpt = None,
     as_claim: AsClaimOpt = None,
 ) -> None:
     """Show a knowledge base in detail: spec in force, current version, and the state of every source.

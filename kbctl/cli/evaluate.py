@@ -8,7 +8,19 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from kbctl.cli._common import MaxTokensOpt, OutputOpt, ThresholdOpt, app, choices, emit, handles_errors, open_store
+from kbctl.cli._common import (
+    AsClaimOpt,
+    AsGroupOpt,
+    MaxTokensOpt,
+    OutputOpt,
+    ThresholdOpt,
+    app,
+    choices,
+    emit,
+    handles_errors,
+    open_store,
+    reader_of,
+)
 
 if TYPE_CHECKING:
     from kbctl.eval.answers import AnswerReport
@@ -216,6 +228,8 @@ def evaluate(
     ] = None,
     verbose: Annotated[bool, typer.Option("--verbose", "-v", help="List the queries that missed.")] = False,
     output: OutputOpt = None,
+    as_group: AsGroupOpt = None,
+    as_claim: AsClaimOpt = None,
 ) -> None:
     """Measure retrieval quality against an eval set: recall@k, MRR@10, nDCG@10, hit rate@k, no-answer accuracy.
 
@@ -233,6 +247,9 @@ def evaluate(
     FAITHFUL (the mean share of each answer's claims the judge finds supported by the passages) with the
     unsupported and contradicted claims counted. --min-faithfulness and --min-refusal gate on them.
 
+    --as-group / --as-claim measure as one caller (document-level access): a source behind a rule it does not
+    pass is never retrieved, so it counts as missed. Without them, the caller has no groups.
+
     Example: kbctl eval client-service-policy -f examples/eval/client-service-policy.yaml -m hybrid -m vector
     """
     from kbctl import QueryOptions
@@ -248,6 +265,7 @@ def evaluate(
     target = name or evalset.knowledge_base
     if target is None:
         raise typer.BadParameter("give a knowledge base NAME or set knowledgeBase in the eval set", param_hint="NAME")
+    reader = reader_of(as_group, as_claim)
     with open_store() as store:
         report = evaluate_store(
             store,
@@ -256,6 +274,7 @@ def evaluate(
             k=k,
             modes=[m.value for m in mode] if mode else [None],
             options=QueryOptions(threshold=threshold, max_tokens=max_tokens),
+            reader=reader,
         )
         if answers:
             report.answers = evaluate_answers(
@@ -265,6 +284,7 @@ def evaluate(
                 models=chat_model or [None],
                 judge=judge_model or store.settings.config.chat.judge_model,
                 options=QueryOptions(threshold=threshold, max_tokens=max_tokens),
+                reader=reader,
             )
     if output:
         emit(report, output)

@@ -25,6 +25,7 @@ from kbctl.errors import KbctlError, UsageError
 from kbctl.eval.evalset import EvalQuery, EvalSet
 from kbctl.eval.gates import Shortfall, shortfall
 from kbctl.eval.judge import Claim, judge_answer
+from kbctl.inputs.access import Reader
 from kbctl.query.options import QueryOptions
 
 __all__ = ["AnswerOutcome", "AnswerReport", "AskStore", "answer_shortfalls", "evaluate_answers"]
@@ -34,7 +35,13 @@ class AskStore(Protocol):
     """A store that answers questions and builds chat models (`kbctl.client.KnowledgeBaseStore` is one)."""
 
     def ask(
-        self, name: str, question: str, options: QueryOptions | None = None, *, model: str | None = None
+        self,
+        name: str,
+        question: str,
+        options: QueryOptions | None = None,
+        *,
+        model: str | None = None,
+        reader: Reader | None = None,
     ) -> AskResult:
         """The grounded answer to `question` (see `kbctl.client.KnowledgeBaseStore.ask`)."""
         ...
@@ -173,16 +180,18 @@ def evaluate_answers(
     models: Sequence[str | None] = (None,),
     judge: str | None = None,
     options: QueryOptions | None = None,
+    reader: Reader | None = None,
 ) -> list[AnswerReport]:
     """Ask every question of `evalset` of knowledge base `name` once per chat model (None: the knowledge base's
-    own, spec.answer), judge the answers with `judge` when one is given, and report each model apart."""
+    own, spec.answer), as `reader` (document-level access), judge the answers with `judge` when one is given, and
+    report each model apart."""
     judge_model = store.chat_model(judge) if judge is not None else None
     reports = []
     for model in dict.fromkeys(models):
         results: list[AnswerOutcome] = []
         for query in evalset.queries:
             try:
-                result = store.ask(name, query.question, options, model=model)
+                result = store.ask(name, query.question, options, model=model, reader=reader)
             except UsageError:
                 raise  # e.g. a question too long to ask, or rerank asked of a knowledge base without one: stop
             except KbctlError as exc:

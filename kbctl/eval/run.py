@@ -28,6 +28,7 @@ from kbctl.eval.metrics import (
     reciprocal_rank,
 )
 from kbctl.eval.stores import QueryStore
+from kbctl.inputs.access import Reader
 from kbctl.query.options import QueryOptions
 
 __all__ = [
@@ -226,10 +227,12 @@ class _StoreQuery:
     name: str
     options: QueryOptions  # top_k and the options every mode shares (threshold, max_tokens)
     resolved: dict[str | None, str]
+    reader: Reader | None = None  # the caller whose documents are read (document-level access)
 
     def __call__(self, question: str, mode: str | None) -> Sequence[HitLike]:
         base, rerank = split_mode(mode)
-        result = self.store.query(self.name, question, QueryOptions.build(self.options, mode=base, rerank=rerank))
+        options = QueryOptions.build(self.options, mode=base, rerank=rerank)
+        result = self.store.query(self.name, question, options, reader=self.reader)
         if result.rerank is not None and result.rerank.error:
             raise KbctlError(f"mode {mode or 'default'}: {result.rerank.error}")
         self.resolved.setdefault(mode, result.mode + ("+rerank" if result.rerank is not None else ""))
@@ -255,8 +258,10 @@ def evaluate_store(
     k: int = 5,
     modes: Sequence[str | None] = (None,),
     options: QueryOptions | None = None,
+    reader: Reader | None = None,
 ) -> EvalReport:
-    """Evaluate knowledge base `name` of a store: each question is asked with top_k=max(k, 10) and the
+    """Evaluate knowledge base `name` of a store, as `reader` when given (document-level access: a source it may
+    not read counts as missed): each question is asked with top_k=max(k, 10) and the
     spec's threshold and token budget (or those of `options`, when set), in each mode (None: the spec's
     default mode and reranker; `hybrid` is measured without a reranker, `hybrid+rerank` with the spec's;
     a reranker that fails fails the evaluation rather than measure the fused order).
@@ -280,7 +285,7 @@ def evaluate_store(
         raise KbctlError(f"KnowledgeBase/{name} has no source {listed}; it has: {', '.join(sorted(known))}")
     # Deeper than the chunk metrics need, so that the distinct sources of the list still fill the top k.
     per_query = QueryOptions.build(options, top_k=min(MAX_TOP_K, DOCUMENT_DEPTH * max(k, MRR_DEPTH, NDCG_DEPTH)))
-    store_query = _StoreQuery(store, name, per_query, {})
+    store_query = _StoreQuery(store, name, per_query, {}, reader)
     report = evaluate(store_query, evalset, k=k, modes=modes, knowledge_base=name)
     for m in report.modes:
         m.resolved_mode = store_query.resolved.get(m.mode)

@@ -12,6 +12,7 @@ from typing import Protocol
 from kbctl.engine.events import Reporter
 from kbctl.engine.results import ApplyReport
 from kbctl.engine.status import KnowledgeBaseDetail
+from kbctl.inputs.access import Reader
 from kbctl.manifest import KnowledgeBase
 from kbctl.query.options import QueryOptions
 from kbctl.query.results import QueryResult
@@ -26,8 +27,11 @@ class QueryStore(Protocol):
         """Spec in force, current version and per-source state of one knowledge base."""
         ...
 
-    def query(self, name: str, question: str, options: QueryOptions | None = None) -> QueryResult:
-        """The chunks most relevant to `question`, as `options` say (the spec's settings for what is unset)."""
+    def query(
+        self, name: str, question: str, options: QueryOptions | None = None, *, reader: Reader | None = None
+    ) -> QueryResult:
+        """The chunks most relevant to `question`, as `options` say (the spec's settings for what is unset), of
+        those `reader` may read."""
         ...
 
 
