@@ -207,13 +207,18 @@ _TOKEN = re.compile(r"[A-Za-z0-9][A-Za-z0-9_\-./]*[A-Za-z0-9_]|[A-Za-z0-9]")
 
 
 def identifiers(question: str) -> list[str]:
-    """Exact terms of a question: tokens of 3+ characters with a digit or '_', and acronyms: 2+ capitals, which
-    may be joined by '-', '/' or '.' (SLA, G-CSF, TCR/CD, U.S)."""
+    """Exact terms of a question:
+    - tokens of 3+ characters with a digit or '_' (ERR_4092, v2.1, 2026);
+    - 2-character codes of a letter and a digit (P1, S3, 4K), but not 2-digit numbers;
+    - acronyms: 2+ capitals, which may be joined by '-', '/' or '.' (SLA, G-CSF, TCR/CD, U.S)."""
     found = []
     for token in _TOKEN.findall(question):
         letters = re.sub(r"[-./]", "", token)
-        if (len(token) >= 3 and any(ch.isdigit() or ch == "_" for ch in token)) or (
-            len(letters) >= 2 and letters.isupper() and letters.isalpha()
+        coded = any(ch.isdigit() or ch == "_" for ch in token)
+        if (
+            (len(token) >= 3 and coded)
+            or (len(token) == 2 and any(ch.isdigit() for ch in token) and any(ch.isalpha() for ch in token))
+            or (len(letters) >= 2 and letters.isupper() and letters.isalpha())
         ):
             found.append(token)
     return list(dict.fromkeys(found))

@@ -76,4 +76,34 @@ def extract_html(html: str, url: str) -> tuple[str, str | None]:
     except (lxml.etree.LxmlError, ValueError) as exc:
         raise SourceError(f"cannot parse HTML: {exc}") from exc
     title = metadata.title if metadata is not None and metadata.title else _html_title(html)
-    return (text or "").strip(), title
+    return unescape_markdown(text or "").strip(), title
+
+
+# trafilatura escapes Markdown punctuation in running text (`VPN\_7731`, `\*`, `\[`): text that agents read and
+# that exact-term matching compares. These are unescaped; `#`, `>`, `-`, `+`, `|`, `.`, a backtick and `\` stay
+# escaped, since unescaped they could start a heading, quote, list, table cell or code span where the page had plain
+# text.
+_ESCAPED = re.compile(r"\\([_*\[\]<(){}!~])")
+_CODE_SPAN = re.compile(r"(?<!\\)(`+)(?:(?!\1).)+?\1")  # opened by a backtick that is not escaped
+
+
+def unescape_markdown(text: str) -> str:
+    """`text` (trafilatura's Markdown) without the backslash escapes of punctuation that carries no structure,
+    outside code: fenced blocks and inline code spans are left as they are."""
+    lines, fenced = [], False
+    for line in text.split("\n"):
+        if line.lstrip().startswith("```"):
+            fenced = not fenced
+            lines.append(line)
+            continue
+        if fenced or "\\" not in line:
+            lines.append(line)
+            continue
+        parts, last = [], 0
+        for code in _CODE_SPAN.finditer(line):
+            parts.append(_ESCAPED.sub(r"\1", line[last : code.start()]))
+            parts.append(code.group(0))
+            last = code.end()
+        parts.append(_ESCAPED.sub(r"\1", line[last:]))
+        lines.append("".join(parts))
+    return "\n".join(lines)
