@@ -30,6 +30,7 @@ def payroll_reads_the_restricted_folder(workdir: Path) -> None:
 
 DOCS: dict[str, dict[str, Callable[[Path], None]]] = {
     "access.md": {"kbctl diff -f examples/access/": payroll_reads_the_restricted_folder},
+    "eval.md": {},
 }
 
 
