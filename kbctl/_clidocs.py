@@ -59,6 +59,10 @@ metadata, the applied spec with every default, status; one name prints the objec
 DESCRIPTION; `name` prints `knowledgebase/NAME`; `jsonpath=TEMPLATE` (e.g.
 `'{range .items[*]}{.metadata.name}{"\\n"}{end}'`) and `custom-columns=NAME:.metadata.name,...` pick
 fields. Other commands print their result as `-o json|yaml`.
+
+Field names are camelCase everywhere (`headingPath`, `tokensToEmbed`, `changeCause`), as in the HTTP API, the
+MCP tools and the manifests. Scripts written against kbctl before it read snake_case (`heading_path`) from
+`query`, `ask`, `diff`, `eval`, `rollout history`, `gc` and `import` output: rename the keys they read.
 """  # noqa: E501  (the exit-code table's rows are one line each in markdown)
 
 

@@ -189,7 +189,7 @@ def test_query_ranks_and_honours_threshold_and_budget(store: KnowledgeBaseStore,
     question = "refund if I cancel 20 days before the start?"
     out = cli.invoke(app, ["query", "policies", question, "--mode", "vector", "-o", "json"])
     data = json.loads(out.stdout)
-    assert data["hits"][0]["heading_path"] == ["Refunds", "Cancelled engagements"]
+    assert data["hits"][0]["headingPath"] == ["Refunds", "Cancelled engagements"]
     assert "50% of the deposit" in data["hits"][0]["text"]
     assert {"rank", "source", "position", "score", "tokens"} <= set(data["hits"][0])
 

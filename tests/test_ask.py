@@ -328,7 +328,7 @@ def test_cli_ask_json_and_exit_codes(
     data = json.loads(run.stdout)
     assert data["reason"] == "answered" and data["model"] == "stand-in/chat-test-v1"
     assert data["citations"][0]["source"] == "invoices" and data["retrieval"]["hits"]
-    assert set(data["timings"]) >= {"retrieve_ms", "generate_ms", "total_ms"} and data["usage"]["prompt_tokens"]
+    assert set(data["timings"]) >= {"retrieveMs", "generateMs", "totalMs"} and data["usage"]["promptTokens"]
     none = CliRunner(env=env).invoke(app, ["ask", "policies", OFF_TOPIC, "-o", "json"])
     assert none.exit_code == 3, none.output
     data = json.loads(none.stdout)

@@ -219,7 +219,7 @@ def test_cli_import_then_eval(cli: CliRunner, store: KnowledgeBaseStore, dataset
     evaluated = cli.invoke(app, ["eval", "tiny", "-f", str(evalfile), "-k", "10", "-m", "hybrid", "-o", "json"])
     assert evaluated.exit_code == 0, evaluated.output
     [mode] = json.loads(evaluated.stdout)["modes"]
-    ranks = {r["id"]: r["relevant_ranks"][:1] for r in mode["results"]}
+    ranks = {r["id"]: r["relevantRanks"][:1] for r in mode["results"]}
     assert ranks == {"q-vitamin": [1], "q-bread": [1], "q-bees": [1]}
     assert (mode["queries"], mode["recall"], mode["mrr"]) == (3, 1.0, 1.0)
 
@@ -251,7 +251,7 @@ def test_cli_limits_keep_relevant_documents(cli: CliRunner, store: KnowledgeBase
     result = cli.invoke(app, [*args, "--eval-out", str(evalfile), "-o", "json"])
     assert result.exit_code == 0, result.output
     report = json.loads(result.stdout)
-    assert (report["documents"], report["corpus_documents"], report["queries"]) == (1, 6, 1)
+    assert (report["documents"], report["corpusDocuments"], report["queries"]) == (1, 6, 1)
     assert [s.name for s in store.describe("tiny").source_status] == ["med-10"]
 
 

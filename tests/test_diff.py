@@ -236,7 +236,7 @@ def test_diff_json_is_the_plan_as_data(store: KnowledgeBaseStore, cli: CliRunner
     path = write(tmp_path, manifest(refunds=changed, retention=None) + "---\n" + manifest("copy", refunds=changed))
     result = cli.invoke(app, ["diff", "-f", path, "-o", "json"])
     assert result.exit_code == 1
-    unchanged = {"fetch": False, "chunks_added": 0, "chunks_removed": 0, "tokens_to_embed": 0, "truncated": 0}
+    unchanged = {"fetch": False, "chunksAdded": 0, "chunksRemoved": 0, "tokensToEmbed": 0, "truncated": 0}
     assert json.loads(result.stdout) == {
         "results": [
             {
@@ -250,14 +250,14 @@ def test_diff_json_is_the_plan_as_data(store: KnowledgeBaseStore, cli: CliRunner
                         "kind": "text",
                         "change": "changed",
                         "fetch": False,
-                        "chunks_added": 1,
-                        "chunks_removed": 1,
-                        "tokens_to_embed": expected,
+                        "chunksAdded": 1,
+                        "chunksRemoved": 1,
+                        "tokensToEmbed": expected,
                         "truncated": 0,
                     },
-                    {"name": "retention", "kind": "text", "change": "removed", **unchanged, "chunks_removed": 1},
+                    {"name": "retention", "kind": "text", "change": "removed", **unchanged, "chunksRemoved": 1},
                 ],
-                "over_limits": [],
+                "overLimits": [],
                 "unreadable": [],
             },
             {
@@ -266,15 +266,15 @@ def test_diff_json_is_the_plan_as_data(store: KnowledgeBaseStore, cli: CliRunner
                 "version": None,
                 "fields": [],
                 "sources": [
-                    {"name": "refunds", "kind": "text", "change": "added", **unchanged, "chunks_added": 3},
-                    {"name": "retention", "kind": "text", "change": "added", **unchanged, "chunks_added": 1},
+                    {"name": "refunds", "kind": "text", "change": "added", **unchanged, "chunksAdded": 3},
+                    {"name": "retention", "kind": "text", "change": "added", **unchanged, "chunksAdded": 1},
                 ],
-                "over_limits": [],
+                "overLimits": [],
                 "unreadable": [],
             },
         ],
         "differs": True,
-        "tokens_to_embed": expected,
+        "tokensToEmbed": expected,
     }
 
 

@@ -315,13 +315,13 @@ def test_eval_command_on_the_example_knowledge_base(cli: CliRunner, store: Knowl
     as_json = cli.invoke(app, ["eval", "-f", evalset, "-o", "json", "--k", "3"])  # name from the eval set
     assert as_json.exit_code == 0, as_json.output
     report = json.loads(as_json.stdout)
-    assert (report["knowledge_base"], report["k"], len(report["modes"])) == ("client-service-policy", 3, 1)
+    assert (report["knowledgeBase"], report["k"], len(report["modes"])) == ("client-service-policy", 3, 1)
     mode = report["modes"][0]
-    assert mode["mode"] is None and (mode["queries"], mode["answerable"], mode["no_answer_queries"]) == (34, 30, 4)
-    for key in ("recall", "mrr", "ndcg", "hit_rate", "no_answer_accuracy"):
+    assert mode["mode"] is None and (mode["queries"], mode["answerable"], mode["noAnswerQueries"]) == (34, 30, 4)
+    for key in ("recall", "mrr", "ndcg", "hitRate", "noAnswerAccuracy"):
         assert 0.0 <= mode[key] <= 1.0
     first = mode["results"][0]
-    assert first["id"] == "cancel-two-weeks-before" and set(first) >= {"retrieved", "relevant_ranks", "recall"}
+    assert first["id"] == "cancel-two-weeks-before" and set(first) >= {"retrieved", "relevantRanks", "recall"}
 
 
 @pytest.mark.slow

@@ -97,11 +97,11 @@ def test_cli_names_all_and_selector(three: KnowledgeBaseStore, cli: CliRunner) -
     named = cli.invoke(app, ["query", "finance,facilities", QUESTION, "--threshold", "0", "-o", "json"])
     assert named.exit_code == 0, named.output
     data = json.loads(named.stdout)
-    assert data["knowledge_bases"] == ["finance", "facilities"]
-    assert data["hits"][0]["knowledge_base"] == "finance"
+    assert data["knowledgeBases"] == ["finance", "facilities"]
+    assert data["hits"][0]["knowledgeBase"] == "finance"
 
     everything = cli.invoke(app, ["query", "--all", QUESTION, "--threshold", "0", "-o", "json"])
-    assert json.loads(everything.stdout)["knowledge_bases"] == ["facilities", "finance", "people"]
+    assert json.loads(everything.stdout)["knowledgeBases"] == ["facilities", "finance", "people"]
 
     selected = cli.invoke(app, ["query", "-l", "team=hr", QUESTION, "--threshold", "0"])
     assert selected.exit_code == 0, selected.output
@@ -114,9 +114,9 @@ def test_cli_one_name_keeps_the_single_knowledge_base_output(three: KnowledgeBas
     single = cli.invoke(app, ["query", "finance", QUESTION, "-o", "json"])
     assert single.exit_code == 0, single.output
     data = json.loads(single.stdout)
-    assert data["knowledge_base"] == "finance" and "knowledge_bases" not in data
+    assert data["knowledgeBase"] == "finance" and "knowledgeBases" not in data
     again = cli.invoke(app, ["query", "finance,finance", QUESTION, "-o", "json"])
-    assert json.loads(again.stdout)["knowledge_base"] == "finance"
+    assert json.loads(again.stdout)["knowledgeBase"] == "finance"
 
 
 def test_cli_nothing_relevant_across_several_exits_3_with_the_flag(three: KnowledgeBaseStore, cli: CliRunner) -> None:

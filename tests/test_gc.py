@@ -102,6 +102,6 @@ def test_gc_skips_while_an_apply_holds_the_lock(store: KnowledgeBaseStore, cli: 
         assert (result.exit_code, result.stdout) == (0, "skipped: an apply is in progress\n")
         assert unreferenced(store.db) == 2
     result = cli.invoke(app, ["gc", "-o", "json"])
-    expected = '{\n  "removed": 2,\n  "batches": 1,\n  "skipped": false,\n  "texts_removed": 1\n}\n'
+    expected = '{\n  "removed": 2,\n  "batches": 1,\n  "skipped": false,\n  "textsRemoved": 1\n}\n'
     assert (result.exit_code, result.stdout) == (0, expected)
     assert unreferenced(store.db) == 0

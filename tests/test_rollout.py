@@ -114,7 +114,7 @@ def test_history_lists_versions_newest_first_with_change_causes(store: Knowledge
         ["2", "false"],
         ["1", "false"],
     ]
-    path = cli.invoke(app, ["rollout", "history", "kb", "policies", "-o", "jsonpath={.items[0].change_cause}"])
+    path = cli.invoke(app, ["rollout", "history", "kb", "policies", "-o", "jsonpath={.items[0].changeCause}"])
     assert path.stdout == "source notes added"
     assert cli.invoke(app, ["rollout", "history", "kb", "policies", "-o", "name"]).stdout == "knowledgebase/policies\n"
 

@@ -168,7 +168,7 @@ def test_get_syncs_shows_what_each_applied(
     assert header.split() == ["NAME", "URL", "REF", "PATH", "INTERVAL", "REVISION", "APPLIED", "ERROR"]
     assert row.split()[:6] == ["knowledge", str(remote(repo)), "main", "kb", "1m", git(repo, "rev-parse", "HEAD")[:12]]
     as_json = cli.invoke(app, ["get", "sync", "knowledge", "-o", "json"])
-    assert as_json.exit_code == 0 and '"last_applied_revision"' in as_json.stdout
+    assert as_json.exit_code == 0 and '"lastAppliedRevision"' in as_json.stdout
     again = cli.invoke(app, ["apply", "-f", str(tmp_path / "sync.yaml")])
     assert "Sync/knowledge unchanged" in again.stdout
     missing = cli.invoke(app, ["get", "syncs", "nope"])

@@ -373,9 +373,9 @@ def emit(data: BaseModel | Sequence[BaseModel] | dict[str, Any], output: Output 
     if isinstance(data, dict):
         plain: Any = data
     elif isinstance(data, Sequence):
-        plain = {"items": [d.model_dump(mode="json") for d in data]}
+        plain = {"items": [d.model_dump(mode="json", by_alias=True) for d in data]}
     else:
-        plain = data.model_dump(mode="json")
+        plain = data.model_dump(mode="json", by_alias=True)
     if output is Output.yaml:
         from ruamel.yaml import YAML
 

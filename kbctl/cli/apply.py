@@ -150,7 +150,7 @@ def _json(report: ApplyReport, *, wait: bool, pruning: bool) -> dict[str, Any]:
     """`-o json|yaml`: with --wait the report (and what was pruned, when pruning); without, what was recorded,
     what was pruned, and the report of what was applied here (path: sources), if any."""
     applied = report.model_dump(mode="json", exclude={"recorded", "pruned", "syncs", "failed_syncs"})
-    syncs = {"syncs": [s.model_dump(mode="json") for s in report.syncs]} if report.syncs else {}
+    syncs = {"syncs": [s.model_dump(mode="json", by_alias=True) for s in report.syncs]} if report.syncs else {}
     if wait:
         return {**applied, "pruned": report.pruned, **syncs} if pruning else {**applied, **syncs}
     out: dict[str, Any] = {"results": [p.__dict__ for p in report.recorded], "pruned": report.pruned, **syncs}

@@ -429,8 +429,8 @@ def _event_changes(*, header_due: bool) -> Callable[[list[KnowledgeBaseEvent], l
 
 
 def _event_object(event: KnowledgeBaseEvent) -> dict[str, Any]:
-    """An event as `-o json` prints it, its camelCase names (.lastSeen) also there for --sort-by."""
-    return {**event.model_dump(mode="json", by_alias=True), **event.model_dump(mode="json")}
+    """An event as `-o json` prints it and --sort-by reads it: camelCase names (.lastSeen), as everywhere."""
+    return event.model_dump(mode="json", by_alias=True)
 
 
 @app.command()

@@ -43,7 +43,7 @@ def history(resource: Resource, name: KbName, output: ObjectOutputOpt = None) ->
     sources ready when it was published, CHANGE what made it.
 
     -o json|yaml print them as a List; -o jsonpath=... and custom-columns=... pick fields (e.g.
-    custom-columns=VERSION:.number,CHUNKS:.chunk_count); -o name prints knowledgebase/NAME.
+    custom-columns=VERSION:.number,CHUNKS:.chunkCount); -o name prints knowledgebase/NAME.
     """
     from kbctl.cli.output import parse_object_output
     from kbctl.cli.render import history_table, no_versions_line
@@ -54,7 +54,7 @@ def history(resource: Resource, name: KbName, output: ObjectOutputOpt = None) ->
         versions = store.history(name)
         detail = store.describe(name) if not versions else None
     if fmt is not None and fmt.structured:
-        emit_objects([v.model_dump(mode="json") for v in versions], fmt, single=False)
+        emit_objects([v.model_dump(mode="json", by_alias=True) for v in versions], fmt, single=False)
         return
     if fmt is not None and fmt.kind == "name":
         typer.echo(f"knowledgebase/{name}")

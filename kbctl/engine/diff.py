@@ -8,6 +8,7 @@ from datetime import UTC, datetime
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, computed_field, model_validator
+from pydantic.alias_generators import to_camel
 
 from kbctl.embedding import Embedder
 from kbctl.engine.ingest import Chunked, TokenCounts, chunk_source
@@ -34,7 +35,7 @@ __all__ = [
 
 
 class _Frozen(BaseModel):
-    model_config = ConfigDict(frozen=True)
+    model_config = ConfigDict(frozen=True, alias_generator=to_camel, populate_by_name=True)
 
 
 class FieldDiff(_Frozen):

@@ -188,7 +188,7 @@ class ApplyReport(BaseModel):
     """The outcome of one apply or refresh: one result per knowledge base reconciled, in manifest order; what an
     apply that does not wait left to a controller; what a prune deleted."""
 
-    model_config = ConfigDict(frozen=True)
+    model_config = ConfigDict(frozen=True, alias_generator=to_camel, populate_by_name=True)
 
     results: list[KnowledgeBaseResult]
     recorded: list[PendingResult] = Field(

@@ -17,7 +17,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Protocol
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, ConfigDict, Field
+from pydantic.alias_generators import to_camel
 
 from kbctl.answer import AskResult
 from kbctl.chat import ChatModel
@@ -53,6 +54,8 @@ class AskStore(Protocol):
 
 class AnswerOutcome(BaseModel):
     """How one question was answered by one model."""
+
+    model_config = ConfigDict(alias_generator=to_camel, populate_by_name=True)
 
     id: str
     question: str
@@ -92,6 +95,8 @@ class AnswerOutcome(BaseModel):
 
 class AnswerReport(BaseModel):
     """The answer metrics of one chat model over the eval set."""
+
+    model_config = ConfigDict(alias_generator=to_camel, populate_by_name=True)
 
     model: str | None = Field(description="The chat model asked for (None: each knowledge base's own).")
     judge: str | None

@@ -30,7 +30,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, BinaryIO, Final
 
-from pydantic import BaseModel
+from pydantic import BaseModel, ConfigDict
+from pydantic.alias_generators import to_camel
 from ruamel.yaml import YAML
 from ruamel.yaml.scalarstring import LiteralScalarString
 
@@ -503,6 +504,8 @@ def default_eval_path(name: str, split: str = DEFAULT_SPLIT) -> Path:
 
 class BeirImport(BaseModel):
     """What `import_beir` did."""
+
+    model_config = ConfigDict(alias_generator=to_camel, populate_by_name=True)
 
     name: str
     folder: str

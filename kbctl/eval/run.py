@@ -12,7 +12,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, ConfigDict, Field
+from pydantic.alias_generators import to_camel
 
 from kbctl.errors import KbctlError, UsageError
 from kbctl.eval.answers import AnswerReport
@@ -55,6 +56,8 @@ class QueryOutcome(BaseModel):
     """How one query fared in one mode. Ranking metrics are None for noAnswer queries, `correct` is
     None for the others."""
 
+    model_config = ConfigDict(alias_generator=to_camel, populate_by_name=True)
+
     id: str
     question: str
     no_answer: bool
@@ -81,6 +84,8 @@ class QueryOutcome(BaseModel):
 
 class ModeReport(BaseModel):
     """The metrics of one retrieval mode over the whole eval set (means over the answerable queries)."""
+
+    model_config = ConfigDict(alias_generator=to_camel, populate_by_name=True)
 
     mode: str | None = Field(description="The mode asked for; None means the knowledge base's default.")
     resolved_mode: str | None = Field(default=None, description="The mode the store says it used, when it says.")
@@ -113,6 +118,8 @@ class ModeReport(BaseModel):
 
 class EvalReport(BaseModel):
     """The result of an eval set against one knowledge base, one entry per mode."""
+
+    model_config = ConfigDict(alias_generator=to_camel, populate_by_name=True)
 
     knowledge_base: str | None
     k: int

@@ -61,6 +61,8 @@ class TraceStage(BaseModel):
 class StageTiming(BaseModel):
     """When one stage of a query ran (always recorded, never serialized): what a tracing span is made of."""
 
+    model_config = ConfigDict(alias_generator=to_camel, populate_by_name=True)
+
     stage: str
     start_ns: int  # time.time_ns() at its start
     end_ns: int

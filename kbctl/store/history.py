@@ -7,7 +7,8 @@ from contextlib import contextmanager
 from datetime import datetime
 
 from psycopg.rows import class_row
-from pydantic import BaseModel
+from pydantic import BaseModel, ConfigDict
+from pydantic.alias_generators import to_camel
 
 from kbctl.errors import NotFoundError, RollbackError, UsageError
 from kbctl.store.bm25 import delete_revision_terms, delete_version_terms
@@ -34,6 +35,8 @@ __all__ = [
 class VersionInfo(BaseModel):
     """One retained version of a knowledge base, as `kbctl rollout history` lists it."""
 
+    model_config = ConfigDict(alias_generator=to_camel, populate_by_name=True)
+
     number: int
     created_at: datetime
     change_cause: str
@@ -49,6 +52,8 @@ class VersionInfo(BaseModel):
 class RollbackResult(BaseModel):
     """What `rollout undo` did: the version that served before, the one serving now, the sources re-fetched next."""
 
+    model_config = ConfigDict(alias_generator=to_camel, populate_by_name=True)
+
     name: str
     from_version: int
     to_version: int
@@ -57,6 +62,8 @@ class RollbackResult(BaseModel):
 
 class GcResult(BaseModel):
     """What garbage collection removed, or that it skipped because an apply was in progress."""
+
+    model_config = ConfigDict(alias_generator=to_camel, populate_by_name=True)
 
     removed: int
     batches: int
