@@ -11,10 +11,12 @@ from typing import TYPE_CHECKING, Any, Unpack
 from pydantic import BaseModel, ConfigDict
 from pydantic.alias_generators import to_camel
 
+from kbctl import telemetry
 from kbctl.config import Settings
 from kbctl.errors import NotFoundError, StoreError
 from kbctl.store.database import Database
 from kbctl.store.embedded import embedded_url, running_url
+from kbctl.store.names import LOOKUP_TIMEOUT, knowledge_base_names, reachable_url
 
 # The stages are imported by the methods that use them, so that a command (or an agent) pays at start-up only
 # for what it calls: `get` never loads the fetcher, the chunker or the model runtime.
@@ -98,7 +100,10 @@ class KnowledgeBaseStore:
         pool_timeout: float = 10.0,
     ) -> None:
         """`pool_size` opens a pool of that many connections that reads borrow from, one per call (many
-        concurrent callers: `kbctl serve`, `kbctl mcp`); `pool_timeout` bounds the wait for one."""
+        concurrent callers: `kbctl serve`, `kbctl mcp`); `pool_timeout` bounds the wait for one. When the OTEL_*
+        variables ask for traces and no tracer provider is installed, the first store installs one
+        (kbctl.telemetry; docs/tracing.md)."""
+        telemetry.configure_tracing()
         self.settings = settings or Settings.from_env(home=home, database_url=database_url)
         self.db = self._open_database()  # migrates the schema, before any pool opens
         self._query_db: Database | None = None
@@ -160,6 +165,15 @@ class KnowledgeBaseStore:
         from kbctl.store.embedded import server_status
 
         return server_status((settings or Settings.from_env()).pgdata)
+
+    @staticmethod
+    def peek_names(prefix: str = "", *, settings: Settings | None = None, timeout: float = LOOKUP_TIMEOUT) -> list[str]:
+        """The names of the stored knowledge bases that start with `prefix`, sorted, read within `timeout` seconds
+        without starting the embedded server or migrating anything (shell completion); [] when the store is not
+        running, cannot be reached in time, or fails."""
+        settings = settings or Settings.from_env()
+        url = reachable_url(settings.database_url, settings.pgdata)
+        return [] if url is None else knowledge_base_names(url, prefix, timeout=timeout)
 
     @staticmethod
     def stop_server(settings: Settings | None = None) -> bool:
@@ -234,15 +248,18 @@ class KnowledgeBaseStore:
 
         chosen = manifests if isinstance(manifests, ManifestsToApply) else _knowledge_bases(manifests)
         options = ApplyOptions(wait=wait, controller=controller, timeout=timeout, applyset=applyset, prune=prune)
-        return run_apply(
-            self.db,
-            chosen,
-            self.embedder,
-            options,
-            reporter=reporter,
-            policy=self.fetch_policy,
-            on_recorded=on_recorded,
-        )
+        with telemetry.apply_spans("kbctl.apply", reporter) as spans:
+            report = run_apply(
+                self.db,
+                chosen,
+                self.embedder,
+                options,
+                reporter=spans.reporter,
+                policy=self.fetch_policy,
+                on_recorded=on_recorded,
+            )
+            spans.finished(report)
+        return report
 
     def apply_paths(
         self, paths: Sequence[str], *, recursive: bool = False, reporter: Reporter | None = None
@@ -267,14 +284,17 @@ class KnowledgeBaseStore:
         """
         from kbctl.engine.apply import refresh_knowledge_bases
 
-        return refresh_knowledge_bases(
-            self.db,
-            names,
-            self.embedder,
-            reporter,
-            sources=sources,
-            policy=self._with_cache(policy) if policy is not None else self.fetch_policy,
-        )
+        with telemetry.apply_spans("kbctl.refresh", reporter) as spans:
+            report = refresh_knowledge_bases(
+                self.db,
+                names,
+                self.embedder,
+                spans.reporter,
+                sources=sources,
+                policy=self._with_cache(policy) if policy is not None else self.fetch_policy,
+            )
+            spans.finished(report)
+        return report
 
     def load_settled(self, files: ManifestFiles) -> ManifestsToApply:
         """Parse manifest files read for `apply`, except those the store applied byte for byte and still serves
@@ -318,10 +338,11 @@ class KnowledgeBaseStore:
         )
 
     def controller(self, *, reporter: Reporter | None = None) -> Controller:
-        """A controller over this store (use `run_once()` or `run(stop_event)`)."""
+        """A controller over this store (use `run_once()` or `run(stop_event)`); each reconcile is a
+        `kbctl.reconcile` span when tracing (kbctl.telemetry)."""
         from kbctl.engine.controller import Controller
 
-        return Controller(self.db, self.embedder, reporter=reporter, policy=self.fetch_policy)
+        return Controller(self.db, self.embedder, reporter=telemetry.span_reporter(reporter), policy=self.fetch_policy)
 
     def controller_alive(self) -> bool:
         """Whether a controller has announced itself recently."""
@@ -520,9 +541,10 @@ class KnowledgeBaseStore:
 
         options = QueryOptions.build(options, **overrides)
         with self._reading(query=True) as db:
-            return query_knowledge_base(
+            result = query_knowledge_base(
                 db, name, question, self.embedder, options, reranker_for=self.reranker, visible=scope, reader=reader
             )
+        return telemetry.traced(result)
 
     def query_many(
         self,
@@ -609,7 +631,9 @@ class KnowledgeBaseStore:
                 visible=scope,
                 reader=reader,
             )
-        return answer_ask(plan, on_text)
+        result = answer_ask(plan, on_text)
+        telemetry.traced(result.retrieval)
+        return result
 
     # ---------------------------------------------------------------- health
 

@@ -25,8 +25,10 @@ LAYERS: list[tuple[str, ...]] = [
     ("kbctl.query",),
     ("kbctl.answer",),
     ("kbctl.eval",),
+    ("kbctl.telemetry",),  # OpenTelemetry: the OTEL_* provider, the spans of queries and applies (for client, serve)
     ("kbctl.client",),
     ("kbctl.serve",),
+    ("kbctl.integrations",),  # agent frameworks' retrievers and the tool export: on client and serve, imported by none
     ("kbctl.cli", "kbctl._clidocs", "kbctl.__main__"),
 ]
 
@@ -236,12 +238,12 @@ BEHIND_THE_FACADE = (
 
 
 def test_cli_and_serve_reach_the_engine_and_store_only_through_the_facade() -> None:
-    """cli, serve and the CLI docs generator import kbctl, kbctl.client and the layers below the pipeline's
-    stages (manifest, inputs, config, errors), never a stage itself; type-only imports count too."""
+    """cli, serve, the integrations and the CLI docs generator import kbctl, kbctl.client and the layers below the
+    pipeline's stages (manifest, inputs, config, errors), never a stage itself; type-only imports count too."""
     reached = []
     for path in sorted(PACKAGE.rglob("*.py")):
         importer = module_name(path)
-        if _package(importer) not in ("kbctl.cli", "kbctl.serve", "kbctl._clidocs"):
+        if _package(importer) not in ("kbctl.cli", "kbctl.serve", "kbctl._clidocs", "kbctl.integrations"):
             continue
         for target in sorted(imported(path)):
             if any(target == p or target.startswith(p + ".") for p in BEHIND_THE_FACADE):
@@ -273,3 +275,16 @@ def test_every_type_in_the_facades_signatures_is_exported() -> None:
     # The names are the same objects the signatures were written with.
     assert kbctl.ApplyReport is __import__("kbctl.engine.results", fromlist=["ApplyReport"]).ApplyReport
     assert kbctl.Selector is __import__("kbctl.manifest.selectors", fromlist=["Selector"]).Selector
+
+
+def test_nothing_imports_the_integrations() -> None:
+    """kbctl.integrations sits on the client and serve (the frameworks are optional extras): no other kbctl module
+    imports it, lazily or not, so kbctl never needs langchain-core or llama-index-core."""
+    importers = [
+        f"{module_name(path)} imports {target}"
+        for path in sorted(PACKAGE.rglob("*.py"))
+        if _package(module_name(path)) != "kbctl.integrations"
+        for target in sorted(imported(path))
+        if target == "kbctl.integrations" or target.startswith("kbctl.integrations.")
+    ]
+    assert not importers, "imports of kbctl.integrations:\n" + "\n".join(importers)

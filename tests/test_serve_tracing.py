@@ -1,10 +1,12 @@
-"""In one process: a query's OpenTelemetry spans (one per query, a child per stage), and an internal error's
-500 carrying an id that the log also has."""
+"""In one process: a query's OpenTelemetry spans (one per query, a child per stage, with the route and caller
+under `server_traces` as `kbctl serve` runs it, once all the same without), and an internal error's 500 carrying
+an id that the log also has."""
 
 from __future__ import annotations
 
 import logging
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
 from fastapi.testclient import TestClient
@@ -16,6 +18,7 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 from kbctl.client import KnowledgeBaseStore
 from kbctl.manifest import parse_manifests
 from kbctl.serve import RetrievalService, Tokens, create_app
+from kbctl.serve.tracing import server_traces
 from kbctl.userconfig import ServeConfig
 from tests.support.manifests import knowledge_base, text_source
 
@@ -28,18 +31,35 @@ EXPORTER = InMemorySpanExporter()
 
 @pytest.fixture(scope="module", autouse=True)
 def tracer_provider() -> None:
-    provider = TracerProvider()
+    """The process's SDK provider (another test module may have installed it: there can be only one) sends its
+    spans to EXPORTER too."""
+    provider = trace.get_tracer_provider()
+    if not isinstance(provider, TracerProvider):
+        provider = TracerProvider()
+        trace.set_tracer_provider(provider)
     provider.add_span_processor(SimpleSpanProcessor(EXPORTER))
-    trace.set_tracer_provider(provider)
 
 
-@pytest.fixture
-def client(store: KnowledgeBaseStore) -> Iterator[tuple[TestClient, RetrievalService]]:
+def under_server_traces(app: Any) -> Any:
+    """`app` with each request within `server_traces`, as `kbctl serve` runs it (TestClient runs the app on a
+    thread of its own, which does not inherit the context of the test's)."""
+
+    async def traced(scope: Any, receive: Any, send: Any) -> None:
+        with server_traces():
+            await app(scope, receive, send)
+
+    return traced
+
+
+@pytest.fixture(params=[True, False], ids=["server_traces", "create_app_alone"])
+def client(request: pytest.FixtureRequest, store: KnowledgeBaseStore) -> Iterator[tuple[TestClient, RetrievalService]]:
+    """The app on a fresh store, run as `kbctl serve` runs it, and as an application that builds it with create_app
+    and no more."""
     store.apply(parse_manifests(MANIFEST, "kb.yaml"))
     service = RetrievalService(store.settings, pool_size=2)
     app = create_app(service, Tokens(ServeConfig(), {}))
     try:
-        with TestClient(app, raise_server_exceptions=False) as c:
+        with TestClient(under_server_traces(app) if request.param else app, raise_server_exceptions=False) as c:
             yield c, service
     finally:
         service.close()
@@ -56,6 +76,7 @@ def test_a_query_is_one_span_with_a_child_per_stage(client: tuple[TestClient, Re
     attributes = root[0].attributes or {}
     assert attributes["kbctl.knowledge_base"] == "office" and attributes["kbctl.version"] == 1
     assert attributes["kbctl.hits"] == len(response.json()["hits"]) >= 1
+    assert attributes["kbctl.best_score"] == response.json()["bestScore"]
     children = [s for s in spans if s.parent is not None and s.parent.span_id == root[0].context.span_id]
     names = [s.name for s in children]
     assert names == [
@@ -89,10 +110,36 @@ def test_an_internal_error_is_a_500_with_an_id_in_the_log(
     assert logged and "hunter2" not in logged[0].getMessage()
 
 
-def test_a_context_request_is_traced_too(client: tuple[TestClient, RetrievalService]) -> None:
+def test_a_context_request_is_traced_too(
+    client: tuple[TestClient, RetrievalService], request: pytest.FixtureRequest
+) -> None:
+    """A /context request is one kbctl.query tree too: with its route and caller under `server_traces`; made by
+    the store, without them, in an app built with create_app alone."""
     EXPORTER.clear()
     c, _ = client
     response = c.post("/v1/knowledgebases/office/context", json={"question": "how long are invoices kept?"})
     assert response.status_code == 200 and response.json()["found"] is True
     roots = [s for s in EXPORTER.get_finished_spans() if s.name == "kbctl.query"]
-    assert len(roots) == 1 and (roots[0].attributes or {})["kbctl.route"] == "/v1/knowledgebases/office/context"
+    assert len(roots) == 1
+    attributes = roots[0].attributes or {}
+    if request.node.callspec.params["client"]:  # under server_traces
+        assert attributes["kbctl.route"] == "/v1/knowledgebases/office/context"
+        assert attributes["kbctl.token"] == "anonymous"
+    else:
+        assert "kbctl.route" not in attributes and attributes["kbctl.knowledge_base"] == "office"
+
+
+def test_a_federated_query_traces_each_member(client: tuple[TestClient, RetrievalService]) -> None:
+    """/v1/query (one question to several knowledge bases) records one kbctl.query tree per member asked, each
+    carrying the route and the caller's token name, as a single knowledge base's query does."""
+    EXPORTER.clear()
+    c, _ = client
+    response = c.post("/v1/query", json={"question": "how long are invoices kept?", "knowledgeBases": ["office"]})
+    assert response.status_code == 200 and response.json()["hits"]
+    roots = [s for s in EXPORTER.get_finished_spans() if s.name == "kbctl.query"]
+    assert len(roots) == 1
+    attributes = roots[0].attributes or {}
+    assert attributes["kbctl.knowledge_base"] == "office"
+    assert attributes["kbctl.route"] == "/v1/query" and attributes["kbctl.token"] == "anonymous"
+    children = [s for s in EXPORTER.get_finished_spans() if s.parent and s.parent.span_id == roots[0].context.span_id]
+    assert {s.name for s in children} >= {"kbctl.embed_question", "kbctl.select"}

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Annotated, Any, ParamSpec, TypeVar
 import typer
 from typer.core import TyperGroup
 
+from kbctl.cli.completion import RESOURCES, kb_names, object_formats, resource_types
 from kbctl.cli.output import ObjectOutput, check_object_output
 from kbctl.errors import InputError, KbctlError
 from kbctl.manifest import CONTEXT_TOKENS_MAX, TOP_K_MAX
@@ -78,9 +79,6 @@ NothingFoundExitOpt = Annotated[
     bool, typer.Option("--exit-code", help="Exit 3 when nothing passes the similarity threshold (0 when found).")
 ]
 
-RESOURCES = {"knowledgebase", "knowledgebases", "kb", "kbs"}
-EVENT_RESOURCES = {"events", "event", "ev"}  # `kbctl get events` only
-SYNC_RESOURCES = {"syncs", "sync"}  # `kbctl get syncs` only
 state: dict[str, Any] = {"debug": False, "database_url": None}
 
 
@@ -195,6 +193,7 @@ ObjectOutputOpt = Annotated[
         "-o",
         metavar="FORMAT",
         callback=check_object_output,
+        autocompletion=object_formats,
         help="json or yaml (the objects, which apply again unchanged), wide, name, jsonpath=TEMPLATE or "
         "custom-columns=SPEC, as in kubectl.",
     ),
@@ -241,9 +240,14 @@ def warn_rerank(info: RerankInfo | None) -> None:
 
 
 Resource = Annotated[
-    str, typer.Argument(metavar="RESOURCE", help="Resource type: knowledgebase (aliases: knowledgebases, kb).")
+    str,
+    typer.Argument(
+        metavar="RESOURCE",
+        help="Resource type: knowledgebase (aliases: knowledgebases, kb).",
+        autocompletion=resource_types("kb"),
+    ),
 ]
-KbName = Annotated[str, typer.Argument(metavar="NAME", help="Knowledge base name.")]
+KbName = Annotated[str, typer.Argument(metavar="NAME", help="Knowledge base name.", autocompletion=kb_names)]
 
 P = ParamSpec("P")
 R = TypeVar("R")

@@ -24,6 +24,7 @@ from kbctl.cli._common import (
     reader_of,
     warn_rerank,
 )
+from kbctl.cli.completion import kb_names
 
 if TYPE_CHECKING:
     from kbctl import AskResult
@@ -41,7 +42,9 @@ def _sources(result: AskResult) -> list[str]:
 @app.command()
 @handles_errors
 def ask(
-    name: Annotated[str, typer.Argument(metavar="NAME", help="Knowledge base to answer from.")],
+    name: Annotated[
+        str, typer.Argument(metavar="NAME", help="Knowledge base to answer from.", autocompletion=kb_names)
+    ],
     question: Annotated[str, typer.Argument(metavar="QUESTION", help="The question, in natural language.")],
     model: Annotated[
         str | None,

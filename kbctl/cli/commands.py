@@ -13,9 +13,7 @@ import typer
 from kbctl._version import __version__
 from kbctl.cli._common import (
     COMPLETE_VAR,
-    EVENT_RESOURCES,
     NOT_COVERED_EXIT,
-    SYNC_RESOURCES,
     AllOpt,
     AsClaimOpt,
     AsGroupOpt,
@@ -61,6 +59,7 @@ from kbctl.cli._common import (
     state,
     warn_rerank,
 )
+from kbctl.cli.completion import EVENT_RESOURCES, SYNC_RESOURCES, kb_names, query_names, resource_types
 
 if TYPE_CHECKING:
     from kbctl import FederatedResult, KnowledgeBaseEvent, KnowledgeBaseSummary, QueryResult
@@ -74,7 +73,10 @@ if TYPE_CHECKING:
 @handles_errors
 def refresh(
     resource: Resource,
-    name: Annotated[str | None, typer.Argument(metavar="NAME", help="Knowledge base to refresh (or --all).")] = None,
+    name: Annotated[
+        str | None,
+        typer.Argument(metavar="NAME", help="Knowledge base to refresh (or --all).", autocompletion=kb_names),
+    ] = None,
     source: Annotated[
         list[str] | None,
         typer.Option("--source", "-s", metavar="SOURCE", help="Refresh only this source (repeatable)."),
@@ -143,9 +145,17 @@ def schema(
 @app.command()
 @handles_errors
 def get(
-    resource: Resource,
+    resource: Annotated[
+        str,
+        typer.Argument(
+            metavar="RESOURCE",
+            help="Resource type: knowledgebase (aliases: knowledgebases, kb), events or syncs; or kb/NAME.",
+            autocompletion=resource_types("kb", "events", "syncs", typed_names=True),
+        ),
+    ],
     names: Annotated[
-        list[str] | None, typer.Argument(metavar="NAME", help="Knowledge bases to show (default: all).")
+        list[str] | None,
+        typer.Argument(metavar="NAME", help="Knowledge bases to show (default: all).", autocompletion=kb_names),
     ] = None,
     selector: ListSelectorOpt = None,
     output: ObjectOutputOpt = None,
@@ -474,6 +484,7 @@ def query(
             help="The knowledge base (several, comma-separated, for one fused ranking) and the question. With --all "
             "or -l, the question alone.",
             show_default=False,
+            autocompletion=query_names,
         ),
     ],
     top_k: TopKOpt = None,
@@ -602,7 +613,7 @@ def _print_hits(result: QueryResult) -> None:
 @app.command()
 @handles_errors
 def context(
-    name: Annotated[str, typer.Argument(metavar="NAME", help="Knowledge base to search.")],
+    name: Annotated[str, typer.Argument(metavar="NAME", help="Knowledge base to search.", autocompletion=kb_names)],
     question: Annotated[str, typer.Argument(metavar="QUESTION", help="The question, in natural language.")],
     top_k: TopKOpt = None,
     threshold: ThresholdOpt = None,
@@ -658,9 +669,17 @@ def _delete_syncs(names: list[str], *, ignore_not_found: bool) -> None:
 @handles_errors
 def delete(
     resource: Annotated[
-        str | None, typer.Argument(metavar="RESOURCE", help="knowledgebase (kb), or kb/NAME; not with -f.")
+        str | None,
+        typer.Argument(
+            metavar="RESOURCE",
+            help="knowledgebase (kb), or kb/NAME; not with -f.",
+            autocompletion=resource_types("kb", "syncs", typed_names=True),
+        ),
     ] = None,
-    names: Annotated[list[str] | None, typer.Argument(metavar="NAME", help="Knowledge bases to delete.")] = None,
+    names: Annotated[
+        list[str] | None,
+        typer.Argument(metavar="NAME", help="Knowledge bases to delete.", autocompletion=kb_names),
+    ] = None,
     filename: OptionalFiles = None,
     recursive: Recursive = False,
     selector: ListSelectorOpt = None,
@@ -787,14 +806,27 @@ def explain(
 SHELLS = ("bash", "zsh", "fish")
 
 
+def _shells() -> list[str]:
+    return list(SHELLS)
+
+
 @app.command()
 def completion(
-    shell: Annotated[str, typer.Argument(metavar="SHELL", help="bash, zsh or fish.")],
+    shell: Annotated[str, typer.Argument(metavar="SHELL", help="bash, zsh or fish.", autocompletion=_shells)],
 ) -> None:
     """Print the shell completion script for kbctl.
 
-    Examples: source <(kbctl completion bash) · kbctl completion zsh > "${fpath[1]}/_kbctl" ·
-    kbctl completion fish > ~/.config/fish/completions/kbctl.fish
+    TAB then completes commands and options, resource types (`kbctl get <TAB>`: knowledgebase, kb, events, syncs),
+    the values of -o (json, yaml, wide, name, jsonpath=, custom-columns=) and knowledge base names (`kbctl describe
+    kb <TAB>`, `kbctl query <TAB>`, kb/<TAB>). Names are read from the store only when it answers at once: the
+    embedded PostgreSQL is never started for a completion, and a store that is stopped, unreachable or slower
+    than a second completes no names, silently.
+
+    \b
+    Examples:
+      source <(kbctl completion bash)              # in ~/.bashrc (bash 4.4 or later)
+      kbctl completion zsh > "${fpath[1]}/_kbctl"  # then start a new zsh
+      kbctl completion fish > ~/.config/fish/completions/kbctl.fish
     """
     if shell not in SHELLS:
         raise typer.BadParameter(f"unknown shell {shell!r}; use one of: {', '.join(SHELLS)}", param_hint="SHELL")

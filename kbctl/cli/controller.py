@@ -22,6 +22,7 @@ from kbctl.cli._common import (
     parse_duration,
     resource_names,
 )
+from kbctl.cli.completion import kb_names
 
 if TYPE_CHECKING:
     from kbctl import Reporter
@@ -142,7 +143,7 @@ def wait(
     resource: Resource,
     names: Annotated[
         list[str] | None,
-        typer.Argument(metavar="NAME", help="Knowledge bases to wait for (or -l, or --all)."),
+        typer.Argument(metavar="NAME", help="Knowledge bases to wait for (or -l, or --all).", autocompletion=kb_names),
     ] = None,
     for_: Annotated[
         str,

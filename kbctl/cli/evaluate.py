@@ -21,6 +21,7 @@ from kbctl.cli._common import (
     open_store,
     reader_of,
 )
+from kbctl.cli.completion import kb_names
 
 if TYPE_CHECKING:
     from kbctl.eval.answers import AnswerReport
@@ -168,7 +169,11 @@ def evaluate(
     ],
     name: Annotated[
         str | None,
-        typer.Argument(metavar="NAME", help="Knowledge base to evaluate (default: the eval set's knowledgeBase)."),
+        typer.Argument(
+            metavar="NAME",
+            help="Knowledge base to evaluate (default: the eval set's knowledgeBase).",
+            autocompletion=kb_names,
+        ),
     ] = None,
     k: Annotated[int, typer.Option("--k", "-k", metavar="K", min=1, help="Cut-off of recall@k and hit rate@k.")] = 5,
     mode: Annotated[

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import json
 from dataclasses import replace
+from enum import StrEnum
 from typing import Annotated
 
 import typer
@@ -11,12 +13,20 @@ from kbctl.cli._common import (
     AsClaimOpt,
     AsGroupOpt,
     app,
+    choices,
     duration_option,
     handles_errors,
     parse_duration,
     reader_of,
     state,
 )
+
+
+class ToolFormat(StrEnum):
+    """The tool-calling API whose format --print-tools writes (a wrong value is a usage error, exit code 2)."""
+
+    openai = "openai"
+    anthropic = "anthropic"
 
 
 @app.command()
@@ -82,6 +92,14 @@ def serve(
     ] = None,
     as_group: AsGroupOpt = None,
     as_claim: AsClaimOpt = None,
+    print_tools: Annotated[
+        ToolFormat | None,
+        typer.Option(
+            "--print-tools",
+            metavar=choices(ToolFormat),
+            help="Print the MCP tools as OpenAI function tools or Anthropic tools (JSON) and exit, serving nothing.",
+        ),
+    ] = None,
 ) -> None:
     """Serve retrieval over HTTP for agents: a JSON API (OpenAPI at /openapi.json, docs at /docs) and MCP at /mcp.
 
@@ -99,8 +117,16 @@ def serve(
     only (a non-loopback --host needs --insecure), and its callers read as --as-group and --as-claim say (by
     default only documents without an access rule). Logs are JSON lines on stderr, one per request.
 
+    --print-tools openai|anthropic prints the MCP tools (same names, descriptions and input schemas) in that
+    API's tool format, for agents that call tools themselves; nothing is served or opened.
+
     Example: SUPPORT_BOT_TOKEN=... kbctl serve --host 0.0.0.0 --port 8080
     """
+    if print_tools is not None:
+        from kbctl.serve.mcp import tool_definitions
+
+        typer.echo(json.dumps(tool_definitions(print_tools.value), indent=2))
+        return
     from kbctl.config import Settings
     from kbctl.serve.run import serve as run
 

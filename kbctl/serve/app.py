@@ -2,6 +2,10 @@
 
 Every route but the health checks and the API's own description needs a valid bearer token when tokens are
 configured; a knowledge base outside the token's scope answers 404, as one that does not exist.
+
+The OpenAPI document (`/openapi.json`) is fit for code generation: stable camelCase operationIds, the bearer
+scheme on every route that needs it, examples of every body, and each route's error statuses as `Problem` bodies
+(`application/problem+json`), the only error body the server sends.
 """
 
 from __future__ import annotations
@@ -10,12 +14,13 @@ import secrets
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
-from typing import Annotated, Any, TypeVar
+from typing import Annotated, Any, Final, Literal, TypeVar
 
 import anyio
-from fastapi import FastAPI, Path, Request, Response
+from fastapi import Body, FastAPI, Path, Request, Response
+from fastapi.responses import PlainTextResponse
 from mcp.server.transport_security import TransportSecuritySettings
-from pydantic import AfterValidator, BaseModel
+from pydantic import AfterValidator, BaseModel, ConfigDict
 
 from kbctl import (
     AskResult,
@@ -33,27 +38,78 @@ from kbctl.serve.limits import DEFAULT_BODY_TIMEOUT, BodyLimit
 from kbctl.serve.logs import log_request
 from kbctl.serve.mcp import build_mcp
 from kbctl.serve.metrics import CONTENT_TYPE_LATEST, Metrics
-from kbctl.serve.problems import BadRequest, install_handlers, internal_error, problem
+from kbctl.serve.problems import BadRequest, Problem, install_handlers, internal_error, problem, problem_responses
 from kbctl.serve.requests import (
+    ASK_EXAMPLES,
     MAX_BODY_BYTES,
+    MULTI_QUERY_EXAMPLES,
+    NAME_EXAMPLES,
     NAME_SCHEMA,
+    QUERY_EXAMPLES,
     AskRequest,
     MultiQueryRequest,
     QueryRequest,
 )
 from kbctl.serve.service import RetrievalService
-from kbctl.serve.tracing import trace_query
+from kbctl.serve.tracing import trace_members, trace_query
 
-__all__ = ["PUBLIC_PATHS", "create_app"]
+__all__ = ["BEARER_SCHEME", "PUBLIC_PATHS", "create_app"]
 
 PUBLIC_PATHS = frozenset({"/healthz", "/readyz", "/docs", "/openapi.json"})
 LOOPBACK_HOSTS = frozenset({"127.0.0.1", "localhost", "::1"})
+BEARER_SCHEME: Final = "bearerAuth"  # the OpenAPI security scheme of the token routes
+BODY_ERRORS: Final = (400, 408, 413, 415, 422)  # what a route with a JSON body may answer of the body
+RETRIEVAL_ERRORS: Final = (*BODY_ERRORS, 404, 502, 503, 504)
 T = TypeVar("T")
 Name = Annotated[
     str,
-    Path(description="The knowledge base's name.", json_schema_extra=NAME_SCHEMA),
+    Path(description="The knowledge base's name.", json_schema_extra=NAME_SCHEMA, openapi_examples=NAME_EXAMPLES),
     AfterValidator(check_dns_label),  # a name no knowledge base can have is a 422, before the store
 ]
+
+
+def _declares(*statuses: int, secured: bool = True, more: dict[int | str, Any] | None = None) -> dict[str, Any]:
+    """A route's OpenAPI declarations: its error statuses (and 500, which any route may answer) as problem
+    bodies, `more` responses, and, unless the route is public, the bearer scheme and its 401."""
+    declared = {**problem_responses(*{*statuses, 500, *((401,) if secured else ())}), **(more or {})}
+    responses = dict(sorted(declared.items(), key=lambda item: str(item[0])))
+    if not secured:
+        return {"responses": responses}
+    return {"responses": responses, "openapi_extra": {"security": [{BEARER_SCHEME: []}]}}
+
+
+class Health(BaseModel):
+    """`/healthz`: the process is up."""
+
+    model_config = ConfigDict(json_schema_extra={"examples": [{"status": "ok"}]})
+    status: Literal["ok"] = "ok"
+
+
+class KnowledgeBaseList(BaseModel):
+    """`/v1/knowledgebases`: the knowledge bases in the caller's scope, by name."""
+
+    items: list[KnowledgeBaseSummary]
+
+
+class _Api(FastAPI):
+    """FastAPI whose OpenAPI document also has what the routes' declarations refer to: the bearer scheme and the
+    Problem body."""
+
+    def openapi(self) -> dict[str, Any]:
+        if self.openapi_schema is None:
+            document = super().openapi()
+            components = document.setdefault("components", {})
+            schemas = {**components.get("schemas", {}), "Problem": Problem.model_json_schema()}
+            components["schemas"] = dict(sorted(schemas.items()))
+            components["securitySchemes"] = {
+                BEARER_SCHEME: {
+                    "type": "http",
+                    "scheme": "bearer",
+                    "description": "A token of the server's configuration (serve.tokens), or a JWT of its "
+                    "serve.oidc issuer. A server without tokens (loopback only) does not check it.",
+                }
+            }
+        return self.openapi_schema or {}
 
 
 class _Json(Response):
@@ -104,7 +160,7 @@ def create_app(
         async with mcp_server.session_manager.run():
             yield
 
-    app = FastAPI(
+    app = _Api(
         title="kbctl",
         version=__version__,
         summary="Retrieval from kbctl knowledge bases: grounded context for agents.",
@@ -145,36 +201,68 @@ def create_app(
         }
         trace_query(result, route=request.url.path, principal=principal.name)
 
-    @app.get("/healthz", tags=["health"], summary="The process is up.")
-    async def healthz() -> dict[str, str]:
-        return {"status": "ok"}
+    @app.get(
+        "/healthz",
+        tags=["health"],
+        summary="The process is up.",
+        operation_id="checkHealth",
+        response_description="The process is up.",
+        response_model=Health,
+        **_declares(secured=False),
+    )
+    async def healthz() -> Response:
+        return _Json(Health())
 
     @app.get(
         "/readyz",
         tags=["health"],
         summary="The database answers, its schema is current, the model is loaded.",
+        operation_id="checkReadiness",
+        response_description='Ready: every check is "ok".',
         response_model=Readiness,
+        **_declares(
+            504, secured=False, more={503: {"model": Readiness, "description": "Not ready: each check's reason."}}
+        ),
     )
     async def readyz(request: Request) -> Response:
         ready: Readiness = await run(request, service.readiness)
         return _Json(ready, status_code=200 if ready.ready else 503)
 
-    @app.get("/metrics", tags=["health"], summary="Prometheus metrics (a token with metrics: true).")
+    @app.get(
+        "/metrics",
+        tags=["health"],
+        summary="Prometheus metrics (a token with metrics: true).",
+        operation_id="getMetrics",
+        response_description="The metrics, in the Prometheus text format.",
+        response_class=PlainTextResponse,
+        **_declares(403),
+    )
     async def prometheus(request: Request) -> Response:
         if not caller(request).metrics:  # its labels name knowledge bases outside the caller's scope
             return problem(403, "forbidden", "this token may not read /metrics (give it metrics: true)")
         return Response(metrics.render(), media_type=CONTENT_TYPE_LATEST)
 
-    @app.get("/v1/knowledgebases", tags=["knowledge bases"], summary="The knowledge bases in the caller's scope.")
-    async def list_kbs(request: Request) -> dict[str, list[KnowledgeBaseSummary]]:
+    @app.get(
+        "/v1/knowledgebases",
+        tags=["knowledge bases"],
+        summary="The knowledge bases in the caller's scope.",
+        operation_id="listKnowledgeBases",
+        response_description="The knowledge bases in the caller's scope, by name.",
+        response_model=KnowledgeBaseList,
+        **_declares(503, 504),
+    )
+    async def list_kbs(request: Request) -> Response:
         principal = caller(request)
-        return {"items": await run(request, lambda: service.knowledge_bases(principal))}
+        return _Json(KnowledgeBaseList(items=await run(request, lambda: service.knowledge_bases(principal))))
 
     @app.get(
         "/v1/knowledgebases/{name}",
         tags=["knowledge bases"],
         summary="One knowledge base in detail.",
+        operation_id="getKnowledgeBase",
+        response_description="The knowledge base: its spec in force and the state of each source.",
         response_model=KnowledgeBaseDetail,
+        **_declares(404, 422, 503, 504),
     )
     async def get_kb(name: Name, request: Request) -> Response:
         principal = caller(request)
@@ -186,27 +274,42 @@ def create_app(
         "/v1/knowledgebases/{name}/query",
         tags=["retrieval"],
         summary="The chunks most relevant to a question, ranked, within threshold and token budget.",
+        operation_id="queryKnowledgeBase",
+        response_description="The ranked hits (none when nothing is relevant).",
         response_model=QueryResult,
+        **_declares(*RETRIEVAL_ERRORS),
     )
-    async def query(name: Name, body: QueryRequest, request: Request) -> Response:
+    async def query(
+        name: Name, body: Annotated[QueryRequest, Body(openapi_examples=QUERY_EXAMPLES)], request: Request
+    ) -> Response:
         return _Json(await answer(name, body, request))
 
     @app.post(
         "/v1/knowledgebases/{name}/context",
         tags=["retrieval"],
         summary="The grounded context block for a question (or an explicit 'nothing relevant' block).",
+        operation_id="getKnowledgeBaseContext",
+        response_description="The grounded context block and its passages.",
         response_model=GroundedContext,
+        **_declares(*RETRIEVAL_ERRORS),
     )
-    async def context(name: Name, body: QueryRequest, request: Request) -> Response:
+    async def context(
+        name: Name, body: Annotated[QueryRequest, Body(openapi_examples=QUERY_EXAMPLES)], request: Request
+    ) -> Response:
         return _Json(GroundedContext.of(await answer(name, body, request)))
 
     @app.post(
         "/v1/knowledgebases/{name}/ask",
         tags=["answers"],
         summary="An answer from the knowledge base only, citing its passages; no model call when nothing is relevant.",
+        operation_id="askKnowledgeBase",
+        response_description="The answer and its citations, or `answer: null` with `reason: noContext`.",
         response_model=AskResult,
+        **_declares(*RETRIEVAL_ERRORS),
     )
-    async def ask(name: Name, body: AskRequest, request: Request) -> Response:
+    async def ask(
+        name: Name, body: Annotated[AskRequest, Body(openapi_examples=ASK_EXAMPLES)], request: Request
+    ) -> Response:
         principal = caller(request)
         result = await run(
             request, lambda: service.ask(principal, name, body.question, body.options()), timeout=ask_timeout
@@ -218,19 +321,26 @@ def create_app(
         "/v1/query",
         tags=["retrieval"],
         summary="One question to several knowledge bases, one fused ranking.",
+        operation_id="queryAcrossKnowledgeBases",
+        response_description="One fused ranking, each hit naming its knowledge base and version.",
         response_model=FederatedResult,
+        **_declares(*RETRIEVAL_ERRORS),
     )
-    async def query_many(body: MultiQueryRequest, request: Request) -> Response:
+    async def query_many(
+        body: Annotated[MultiQueryRequest, Body(openapi_examples=MULTI_QUERY_EXAMPLES)], request: Request
+    ) -> Response:
         principal = caller(request)
         if body.knowledge_bases and body.selector is not None:
             raise BadRequest("give knowledgeBases or selector, not both")
         selector = body.label_selector()
-        result = await run(
-            request,
-            lambda: service.query_many(
-                principal, body.question, body.options(), names=body.knowledge_bases, selector=selector
-            ),
-        )
+
+        def members() -> FederatedResult:
+            with trace_members(route=request.url.path, principal=principal.name):
+                return service.query_many(
+                    principal, body.question, body.options(), names=body.knowledge_bases, selector=selector
+                )
+
+        result = await run(request, members)
         request.state.outcome = {
             "knowledgeBase": ",".join(result.knowledge_bases),
             "hits": len(result.hits),

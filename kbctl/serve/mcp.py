@@ -9,25 +9,30 @@ for the REST routes.
 from __future__ import annotations
 
 import json
-from typing import Any
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any, Literal, cast, get_args
 
 import anyio
 from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.mcpserver.exceptions import ResourceError, ResourceNotFoundError, ToolError
 from mcp_types import ListResourcesResult, PaginatedRequestParams
 from mcp_types import Resource as MCPResource
+from mcp_types import Tool as MCPTool
 from pydantic import StrictFloat, StrictInt
 
 from kbctl import AskResult, GroundedContext, QueryOptions, QueryResult
 from kbctl._version import __version__
-from kbctl.errors import KbctlError, NotFoundError
+from kbctl.errors import KbctlError, NotFoundError, UsageError
 from kbctl.manifest import check_dns_label
 from kbctl.serve.auth import ANONYMOUS, Principal
 from kbctl.serve.requests import MAX_QUESTION_CHARS, MAX_TOP_K
 from kbctl.serve.service import RetrievalService
 from kbctl.serve.tracing import trace_query
 
-__all__ = ["INSTRUCTIONS", "build_mcp"]
+__all__ = ["INSTRUCTIONS", "TOOL_FORMATS", "ToolFormat", "build_mcp", "tool_definitions"]
+
+ToolFormat = Literal["mcp", "openai", "anthropic"]
+TOOL_FORMATS: tuple[ToolFormat, ...] = get_args(ToolFormat)
 
 INSTRUCTIONS = (
     "kbctl serves the organization's knowledge bases. Pick a knowledge base by its description "
@@ -273,3 +278,33 @@ def build_mcp(service: RetrievalService, *, ask_timeout: float = 120.0, local: P
         return json.dumps(detail.model_dump(mode="json", by_alias=True, exclude={"conditions"}))
 
     return server
+
+
+def _listed_tools() -> list[MCPTool]:
+    """The tools exactly as the server lists them to an MCP client (tools/list), without a database: listing never
+    calls the service. Listed on a thread of its own, so that a caller already inside an event loop can call this."""
+    server = build_mcp(cast(RetrievalService, None))
+    with ThreadPoolExecutor(max_workers=1) as pool:
+        return pool.submit(anyio.run, server.list_tools).result()
+
+
+def tool_definitions(style: str = "mcp") -> list[dict[str, Any]]:
+    """The MCP server's tools (list_knowledge_bases, search, get_context, ask) declared for another tool-calling API,
+    made from the very names, descriptions and input schemas the server registers: "mcp" as tools/list gives them,
+    "openai" as OpenAI function tools (`{"type": "function", "function": {"name", "description", "parameters"}}`),
+    "anthropic" as Anthropic tools (`{"name", "description", "input_schema"}`), UsageError for another. Nothing is
+    opened or loaded. A call the model then makes is answered by the MCP tool of that name, with its arguments."""
+    if style not in TOOL_FORMATS:
+        raise UsageError(f"tool format must be one of {', '.join(TOOL_FORMATS)}, not {style!r}")
+    tools = _listed_tools()
+    if style == "openai":
+        return [
+            {
+                "type": "function",
+                "function": {"name": t.name, "description": t.description or "", "parameters": t.input_schema},
+            }
+            for t in tools
+        ]
+    if style == "anthropic":
+        return [{"name": t.name, "description": t.description or "", "input_schema": t.input_schema} for t in tools]
+    return [t.model_dump(mode="json", by_alias=True, exclude_none=True) for t in tools]

@@ -1,9 +1,13 @@
-"""The bodies the HTTP API accepts: bounded, camelCase like the manifests, strictly typed, and nothing unknown."""
+"""The bodies the HTTP API accepts: bounded, camelCase like the manifests, strictly typed, and nothing unknown.
+
+Each comes with the examples the OpenAPI document shows (on the example knowledge bases of `examples/kb`).
+"""
 
 from __future__ import annotations
 
 from typing import Annotated, Final
 
+from fastapi.openapi.models import Example
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, field_validator
 from pydantic.alias_generators import to_camel
 from pydantic.config import JsonDict
@@ -14,11 +18,15 @@ from kbctl.manifest import DNS_LABEL, NAME_MAX, check_dns_label
 from kbctl.manifest.selectors import Selector, parse_selector
 
 __all__ = [
+    "ASK_EXAMPLES",
     "MAX_BODY_BYTES",
     "MAX_KNOWLEDGE_BASES",
     "MAX_QUESTION_CHARS",
     "MAX_TOP_K",
+    "MULTI_QUERY_EXAMPLES",
+    "NAME_EXAMPLES",
     "NAME_SCHEMA",
+    "QUERY_EXAMPLES",
     "AskRequest",
     "KnowledgeBaseName",
     "MultiQueryRequest",
@@ -119,3 +127,48 @@ class MultiQueryRequest(QueryRequest):
     def label_selector(self) -> Selector | None:
         """The parsed `selector` (validated with the body), or None when the body has none."""
         return parse_selector(self.selector) if self.selector is not None else None
+
+
+NAME_EXAMPLES: Final[dict[str, Example]] = {
+    "example": {"summary": "An example knowledge base", "value": "client-service-policy"}
+}
+QUERY_EXAMPLES: Final[dict[str, Example]] = {
+    "question": {
+        "summary": "A question, with the knowledge base's retrieval settings",
+        "value": {"question": "what happens if a client cancels two weeks before the start?"},
+    },
+    "options": {
+        "summary": "A question with every option",
+        "value": {
+            "question": "how long do we keep invoices?",
+            "topK": 3,
+            "threshold": 0.2,
+            "maxTokens": 3000,
+            "mode": "hybrid",
+            "explain": True,
+        },
+    },
+}
+ASK_EXAMPLES: Final[dict[str, Example]] = {
+    "question": {
+        "summary": "A question answered from the knowledge base only",
+        "value": {"question": "how long do we keep invoices?", "topK": 3},
+    },
+}
+MULTI_QUERY_EXAMPLES: Final[dict[str, Example]] = {
+    "names": {
+        "summary": "Two knowledge bases by name",
+        "value": {
+            "question": "how long do we keep invoices?",
+            "knowledgeBases": ["client-service-policy", "data-handling-policy"],
+        },
+    },
+    "selector": {
+        "summary": "The knowledge bases whose labels match a selector",
+        "value": {"question": "who approves a refund of GBP 20,000?", "selector": "team=operations", "topK": 5},
+    },
+    "everything": {
+        "summary": "Every knowledge base in the token's scope",
+        "value": {"question": "how long do we keep invoices?"},
+    },
+}

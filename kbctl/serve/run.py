@@ -1,4 +1,5 @@
-"""Start `kbctl serve` (uvicorn) and `kbctl mcp` (stdio), refusing an open bind without tokens."""
+"""Start `kbctl serve` (uvicorn) and `kbctl mcp` (stdio), refusing an open bind without tokens; their queries are
+traced by the routes and tools (with route and caller), not a second time by the store."""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ from kbctl.serve.app import LOOPBACK_HOSTS
 from kbctl.serve.auth import ANONYMOUS, Tokens
 from kbctl.serve.limits import DEFAULT_BODY_TIMEOUT, DEFAULT_HEADER_TIMEOUT
 from kbctl.serve.logs import configure_logging
+from kbctl.serve.tracing import server_traces
 
 __all__ = ["check_bind", "is_loopback", "serve", "serve_mcp_stdio"]
 
@@ -87,17 +89,18 @@ def serve(
             threads=threads,
         )
         log.info(f"kbctl serve listening on http://{host}:{port} ({access}); API docs at /docs, MCP at /mcp")
-        uvicorn.run(
-            app,
-            host=host,
-            port=port,
-            access_log=False,
-            log_config=None,
-            http=with_header_timeout(header_timeout),  # h11, whose request headers have a deadline
-            timeout_keep_alive=5,
-            timeout_graceful_shutdown=10,
-            h11_max_incomplete_event_size=16 * 1024,
-        )
+        with server_traces():  # the routes trace their queries, with the route and the caller
+            uvicorn.run(
+                app,
+                host=host,
+                port=port,
+                access_log=False,
+                log_config=None,
+                http=with_header_timeout(header_timeout),  # h11, whose request headers have a deadline
+                timeout_keep_alive=5,
+                timeout_graceful_shutdown=10,
+                h11_max_incomplete_event_size=16 * 1024,
+            )
     finally:
         service.close()
 
@@ -113,6 +116,7 @@ def serve_mcp_stdio(settings: Settings, reader: Reader | None = None) -> None:
     try:
         service.warm_up()
         local = replace(ANONYMOUS, reader=reader) if reader is not None else ANONYMOUS
-        build_mcp(service, local=local).run("stdio")
+        with server_traces():  # the tools trace their queries, with the tool and the caller
+            build_mcp(service, local=local).run("stdio")
     finally:
         service.close()

@@ -1,53 +1,60 @@
-"""OpenTelemetry spans of queries, when `opentelemetry-api` is installed (and an SDK configured): one span per
-query with a child span per retrieval stage, made from the stage timings every query records."""
+"""OpenTelemetry spans of the server's queries: the Python API's `kbctl.query` span tree (kbctl.telemetry), with
+the route and the caller's name that only the server knows."""
 
 from __future__ import annotations
 
+import signal
+import threading
+from collections.abc import Iterator
+from contextlib import AbstractContextManager, contextmanager
+from types import FrameType
 from typing import Any
 
 from kbctl import QueryResult
+from kbctl.telemetry import flush_traces, queries_traced_by_caller, queries_traced_with
+from kbctl.telemetry import trace_query as _trace_query
 
-__all__ = ["trace_query"]
-
-try:
-    from opentelemetry import trace as _otel
-except ImportError:  # optional: without it, nothing is traced
-    _otel = None  # type: ignore[assignment]
+__all__ = ["server_traces", "trace_members", "trace_query"]
 
 
 def trace_query(result: QueryResult, *, route: str, principal: str) -> None:
     """Record `result` as a `kbctl.query` span with one child per stage (embed, vector, keyword, fuse, threshold,
-    rerank, select), carrying the knowledge base, version, hit count and scores. A no-op without OpenTelemetry
-    (and, by the API's design, cheap without a configured SDK)."""
-    if _otel is None or not result.timings:
-        return
-    tracer: Any = _otel.get_tracer("kbctl")
-    first, last = result.timings[0], result.timings[-1]
-    attributes = {
-        "kbctl.knowledge_base": result.knowledge_base,
-        "kbctl.version": result.version,
-        "kbctl.model": result.model,
-        "kbctl.mode": result.mode,
-        "kbctl.hits": len(result.hits),
-        "kbctl.candidates": result.candidates,
-        "kbctl.best_score": result.best_score if result.best_score is not None else -1.0,
-        "kbctl.route": route,
-        "kbctl.token": principal,
-    }
-    if result.hits:
-        attributes["kbctl.scores"] = [h.score for h in result.hits]
-    span = tracer.start_span("kbctl.query", start_time=first.start_ns, attributes=attributes)
-    context = _otel.set_span_in_context(span)
-    for timing in result.timings:
-        child = tracer.start_span(
-            f"kbctl.{timing.stage.replace(' ', '_')}",
-            context=context,
-            start_time=timing.start_ns,
-            attributes={
-                "kbctl.knowledge_base": result.knowledge_base,
-                "kbctl.version": result.version,
-                "kbctl.count": timing.count,
-            },
-        )
-        child.end(end_time=timing.end_ns)
-    span.end(end_time=last.end_ns)
+    rerank, select), carrying the knowledge base, version, hit count and scores, the route (`kbctl.route`) and the
+    caller's token name (`kbctl.token`). A no-op without OpenTelemetry, and for a result the store traced already
+    (a query outside `server_traces`: then without route and caller)."""
+    _trace_query(result, {"kbctl.route": route, "kbctl.token": principal})
+
+
+def trace_members(*, route: str, principal: str) -> AbstractContextManager[None]:
+    """Within it, each knowledge base a federated query asks is its own `kbctl.query` span tree, with the route
+    and the caller's token name: the server sees only the fused result, so the library records the members."""
+    return queries_traced_with({"kbctl.route": route, "kbctl.token": principal})
+
+
+@contextmanager
+def server_traces() -> Iterator[None]:
+    """Run a server within it: the store leaves each query's spans to the route (`trace_query`), so that they
+    carry the route and the caller. And a SIGTERM that stops the server first exports the spans still buffered:
+    uvicorn raises it again once it has shut down, and its default action ends the process without the exit
+    handlers that would have exported them (in the main thread only, where signals are handled)."""
+    previous: Any = None
+    if threading.current_thread() is threading.main_thread():
+        previous = signal.getsignal(signal.SIGTERM)
+        signal.signal(signal.SIGTERM, _flush_then(previous))
+    try:
+        with queries_traced_by_caller():
+            yield
+    finally:
+        if previous is not None:
+            signal.signal(signal.SIGTERM, previous)
+
+
+def _flush_then(previous: Any) -> Any:
+    """A SIGTERM handler that exports the buffered spans, then does what `previous` did."""
+
+    def handler(signum: int, frame: FrameType | None) -> None:
+        flush_traces()
+        signal.signal(signum, previous if previous is not None else signal.SIG_DFL)
+        signal.raise_signal(signum)
+
+    return handler

@@ -1,4 +1,7 @@
-"""A real OpenAI-compatible `/v1/chat/completions` server on 127.0.0.1 that answers from the passages it receives."""
+"""A real OpenAI-compatible `/v1/chat/completions` server on 127.0.0.1 that answers from the passages it receives.
+
+Offered `tools` (an agent), it first calls the first function tool with the user's question, then answers from
+the passages the tool results hold, as it answers a prompt that carries them."""
 
 from __future__ import annotations
 
@@ -64,6 +67,48 @@ _ATTRIBUTE_ENTITIES = {"&quot;": '"', "&apos;": "'", "&#10;": "\n", "&#13;": "\r
 
 
 # ---- reading what kbctl sends ----
+
+
+def _well_formed(message: Any) -> bool:
+    """A message with a string role and string content; an assistant's that calls tools may have none."""
+    if not isinstance(message, dict) or not isinstance(message.get("role"), str):
+        return False
+    if message["role"] == "assistant" and message.get("tool_calls") and message.get("content") is None:
+        return True
+    return isinstance(message.get("content"), str)
+
+
+def _tool_call(body: dict[str, Any]) -> dict[str, Any] | None:
+    """What a tool-calling model does first: with `tools` offered and no tool result since the last user message,
+    call the first function tool with the user's question as its first string parameter. None otherwise."""
+    tools = body.get("tools")
+    messages = body["messages"]
+    if not isinstance(tools, list) or not tools or messages[-1].get("role") != "user":
+        return None
+    function = tools[0].get("function", {}) if isinstance(tools[0], dict) else {}
+    properties = function.get("parameters", {}).get("properties", {})
+    strings = [
+        name for name, schema in properties.items() if isinstance(schema, dict) and schema.get("type") == "string"
+    ]
+    if not isinstance(function.get("name"), str) or not strings:
+        return None
+    arguments = json.dumps({strings[0]: messages[-1]["content"]})
+    return {
+        "id": f"call_{uuid.uuid4().hex[:24]}",
+        "type": "function",
+        "function": {"name": function["name"], "arguments": arguments},
+    }
+
+
+def _with_tool_results(body: dict[str, Any]) -> dict[str, Any]:
+    """`body` as a one-turn question: the tool results (the passages a tool returned) then `Question: ...` with
+    the last user message, when the conversation holds tool results; `body` itself otherwise."""
+    messages = body["messages"]
+    results = [m["content"] for m in messages if m["role"] == "tool" and isinstance(m.get("content"), str)]
+    if not results:
+        return body
+    question = [m["content"] for m in messages if m["role"] == "user"][-1]
+    return {**body, "messages": [{"role": "user", "content": "\n".join([*results, f"Question: {question}"])}]}
 
 
 def user_content_of(body: Any) -> str:
@@ -386,14 +431,7 @@ class ChatServer(LoopbackServer):
         if not isinstance(model, str) or not model:
             return _error(400, "you must provide a model parameter")
         messages = body.get("messages")
-        if (
-            not isinstance(messages, list)
-            or not messages
-            or not all(
-                isinstance(m, dict) and isinstance(m.get("role"), str) and isinstance(m.get("content"), str)
-                for m in messages
-            )
-        ):
+        if not isinstance(messages, list) or not messages or not all(_well_formed(m) for m in messages):
             return _error(400, "'messages' must be a non-empty list of objects with a string role and content")
         stream = body.get("stream", False)
         if not isinstance(stream, bool):
@@ -404,8 +442,9 @@ class ChatServer(LoopbackServer):
         if strict_model and model != model_name:
             message = f"The model `{model}` does not exist or you do not have access to it."
             return _error(404, message, code="model_not_found")
-        text = self._text(body, *knobs)
-        prompt_tokens = sum(len(m["content"].split()) for m in messages)
+        call = _tool_call(body)
+        text = "" if call else self._text(_with_tool_results(body), *knobs)
+        prompt_tokens = sum(len((m["content"] or "").split()) for m in messages)
         completion_tokens = len(text.split())
         usage = {
             "prompt_tokens": prompt_tokens,
@@ -413,6 +452,12 @@ class ChatServer(LoopbackServer):
             "total_tokens": prompt_tokens + completion_tokens,
         }
         head: dict[str, Any] = {"id": f"chatcmpl-{uuid.uuid4().hex[:24]}", "created": int(time.time()), "model": model}
+        if call and not stream:
+            message = {"role": "assistant", "content": None, "tool_calls": [call]}
+            choice = {"index": 0, "message": message, "finish_reason": "tool_calls"}
+            return {**head, "object": "chat.completion", "choices": [choice], "usage": usage}
+        if call:
+            return _error(400, "this stand-in calls tools only without streaming")
         if not stream:
             choice = {"index": 0, "message": {"role": "assistant", "content": text}, "finish_reason": "stop"}
             return {**head, "object": "chat.completion", "choices": [choice], "usage": usage}

@@ -1,0 +1,453 @@
+"""OpenTelemetry traces: the tracer provider the standard OTEL_* variables ask for, and kbctl's spans.
+
+Spans: `kbctl.query` per query with a child per retrieval stage (made from the stage timings every query records);
+`kbctl.apply` and `kbctl.refresh` with a `kbctl.reconcile` child per knowledge base and a `kbctl.source` under it
+per source (made from the engine's events, kbctl.engine.events); a controller's `kbctl.reconcile` spans are roots.
+Attributes name knowledge bases, versions, modes, counts and scores: never a question, a text, a URL or a secret.
+
+Nothing here imports OpenTelemetry unless the environment asks for traces: spans are made only once
+`opentelemetry.trace` is imported (any configured SDK has imported it), so a process that does not trace pays
+nothing, and a process without `opentelemetry-api` never notices.
+"""
+
+from __future__ import annotations
+
+import importlib
+import logging
+import os
+import sys
+import threading
+import weakref
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
+from contextvars import ContextVar
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from kbctl.engine.events import Event, Reporter
+    from kbctl.engine.results import ApplyReport
+    from kbctl.query.results import QueryResult
+
+__all__ = [
+    "ApplySpans",
+    "SpanReporter",
+    "apply_spans",
+    "configure_tracing",
+    "flush_traces",
+    "provider_from_environment",
+    "queries_traced_by_caller",
+    "queries_traced_with",
+    "span_reporter",
+    "trace_query",
+    "traced",
+    "tracing_requested",
+]
+
+log = logging.getLogger("kbctl.telemetry")
+
+TRACER = "kbctl"
+# The OTLP exporters of the SDK's entry points, by the package that provides each (for the warning when missing).
+_EXPORTER_PACKAGES = {
+    "otlp_proto_grpc": "opentelemetry-exporter-otlp-proto-grpc",
+    "otlp_proto_http": "opentelemetry-exporter-otlp-proto-http",
+}
+_OTHER_SIGNALS = ("OTEL_EXPORTER_OTLP_METRICS_", "OTEL_EXPORTER_OTLP_LOGS_")
+
+_lock = threading.Lock()
+_configured = False
+
+
+def _otel() -> Any:
+    """`opentelemetry.trace` when something imported it, else None: without it no provider can be configured, so
+    there is nothing to record (and importing it would cost every command its import time)."""
+    return sys.modules.get("opentelemetry.trace")
+
+
+# ---------------------------------------------------------------- the provider
+
+
+def tracing_requested(environ: Mapping[str, str]) -> bool:
+    """Whether the environment asks for traces: OTEL_TRACES_EXPORTER set to anything but `none`, or (without it)
+    an OTEL_EXPORTER_OTLP_* variable other than one of metrics or logs; never with OTEL_SDK_DISABLED=true."""
+    if environ.get("OTEL_SDK_DISABLED", "").strip().lower() == "true":
+        return False
+    exporters = environ.get("OTEL_TRACES_EXPORTER")
+    if exporters is not None:
+        return exporters.strip().lower() not in ("", "none")
+    return any(k.startswith("OTEL_EXPORTER_OTLP_") and not k.startswith(_OTHER_SIGNALS) for k in environ)
+
+
+def configure_tracing() -> bool:
+    """Install the tracer provider the OTEL_* variables describe, once per process: only when they ask for traces
+    (`tracing_requested`) and no provider is installed yet (an application's own, or `opentelemetry-instrument`'s,
+    wins). A missing package (the SDK, an exporter) is one warning line, never an error. True when this call
+    installed one."""
+    global _configured
+    with _lock:
+        if _configured or not tracing_requested(os.environ):
+            return False
+        _configured = True
+        try:
+            from opentelemetry import trace
+        except ImportError:
+            log.warning(
+                "kbctl: the OTEL_* variables ask for traces, but OpenTelemetry is not installed "
+                "(pip install 'kbctl[otel]' opentelemetry-sdk): traces are not exported"
+            )
+            return False
+        if not isinstance(trace.get_tracer_provider(), trace.ProxyTracerProvider):
+            return False  # configured already: leave it alone
+        provider = provider_from_environment()
+        if provider is None:
+            return False
+        trace.set_tracer_provider(provider)
+        return True
+
+
+def provider_from_environment() -> Any:
+    """A tracer provider (not installed) as the SDK's OTEL_* variables describe it: a batching exporter per name
+    of OTEL_TRACES_EXPORTER (`otlp` when only OTEL_EXPORTER_OTLP_* are set; `console` writes one JSON line per
+    span to stderr, since stdout is a command's output or the MCP stdio channel); the resource of
+    OTEL_SERVICE_NAME and OTEL_RESOURCE_ATTRIBUTES (service.name `kbctl` by default); the sampler of
+    OTEL_TRACES_SAMPLER. An exporter whose package is missing is left out with one warning line; None (with one
+    warning line) without the SDK, or when no exporter is left."""
+    try:
+        from opentelemetry.sdk.resources import Resource
+        from opentelemetry.sdk.trace import TracerProvider
+        from opentelemetry.sdk.trace.export import BatchSpanProcessor
+
+        # The SDK's own reading of OTEL_TRACES_EXPORTER and the OTLP protocol variables, and its exporters'
+        # entry points (the module is private, hence imported by name and used through Any).
+        sdk: Any = importlib.import_module("opentelemetry.sdk._configuration")
+    except ImportError:
+        log.warning(
+            "kbctl: the OTEL_* variables ask for traces, but opentelemetry-sdk is not installed "
+            "(pip install opentelemetry-sdk): traces are not exported"
+        )
+        return None
+    try:
+        names = [_exporter_name(sdk, name) for name in _requested_exporters()]
+    except RuntimeError as exc:  # an unknown OTEL_EXPORTER_OTLP_PROTOCOL
+        log.warning(f"kbctl: {exc}: traces are not exported")
+        return None
+    exporters = [e for e in (_exporter(sdk, name) for name in dict.fromkeys(names)) if e is not None]
+    if not exporters:
+        return None
+    provider = TracerProvider(resource=_resource(Resource))
+    for exporter in exporters:
+        provider.add_span_processor(BatchSpanProcessor(exporter))
+    return provider
+
+
+def _requested_exporters() -> list[str]:
+    """The names OTEL_TRACES_EXPORTER gives (`otlp`, its default, when it is unset)."""
+    names = os.environ.get("OTEL_TRACES_EXPORTER", "").strip() or "otlp"
+    return [] if names.lower() == "none" else [n.strip() for n in names.split(",") if n.strip()]
+
+
+def _exporter_name(sdk: Any, name: str) -> str:
+    """The exporter entry point of one OTEL_TRACES_EXPORTER name: `otlp` is OTLP over HTTP (protobuf) unless
+    OTEL_EXPORTER_OTLP_(TRACES_)PROTOCOL says `grpc`, the OpenTelemetry specification's default (the Python SDK
+    alone defaults to gRPC, a package the otel extra does not install)."""
+    protocol = os.environ.get("OTEL_EXPORTER_OTLP_TRACES_PROTOCOL") or os.environ.get("OTEL_EXPORTER_OTLP_PROTOCOL")
+    if name == "otlp" and not (protocol or "").strip():
+        return "otlp_proto_http"
+    name = sdk._get_exporter_entry_point(name, "traces")
+    return str(name)
+
+
+def _exporter(sdk: Any, name: str) -> Any:
+    """The span exporter of one OTEL_TRACES_EXPORTER name, or None after one warning line."""
+    if name == "console":
+        from opentelemetry.sdk.trace.export import ConsoleSpanExporter
+
+        return ConsoleSpanExporter(out=sys.stderr, formatter=lambda span: span.to_json(indent=None) + "\n")
+    try:
+        ((_, exporter_class),) = sdk._import_exporters([name], [], [])[0].items()
+    except Exception:  # the SDK says RuntimeError for an exporter no installed package provides
+        package = _EXPORTER_PACKAGES.get(name)
+        fix = f"pip install {package}" if package else f"install the package of the {name!r} exporter"
+        if name == "otlp_proto_grpc":
+            fix += ", or set OTEL_EXPORTER_OTLP_PROTOCOL=http/protobuf with opentelemetry-exporter-otlp-proto-http"
+        log.warning(f"kbctl: the trace exporter {name!r} is not installed ({fix}): its traces are not exported")
+        return None
+    try:
+        return exporter_class()
+    except Exception as exc:  # its settings are read from the environment; the message could quote a header
+        log.warning(f"kbctl: the trace exporter {name!r} could not start ({type(exc).__name__}): not exported")
+        return None
+
+
+def _resource(resource_class: Any) -> Any:
+    """The SDK's resource from the environment, named kbctl (and its version) unless the environment names it."""
+    from kbctl._version import __version__
+
+    resource = resource_class.create()
+    defaults = {"service.name": "kbctl", "service.version": __version__}
+    if not str(resource.attributes.get("service.name", "")).startswith("unknown_service"):
+        defaults.pop("service.name")
+    if "service.version" in resource.attributes:
+        defaults.pop("service.version")
+    return resource.merge(resource_class(defaults)) if defaults else resource
+
+
+def flush_traces() -> None:
+    """Export the spans still buffered now (a process about to end without its exit handlers, which would)."""
+    otel = _otel()
+    flush = getattr(otel.get_tracer_provider(), "force_flush", None) if otel is not None else None
+    if flush is not None:
+        flush()
+
+
+# ---------------------------------------------------------------- queries
+
+# Within `queries_traced_by_caller`, the Python API leaves a query's spans to its caller.
+_CALLER_TRACES: ContextVar[bool] = ContextVar("kbctl_caller_traces_queries", default=False)
+# The results already recorded (by id, while they live), so that a result is never traced twice.
+_recorded: dict[int, weakref.ref[Any]] = {}
+
+
+@contextmanager
+def queries_traced_by_caller() -> Iterator[None]:
+    """Within it (and the threads and tasks it starts), the Python API makes no query spans: the caller traces
+    each result with `trace_query`, adding what only it knows (a server: the route and the caller's name)."""
+    token = _CALLER_TRACES.set(True)
+    try:
+        yield
+    finally:
+        _CALLER_TRACES.reset(token)
+
+
+# Within `queries_traced_with`, the attributes every query span of the Python API carries.
+_ATTRIBUTES: ContextVar[Mapping[str, str] | None] = ContextVar("kbctl_query_span_attributes", default=None)
+
+
+@contextmanager
+def queries_traced_with(attributes: Mapping[str, str]) -> Iterator[None]:
+    """Within it, the Python API traces each query itself again (even inside `queries_traced_by_caller`), each
+    span carrying `attributes`: for a caller that never sees the individual results (a server's federated query,
+    whose members are queried and fused by the library)."""
+    caller = _CALLER_TRACES.set(False)
+    extra = _ATTRIBUTES.set(attributes)
+    try:
+        yield
+    finally:
+        _ATTRIBUTES.reset(extra)
+        _CALLER_TRACES.reset(caller)
+
+
+def traced(result: QueryResult) -> QueryResult:
+    """`result`, recorded as spans unless a caller traces it (`queries_traced_by_caller`): the Python API's hook."""
+    if not _CALLER_TRACES.get():
+        trace_query(result, _ATTRIBUTES.get())
+    return result
+
+
+def trace_query(result: QueryResult, attributes: Mapping[str, str] | None = None) -> None:
+    """Record `result` as a `kbctl.query` span (knowledge base, version, model, mode, hits, candidates, best
+    score, the hits' scores, and `attributes`) with a child per stage it ran (`kbctl.embed_question`,
+    `kbctl.vector`, `kbctl.keyword`, `kbctl.fuse`, `kbctl.threshold`, `kbctl.rerank`, `kbctl.select`), timed as
+    the stages were. Once per result: a result recorded already is not recorded again. Never the question."""
+    otel = _otel()
+    if otel is None or not result.timings or _recorded_already(result):
+        return
+    key = id(result)
+    _recorded[key] = weakref.ref(result, lambda _: _recorded.pop(key, None))
+    tracer = otel.get_tracer(TRACER)
+    first, last = result.timings[0], result.timings[-1]
+    root: dict[str, Any] = {
+        "kbctl.knowledge_base": result.knowledge_base,
+        "kbctl.version": result.version,
+        "kbctl.model": result.model,
+        "kbctl.mode": result.mode,
+        "kbctl.hits": len(result.hits),
+        "kbctl.candidates": result.candidates,
+        **(attributes or {}),
+    }
+    if result.best_score is not None:
+        root["kbctl.best_score"] = result.best_score
+    if result.hits:
+        root["kbctl.scores"] = [h.score for h in result.hits]
+    span = tracer.start_span("kbctl.query", start_time=first.start_ns, attributes=root)
+    context = otel.set_span_in_context(span)
+    for timing in result.timings:
+        child = tracer.start_span(
+            f"kbctl.{timing.stage.replace(' ', '_')}",
+            context=context,
+            start_time=timing.start_ns,
+            attributes={
+                "kbctl.knowledge_base": result.knowledge_base,
+                "kbctl.version": result.version,
+                "kbctl.count": timing.count,
+            },
+        )
+        child.end(end_time=timing.end_ns)
+    span.end(end_time=last.end_ns)
+
+
+def _recorded_already(result: QueryResult) -> bool:
+    ref = _recorded.get(id(result))
+    return ref is not None and ref() is result
+
+
+# ---------------------------------------------------------------- apply, refresh, controller
+
+
+class SpanReporter:
+    """Passes every event on to `inner`, and turns each knowledge base's reconcile into a `kbctl.reconcile` span
+    (under `parent`, else a root: a controller's) with a `kbctl.source` child per source. The engine reports a
+    source when its knowledge base is done, so a source's span marks when, not how long."""
+
+    def __init__(self, inner: Reporter | None, otel: Any, parent: Any = None) -> None:
+        self._inner = inner
+        self._otel = otel
+        self._tracer = otel.get_tracer(TRACER)
+        self._parent = parent
+        self._open: dict[str, Any] = {}
+        self._lock = threading.Lock()
+
+    def report(self, event: Event) -> None:
+        """Pass `event` on, then record it."""
+        if self._inner is not None:
+            self._inner.report(event)
+        with self._lock:
+            self._record(event)
+
+    def _record(self, event: Event) -> None:
+        from kbctl.engine.events import (
+            DocumentsRemoved,
+            HandedToController,
+            ReconcileFailed,
+            ReconcileFinished,
+            ReconcileStarted,
+            SourceReconciled,
+        )
+
+        if isinstance(event, ReconcileStarted):
+            self._end(event.name, failed=True)  # one left open by a pass that broke off
+            self._start(event.name, trigger=event.trigger, action=event.action, version=event.version)
+            self._open[event.name].set_attribute("kbctl.waiting_sources", event.waiting)
+        elif isinstance(event, SourceReconciled):
+            source = event.source
+            attributes = {
+                "kbctl.knowledge_base": event.name,
+                "kbctl.source": source.name,
+                "kbctl.state": source.state,
+                "kbctl.fetched": source.fetched,
+                "kbctl.ingested": source.ingested,
+                "kbctl.chunks": source.chunks,
+                "kbctl.embedded": source.embedded,
+                "kbctl.reused": source.reused,
+                "kbctl.model": event.model,
+            }
+            parent = self._otel.set_span_in_context(self._span(event.name, trigger=event.trigger))
+            child = self._tracer.start_span("kbctl.source", context=parent, attributes=attributes)
+            if source.state == "failed":
+                child.set_status(self._otel.Status(self._otel.StatusCode.ERROR))
+            child.end()
+        elif isinstance(event, DocumentsRemoved):
+            self._span(event.name, trigger=event.trigger).set_attribute("kbctl.documents_removed", len(event.documents))
+        elif isinstance(event, HandedToController):
+            self._span(event.name).set_attribute("kbctl.controller", True)
+        elif isinstance(event, ReconcileFinished):
+            span = self._span(event.name, trigger=event.trigger)
+            span.set_attributes({"kbctl.action": event.action, "kbctl.version": event.version})
+            self._end(event.name)
+        elif isinstance(event, ReconcileFailed):
+            self._span(event.name)
+            self._end(event.name, failed=True)
+
+    def _start(self, name: str, *, trigger: str | None = None, action: str | None = None, version: int = 0) -> Any:
+        attributes: dict[str, Any] = {"kbctl.knowledge_base": name}
+        if trigger is not None:
+            attributes["kbctl.trigger"] = trigger
+        if action is not None:
+            attributes["kbctl.action"] = action
+        if version:
+            attributes["kbctl.version"] = version
+        span = self._tracer.start_span("kbctl.reconcile", context=self._parent, attributes=attributes)
+        self._open[name] = span
+        return span
+
+    def _span(self, name: str, *, trigger: str | None = None) -> Any:
+        """The open span of `name`, started now if its start was not reported (a result read back)."""
+        return self._open.get(name) or self._start(name, trigger=trigger)
+
+    def _end(self, name: str, *, failed: bool = False) -> None:
+        span = self._open.pop(name, None)
+        if span is None:
+            return
+        if failed:
+            span.set_status(self._otel.Status(self._otel.StatusCode.ERROR))
+        span.end()
+
+    def close(self) -> None:
+        """End the spans still open (their reconcile broke off) as failed."""
+        with self._lock:
+            for name in list(self._open):
+                self._end(name, failed=True)
+
+
+def span_reporter(reporter: Reporter | None) -> Reporter | None:
+    """`reporter` with a controller's `kbctl.reconcile` spans recorded too (unchanged when nothing can trace)."""
+    otel = _otel()
+    return reporter if otel is None else SpanReporter(reporter, otel)
+
+
+class ApplySpans:
+    """The `kbctl.apply` (or `kbctl.refresh`) span of one call and the reporter that adds its `kbctl.reconcile`
+    children: `reporter` is the one to hand the engine (the caller's own when nothing can trace)."""
+
+    def __init__(self, name: str, reporter: Reporter | None) -> None:
+        self.reporter = reporter
+        self.span: Any = None
+        self._spans: SpanReporter | None = None
+        self.otel = _otel()
+        if self.otel is not None:
+            self.span = self.otel.get_tracer(TRACER).start_span(name)
+            self._spans = SpanReporter(reporter, self.otel, self.otel.set_span_in_context(self.span))
+            self.reporter = self._spans
+
+    def finished(self, report: ApplyReport) -> None:
+        """Record what the call did: the knowledge bases reconciled, recorded for a controller, pruned."""
+        if self.span is None:
+            return
+        self.span.set_attributes(
+            {
+                "kbctl.knowledge_bases": [r.name for r in report.results],
+                "kbctl.recorded": len(report.recorded),
+                "kbctl.pruned": len(report.pruned),
+                "kbctl.fetched": report.fetched,
+                "kbctl.embedded": report.embedded,
+                "kbctl.failed": report.failed,
+            }
+        )
+        if report.failed:
+            self.span.set_status(self.otel.Status(self.otel.StatusCode.ERROR))
+
+    def close(self) -> None:
+        """End the span, and its children still open."""
+        if self._spans is not None:
+            self._spans.close()
+        if self.span is not None:
+            self.span.end()
+
+
+@contextmanager
+def apply_spans(name: str, reporter: Reporter | None) -> Iterator[ApplySpans]:
+    """The `name` span (`kbctl.apply`, `kbctl.refresh`) of one call, current while it runs (so spans of
+    instrumented libraries nest under it); failed when the call raises, with the exception's type only (its
+    message could quote a connection string). Hand the engine `spans.reporter`, then call `spans.finished`."""
+    spans = ApplySpans(name, reporter)
+    if spans.span is None:
+        yield spans
+        return
+    otel = spans.otel
+    try:
+        with otel.use_span(spans.span, end_on_exit=False, record_exception=False, set_status_on_exception=False):
+            yield spans
+    except BaseException as exc:
+        spans.span.set_status(otel.Status(otel.StatusCode.ERROR, type(exc).__name__))
+        raise
+    finally:
+        spans.close()
