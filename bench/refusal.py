@@ -1,0 +1,454 @@
+"""A refusal benchmark from public data: which rule says "nothing relevant" best, measured on questions that have an
+answer in the knowledge base asked (in-domain) and questions that have none (out-of-domain), per model.
+
+    python bench/refusal.py --beir HOME [--beir HOME ...] [--limit 300] [--features FILE] [--json OUT]
+
+Each HOME is a store kept by `python bench/retrieval.py DIR --keep HOME [--model MODEL]`: one public BEIR dataset
+imported as a knowledge base (embedded with the model its import named) and its test questions (eval.jsonl). The
+homes are grouped by model; within a group each knowledge base is asked:
+- in-domain: its own first `--limit` test questions, each with at least one relevant document in it;
+- out-of-domain: `--limit` questions spread over the test questions of the group's other datasets, plus every
+  question of examples/eval (policies of a consulting firm: no answer in a public research set).
+examples/kb is applied with the group's model into a fresh store of its own, and each of its two knowledge bases
+is asked its eval set (answerable questions, and the no-answer questions every rule must refuse) and, as
+out-of-domain, `--limit` questions spread over the group's public datasets.
+
+Each question is asked twice: at the defaults (topK 10, 3,000 tokens, the model's threshold with agreement: the
+rule kbctl ships), and uncut (the hybrid list of 100 candidates, each chunk's cosine similarity and its ranks in the
+vector and the keyword lists). Its vector is compared with a fixed sample of `--sample` chunk vectors of the
+knowledge base (the question's background: mean and standard deviation of its similarities), and the sample's
+vectors with each other (the knowledge base's background, what a publish could compute and store with the
+version). `--features FILE` saves all of it (or, when FILE exists, reads it instead of asking again), so rules can
+be tried without a store.
+
+Rules, each a question-level decision (answer the top 10, or nothing), each swept over its parameter:
+- shipped: what kbctl answers today (the threshold per chunk, with agreement);
+- absolute: the best chunk's similarity >= t;
+- absolute with agreement: the same, or the chunk first in both lists scoring >= t - 0.1 (kbctl's rule, as a gate);
+- knowledge base z: (best - the knowledge base's mean pair similarity) / its deviation >= z;
+- question z: (best - the question's mean similarity to the sample) / that deviation >= z;
+- question margin: best - the question's mean similarity to the sample >= m;
+- question z with agreement: question z >= z, or first in both lists with question z >= z - 1.
+
+For each rule and parameter: the share of in-domain questions answered and of out-of-domain questions refused per
+knowledge base, examples/eval's no-answer questions answered (of 8) and answerable ones left empty, and document
+nDCG@10 at the rule (a refused question scores 0). The table prints, per rule, the parameter that answers the most
+in-domain questions on the worst dataset while refusing >= --target-refused of the out-of-domain questions on every
+knowledge base and every no-answer question of examples/eval; and the shipped rule as it is.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import shutil
+import sys
+import tempfile
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from retrieval import NAME  # bench/retrieval.py
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from kbctl.client import KnowledgeBaseStore
+from kbctl.config import Settings
+from kbctl.defaults import AGREEMENT_MARGIN
+from kbctl.embedding.local import calibrated_threshold
+from kbctl.eval.evalset import EvalQuery, load_evalset
+from kbctl.eval.metrics import ndcg_at_k
+from kbctl.eval.run import distinct_sources
+from kbctl.manifest import Embedding, load_manifests
+from kbctl.query.options import QueryOptions
+from kbctl.store.embedded import stop_server
+
+ROOT = Path(__file__).resolve().parent.parent
+POOL = 100
+TOP_K = 10
+BUDGET = 3000
+UNCUT = QueryOptions(mode="hybrid", top_k=POOL, threshold=-1.0, max_tokens=1_000_000)
+
+
+@dataclass
+class Asked:
+    """One question asked of one knowledge base, and what each rule needs of it."""
+
+    kb: str  # the knowledge base asked (a dataset's name, or an examples/kb name)
+    origin: str  # where the question comes from (a dataset, or examples/eval)
+    kind: str  # "in" (has an answer here), "out" (has none), "none" (examples/eval's no-answer questions)
+    shipped_answered: bool
+    shipped_ndcg: float
+    best: float  # the best cosine similarity among the candidates
+    agreed: float | None  # the similarity of the chunk first in both lists, if there is one
+    q_mean: float
+    q_std: float
+    kb_mean: float
+    kb_std: float
+    topic: float  # the question's similarity to the knowledge base's centroid (the sample's normalised mean)
+    topic_mean: float  # the mean and deviation of the sample's chunks' similarities to that centroid
+    topic_std: float
+    ndcg: float  # document nDCG@10 of the top 10 (within the budget), uncut; 0 for questions without an answer
+    model: str = ""
+
+
+@dataclass
+class Group:
+    """The questions of one model."""
+
+    model: str
+    asked: list[Asked] = field(default_factory=list)
+
+
+def vectors_of(store: KnowledgeBaseStore, kb: str, sample: int) -> np.ndarray:
+    """A fixed sample of the chunk vectors of `kb`'s current version, normalised, one per row."""
+    rows = store.db.connection.execute(
+        "SELECT e.embedding::text FROM kb_knowledge_bases k"
+        " JOIN kb_versions v ON v.kb_id = k.id AND v.number = k.current_version"
+        " JOIN kb_version_sources vs ON vs.version_id = v.id"
+        " JOIN kb_chunks c ON c.revision_id = vs.revision_id"
+        " JOIN kb_embeddings e ON e.id = c.embedding_id"
+        " WHERE k.name = %s ORDER BY md5(c.id::text) LIMIT %s",
+        (kb, sample),
+    ).fetchall()
+    matrix = np.array([json.loads(r[0]) for r in rows], dtype=np.float32)
+    return matrix / np.linalg.norm(matrix, axis=1, keepdims=True)
+
+
+def pair_background(matrix: np.ndarray) -> tuple[float, float]:
+    """The mean and deviation of the similarities of distinct chunks of the sample."""
+    similarities = matrix @ matrix.T
+    values = similarities[~np.eye(len(matrix), dtype=bool)]
+    return float(values.mean()), float(values.std())
+
+
+def budgeted(hits: Sequence[Any]) -> list[Any]:
+    """The first TOP_K hits, ending at the first that does not fit the token budget (as kbctl cuts)."""
+    kept, tokens = [], 0
+    for hit in hits[:TOP_K]:
+        if tokens + hit.tokens > BUDGET and kept:
+            break
+        kept.append(hit)
+        tokens += hit.tokens
+    return kept
+
+
+class Asker:
+    """Asks the questions of one knowledge base of one store."""
+
+    def __init__(self, store: KnowledgeBaseStore, kb: str, sample: int) -> None:
+        self.store, self.kb = store, kb
+        description = store.describe(kb)
+        self.model = description.model
+        self.embedder = store.embedder(self.model)
+        self.sample = vectors_of(store, kb, sample)
+        self.kb_mean, self.kb_std = pair_background(self.sample)
+        centroid = self.sample.mean(axis=0)
+        self.centroid = centroid / np.linalg.norm(centroid)
+        to_centroid = self.sample @ self.centroid
+        self.topic_mean, self.topic_std = float(to_centroid.mean()), float(to_centroid.std())
+        self.defaults = QueryOptions(
+            mode="hybrid", top_k=TOP_K, max_tokens=BUDGET, threshold=calibrated_threshold(self.model)
+        )
+
+    def ask(self, question: str, query: EvalQuery | None, origin: str, kind: str) -> Asked:
+        shipped = self.store.query(self.kb, question, self.defaults).hits
+        uncut = self.store.query(self.kb, question, UNCUT).hits
+        [vector] = self.embedder.embed([question], purpose="query")
+        q = np.asarray(vector, dtype=np.float32)
+        q = q / np.linalg.norm(q)
+        similarities = self.sample @ q
+        agreed = next((h.score for h in uncut if h.vector_rank == 1 and h.keyword_rank == 1), None)
+        relevant = query is not None and kind == "in"
+        return Asked(
+            kb=self.kb,
+            origin=origin,
+            kind=kind,
+            shipped_answered=bool(shipped),
+            shipped_ndcg=ndcg_at_k(query, distinct_sources(shipped)) if relevant and query else 0.0,
+            best=max((h.score for h in uncut), default=-1.0),
+            agreed=agreed,
+            q_mean=float(similarities.mean()),
+            q_std=float(similarities.std()),
+            kb_mean=self.kb_mean,
+            kb_std=self.kb_std,
+            topic=float(q @ self.centroid),
+            topic_mean=self.topic_mean,
+            topic_std=self.topic_std,
+            ndcg=ndcg_at_k(query, distinct_sources(budgeted(uncut))) if relevant and query else 0.0,
+            model=self.model,
+        )
+
+
+def spread(pools: Sequence[Sequence[str]], total: int) -> list[str]:
+    """About `total` questions taken evenly from each pool, deterministically (every n-th of each)."""
+    if not pools:
+        return []
+    each = max(1, total // len(pools))
+    taken: list[str] = []
+    for pool in pools:
+        step = max(1, len(pool) // each)
+        taken += list(pool[::step][:each])
+    return taken
+
+
+@contextmanager
+def opened(home: Path) -> Iterator[KnowledgeBaseStore]:
+    settings = Settings.from_env(home=home)
+    try:
+        with KnowledgeBaseStore(settings=settings) as store:
+            yield store
+    finally:
+        if not settings.database_url:
+            stop_server(settings.pgdata)
+
+
+def examples_questions() -> dict[str, list[tuple[str, bool]]]:
+    """examples/eval's questions by knowledge base: (question, has no answer)."""
+    found: dict[str, list[tuple[str, bool]]] = {}
+    for path in sorted((ROOT / "examples" / "eval").glob("*.yaml")):
+        evalset = load_evalset(str(path))
+        kb = evalset.knowledge_base or path.stem
+        found[kb] = [(q.question, bool(q.no_answer)) for q in evalset.queries]
+    return found
+
+
+def ask_group(model: str, homes: list[Path], limit: int, sample: int) -> Group:
+    group = Group(model)
+    questions = {home.name: load_evalset(str(home / "eval.jsonl")).queries for home in homes}
+    examples = examples_questions()
+    example_texts = [q for qs in examples.values() for q, _ in qs]
+    for home in homes:
+        own = questions[home.name][:limit]
+        others = spread([[q.question for q in questions[h.name]] for h in homes if h != home], limit)
+        print(
+            f"{model}: {home.name}: {len(own)} in-domain, {len(others) + len(example_texts)} out-of-domain", flush=True
+        )
+        with opened(home) as store:
+            asker = Asker(store, NAME, sample)
+            for query in own:
+                group.asked.append(asker.ask(query.question, query, home.name, "in"))
+            for text in others:
+                group.asked.append(asker.ask(text, None, "beir", "out"))
+            for text in example_texts:
+                group.asked.append(asker.ask(text, None, "examples/eval", "out"))
+        for a in group.asked:
+            if a.kb == NAME:
+                a.kb = home.name
+    # examples/kb with this model, in a store of its own
+    home = Path(tempfile.mkdtemp(prefix="kbctl-refusal-"))
+    settings = Settings(home=home)
+    try:
+        with KnowledgeBaseStore(settings=settings) as store:
+            manifests = []
+            for m in load_manifests([str(ROOT / "examples" / "kb")]):
+                spec = m.kb.spec.model_copy(update={"embedding": Embedding(model=model)})
+                manifests.append(m.kb.model_copy(update={"spec": spec}))
+            if store.apply(manifests).failed:
+                raise SystemExit("examples/kb did not apply")
+            beir = spread([[q.question for q in qs] for qs in questions.values()], limit)
+            for kb, qs in examples.items():
+                print(f"{model}: {kb}: {len(qs)} of examples/eval, {len(beir)} out-of-domain", flush=True)
+                asker = Asker(store, kb, sample)
+                for text, no_answer in qs:
+                    group.asked.append(asker.ask(text, None, "examples/eval", "none" if no_answer else "answerable"))
+                for text in beir:
+                    group.asked.append(asker.ask(text, None, "beir", "out"))
+    finally:
+        stop_server(settings.pgdata)
+        shutil.rmtree(home, ignore_errors=True)
+    return group
+
+
+# ---------------------------------------------------------------- rules
+
+Rule = Callable[[Asked, float], bool]
+
+
+def first_in_both(a: Asked, floor: float) -> bool:
+    return a.agreed is not None and a.agreed >= floor
+
+
+def q_z(a: Asked) -> float:
+    return (a.best - a.q_mean) / max(a.q_std, 1e-6)
+
+
+def topic_z(a: Asked) -> float:
+    return (a.topic - a.topic_mean) / max(a.topic_std, 1e-6)
+
+
+THRESHOLDS = [round(0.05 * i, 2) for i in range(2, 17)]
+TOPIC_ZS = [round(-0.5 * i, 1) for i in range(0, 13)]
+
+# Rules of two parameters: (rule, first values, second values).
+PAIRED: dict[str, tuple[Callable[[Asked, float, float], bool], list[float], list[float]]] = {
+    "absolute t and topic z: best >= t and (question-centroid - mean) / sd >= z": (
+        lambda a, t, z: a.best >= t and topic_z(a) >= z,
+        THRESHOLDS,
+        TOPIC_ZS,
+    ),
+    "absolute t with agreement, and topic z": (
+        lambda a, t, z: (a.best >= t or first_in_both(a, t - AGREEMENT_MARGIN)) and topic_z(a) >= z,
+        THRESHOLDS,
+        TOPIC_ZS,
+    ),
+}
+
+RULES: dict[str, tuple[Rule, list[float]]] = {
+    "topic z: (question-centroid - mean) / sd >= z": (lambda a, z: topic_z(a) >= z, TOPIC_ZS),
+    "absolute: best >= t": (lambda a, t: a.best >= t, THRESHOLDS),
+    "absolute with agreement": (lambda a, t: a.best >= t or first_in_both(a, t - AGREEMENT_MARGIN), THRESHOLDS),
+    "knowledge base z: (best - mean pair) / sd >= z": (
+        lambda a, z: (a.best - a.kb_mean) / max(a.kb_std, 1e-6) >= z,
+        [0.5 * i for i in range(0, 17)],
+    ),
+    "question z: (best - question mean) / sd >= z": (lambda a, z: q_z(a) >= z, [0.5 * i for i in range(2, 21)]),
+    "question margin: best - question mean >= m": (
+        lambda a, m: a.best - a.q_mean >= m,
+        [round(0.05 * i, 2) for i in range(1, 15)],
+    ),
+    "question z with agreement": (
+        lambda a, z: q_z(a) >= z or (a.agreed is not None and (a.agreed - a.q_mean) / max(a.q_std, 1e-6) >= z - 1),
+        [0.5 * i for i in range(2, 21)],
+    ),
+}
+
+
+@dataclass(frozen=True)
+class Outcome:
+    answered_in: dict[str, float]  # per dataset: share of in-domain questions answered
+    refused_out: dict[str, float]  # per knowledge base: share of out-of-domain questions refused
+    ndcg: dict[str, float]  # per dataset: document nDCG@10 at the rule
+    none_answered: int  # examples/eval's no-answer questions answered
+    none_total: int
+    answerable_empty: int  # examples/eval's answerable questions left empty
+    answerable_total: int
+
+
+def outcome(asked: list[Asked], answers: Callable[[Asked], bool], ndcg_of: Callable[[Asked], float]) -> Outcome:
+    kbs = list(dict.fromkeys(a.kb for a in asked))
+    answered_in, refused_out, ndcg = {}, {}, {}
+    for kb in kbs:
+        inside = [a for a in asked if a.kb == kb and a.kind == "in"]
+        if inside:
+            answered_in[kb] = sum(map(answers, inside)) / len(inside)
+            ndcg[kb] = sum(ndcg_of(a) if answers(a) else 0.0 for a in inside) / len(inside)
+        outside = [a for a in asked if a.kb == kb and a.kind == "out"]
+        if outside:
+            refused_out[kb] = sum(not answers(a) for a in outside) / len(outside)
+    none = [a for a in asked if a.kind == "none"]
+    answerable = [a for a in asked if a.kind == "answerable"]
+    return Outcome(
+        answered_in,
+        refused_out,
+        ndcg,
+        sum(map(answers, none)),
+        len(none),
+        sum(not answers(a) for a in answerable),
+        len(answerable),
+    )
+
+
+def row(label: str, o: Outcome) -> str:
+    def cells(values: dict[str, float]) -> str:
+        return " / ".join(f"{v:.2f}" for v in values.values())
+
+    return (
+        f"| {label} | {cells(o.answered_in)} | {cells(o.refused_out)} | {o.none_answered} of {o.none_total} |"
+        f" {o.answerable_empty} of {o.answerable_total} | {' / '.join(f'{v:.3f}' for v in o.ndcg.values())} |"
+    )
+
+
+def report(group: Group, target: float) -> None:
+    asked = group.asked
+    kbs_in = list(dict.fromkeys(a.kb for a in asked if a.kind == "in"))
+    kbs_out = list(dict.fromkeys(a.kb for a in asked if a.kind == "out"))
+    print(f"\n### {group.model}\n")
+    print(f"answered (in-domain): {' / '.join(kbs_in)}; refused (out-of-domain): {' / '.join(kbs_out)}\n")
+    print("| rule | in-domain answered | out-of-domain refused | no-answer answered | answerable empty | doc nDCG@10 |")
+    print("|---|---|---|---:|---:|---|")
+    print(
+        row(
+            "shipped (threshold per chunk, agreement)",
+            outcome(asked, lambda a: a.shipped_answered, lambda a: a.shipped_ndcg),
+        )
+    )
+    print(row("nothing cut (never refuses)", outcome(asked, lambda a: True, lambda a: a.ndcg)))
+    candidates: list[tuple[str, list[tuple[str, Callable[[Asked], bool]]]]] = [
+        (label, [(f"{v:g}", lambda a, v=v, r=rule: r(a, v)) for v in values]) for label, (rule, values) in RULES.items()
+    ]
+    candidates += [
+        (label, [(f"{v:g}, {w:g}", lambda a, v=v, w=w, r=rule: r(a, v, w)) for v in first for w in second])
+        for label, (rule, first, second) in PAIRED.items()
+    ]
+    for label, settings in candidates:
+        best: tuple[float, str, Outcome] | None = None
+        for setting, answers in settings:
+            o = outcome(asked, answers, lambda a: a.ndcg)
+            feasible = o.none_answered == 0 and min(o.refused_out.values()) >= target
+            worst = min(o.answered_in.values())
+            if feasible and (best is None or worst > best[0]):
+                best = (worst, setting, o)
+        if best is None:
+            print(f"| {label}: no value refuses {target:.2f} everywhere | | | | | |")
+        else:
+            print(row(f"{label} ({best[1]})", best[2]))
+
+
+def per_knowledge_base(group: Group, target: float) -> None:
+    """What a threshold set per knowledge base could do at best: the lowest that refuses `target` of its
+    out-of-domain questions (and every no-answer question), and the share of its own questions it then answers.
+    It is found with the answers known, so it bounds what a calibration computed at publish could reach."""
+    print(f"\nPer knowledge base, the best absolute threshold refusing {target:.2f} of its out-of-domain questions:\n")
+    print(
+        "| knowledge base | threshold | its questions answered | out-of-domain best p50 / p95"
+        " | its questions p10 / p50 |"
+    )
+    print("|---|---:|---:|---|---|")
+    for kb in dict.fromkeys(a.kb for a in group.asked):
+        mine = [a for a in group.asked if a.kb == kb]
+        outside = np.array([a.best for a in mine if a.kind == "out"])
+        own = np.array([a.best for a in mine if a.kind in ("in", "answerable")])
+        none = [a.best for a in mine if a.kind == "none"]
+        line = float(np.quantile(outside, target, method="higher")) + 1e-6
+        line = max([line, *(b + 1e-6 for b in none)])
+        print(
+            f"| {kb} | {line:.3f} | {np.mean(own >= line):.2f} |"
+            f" {np.quantile(outside, 0.5):.3f} / {np.quantile(outside, 0.95):.3f} |"
+            f" {np.quantile(own, 0.1):.3f} / {np.quantile(own, 0.5):.3f} |"
+        )
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--beir", type=Path, action="append", default=[], metavar="HOME")
+    parser.add_argument("--limit", type=int, default=300, help="in-domain and out-of-domain questions per set")
+    parser.add_argument("--sample", type=int, default=500, help="chunk vectors per knowledge base's background")
+    parser.add_argument("--target-refused", type=float, default=0.95, help="out-of-domain share to refuse")
+    parser.add_argument("--features", type=Path, default=None, help="save the questions' features here (or read)")
+    args = parser.parse_args()
+    if args.features and args.features.exists():
+        groups = [Group(g["model"], [Asked(**a) for a in g["asked"]]) for g in json.loads(args.features.read_text())]
+    else:
+        by_model: dict[str, list[Path]] = {}
+        for home in args.beir:
+            with opened(home) as store:
+                by_model.setdefault(store.describe(NAME).model, []).append(home)
+        groups = [ask_group(model, homes, args.limit, args.sample) for model, homes in by_model.items()]
+        if args.features:
+            args.features.write_text(
+                json.dumps([{"model": g.model, "asked": [asdict(a) for a in g.asked]} for g in groups])
+            )
+    for group in groups:
+        report(group, args.target_refused)
+        per_knowledge_base(group, args.target_refused)
+    if any(math.isnan(a.best) for g in groups for a in g.asked):
+        print("warning: some questions had no candidates")
+
+
+if __name__ == "__main__":
+    main()
