@@ -10,9 +10,6 @@ from typing import Any
 
 import pytest
 from fastapi.testclient import TestClient
-from opentelemetry import trace
-from opentelemetry.sdk.trace import TracerProvider
-from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 from kbctl.client import KnowledgeBaseStore
@@ -21,6 +18,7 @@ from kbctl.serve import RetrievalService, Tokens, create_app
 from kbctl.serve.tracing import server_traces
 from kbctl.userconfig import ServeConfig
 from tests.support.manifests import knowledge_base, text_source
+from tests.support.otel import send_spans_to
 
 MANIFEST = knowledge_base(
     "office", text_source("invoices", "# Invoices\n\nInvoices are kept for seven years after the financial year.")
@@ -31,13 +29,7 @@ EXPORTER = InMemorySpanExporter()
 
 @pytest.fixture(scope="module", autouse=True)
 def tracer_provider() -> None:
-    """The process's SDK provider (another test module may have installed it: there can be only one) sends its
-    spans to EXPORTER too."""
-    provider = trace.get_tracer_provider()
-    if not isinstance(provider, TracerProvider):
-        provider = TracerProvider()
-        trace.set_tracer_provider(provider)
-    provider.add_span_processor(SimpleSpanProcessor(EXPORTER))
+    send_spans_to(EXPORTER)
 
 
 def under_server_traces(app: Any) -> Any:

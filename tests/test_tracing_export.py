@@ -18,10 +18,8 @@ import anyio
 import pytest
 from mcp import Client
 from mcp.client.stdio import StdioServerParameters
-from opentelemetry import trace
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
-from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.trace import StatusCode
 
@@ -29,6 +27,7 @@ from kbctl.client import KnowledgeBaseStore
 from kbctl.manifest import parse_manifests
 from kbctl.telemetry import provider_from_environment, tracing_requested
 from tests.support.manifests import knowledge_base, text_source
+from tests.support.otel import send_spans_to
 from tests.support.serveproc import kbctl_env, seeded, serving
 
 QUESTION = "how long are invoices kept?"
@@ -43,13 +42,7 @@ EXPORTER = InMemorySpanExporter()
 
 @pytest.fixture(scope="module", autouse=True)
 def tracer_provider() -> None:
-    """The process's SDK provider (another test module may have installed it: there can be only one) sends its
-    spans to EXPORTER too."""
-    provider = trace.get_tracer_provider()
-    if not isinstance(provider, TracerProvider):
-        provider = TracerProvider()
-        trace.set_tracer_provider(provider)
-    provider.add_span_processor(SimpleSpanProcessor(EXPORTER))
+    send_spans_to(EXPORTER)
 
 
 def named(spans: Sequence[ReadableSpan], name: str) -> list[ReadableSpan]:
@@ -318,40 +311,6 @@ class Collector:
         self.server.server_close()
 
 
-def test_kbctl_serve_exports_over_otlp_to_a_collector(database_url: str, kbctl_home: Path, tmp_path: Path) -> None:
-    """`kbctl serve` with only OTEL_EXPORTER_OTLP_ENDPOINT set (the otel extra, nothing else installed or
-    configured) posts its spans as OTLP/HTTP protobuf to a real receiver: one kbctl.query tree per query, each
-    with its route, knowledge base and stages, under OTEL_SERVICE_NAME; and /v1/query one tree per member."""
-    with Collector() as collector, seeded(database_url, kbctl_home, MANIFEST):
-        env = kbctl_env(
-            kbctl_home,
-            database_url,
-            HOME=str(tmp_path),
-            OTEL_EXPORTER_OTLP_ENDPOINT=collector.url,
-            OTEL_SERVICE_NAME="kb-api",
-            OTEL_BSP_SCHEDULE_DELAY="100",
-        )
-        for name in ("OTEL_TRACES_EXPORTER", "OTEL_EXPORTER_OTLP_PROTOCOL", "OTEL_EXPORTER_OTLP_TRACES_PROTOCOL"):
-            env.pop(name, None)
-        with serving(env, tmp_path / "serve.log") as served, served.client() as http:
-            assert http.post("/v1/knowledgebases/office/query", json={"question": QUESTION}).status_code == 200
-            federated = http.post("/v1/query", json={"question": QUESTION, "knowledgeBases": ["office"]})
-            assert federated.status_code == 200
-        # stopped by SIGTERM: the spans still buffered were exported before the process ended
-    roots = [s for s in collector.spans if s["name"] == "kbctl.query"]
-    assert [r["attributes"]["kbctl.route"].string_value for r in roots] == [
-        "/v1/knowledgebases/office/query",
-        "/v1/query",
-    ]
-    for root in roots:
-        assert root["resource"]["service.name"] == "kb-api"
-        assert root["attributes"]["kbctl.knowledge_base"].string_value == "office"
-        stages = [s for s in collector.spans if s["parent_id"] == root["span_id"]]
-        assert [s["name"] for s in stages] == STAGES
-        assert {s["trace_id"] for s in stages} == {root["trace_id"]}
-    assert "invoices kept" not in served.log()
-
-
 def otlp_env(kbctl_home: Path, database_url: str, home: Path, collector: Collector) -> dict[str, str]:
     """A kbctl subprocess's environment that asks for OTLP traces by the endpoint alone, exported promptly."""
     env = kbctl_env(
@@ -365,6 +324,31 @@ def otlp_env(kbctl_home: Path, database_url: str, home: Path, collector: Collect
     for name in ("OTEL_TRACES_EXPORTER", "OTEL_EXPORTER_OTLP_PROTOCOL", "OTEL_EXPORTER_OTLP_TRACES_PROTOCOL"):
         env.pop(name, None)
     return env
+
+
+def test_kbctl_serve_exports_over_otlp_to_a_collector(database_url: str, kbctl_home: Path, tmp_path: Path) -> None:
+    """`kbctl serve` with only OTEL_EXPORTER_OTLP_ENDPOINT set (the otel extra, nothing else installed or
+    configured) posts its spans as OTLP/HTTP protobuf to a real receiver: one kbctl.query tree per query, each
+    with its route, knowledge base and stages, under OTEL_SERVICE_NAME; and /v1/query one tree per member."""
+    with Collector() as collector, seeded(database_url, kbctl_home, MANIFEST):
+        env = otlp_env(kbctl_home, database_url, tmp_path, collector)
+        with serving(env, tmp_path / "serve.log") as served, served.client() as http:
+            assert http.post("/v1/knowledgebases/office/query", json={"question": QUESTION}).status_code == 200
+            federated = http.post("/v1/query", json={"question": QUESTION, "knowledgeBases": ["office"]})
+            assert federated.status_code == 200
+        # stopped by SIGTERM: the spans still buffered were exported before the process ended
+    roots = [s for s in collector.spans if s["name"] == "kbctl.query"]
+    assert [r["attributes"]["kbctl.route"].string_value for r in roots] == [
+        "/v1/knowledgebases/office/query",
+        "/v1/query",
+    ]
+    for root in roots:
+        assert root["resource"]["service.name"] == "kb-agents"
+        assert root["attributes"]["kbctl.knowledge_base"].string_value == "office"
+        stages = [s for s in collector.spans if s["parent_id"] == root["span_id"]]
+        assert [s["name"] for s in stages] == STAGES
+        assert {s["trace_id"] for s in stages} == {root["trace_id"]}
+    assert "invoices kept" not in served.log()
 
 
 def test_kbctl_mcp_exports_its_tool_queries(database_url: str, kbctl_home: Path, tmp_path: Path) -> None:
