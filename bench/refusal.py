@@ -34,7 +34,12 @@ For each rule and parameter: the share of in-domain questions answered and of ou
 knowledge base, examples/eval's no-answer questions answered (of 8) and answerable ones left empty, and document
 nDCG@10 at the rule (a refused question scores 0). The table prints, per rule, the parameter that answers the most
 in-domain questions on the worst dataset while refusing >= --target-refused of the out-of-domain questions on every
-knowledge base and every no-answer question of examples/eval; and the shipped rule as it is.
+knowledge base (but those named by --exempt) and every no-answer question of examples/eval; and the shipped rule.
+
+The calibrated rules need --background FILE: fixed questions written for no dataset (bench/data/
+background-questions.txt, 99 everyday questions), asked of each knowledge base as a publish could ask them of a new
+version; a knowledge base's line is a quantile of their best similarities (plus a margin), alone or never below the
+model's threshold.
 """
 
 from __future__ import annotations
@@ -217,14 +222,20 @@ def examples_questions() -> dict[str, list[tuple[str, bool]]]:
     return found
 
 
-def ask_group(model: str, homes: list[Path], limit: int, sample: int) -> Group:
+def ask_group(
+    model: str, homes: list[Path], limit: int, sample: int, background: list[str], only_background: bool = False
+) -> Group:
+    """Every question of the benchmark asked of every knowledge base of one model (with `only_background`, the
+    background questions alone)."""
     group = Group(model)
     questions = {home.name: load_evalset(str(home / "eval.jsonl")).queries for home in homes}
     examples = examples_questions()
     example_texts = [q for qs in examples.values() for q, _ in qs]
+    if only_background:
+        limit, examples, example_texts = 0, {kb: [] for kb in examples}, []
     for home in homes:
         own = questions[home.name][:limit]
-        others = spread([[q.question for q in questions[h.name]] for h in homes if h != home], limit)
+        others = spread([[q.question for q in questions[h.name]] for h in homes if h != home], limit) if limit else []
         print(
             f"{model}: {home.name}: {len(own)} in-domain, {len(others) + len(example_texts)} out-of-domain", flush=True
         )
@@ -236,6 +247,8 @@ def ask_group(model: str, homes: list[Path], limit: int, sample: int) -> Group:
                 group.asked.append(asker.ask(text, None, "beir", "out"))
             for text in example_texts:
                 group.asked.append(asker.ask(text, None, "examples/eval", "out"))
+            for text in background:
+                group.asked.append(asker.ask(text, None, "background", "background"))
         for a in group.asked:
             if a.kb == NAME:
                 a.kb = home.name
@@ -250,7 +263,7 @@ def ask_group(model: str, homes: list[Path], limit: int, sample: int) -> Group:
                 manifests.append(m.kb.model_copy(update={"spec": spec}))
             if store.apply(manifests).failed:
                 raise SystemExit("examples/kb did not apply")
-            beir = spread([[q.question for q in qs] for qs in questions.values()], limit)
+            beir = spread([[q.question for q in qs] for qs in questions.values()], limit) if limit else []
             for kb, qs in examples.items():
                 print(f"{model}: {kb}: {len(qs)} of examples/eval, {len(beir)} out-of-domain", flush=True)
                 asker = Asker(store, kb, sample)
@@ -258,6 +271,8 @@ def ask_group(model: str, homes: list[Path], limit: int, sample: int) -> Group:
                     group.asked.append(asker.ask(text, None, "examples/eval", "none" if no_answer else "answerable"))
                 for text in beir:
                     group.asked.append(asker.ask(text, None, "beir", "out"))
+                for text in background:
+                    group.asked.append(asker.ask(text, None, "background", "background"))
     finally:
         stop_server(settings.pgdata)
         shutil.rmtree(home, ignore_errors=True)
@@ -363,7 +378,18 @@ def row(label: str, o: Outcome) -> str:
     )
 
 
-def report(group: Group, target: float) -> None:
+def calibrated_lines(asked: list[Asked]) -> dict[str, Callable[[float], float]]:
+    """Per knowledge base, the quantile function of its background questions' best similarities: what a publish
+    could compute by asking the fixed background questions of the new version (none without them)."""
+    found: dict[str, Callable[[float], float]] = {}
+    for kb in dict.fromkeys(a.kb for a in asked):
+        bests = np.array([a.best for a in asked if a.kb == kb and a.kind == "background"])
+        if bests.size:
+            found[kb] = lambda q, b=bests: float(np.quantile(b, q, method="higher"))
+    return found if len(found) == len({a.kb for a in asked}) else {}
+
+
+def report(group: Group, target: float, exempt: Sequence[str] = ()) -> None:
     asked = group.asked
     kbs_in = list(dict.fromkeys(a.kb for a in asked if a.kind == "in"))
     kbs_out = list(dict.fromkeys(a.kb for a in asked if a.kind == "out"))
@@ -385,11 +411,35 @@ def report(group: Group, target: float) -> None:
         (label, [(f"{v:g}, {w:g}", lambda a, v=v, w=w, r=rule: r(a, v, w)) for v in first for w in second])
         for label, (rule, first, second) in PAIRED.items()
     ]
+    lines = calibrated_lines(asked)
+    if lines:
+        candidates.append(
+            (
+                "calibrated per knowledge base: best >= quantile q of its background questions' best + m",
+                [
+                    (f"q {q:g}, m {m:g}", lambda a, q=q, m=m: a.best >= lines[a.kb](q) + m)
+                    for q in (0.8, 0.9, 0.95, 0.99, 1.0)
+                    for m in (0.0, 0.02, 0.05, 0.08, 0.1, 0.15)
+                ],
+            )
+        )
+        floor = calibrated_threshold(group.model)
+        candidates.append(
+            (
+                f"calibrated, never below the model's threshold ({floor:g}): best >= max(it, quantile q + m)",
+                [
+                    (f"q {q:g}, m {m:g}", lambda a, q=q, m=m: a.best >= max(floor, lines[a.kb](q) + m))
+                    for q in (0.8, 0.9, 0.95, 0.99, 1.0)
+                    for m in (0.0, 0.02, 0.05, 0.08, 0.1, 0.15)
+                ],
+            )
+        )
     for label, settings in candidates:
         best: tuple[float, str, Outcome] | None = None
         for setting, answers in settings:
             o = outcome(asked, answers, lambda a: a.ndcg)
-            feasible = o.none_answered == 0 and min(o.refused_out.values()) >= target
+            bound = [v for kb, v in o.refused_out.items() if not kb.startswith(tuple(exempt))]
+            feasible = o.none_answered == 0 and min(bound) >= target
             worst = min(o.answered_in.values())
             if feasible and (best is None or worst > best[0]):
                 best = (worst, setting, o)
@@ -430,21 +480,44 @@ def main() -> None:
     parser.add_argument("--sample", type=int, default=500, help="chunk vectors per knowledge base's background")
     parser.add_argument("--target-refused", type=float, default=0.95, help="out-of-domain share to refuse")
     parser.add_argument("--features", type=Path, default=None, help="save the questions' features here (or read)")
+    parser.add_argument(
+        "--exempt",
+        action="append",
+        default=[],
+        metavar="PREFIX",
+        help="knowledge bases (by name prefix) whose out-of-domain refusals do not bind the choice (still printed)",
+    )
+    parser.add_argument(
+        "--background",
+        type=Path,
+        default=None,
+        help="background questions, one a line (bench/data/background-questions.txt): asked of every knowledge base"
+        " for the calibrated rule; with an existing --features FILE and --beir homes, added to FILE",
+    )
     args = parser.parse_args()
+    background = [line.strip() for line in args.background.read_text().splitlines()] if args.background else []
+    background = [line for line in background if line]
+    groups: list[Group] = []
     if args.features and args.features.exists():
         groups = [Group(g["model"], [Asked(**a) for a in g["asked"]]) for g in json.loads(args.features.read_text())]
-    else:
+    if args.beir and (not groups or background):
         by_model: dict[str, list[Path]] = {}
         for home in args.beir:
             with opened(home) as store:
                 by_model.setdefault(store.describe(NAME).model, []).append(home)
-        groups = [ask_group(model, homes, args.limit, args.sample) for model, homes in by_model.items()]
+        if groups:  # add the background questions to the saved features
+            for group in groups:
+                group.asked = [a for a in group.asked if a.kind != "background"]
+                added = ask_group(group.model, by_model[group.model], 0, args.sample, background, only_background=True)
+                group.asked += added.asked
+        else:
+            groups = [ask_group(model, homes, args.limit, args.sample, background) for model, homes in by_model.items()]
         if args.features:
             args.features.write_text(
                 json.dumps([{"model": g.model, "asked": [asdict(a) for a in g.asked]} for g in groups])
             )
     for group in groups:
-        report(group, args.target_refused)
+        report(group, args.target_refused, args.exempt)
         per_knowledge_base(group, args.target_refused)
     if any(math.isnan(a.best) for g in groups for a in g.asked):
         print("warning: some questions had no candidates")
