@@ -8,22 +8,10 @@ from urllib.parse import quote
 
 import httpx
 
-from kbctl import KnowledgeBaseStore, Mode, QueryHit, QueryOptions, QueryResult, Reader
+from kbctl import QueryHit, QueryOptions, QueryResult
 from kbctl.errors import AuthError, KbctlError, NotFoundError, UsageError
 
-__all__ = ["ServeClient", "citation", "hit_id", "hit_metadata", "options_of", "query_store"]
-
-
-def options_of(top_k: int | None, threshold: float | None, max_tokens: int | None, mode: Mode | None) -> QueryOptions:
-    """The query options of a retriever (None: the knowledge base's spec.retrieval); UsageError when out of bounds."""
-    return QueryOptions(top_k=top_k, threshold=threshold, max_tokens=max_tokens, mode=mode)
-
-
-def query_store(
-    store: KnowledgeBaseStore, name: str, question: str, options: QueryOptions, reader: Reader | None
-) -> QueryResult:
-    """A query of a knowledge base in this process, as `reader` may read it."""
-    return store.query(name, question, options, reader=reader)
+__all__ = ["ServeClient", "citation", "hit_id", "hit_metadata"]
 
 
 def citation(source: str, heading_path: list[str], char_start: int, char_end: int) -> str:

@@ -26,7 +26,7 @@ except ImportError as exc:  # the extra is not installed
 from pydantic import PrivateAttr, SecretStr
 
 from kbctl import KnowledgeBaseStore, Mode, QueryOptions, QueryResult, Reader
-from kbctl.integrations._common import ServeClient, hit_id, hit_metadata, options_of, query_store
+from kbctl.integrations._common import ServeClient, hit_id, hit_metadata
 
 __all__ = ["HTTPKnowledgeBaseRetriever", "KnowledgeBaseRetriever", "documents_of"]
 
@@ -56,7 +56,9 @@ class _Options(BaseRetriever):
 
     def model_post_init(self, context: Any, /) -> None:
         # Checked when the retriever is made: a ValidationError (a ValueError) with kbctl's message.
-        self._options = options_of(self.top_k, self.threshold, self.max_tokens, self.mode)
+        self._options = QueryOptions(
+            top_k=self.top_k, threshold=self.threshold, max_tokens=self.max_tokens, mode=self.mode
+        )
 
 
 class KnowledgeBaseRetriever(_Options):
@@ -70,7 +72,7 @@ class KnowledgeBaseRetriever(_Options):
     """Who is asking: `Reader.of(groups, claims)`, for documents behind an access rule."""
 
     def _get_relevant_documents(self, query: str, *, run_manager: CallbackManagerForRetrieverRun) -> list[Document]:
-        return documents_of(query_store(self.store, self.knowledge_base, query, self._options, self.reader))
+        return documents_of(self.store.query(self.knowledge_base, query, self._options, reader=self.reader))
 
 
 class HTTPKnowledgeBaseRetriever(_Options):

@@ -24,8 +24,8 @@ except ImportError as exc:  # the extra is not installed
         "kbctl.integrations.llamaindex needs llama-index-core, which is not installed: pip install 'kbctl[llamaindex]'"
     ) from exc
 
-from kbctl import KnowledgeBaseStore, Mode, QueryResult, Reader
-from kbctl.integrations._common import ServeClient, hit_id, hit_metadata, options_of, query_store
+from kbctl import KnowledgeBaseStore, Mode, QueryOptions, QueryResult, Reader
+from kbctl.integrations._common import ServeClient, hit_id, hit_metadata
 
 __all__ = ["HTTPKnowledgeBaseRetriever", "KnowledgeBaseRetriever", "nodes_of"]
 
@@ -69,12 +69,11 @@ class KnowledgeBaseRetriever(BaseRetriever):
         self.store = store
         self.knowledge_base = knowledge_base
         self.reader = reader
-        self.options = options_of(top_k, threshold, max_tokens, mode)
+        self.options = QueryOptions(top_k=top_k, threshold=threshold, max_tokens=max_tokens, mode=mode)
         super().__init__(callback_manager=callback_manager, verbose=verbose)
 
     def _retrieve(self, query_bundle: QueryBundle) -> list[NodeWithScore]:
-        result = query_store(self.store, self.knowledge_base, query_bundle.query_str, self.options, self.reader)
-        return nodes_of(result)
+        return nodes_of(self.store.query(self.knowledge_base, query_bundle.query_str, self.options, reader=self.reader))
 
 
 class HTTPKnowledgeBaseRetriever(BaseRetriever):
@@ -99,7 +98,7 @@ class HTTPKnowledgeBaseRetriever(BaseRetriever):
     ) -> None:
         self.client = ServeClient(url, token, timeout=timeout)
         self.knowledge_base = knowledge_base
-        self.options = options_of(top_k, threshold, max_tokens, mode)
+        self.options = QueryOptions(top_k=top_k, threshold=threshold, max_tokens=max_tokens, mode=mode)
         super().__init__(callback_manager=callback_manager, verbose=verbose)
 
     def __repr__(self) -> str:  # never the token
