@@ -1,7 +1,7 @@
 """A refusal benchmark from public data: which rule says "nothing relevant" best, measured on questions that have an
 answer in the knowledge base asked (in-domain) and questions that have none (out-of-domain), per model.
 
-    python bench/refusal.py --beir HOME [--beir HOME ...] [--limit 300] [--features FILE] [--json OUT]
+    python bench/refusal.py --beir HOME [--beir HOME ...] [--limit 300] [--features FILE] [--exempt PREFIX]
 
 Each HOME is a store kept by `python bench/retrieval.py DIR --keep HOME [--model MODEL]`: one public BEIR dataset
 imported as a knowledge base (embedded with the model its import named) and its test questions (eval.jsonl). The
@@ -13,8 +13,9 @@ examples/kb is applied with the group's model into a fresh store of its own, and
 is asked its eval set (answerable questions, and the no-answer questions every rule must refuse) and, as
 out-of-domain, `--limit` questions spread over the group's public datasets.
 
-Each question is asked twice: at the defaults (topK 10, 3,000 tokens, the model's threshold with agreement: the
-rule kbctl ships), and uncut (the hybrid list of 100 candidates, each chunk's cosine similarity and its ranks in the
+Each question is asked three times: at the defaults (topK 10, 3,000 tokens, the version's calibrated threshold
+with kbctl's exceptions: the rule kbctl ships), at the model's threshold instead (the rule it shipped before), and
+uncut (the hybrid list of 100 candidates, each chunk's cosine similarity and its ranks in the
 vector and the keyword lists). Its vector is compared with a fixed sample of `--sample` chunk vectors of the
 knowledge base (the question's background: mean and standard deviation of its similarities), and the sample's
 vectors with each other (the knowledge base's background, what a publish could compute and store with the
@@ -22,7 +23,8 @@ version). `--features FILE` saves all of it (or, when FILE exists, reads it inst
 be tried without a store.
 
 Rules, each a question-level decision (answer the top 10, or nothing), each swept over its parameter:
-- shipped: what kbctl answers today (the threshold per chunk, with agreement);
+- shipped: what kbctl answers (the version's calibrated threshold per chunk, with identifiers and agreement);
+- the model's threshold: what kbctl answered before versions were calibrated;
 - absolute: the best chunk's similarity >= t;
 - absolute with agreement: the same, or the chunk first in both lists scoring >= t - 0.1 (kbctl's rule, as a gate);
 - knowledge base z: (best - the knowledge base's mean pair similarity) / its deviation >= z;
@@ -36,10 +38,11 @@ nDCG@10 at the rule (a refused question scores 0). The table prints, per rule, t
 in-domain questions on the worst dataset while refusing >= --target-refused of the out-of-domain questions on every
 knowledge base (but those named by --exempt) and every no-answer question of examples/eval; and the shipped rule.
 
-The calibrated rules need --background FILE: fixed questions written for no dataset (bench/data/
-background-questions.txt, 99 everyday questions), asked of each knowledge base as a publish could ask them of a new
-version; a knowledge base's line is a quantile of their best similarities (plus a margin), alone or never below the
-model's threshold.
+The calibrated rules ask each knowledge base kbctl's background questions (kbctl/embedding/background-questions.txt,
+99 everyday questions written for no dataset), as a publish asks them of a new version; a knowledge base's line is a
+quantile of their best similarities (plus a margin), alone or never below the model's threshold. The shipped row
+computes each version's line with kbctl's own code (Database.background_similarity, version_threshold), also for
+stores imported before versions were calibrated.
 """
 
 from __future__ import annotations
@@ -64,7 +67,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from kbctl.client import KnowledgeBaseStore
 from kbctl.config import Settings
 from kbctl.defaults import AGREEMENT_MARGIN
+from kbctl.embedding.background import background_questions, version_threshold
 from kbctl.embedding.local import calibrated_threshold
+from kbctl.engine.ingest import background_vectors
 from kbctl.eval.evalset import EvalQuery, load_evalset
 from kbctl.eval.metrics import ndcg_at_k
 from kbctl.eval.run import distinct_sources
@@ -99,6 +104,9 @@ class Asked:
     topic_std: float
     ndcg: float  # document nDCG@10 of the top 10 (within the budget), uncut; 0 for questions without an answer
     model: str = ""
+    before_answered: bool = False  # at the model's threshold, as kbctl answered before calibration
+    before_ndcg: float = 0.0
+    line: float = 0.0  # the version's calibrated threshold (the shipped rule's)
 
 
 @dataclass
@@ -156,12 +164,21 @@ class Asker:
         self.centroid = centroid / np.linalg.norm(centroid)
         to_centroid = self.sample @ self.centroid
         self.topic_mean, self.topic_std = float(to_centroid.mean()), float(to_centroid.std())
-        self.defaults = QueryOptions(
+        target = store.db.query_target(kb)
+        assert target is not None and target.version_id is not None and target.chunk_count is not None
+        vectors = background_vectors(store.db, self.embedder)
+        background = store.db.background_similarity(target.version_id, self.model, target.chunk_count, vectors)
+        self.line = version_threshold(self.model, background)
+        # The imported public knowledge bases set similarityThreshold -1 (ranking), so both thresholds are given.
+        self.defaults = QueryOptions(mode="hybrid", top_k=TOP_K, max_tokens=BUDGET, threshold=self.line)
+        self.before = QueryOptions(
             mode="hybrid", top_k=TOP_K, max_tokens=BUDGET, threshold=calibrated_threshold(self.model)
         )
+        print(f"{self.model}: {kb}: calibrated threshold {self.line:.3f} (background {background})", flush=True)
 
     def ask(self, question: str, query: EvalQuery | None, origin: str, kind: str) -> Asked:
         shipped = self.store.query(self.kb, question, self.defaults).hits
+        before = self.store.query(self.kb, question, self.before).hits
         uncut = self.store.query(self.kb, question, UNCUT).hits
         [vector] = self.embedder.embed([question], purpose="query")
         q = np.asarray(vector, dtype=np.float32)
@@ -186,6 +203,9 @@ class Asker:
             topic_std=self.topic_std,
             ndcg=ndcg_at_k(query, distinct_sources(budgeted(uncut))) if relevant and query else 0.0,
             model=self.model,
+            before_answered=bool(before),
+            before_ndcg=ndcg_at_k(query, distinct_sources(before)) if relevant and query else 0.0,
+            line=self.line,
         )
 
 
@@ -222,17 +242,12 @@ def examples_questions() -> dict[str, list[tuple[str, bool]]]:
     return found
 
 
-def ask_group(
-    model: str, homes: list[Path], limit: int, sample: int, background: list[str], only_background: bool = False
-) -> Group:
-    """Every question of the benchmark asked of every knowledge base of one model (with `only_background`, the
-    background questions alone)."""
+def ask_group(model: str, homes: list[Path], limit: int, sample: int, background: list[str]) -> Group:
+    """Every question of the benchmark asked of every knowledge base of one model."""
     group = Group(model)
     questions = {home.name: load_evalset(str(home / "eval.jsonl")).queries for home in homes}
     examples = examples_questions()
     example_texts = [q for qs in examples.values() for q, _ in qs]
-    if only_background:
-        limit, examples, example_texts = 0, {kb: [] for kb in examples}, []
     for home in homes:
         own = questions[home.name][:limit]
         others = spread([[q.question for q in questions[h.name]] for h in homes if h != home], limit) if limit else []
@@ -399,8 +414,14 @@ def report(group: Group, target: float, exempt: Sequence[str] = ()) -> None:
     print("|---|---|---|---:|---:|---|")
     print(
         row(
-            "shipped (threshold per chunk, agreement)",
+            "shipped: the version's calibrated threshold per chunk, identifiers, agreement",
             outcome(asked, lambda a: a.shipped_answered, lambda a: a.shipped_ndcg),
+        )
+    )
+    print(
+        row(
+            "before: the model's threshold per chunk, identifiers, agreement",
+            outcome(asked, lambda a: a.before_answered, lambda a: a.before_ndcg),
         )
     )
     print(row("nothing cut (never refuses)", outcome(asked, lambda a: True, lambda a: a.ndcg)))
@@ -487,31 +508,17 @@ def main() -> None:
         metavar="PREFIX",
         help="knowledge bases (by name prefix) whose out-of-domain refusals do not bind the choice (still printed)",
     )
-    parser.add_argument(
-        "--background",
-        type=Path,
-        default=None,
-        help="background questions, one a line (bench/data/background-questions.txt): asked of every knowledge base"
-        " for the calibrated rule; with an existing --features FILE and --beir homes, added to FILE",
-    )
     args = parser.parse_args()
-    background = [line.strip() for line in args.background.read_text().splitlines()] if args.background else []
-    background = [line for line in background if line]
+    background = list(background_questions())
     groups: list[Group] = []
     if args.features and args.features.exists():
         groups = [Group(g["model"], [Asked(**a) for a in g["asked"]]) for g in json.loads(args.features.read_text())]
-    if args.beir and (not groups or background):
+    elif args.beir:
         by_model: dict[str, list[Path]] = {}
         for home in args.beir:
             with opened(home) as store:
                 by_model.setdefault(store.describe(NAME).model, []).append(home)
-        if groups:  # add the background questions to the saved features
-            for group in groups:
-                group.asked = [a for a in group.asked if a.kind != "background"]
-                added = ask_group(group.model, by_model[group.model], 0, args.sample, background, only_background=True)
-                group.asked += added.asked
-        else:
-            groups = [ask_group(model, homes, args.limit, args.sample, background) for model, homes in by_model.items()]
+        groups = [ask_group(model, homes, args.limit, args.sample, background) for model, homes in by_model.items()]
         if args.features:
             args.features.write_text(
                 json.dumps([{"model": g.model, "asked": [asdict(a) for a in g.asked]} for g in groups])

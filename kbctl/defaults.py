@@ -70,6 +70,23 @@ BGE_SMALL_THRESHOLD: Final = 0.6
 examples/eval at 0.6, hybrid: recall@5 1.00 / 0.98 and 7 of its 8 no-answer questions empty (one scores 0.651,
 first in both lists); 0.76 empties all 8 at recall@5 0.60 / 0.62 (bench/thresholds.py)."""
 
+BACKGROUND_QUANTILE: Final = 0.9
+"""spec.retrieval.similarityThreshold, unset: the quantile of the background questions' best similarities in a
+version that is stored with it as its background similarity, computed at publish (kbctl.embedding.background).
+The 90th percentile leaves out the few background questions on the knowledge base's own topic (about 4 in 99)."""
+
+BACKGROUND_MARGIN: Final = 0.05
+"""spec.retrieval.similarityThreshold, unset: how far above its background similarity a version's threshold is,
+never below the model's own. On public data with the default model (bench/refusal.py, docs/eval.md), the 90th
+percentile plus 0.05 refused 0.96 - 1.00 of questions from another domain where the model's 0.35 refused 0.26 - 0.38,
+answered 0.63 / 0.96 / 1.00 of in-domain questions, and let no examples/eval no-answer question through."""
+
+BACKGROUND_CEILING: Final = 0.25
+"""spec.retrieval.similarityThreshold, unset: how far above the model's threshold a calibrated one may rise at most
+(0.60 for the default model). A higher line means the knowledge base itself answers more than a tenth of the
+background questions (an almanac of everyday facts: 0.86 uncapped, refusing paraphrases of its own facts that score
+0.55 - 0.71), so they are no background for it; on public data the highest calibrated line was 0.53."""
+
 CANDIDATES: Final = 100
 """spec.retrieval.candidates: how many of the best chunks each list (vector, keyword) gathers before fusion and
 the threshold. On public BEIR sets 30 / 50 / 100 / 200 candidates differ by at most 0.005 nDCG@10; 100 gives most

@@ -12,6 +12,8 @@ from collections.abc import Iterator, Mapping, Sequence
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
+from kbctl.defaults import BACKGROUND_CEILING, BACKGROUND_MARGIN
+
 if TYPE_CHECKING:  # imported by the commands that print them (a command's start-up pays only for its own)
     from kbctl import (
         DiffReport,
@@ -196,6 +198,26 @@ def _settings(values: dict[str, Any], prefix: str = "") -> str:
     return " ".join(p for p in pairs if p)
 
 
+def _threshold_line(d: KnowledgeBaseDetail) -> str:
+    """The similarity threshold queries use by default, and where it comes from."""
+    if d.similarity_threshold is None:
+        return "<none> (no version published yet)"
+    if d.retrieval.get("similarityThreshold") is not None:
+        return f"{d.similarity_threshold:g} (spec.retrieval.similarityThreshold)"
+    if d.background_similarity is None:
+        return f"{d.similarity_threshold:g} (the model's; version {d.version} was published before calibration)"
+    scored = f"version {d.version}'s background questions score {d.background_similarity:.2f}"
+    line = d.background_similarity + BACKGROUND_MARGIN
+    if line > d.similarity_threshold + 1e-4:
+        return (
+            f"{d.similarity_threshold:g} (the ceiling, the model's plus {BACKGROUND_CEILING:g}: {scored}, plus"
+            f" {BACKGROUND_MARGIN:g} is higher)"
+        )
+    if line < d.similarity_threshold - 1e-4:
+        return f"{d.similarity_threshold:g} (the model's: {scored}, plus {BACKGROUND_MARGIN:g} is lower)"
+    return f"{d.similarity_threshold:g} (calibrated: {scored}, plus {BACKGROUND_MARGIN:g})"
+
+
 def _answer_settings(answer: dict[str, Any] | None) -> str:
     """spec.answer in one line, the instructions by their length (they are a whole system prompt)."""
     if not answer:
@@ -235,6 +257,7 @@ def describe_text(d: KnowledgeBaseDetail) -> str:
         ("Model", d.model),
         ("Chunking", _settings(d.chunking)),
         ("Retrieval", _settings(d.retrieval)),
+        ("Threshold", _threshold_line(d)),
         ("Answer", _answer_settings(d.answer)),
         ("Refresh", _refresh_line(d)),
         ("Chunks", chunks),

@@ -352,6 +352,7 @@ class _Reconciler:
             change_cause=_change_cause(plan),
             stored_statuses=stored,
             packed=plan.packed,
+            background=run.background,
         )
 
     def _nothing_to_serve(

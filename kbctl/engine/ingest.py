@@ -9,13 +9,14 @@ from dataclasses import dataclass, replace
 from kbctl.chunking import Chunk, chunk_document
 from kbctl.defaults import EMBED_BATCH
 from kbctl.embedding import Embedder, Vector
+from kbctl.embedding.background import background_questions, question_key
 from kbctl.engine.events import Reporter, WorkProgress
 from kbctl.engine.plan import Fail, Ingest, KnowledgeBasePlan, SourcePlan, text_sha256
 from kbctl.errors import LimitError
 from kbctl.manifest import KnowledgeBase, Limits
 from kbctl.store.database import ChunkRow, Database, NewRevision
 
-__all__ = ["EMBED_BATCH", "Chunked", "IngestRun", "TokenCounts", "chunk_source", "ingest"]
+__all__ = ["EMBED_BATCH", "Chunked", "IngestRun", "TokenCounts", "background_vectors", "chunk_source", "ingest"]
 
 
 @dataclass(frozen=True)
@@ -29,10 +30,12 @@ class Chunked:
 @dataclass(frozen=True)
 class IngestRun:
     """What ingesting one plan produced: per source with new content, the revision to publish (its chunks pointing
-    at their cached vectors) or why it failed."""
+    at their cached vectors) or why it failed; and the background questions' vectors, which calibrate the version
+    (kbctl.embedding.background)."""
 
     outcomes: Mapping[str, NewRevision | Fail]
     vector_ids: Mapping[bytes, int]
+    background: Sequence[Vector] = ()
 
 
 def chunk_source(plan: SourcePlan, kb: KnowledgeBase) -> Chunked:
@@ -180,7 +183,21 @@ def ingest(db: Database, plan: KnowledgeBasePlan, embedder: Embedder, reporter: 
         embedded = len((set(pieces.hashes) & fresh) - claimed)  # a text shared by two counts for the first
         outcomes[p.name] = _revision(p, pieces, sizes, ids, plan.kb.spec.retrieval.language, embedded, over)
         claimed |= set(pieces.hashes)
-    return IngestRun(outcomes, ids)
+    return IngestRun(outcomes, ids, background_vectors(db, embedder))
+
+
+def background_vectors(db: Database, embedder: Embedder) -> list[Vector]:
+    """The background questions' vectors for the embedder's model, in order: embedded as queries the first time a
+    store needs them for the model, and kept."""
+    questions = background_questions()
+    stored = db.background_vectors(embedder.model_id)
+    missing = [q for q in questions if question_key(q) not in stored]
+    if missing:
+        vectors = embedder.embed(missing, purpose="query")
+        new = [(question_key(q), v) for q, v in zip(missing, vectors, strict=True)]
+        db.store_background_vectors(embedder.model_id, new)
+        stored.update(new)
+    return [stored[question_key(q)] for q in questions]
 
 
 def _revision(

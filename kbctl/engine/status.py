@@ -15,7 +15,7 @@ from kbctl.errors import NotFoundError
 from kbctl.inputs.access import Reader, may_read
 from kbctl.sources import source_of
 from kbctl.store.applied import applied_from
-from kbctl.store.database import Database, KnowledgeBaseRow, SourceRow
+from kbctl.store.database import Database, KnowledgeBaseRow, SourceRow, VersionRow
 from kbctl.store.events import KnowledgeBaseEvent, list_events
 from kbctl.store.rows import source_state
 from kbctl.store.schedule import read_schedule
@@ -68,6 +68,10 @@ class KnowledgeBaseDetail(KnowledgeBaseSummary):
     chunking: dict[str, Any]
     retrieval: dict[str, Any]
     answer: dict[str, Any] | None = None  # spec.answer (`kbctl ask`), None when the spec has none
+    # The similarity threshold a query that sets none uses: the spec's, else the serving version's calibrated one
+    # (kbctl.embedding.background); with that version's background similarity (None: published before calibration).
+    similarity_threshold: float | None = None
+    background_similarity: float | None = None
     refresh: RefreshStatus | None = None  # spec.refresh and its schedule, None when the spec has none
     embedded: int
     reused: int
@@ -173,6 +177,8 @@ def _detail(db: Database, row: KnowledgeBaseRow, reader: Reader | None = None) -
         chunking=spec.chunking.model_dump(by_alias=True, mode="json"),
         retrieval=spec.retrieval.model_dump(by_alias=True, mode="json"),
         answer=spec.answer.model_dump(by_alias=True, mode="json") if spec.answer else None,
+        similarity_threshold=_threshold(spec.retrieval.similarity_threshold, version),
+        background_similarity=_background(version),
         refresh=None
         if spec.refresh is None
         else RefreshStatus(
@@ -186,6 +192,20 @@ def _detail(db: Database, row: KnowledgeBaseRow, reader: Reader | None = None) -
         source_status=sources,
         events=events,
     )
+
+
+def _background(version: VersionRow | None) -> float | None:
+    """The version's background similarity, as stored (a float4) to 4 decimals."""
+    return None if version is None or version.background_similarity is None else round(version.background_similarity, 4)
+
+
+def _threshold(spec: float | None, version: VersionRow | None) -> float | None:
+    """The threshold a query that sets none uses: the spec's, else the serving version's (None without one)."""
+    if spec is not None:
+        return spec
+    from kbctl.embedding.background import version_threshold  # numpy, which `kbctl get` need not import
+
+    return None if version is None else version_threshold(version.model, version.background_similarity)
 
 
 _T = TypeVar("_T", bound=KnowledgeBaseSummary)
@@ -259,6 +279,8 @@ def knowledge_base_resource(db: Database, name: str) -> dict[str, Any]:
         "version": row.current_version,
         "versionCreatedAt": _timestamp(detail.version_created_at),
         "model": detail.model,
+        "similarityThreshold": detail.similarity_threshold,
+        "backgroundSimilarity": detail.background_similarity,
         "chunks": detail.chunks,
         "embedded": detail.embedded,
         "reused": detail.reused,

@@ -56,7 +56,7 @@ from kbctl.defaults import (  # the tuning constants, what they are and why: kbc
     RRF_K,
 )
 from kbctl.embedding import Embedder, Vector
-from kbctl.embedding.local import calibrated_threshold
+from kbctl.embedding.background import version_threshold
 from kbctl.engine.conditions import condition
 from kbctl.errors import NotFoundError, RerankError, UsageError
 from kbctl.inputs.access import Reader
@@ -120,9 +120,9 @@ def plan_query(
 ) -> QueryPlan:
     """The plan of a query of `name`: its serving version, with the options that are unset taken from the
     version's `spec.retrieval` (validated by `kbctl.manifest.Retrieval`, which fills in the defaults; a field it leaves
-    unset takes kbctl.defaults', and a threshold set nowhere is the calibrated one of the model the version was
-    embedded with, `calibrated_threshold`). A knowledge
-    base that `visible` refuses is not found, exactly as one that does not exist.
+    unset takes kbctl.defaults', and a threshold set nowhere is the version's own, calibrated when it was published:
+    `version_threshold`, never below its model's). A knowledge base that `visible` refuses is not found, exactly as
+    one that does not exist.
 
     `reader` is the caller (None: one without groups or claims). When the version restricts some of its sources
     (`access`), the plan reads only what the caller may read, and its chunk count is of those alone."""
@@ -154,7 +154,7 @@ def plan_query(
         keyword_weight=KEYWORD_WEIGHT if spec.keyword_weight is None else spec.keyword_weight,
         mode=options.mode if options.mode is not None else spec.mode,
         top_k=options.top_k if options.top_k is not None else spec.top_k,
-        threshold=threshold if threshold is not None else calibrated_threshold(target.model),
+        threshold=threshold if threshold is not None else version_threshold(target.model, target.background_similarity),
         max_tokens=options.max_tokens if options.max_tokens is not None else spec.max_context_tokens,
         language=spec.language,
         rerank=spec.rerank if options.rerank is not False else None,

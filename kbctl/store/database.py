@@ -390,7 +390,7 @@ class Database:
         with self._conn.cursor(row_factory=class_row(VersionRow)) as cur:
             row = cur.execute(
                 "SELECT id, number, CASE WHEN manifest_sha256 = %s THEN NULL ELSE manifest END AS manifest,"
-                " manifest_sha256, model, chunk_count, embedded_count, reused_count, created_at"
+                " manifest_sha256, model, chunk_count, embedded_count, reused_count, created_at, background_similarity"
                 " FROM kb_versions WHERE kb_id = %s AND number = %s",
                 (sha, kb_id, number),
             ).fetchone()
@@ -406,7 +406,7 @@ class Database:
         with self._conn.cursor(row_factory=class_row(QueryTarget)) as cur:
             return cur.execute(
                 "SELECT k.id AS kb_id, k.labels, k.conditions, v.id AS version_id, v.number, v.model, v.chunk_count,"
-                " v.retrieval, v.restricted_chunks"
+                " v.retrieval, v.restricted_chunks, v.background_similarity"
                 " FROM (SELECT " + _KB_COLUMNS + ", manifest FROM kb_knowledge_bases) k"
                 " LEFT JOIN kb_versions v ON v.kb_id = k.id AND v.number = k.current_version"
                 " WHERE k.name = %s",
@@ -655,6 +655,43 @@ class Database:
         others = [h for h, _ in items if h not in ids]
         return (ids | self.cached_embeddings(model, others)) if others else ids
 
+    # -- the background questions' vectors (kbctl.embedding.background) -------------------------
+
+    @_store_errors
+    def background_vectors(self, model: str) -> dict[bytes, Vector]:
+        """The stored vectors of the background questions for `model`, by question key."""
+        rows = self._conn.execute(
+            "SELECT question_sha256, embedding FROM kb_background_vectors WHERE model = %s", (model,), binary=True
+        ).fetchall()
+        return {bytes(k): as_float32(v.to_numpy() if hasattr(v, "to_numpy") else v) for k, v in rows}
+
+    @_store_errors
+    def store_background_vectors(self, model: str, items: Sequence[tuple[bytes, Vector]]) -> None:
+        """Keep background questions' vectors for `model` (committed at once; a vector already stored stays)."""
+        if not items:
+            return
+        with self._conn.transaction(), self._conn.cursor() as cur:
+            cur.executemany(
+                "INSERT INTO kb_background_vectors (model, question_sha256, embedding) VALUES (%s, %s, %s)"
+                " ON CONFLICT DO NOTHING",
+                [(model, k, as_float32(v)) for k, v in items],
+            )
+
+    @_store_errors
+    def background_similarity(
+        self, version_id: int, model: str, chunks: int, vectors: Sequence[Vector]
+    ) -> float | None:
+        """The background similarity of a version (kbctl.embedding.background): each background question's best
+        cosine similarity among its `chunks` chunks, searched as a query searches them, then their quantile."""
+        from kbctl.embedding.background import background_similarity
+
+        bests = [
+            hits[0].score
+            for vector in vectors
+            if (hits := self.search(version_id, vector, 1, model=model, version_chunks=chunks))
+        ]
+        return background_similarity(bests)
+
     # -- publishing ----------------------------------------------------------------------------
 
     @_store_errors
@@ -672,8 +709,12 @@ class Database:
         change_cause: str = "",
         stored_statuses: Mapping[str, SourceRow] | None = None,
         packed: Packing | None = None,
+        background: Sequence[Vector] = (),
     ) -> int:
         """Write a complete version and make it current, all in one transaction; return its number.
+
+        `background`, the background questions' vectors for `model`, calibrates the version: its background
+        similarity is stored with it (kbctl.embedding.background); without them it has none.
 
         The live source statuses (with the HTTP validators of the content this version serves) are
         written in the same transaction, so they can never describe content that is not published;
@@ -749,6 +790,11 @@ class Database:
             if restricted:
                 rule_statistics(self._conn, int(vrow[0]))
             self._write_statuses(kb_id, statuses, stored_statuses)
+            if background:  # last: an indexed search's settings last until the end of the transaction
+                self._conn.execute(
+                    "UPDATE kb_versions SET background_similarity = %s WHERE id = %s",
+                    (self.background_similarity(int(vrow[0]), model, chunks, background), vrow[0]),
+                )
             self._conn.execute("UPDATE kb_knowledge_bases SET current_version = %s WHERE id = %s", (number, kb_id))
         return number
 

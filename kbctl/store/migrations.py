@@ -405,6 +405,21 @@ MIGRATIONS: list[tuple[int, str, str]] = [
             JOIN kb_revision_terms t ON t.revision_id = src.revision_id GROUP BY src.version_id, t.lexeme, src.rule;
         """,
     ),
+    (
+        22,
+        "calibration at publish: each version's background similarity, and the background questions' vectors per model",
+        # kbctl.embedding.background: NULL for versions published before (they keep the model's threshold). The
+        # questions are embedded once per model (as queries, so apart from the chunks' content-addressed vectors).
+        """
+        ALTER TABLE kb_versions ADD COLUMN background_similarity real;
+        CREATE TABLE kb_background_vectors (
+            model text NOT NULL,
+            question_sha256 bytea NOT NULL,
+            embedding vector NOT NULL,
+            PRIMARY KEY (model, question_sha256)
+        );
+        """,
+    ),
 ]
 
 # Serializes migrations of one database across processes (an arbitrary, fixed 64-bit key).

@@ -85,6 +85,7 @@ class VersionRow:
     embedded_count: int
     reused_count: int
     created_at: datetime
+    background_similarity: float | None = None  # calibrated at publish (kbctl.embedding.background); None: before
 
 
 @dataclass(frozen=True)
@@ -100,6 +101,7 @@ class QueryTarget:
     chunk_count: int | None
     retrieval: dict[str, Any] | None  # the version's spec.retrieval, as stored
     restricted_chunks: int | None = None  # chunks behind an access rule (kbctl.store.access); 0: none
+    background_similarity: float | None = None  # calibrated at publish (kbctl.embedding.background); None: before
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -1,0 +1,240 @@
+"""Each version's similarity threshold, calibrated at publish from the background questions (kbctl.embedding.background):
+computed as a query would find it, stored with the version, used when the spec sets none, shown by describe."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from kbctl.client import KnowledgeBaseStore
+from kbctl.cli import app
+from kbctl.defaults import (
+    BACKGROUND_CEILING,
+    BACKGROUND_MARGIN,
+    BACKGROUND_QUANTILE,
+    BGE_SMALL_THRESHOLD,
+    DEFAULT_THRESHOLD,
+)
+from kbctl.embedding.background import background_questions, background_similarity, version_threshold
+from kbctl.manifest import parse_manifests
+from tests.support.manifests import knowledge_base, text_source
+
+MODEL = "local/all-MiniLM-L6-v2"
+
+# A household almanac: short answers on many of the everyday topics the background questions ask about, so they
+# find close matches in it and its line rises well above the model's.
+ALMANAC = [
+    "Boiling eggs: a soft yolk takes six minutes in boiling water, a hard one ten; cool them in cold water.",
+    "Storing herbs: keep fresh basil at room temperature with its stems in a glass of water, like flowers.",
+    "Cooked rice can be frozen for a month; cool it quickly and reheat it until it is steaming hot.",
+    "Roast chicken is done when the thickest part of the thigh reaches 75 degrees Celsius inside.",
+    "Rugby union: each team has fifteen players on the pitch, eight forwards and seven backs.",
+    "The first football World Cup was held in Uruguay in 1930, and Uruguay won it.",
+    "Tennis: a tiebreak is won by the first player to reach seven points with a lead of two.",
+    "A marathon is 42.195 kilometres long.",
+    "Canberra is the capital of Australia; Sydney is its largest city.",
+    "The Amazon is the longest river in South America.",
+    "Passports: renew yours online or at the post office, with a new photo, before it expires.",
+    "Linked lists in Python: reverse one by walking it and pointing each node's next at the previous node.",
+    "Git: undo the last commit with git reset HEAD~1, which keeps its changes in the working tree.",
+    "CSS: centre a div with display flex, justify-content center and align-items center on its parent.",
+    "Cars: to change a flat tyre, loosen the wheel nuts, jack the car up, swap the wheel, tighten the nuts.",
+    "Oil changes: a diesel car needs new engine oil about every 10,000 miles or once a year.",
+    "Puppies: teach a puppy to sit by holding a treat above its nose and rewarding it when it sits.",
+    "Rabbits eat mostly hay, with fresh leafy greens and a few pellets each day.",
+    "Gardening: plant tomato seedlings outside after the last frost, when nights stay above 10 degrees.",
+    "Cacti need water only every two or three weeks in summer and hardly any in winter.",
+    "Michelangelo painted the ceiling of the Sistine Chapel between 1508 and 1512.",
+    "The Berlin Wall fell in November 1989.",
+    "Beethoven wrote nine symphonies.",
+    "Stains: blot red wine on a carpet, then dab it with cold water and a little washing-up liquid.",
+    "Plumbing: a leaking tap usually needs a new washer; turn off the water before taking it apart.",
+    "Radiators: bleed one with a radiator key until water, not air, comes out of the valve.",
+    "Money: compound interest pays interest on the interest already earned, so savings grow faster.",
+    "Index funds buy every share of a market index, so they cost little and follow the market.",
+    "Health: treat a sprained ankle with rest, ice, compression and raising it above the heart.",
+    "An adult's resting heart rate is normally between 60 and 100 beats a minute.",
+    "The sky is blue because air scatters blue sunlight more than red light.",
+    "Photosynthesis turns light, water and carbon dioxide into sugar and oxygen in a plant's leaves.",
+    "Language: say thank you in Japanese with arigatou gozaimasu.",
+    "Chess: the bishop moves diagonally, the rook in straight lines and the knight in an L shape.",
+    "Alexander Graham Bell is credited with inventing the telephone in 1876.",
+    "Wi-Fi: reset a home router by holding its reset button for ten seconds.",
+]
+
+POLICY = (
+    "Refunds. On signing, the client pays a deposit of 25% of the fixed fee. A cancellation 30 days or more before "
+    "the start date refunds the whole deposit; 14 to 29 days refunds half. Approved refunds are paid within 15 "
+    "business days. Invoices are payable within 30 days and records are kept for seven years."
+)
+
+
+def _apply(store: KnowledgeBaseStore, *manifests: str) -> None:
+    report = store.apply(parse_manifests("\n---\n".join(manifests), "kb.yaml"))
+    assert not report.failed, report
+
+
+def _almanac(**spec: object) -> str:
+    sources = [text_source(f"fact-{n}", fact) for n, fact in enumerate(ALMANAC)]  # a chunk each
+    return knowledge_base("almanac", *sources, embedding={"model": MODEL}, **spec)
+
+
+def _policy() -> str:
+    return knowledge_base("policy", text_source("policy", POLICY), embedding={"model": MODEL})
+
+
+def _best(store: KnowledgeBaseStore, kb: str, question: str) -> float:
+    """The best cosine similarity of any chunk of `kb` to `question`, through a query that cuts nothing."""
+    hits = store.query(kb, question, mode="vector", top_k=1, threshold=-1.0).hits
+    return hits[0].score
+
+
+def test_the_background_similarity_is_the_quantile_of_the_best_similarities() -> None:
+    values = [i / 100 for i in range(99)]
+    assert background_similarity(values) == pytest.approx(
+        float(np.quantile(values, BACKGROUND_QUANTILE, method="higher"))
+    )
+    assert background_similarity(list(reversed(values))) == background_similarity(values)
+    assert background_similarity([0.4]) == pytest.approx(0.4)
+    assert background_similarity([]) is None
+
+
+def test_the_threshold_is_never_below_the_models() -> None:
+    assert version_threshold(MODEL, None) == pytest.approx(DEFAULT_THRESHOLD)
+    assert version_threshold(MODEL, 0.1) == pytest.approx(DEFAULT_THRESHOLD)
+    assert version_threshold(MODEL, 0.5) == pytest.approx(0.5 + BACKGROUND_MARGIN)
+    assert version_threshold("local/bge-small-en-v1.5", 0.5) == pytest.approx(BGE_SMALL_THRESHOLD)
+    assert version_threshold("local/bge-small-en-v1.5", 0.7) == pytest.approx(0.7 + BACKGROUND_MARGIN)
+    assert version_threshold(MODEL, 0.9) == pytest.approx(DEFAULT_THRESHOLD + BACKGROUND_CEILING)
+
+
+def test_background_questions_are_packaged() -> None:
+    questions = background_questions()
+    assert len(questions) == 99 and len(set(questions)) == 99
+    assert all(q.endswith("?") for q in questions)
+
+
+def test_publish_calibrates_each_version_as_a_query_finds_its_background(store: KnowledgeBaseStore) -> None:
+    _apply(store, _almanac(), _policy())
+    lines = {}
+    for kb in ("almanac", "policy"):
+        detail = store.describe(kb)
+        assert detail.background_similarity is not None
+        bests = [_best(store, kb, q) for q in background_questions()]
+        expected = float(np.quantile(bests, BACKGROUND_QUANTILE, method="higher"))
+        assert detail.background_similarity == pytest.approx(expected, abs=1e-3)
+        lines[kb] = detail.similarity_threshold
+        calibrated = max(DEFAULT_THRESHOLD, expected + BACKGROUND_MARGIN)
+        assert lines[kb] == pytest.approx(min(DEFAULT_THRESHOLD + BACKGROUND_CEILING, calibrated), abs=1e-3)
+        # A query that sets no threshold uses the version's.
+        assert store.query(kb, "how long do I boil an egg?").similarity_threshold == pytest.approx(lines[kb])
+    # The almanac answers a third of the background questions, so they are no background for it: its line rises to
+    # the ceiling. The policy's stays the model's.
+    assert lines["almanac"] == pytest.approx(DEFAULT_THRESHOLD + BACKGROUND_CEILING)
+    assert lines["policy"] == pytest.approx(DEFAULT_THRESHOLD)
+
+
+def test_a_question_below_the_calibrated_line_is_refused_where_the_models_threshold_answers(
+    store: KnowledgeBaseStore,
+) -> None:
+    _apply(store, _almanac())
+    line = store.describe("almanac").similarity_threshold
+    assert line is not None
+    asked = [
+        "Who painted the Mona Lisa?",
+        "How long should I poach an egg?",
+        "How do I change a car battery?",
+        "What is a healthy blood pressure?",
+        "Which houseplants like shade?",
+        "How do I iron a shirt?",
+    ]
+    # Between the model's threshold and the line, and far enough below the line that no exception lets a chunk
+    # through (agreement of the two lists passes a chunk down to 0.1 below it; none of these has an identifier).
+    between = [q for q in asked if DEFAULT_THRESHOLD + 0.01 < _best(store, "almanac", q) < line - 0.11]
+    assert between, [(q, round(_best(store, "almanac", q), 3)) for q in asked]
+    for question in between:
+        assert store.query("almanac", question).hits == []
+        assert store.query("almanac", question, threshold=DEFAULT_THRESHOLD).hits
+
+
+def test_the_specs_threshold_wins_and_a_version_published_before_calibration_keeps_the_models(
+    store: KnowledgeBaseStore, cli: object
+) -> None:
+    _apply(store, _almanac(retrieval={"similarityThreshold": 0.2}), _policy())
+    assert store.query("almanac", "how long do I boil an egg?").similarity_threshold == pytest.approx(0.2)
+    detail = store.describe("almanac")
+    assert detail.similarity_threshold == pytest.approx(0.2) and detail.background_similarity is not None
+    # A version published before versions were calibrated (migration 22 left it NULL).
+    store.db.connection.execute(
+        "UPDATE kb_versions SET background_similarity = NULL FROM kb_knowledge_bases k"
+        " WHERE k.id = kb_versions.kb_id AND k.name = 'policy'"
+    )
+    assert store.query("policy", "when are refunds paid?").similarity_threshold == pytest.approx(DEFAULT_THRESHOLD)
+    assert store.describe("policy").background_similarity is None
+    from typer.testing import CliRunner
+
+    assert isinstance(cli, CliRunner)
+    shown = cli.invoke(app, ["describe", "kb", "almanac"])
+    assert shown.exit_code == 0, shown.output
+    assert "Threshold:   0.2 (spec.retrieval.similarityThreshold)" in shown.output
+    shown = cli.invoke(app, ["describe", "kb", "policy"])
+    assert "Threshold:   0.35 (the model's; version 1 was published before calibration)" in shown.output
+    resource = cli.invoke(app, ["get", "kb", "policy", "-o", "json"])
+    assert '"similarityThreshold": 0.35' in resource.output and '"backgroundSimilarity": null' in resource.output
+
+
+def test_describe_says_where_the_threshold_comes_from(store: KnowledgeBaseStore, cli: object) -> None:
+    from typer.testing import CliRunner
+
+    assert isinstance(cli, CliRunner)
+    # Eight facts answer eight background questions, under a tenth: the 90th percentile is of the others, and the
+    # line rises a little above the model's.
+    eight = knowledge_base(
+        "eight", *[text_source(f"fact-{n}", f) for n, f in enumerate(ALMANAC[::3][:8])], embedding={"model": MODEL}
+    )
+    _apply(store, _almanac(), _policy(), eight)
+    almanac, policy, calibrated = store.describe("almanac"), store.describe("policy"), store.describe("eight")
+    assert calibrated.background_similarity is not None and calibrated.similarity_threshold is not None
+    assert DEFAULT_THRESHOLD < calibrated.similarity_threshold < DEFAULT_THRESHOLD + BACKGROUND_CEILING
+    shown = cli.invoke(app, ["describe", "kb", "eight"]).output
+    assert (
+        f"Threshold:   {calibrated.similarity_threshold:g} (calibrated: version 1's background questions score "
+        f"{calibrated.background_similarity:.2f}, plus 0.05)"
+    ) in shown
+    assert almanac.background_similarity is not None and policy.background_similarity is not None
+    shown = cli.invoke(app, ["describe", "kb", "almanac"]).output
+    assert (
+        f"Threshold:   0.6 (the ceiling, the model's plus 0.25: version 1's background questions score "
+        f"{almanac.background_similarity:.2f}, plus 0.05 is higher)"
+    ) in shown
+    shown = cli.invoke(app, ["describe", "kb", "policy"]).output
+    assert (
+        f"Threshold:   0.35 (the model's: version 1's background questions score {policy.background_similarity:.2f},"
+        " plus 0.05 is lower)"
+    ) in shown
+
+
+def test_background_vectors_are_embedded_once_per_model_and_kept(store: KnowledgeBaseStore) -> None:
+    _apply(store, _policy())
+    conn = store.db.connection
+
+    def kept() -> dict[bytes, str]:
+        rows = conn.execute(
+            "SELECT question_sha256, embedding::text FROM kb_background_vectors WHERE model = %s", (MODEL,)
+        ).fetchall()
+        return {bytes(k): v for k, v in rows}
+
+    before = kept()
+    assert len(before) == 99
+    lost = sorted(before)[:3]
+    conn.execute("DELETE FROM kb_background_vectors WHERE question_sha256 = ANY(%s)", (lost,))
+    _apply(store, _almanac())  # a new version embeds the three missing questions, and only those
+    after = kept()
+    assert len(after) == 99
+    assert {k: v for k, v in after.items() if k not in lost} == {k: v for k, v in before.items() if k not in lost}
+    for key in lost:  # the same vectors again, to float precision
+        a = np.array([float(x) for x in before[key].strip("[]").split(",")])
+        b = np.array([float(x) for x in after[key].strip("[]").split(",")])
+        assert math.isclose(float(a @ b), 1.0, abs_tol=1e-4)
