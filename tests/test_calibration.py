@@ -1,5 +1,6 @@
-"""Each version's similarity threshold, calibrated at publish from the background questions (kbctl.embedding.background):
-computed as a query would find it, stored with the version, used when the spec sets none, shown by describe."""
+"""Each version's similarity threshold, calibrated at publish from the background questions
+(kbctl.embedding.background): computed as a query would find it, stored with the version, used when the spec sets
+none, shown by describe."""
 
 from __future__ import annotations
 
@@ -7,9 +8,10 @@ import math
 
 import numpy as np
 import pytest
+from typer.testing import CliRunner
 
-from kbctl.client import KnowledgeBaseStore
 from kbctl.cli import app
+from kbctl.client import KnowledgeBaseStore
 from kbctl.defaults import (
     BACKGROUND_CEILING,
     BACKGROUND_MARGIN,
@@ -160,7 +162,7 @@ def test_a_question_below_the_calibrated_line_is_refused_where_the_models_thresh
 
 
 def test_the_specs_threshold_wins_and_a_version_published_before_calibration_keeps_the_models(
-    store: KnowledgeBaseStore, cli: object
+    store: KnowledgeBaseStore, cli: CliRunner
 ) -> None:
     _apply(store, _almanac(retrieval={"similarityThreshold": 0.2}), _policy())
     assert store.query("almanac", "how long do I boil an egg?").similarity_threshold == pytest.approx(0.2)
@@ -173,9 +175,6 @@ def test_the_specs_threshold_wins_and_a_version_published_before_calibration_kee
     )
     assert store.query("policy", "when are refunds paid?").similarity_threshold == pytest.approx(DEFAULT_THRESHOLD)
     assert store.describe("policy").background_similarity is None
-    from typer.testing import CliRunner
-
-    assert isinstance(cli, CliRunner)
     shown = cli.invoke(app, ["describe", "kb", "almanac"])
     assert shown.exit_code == 0, shown.output
     assert "Threshold:   0.2 (spec.retrieval.similarityThreshold)" in shown.output
@@ -185,10 +184,7 @@ def test_the_specs_threshold_wins_and_a_version_published_before_calibration_kee
     assert '"similarityThreshold": 0.35' in resource.output and '"backgroundSimilarity": null' in resource.output
 
 
-def test_describe_says_where_the_threshold_comes_from(store: KnowledgeBaseStore, cli: object) -> None:
-    from typer.testing import CliRunner
-
-    assert isinstance(cli, CliRunner)
+def test_describe_says_where_the_threshold_comes_from(store: KnowledgeBaseStore, cli: CliRunner) -> None:
     # Eight facts answer eight background questions, under a tenth: the 90th percentile is of the others, and the
     # line rises a little above the model's.
     eight = knowledge_base(
