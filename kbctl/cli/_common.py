@@ -119,7 +119,8 @@ ThresholdOpt = Annotated[
         metavar="SCORE",
         min=-1.0,
         max=1.0,
-        help="Minimum cosine similarity, -1 to 1 (default: spec.retrieval.similarityThreshold, else the model's).",
+        help="Minimum cosine similarity, -1 to 1 (default: spec.retrieval.similarityThreshold, else the version's"
+        " calibrated one, which describe shows).",
     ),
 ]
 MaxTokensOpt = Annotated[

@@ -439,9 +439,9 @@ class Retrieval(_Model):
     top_k: _StrictInt = Field(
         default=defaults.TOP_K, ge=1, le=TOP_K_MAX, description="How many chunks to return at most."
     )
-    # Unset, a query takes the calibrated threshold of the model its version was embedded with
-    # (kbctl.embedding.local.calibrated_threshold): models score on scales of their own, and the default model's,
-    # measured for it, cuts nothing with bge-small-en-v1.5.
+    # Unset, a query takes its version's threshold, calibrated when it was published (kbctl.embedding.background):
+    # models score on scales of their own (the default model's 0.35 cuts nothing with bge-small-en-v1.5), and how
+    # high a question without an answer scores depends on the knowledge base too.
     similarity_threshold: _StrictFloat | None = Field(
         default=None,
         ge=-1.0,
@@ -449,9 +449,11 @@ class Retrieval(_Model):
         allow_inf_nan=False,
         description="Minimum cosine similarity (exact identifiers and all-question-word matches pass anyway, and "
         f"in hybrid mode the chunk first in both lists down to {defaults.AGREEMENT_MARGIN} below it). "
-        f"Unset: the model's calibrated value: {defaults.DEFAULT_THRESHOLD} for local/all-MiniLM-L6-v2, "
-        f"{defaults.BGE_SMALL_THRESHOLD} for local/bge-small-en-v1.5, {defaults.DEFAULT_THRESHOLD} for any other "
-        "model (measure yours with kbctl eval).",
+        "Unset: calibrated for each version when it is published, from how high 99 background questions score in "
+        f"it (their {defaults.BACKGROUND_QUANTILE} quantile plus {defaults.BACKGROUND_MARGIN}), never below the "
+        f"model's threshold ({defaults.DEFAULT_THRESHOLD} for local/all-MiniLM-L6-v2, {defaults.BGE_SMALL_THRESHOLD} "
+        f"for local/bge-small-en-v1.5, {defaults.DEFAULT_THRESHOLD} for any other model) nor more than "
+        f"{defaults.BACKGROUND_CEILING} above it; kbctl describe shows it.",
     )
     max_context_tokens: _StrictInt = Field(
         default=defaults.MAX_CONTEXT_TOKENS,
