@@ -76,24 +76,25 @@ def apply(store: KnowledgeBaseStore, embedding: str):  # type: ignore[no-untyped
 def test_switching_to_the_http_model_and_back(http_store: KnowledgeBaseStore, server: EmbeddingServer) -> None:
     """Local → HTTP re-embeds through the endpoint (batched); re-apply calls it 0 times; back to local is free."""
     first = apply(http_store, "{model: local/all-MiniLM-L6-v2}")
-    assert first.embedded == 2 and server.request_count == 0
+    assert first.embedded == 2 and server.content_request_count == 0
 
     to_http = apply(http_store, "{model: loopback/all-MiniLM-L6-v2}")
     [kb] = to_http.results
     assert (kb.action, kb.version, to_http.embedded) == ("configured", 2, 2)
-    assert server.request_count == 1  # two chunks, batchSize 2: one request
+    assert server.content_request_count == 1  # two chunks, batchSize 2: one request
+    assert server.request_count > 1  # and the background questions, once for the model (kbctl.embedding.background)
     assert server.embedding_requests[0].headers["authorization"] == f"Bearer {KEY}"
     assert http_store.describe("policy").model == "loopback/all-MiniLM-L6-v2"
     hit = http_store.query("policy", "how fast must a breach be reported?").hits[0]
-    assert "72 hours" in hit.text and server.request_count == 2  # the question went through the endpoint too
+    assert "72 hours" in hit.text and server.content_request_count == 2  # the question went through the endpoint too
 
     again = apply(http_store, "{model: loopback/all-MiniLM-L6-v2}")
-    assert again.results[0].action == "unchanged" and server.request_count == 2
+    assert again.results[0].action == "unchanged" and server.content_request_count == 2
 
     back = apply(http_store, "{model: local/all-MiniLM-L6-v2}")
     assert (back.results[0].version, back.embedded) == (3, 0)  # the local vectors are still cached
     assert "ten years" in http_store.query("policy", "how long are invoices kept?").hits[0].text
-    assert server.request_count == 2
+    assert server.content_request_count == 2
 
 
 def test_profile_with_dimensions_is_its_own_vector_space(

@@ -264,7 +264,7 @@ def test_apply_overlaps_embedding_requests(
             report = http_store.apply(parse_manifests(text, "kb.yaml"))
         chunks = report.results[0].sources[0].chunks
         assert not report.failed and report.embedded == chunks > 128
-        assert server.request_count == -(-chunks // 64) and server.max_in_flight >= 2
+        assert server.content_request_count == -(-chunks // 64) and server.max_in_flight >= 2
 
 
 def test_inline_texts_are_stored_once(store: KnowledgeBaseStore) -> None:

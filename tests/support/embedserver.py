@@ -33,6 +33,12 @@ def _error_body(message: str, kind: str = "invalid_request_error", code: str | N
     return json.dumps({"error": error}).encode()
 
 
+def _inputs(body: Any) -> list[str]:
+    """The texts of an embedding request's body (one string or a list)."""
+    found = body.get("input") if isinstance(body, dict) else None
+    return [found] if isinstance(found, str) else [t for t in found or [] if isinstance(t, str)]
+
+
 def pseudo_vector(text: str, dimensions: int = PSEUDO_DIMENSIONS) -> np.ndarray[Any, np.dtype[np.float32]]:
     """A deterministic unit vector for `text` (what `model="none"` returns), seeded by a hash of the text."""
     seed = int.from_bytes(hashlib.blake2b(text.encode(), digest_size=8).digest(), "little")
@@ -121,6 +127,15 @@ class EmbeddingServer(LoopbackServer):
     def embedding_requests(self) -> list[EmbedRequest]:
         """The POST /v1/embeddings requests, oldest first."""
         return self._requests_to("POST", "/v1/embeddings")
+
+    @property
+    def content_request_count(self) -> int:
+        """The embedding requests for anything but kbctl's background questions, which a store embeds once per model
+        when it first publishes a version with it (kbctl.embedding.background)."""
+        from kbctl.embedding.background import background_questions
+
+        background = set(background_questions())
+        return sum(1 for r in self.embedding_requests if not set(_inputs(r.body)) <= background)
 
     def expected(self, texts: Sequence[str], dimensions: int | None = None) -> list[np.ndarray[Any, Any]]:
         """What the server embeds for `texts` (before any dimensions_override), computed directly."""
