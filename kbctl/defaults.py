@@ -116,6 +116,18 @@ AGREEMENT_MARGIN: Final = 0.1
 mode: two rankings agreeing are evidence the similarity alone misses. On examples/eval it answers 2 or 3 of the 3
 answerable questions the threshold left empty and lets no no-answer question through (docs/eval.md)."""
 
+EXACT_TERMS_MARGIN: Final = 0.2
+"""How far below the similarity threshold a chunk that holds an identifier of the question, or every word of it,
+may score and still pass. Without a floor, a question from another domain passed on any chunk that shared a year or
+an acronym with it (US, CO2, 2015): on public data the calibrated threshold refused 0.53 - 0.64 of such questions
+where the similarity alone refused 0.95 - 0.96; with 0.2 and EXACT_TERMS_MAX_WORDS, 0.95 - 0.96 again, answering
+0.72 of NFCorpus's own questions against 0.68 without the exceptions (docs/eval.md). 0.15 - 0.25 measured alike."""
+
+EXACT_TERMS_MAX_WORDS: Final = 12
+"""The longest question, in words, whose identifiers or full set of words let a chunk pass below the threshold: in a
+short question they are what it asks about, in a long one (a claim, an argument, a pasted paragraph) some match by
+chance. 8 - 15 measured alike on public data (docs/eval.md)."""
+
 DUPLICATE_COSINE: Final = 0.99
 """A chunk at least this similar to one already kept is a near-duplicate (the same passage repeated in several
 pages or sources) and is cut, leaving its place to a chunk that says something else."""

@@ -7,6 +7,7 @@ from collections.abc import Iterator
 import pytest
 
 from kbctl.client import KnowledgeBaseStore
+from kbctl.defaults import EXACT_TERMS_MARGIN, EXACT_TERMS_MAX_WORDS
 from kbctl.manifest import parse_manifests
 from kbctl.query.retrieve import identifiers
 from kbctl.sources.extract import extract_html, unescape_markdown
@@ -77,5 +78,19 @@ def test_an_exact_code_on_a_page_and_a_two_character_code_are_found(
     vpn = store.query("it", "which profile is VPN_7731?").hits
     assert vpn and vpn[0].source == "vpn" and "VPN_7731" in vpn[0].text and "\\_" not in vpn[0].text
     assert "VPN_7731" in vpn[0].matched_identifiers
-    p1 = store.query("it", "how fast do you respond to a P1?", threshold=0.99).hits
+    question = "how fast do you respond to a P1?"
+    score = next(h.score for h in store.query("it", question, threshold=-1.0).hits if h.source == "priorities")
+    p1 = store.query("it", question, threshold=round(score + 0.15, 3)).hits
     assert [h.source for h in p1] == ["priorities"] and p1[0].matched_identifiers == ["P1"]
+    # Further below the threshold than EXACT_TERMS_MARGIN, the identifier lets nothing through, and explain says why.
+    far = store.query("it", question, threshold=round(score + EXACT_TERMS_MARGIN + 0.05, 3), explain=True)
+    assert far.hits == []
+    assert far.trace is not None
+    [cut] = [e for s in far.trace if s.stage == "threshold" for e in s.entries if e.source == "priorities"]
+    assert "(identifier P1 passes only down to" in cut.detail
+    # Nor in a long question, where an identifier is more often there by chance.
+    long = "I have been trying all morning to find out how fast you respond to a P1, can you tell me?"
+    assert len(long.split()) > EXACT_TERMS_MAX_WORDS
+    score = next(h.score for h in store.query("it", long, threshold=-1.0).hits if h.source == "priorities")
+    # (0.15 below: beyond what agreement of the two lists lets through, within EXACT_TERMS_MARGIN)
+    assert store.query("it", long, threshold=round(score + 0.15, 3)).hits == []

@@ -447,7 +447,9 @@ class Retrieval(_Model):
         ge=-1.0,
         le=1.0,
         allow_inf_nan=False,
-        description="Minimum cosine similarity (exact identifiers and all-question-word matches pass anyway, and "
+        description="Minimum cosine similarity (in questions of up to "
+        f"{defaults.EXACT_TERMS_MAX_WORDS} words, exact identifiers and all-question-word matches pass down to "
+        f"{defaults.EXACT_TERMS_MARGIN} below it, and "
         f"in hybrid mode the chunk first in both lists down to {defaults.AGREEMENT_MARGIN} below it). "
         "Unset: calibrated for each version when it is published, from how high 99 background questions score in "
         f"it (their {defaults.BACKGROUND_QUANTILE} quantile plus {defaults.BACKGROUND_MARGIN}), never below the "

@@ -9,7 +9,8 @@ list (keywordWeight 1); or a convex combination of each list's scores scaled to 
 defaults were chosen on public BEIR datasets with bench/fusion.py (docs/eval.md).
 
 The similarity threshold applies to every candidate's cosine similarity, with two exceptions that keep
-exact terms findable. A chunk passes even when its similarity is low when it contains
+exact terms findable. In a question of at most EXACT_TERMS_MAX_WORDS (12) words, a chunk scoring down to
+EXACT_TERMS_MARGIN (0.2) below the threshold passes when it contains
 - an identifier of the question: a token with a digit or an underscore (ERR_4092, ISO-27001, form B12)
   or an acronym of two or more capitals (SLA, DPO); or
 - every word of the question, as full-text search reads it (stemmed, stop words dropped), when there are
@@ -50,6 +51,8 @@ from kbctl.defaults import (  # the tuning constants, what they are and why: kbc
     CANDIDATES,
     DUPLICATE_COSINE,
     EF_SEARCH,
+    EXACT_TERMS_MARGIN,
+    EXACT_TERMS_MAX_WORDS,
     FIRST_READ,
     FUSION,
     KEYWORD_WEIGHT,
@@ -375,12 +378,18 @@ def apply_threshold(
 ) -> tuple[list[_Candidate], list[TraceEntry]]:
     """Stage `threshold`: the fused candidates that pass the threshold rule, and the cuts.
 
-    A candidate passes with a cosine similarity of at least the threshold, or when it contains one of
-    the question's identifiers `terms`, or every word of the question (full-text reading), or when it is
-    first in both lists and scores at least the threshold minus AGREEMENT_MARGIN; in keyword mode every
-    candidate passes.
+    A candidate passes with a cosine similarity of at least the threshold; or, scoring at least the threshold
+    minus EXACT_TERMS_MARGIN in a question of at most EXACT_TERMS_MAX_WORDS words, when it contains one of the
+    question's identifiers `terms` or every word of the question (full-text reading); or when it is first in
+    both lists and scores at least the threshold minus AGREEMENT_MARGIN. In keyword mode every candidate passes.
     """
-    weak = [c.chunk_id for c, _ in fused if c.score < plan.threshold] if plan.mode != "keyword" else []
+    short = len(question.split()) <= EXACT_TERMS_MAX_WORDS
+    floor = plan.threshold - EXACT_TERMS_MARGIN
+
+    def exact(c: ChunkHit) -> bool:  # may the chunk pass by an exact term?
+        return short and floor <= c.score < plan.threshold
+
+    weak = [c.chunk_id for c, _ in fused if exact(c)] if plan.mode != "keyword" else []
     all_words = db.containing_all_words(weak, plan.language, question)
     passing: list[_Candidate] = []
     cuts: list[TraceEntry] = []
@@ -388,8 +397,13 @@ def apply_threshold(
         matched = [t for t in terms if _contains(c.content, t) or _contains(" ".join(c.heading_path), t)]
         weak_one = plan.mode != "keyword" and c.score < plan.threshold
         agreed = weak_one and _first_in_both(ranks) and c.score >= plan.threshold - AGREEMENT_MARGIN
-        if weak_one and not matched and c.chunk_id not in all_words and not agreed:
-            cuts.append(_entry(c, rank, c.score, f"cut: similarity below {plan.threshold}"))
+        by_term = bool(matched) and (not weak_one or exact(c))
+        if weak_one and not by_term and c.chunk_id not in all_words and not agreed:
+            why = f"cut: similarity below {plan.threshold}"
+            if matched:  # an identifier, but too far below the threshold or in too long a question
+                limit = f"down to {floor:.4g}" if short else f"in questions of up to {EXACT_TERMS_MAX_WORDS} words"
+                why += f" (identifier {', '.join(matched)} passes only {limit})"
+            cuts.append(_entry(c, rank, c.score, why))
         else:
             passing.append(_Candidate(c, rank, ranks, matched, c.chunk_id in all_words, agreed))
     return passing, cuts
