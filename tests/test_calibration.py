@@ -64,6 +64,11 @@ ALMANAC = [
     "Chess: the bishop moves diagonally, the rook in straight lines and the knight in an L shape.",
     "Alexander Graham Bell is credited with inventing the telephone in 1876.",
     "Wi-Fi: reset a home router by holding its reset button for ten seconds.",
+    # more on two of the topics, for answers of several chunks
+    "Poached eggs cook in three minutes in simmering water with a dash of vinegar.",
+    "Scrambled eggs stay soft when they are taken off the heat while still a little wet.",
+    "Half marathon: the race is 21.1 kilometres, half the distance of a full marathon.",
+    "Running a first marathon takes most people four to five hours of steady running.",
 ]
 
 POLICY = (
@@ -130,8 +135,11 @@ def test_publish_calibrates_each_version_as_a_query_finds_its_background(store: 
         lines[kb] = detail.similarity_threshold
         calibrated = max(DEFAULT_THRESHOLD, expected + BACKGROUND_MARGIN)
         assert lines[kb] == pytest.approx(min(DEFAULT_THRESHOLD + BACKGROUND_CEILING, calibrated), abs=1e-3)
-        # A query that sets no threshold uses the version's.
-        assert store.query(kb, "how long do I boil an egg?").similarity_threshold == pytest.approx(lines[kb])
+        # A query that sets no threshold: the version's decides whether anything is relevant, the model's cuts the
+        # chunks of an answer.
+        result = store.query(kb, "how long do I boil an egg?")
+        assert result.relevance_threshold == pytest.approx(lines[kb])
+        assert result.similarity_threshold == pytest.approx(DEFAULT_THRESHOLD)
     # The almanac answers a third of the background questions, so they are no background for it: its line rises to
     # the ceiling. The policy's stays the model's.
     assert lines["almanac"] == pytest.approx(DEFAULT_THRESHOLD + BACKGROUND_CEILING)
@@ -157,15 +165,45 @@ def test_a_question_below_the_calibrated_line_is_refused_where_the_models_thresh
     between = [q for q in asked if DEFAULT_THRESHOLD + 0.01 < _best(store, "almanac", q) < line - 0.11]
     assert between, [(q, round(_best(store, "almanac", q), 3)) for q in asked]
     for question in between:
-        assert store.query("almanac", question).hits == []
+        refused = store.query("almanac", question)
+        assert refused.hits == []
+        assert refused.message.endswith(f"below the threshold {line:.2f} calibrated for version 1")
         assert store.query("almanac", question, threshold=DEFAULT_THRESHOLD).hits
+
+
+def test_an_answered_question_keeps_its_chunks_down_to_the_models_threshold(store: KnowledgeBaseStore) -> None:
+    """The calibrated line decides whether the knowledge base has anything on the question; once one chunk reaches
+    it, the other chunks of the answer are those at or above the model's threshold, as before calibration."""
+    _apply(store, _almanac())
+    line = store.describe("almanac").similarity_threshold
+    assert line is not None and line > DEFAULT_THRESHOLD + 0.1
+    asked = [
+        "How long do I boil an egg?",
+        "How do I say hello in Japanese?",
+        "How long is a half marathon?",
+        "How do I undo a git push?",
+        "What temperature should cooked chicken reach?",
+        "How do I fix a dripping tap?",
+    ]
+    found = 0
+    for question in asked:
+        uncut = store.query("almanac", question, threshold=-1.0, top_k=10).hits
+        weaker = [h for h in uncut if DEFAULT_THRESHOLD + 0.01 <= h.score < line - 0.01]
+        if not uncut or uncut[0].score < line + 0.01 or not weaker:
+            continue
+        found += 1
+        hits = store.query("almanac", question, top_k=10).hits
+        assert {(h.source, h.position) for h in weaker} <= {(h.source, h.position) for h in hits}
+        assert all(h.score >= DEFAULT_THRESHOLD or h.matched_identifiers or h.all_words for h in hits)
+    assert found, "no question of the list has an answer with chunks between the two thresholds"
 
 
 def test_the_specs_threshold_wins_and_a_version_published_before_calibration_keeps_the_models(
     store: KnowledgeBaseStore, cli: CliRunner
 ) -> None:
     _apply(store, _almanac(retrieval={"similarityThreshold": 0.2}), _policy())
-    assert store.query("almanac", "how long do I boil an egg?").similarity_threshold == pytest.approx(0.2)
+    set_by_spec = store.query("almanac", "how long do I boil an egg?")
+    assert set_by_spec.similarity_threshold == pytest.approx(0.2) == set_by_spec.relevance_threshold
     detail = store.describe("almanac")
     assert detail.similarity_threshold == pytest.approx(0.2) and detail.background_similarity is not None
     # A version published before versions were calibrated (migration 22 left it NULL).
@@ -173,7 +211,8 @@ def test_the_specs_threshold_wins_and_a_version_published_before_calibration_kee
         "UPDATE kb_versions SET background_similarity = NULL FROM kb_knowledge_bases k"
         " WHERE k.id = kb_versions.kb_id AND k.name = 'policy'"
     )
-    assert store.query("policy", "when are refunds paid?").similarity_threshold == pytest.approx(DEFAULT_THRESHOLD)
+    before = store.query("policy", "when are refunds paid?")
+    assert before.similarity_threshold == pytest.approx(DEFAULT_THRESHOLD) == before.relevance_threshold
     assert store.describe("policy").background_similarity is None
     shown = cli.invoke(app, ["describe", "kb", "almanac"])
     assert shown.exit_code == 0, shown.output
@@ -197,13 +236,13 @@ def test_describe_says_where_the_threshold_comes_from(store: KnowledgeBaseStore,
     shown = cli.invoke(app, ["describe", "kb", "eight"]).output
     assert (
         f"Threshold:   {calibrated.similarity_threshold:g} (calibrated: version 1's background questions score "
-        f"{calibrated.background_similarity:.2f}, plus 0.05)"
+        f"{calibrated.background_similarity:.2f}, plus 0.05; an answer's chunks are cut at the model's)"
     ) in shown
     assert almanac.background_similarity is not None and policy.background_similarity is not None
     shown = cli.invoke(app, ["describe", "kb", "almanac"]).output
     assert (
         f"Threshold:   0.6 (the ceiling, the model's plus 0.25: version 1's background questions score "
-        f"{almanac.background_similarity:.2f}, plus 0.05 is higher)"
+        f"{almanac.background_similarity:.2f}, plus 0.05 is higher; an answer's chunks are cut at the model's)"
     ) in shown
     shown = cli.invoke(app, ["describe", "kb", "policy"]).output
     assert (

@@ -211,11 +211,14 @@ def _threshold_line(d: KnowledgeBaseDetail) -> str:
     if line > d.similarity_threshold + 1e-4:
         return (
             f"{d.similarity_threshold:g} (the ceiling, the model's plus {BACKGROUND_CEILING:g}: {scored}, plus"
-            f" {BACKGROUND_MARGIN:g} is higher)"
+            f" {BACKGROUND_MARGIN:g} is higher; an answer's chunks are cut at the model's)"
         )
     if line < d.similarity_threshold - 1e-4:
         return f"{d.similarity_threshold:g} (the model's: {scored}, plus {BACKGROUND_MARGIN:g} is lower)"
-    return f"{d.similarity_threshold:g} (calibrated: {scored}, plus {BACKGROUND_MARGIN:g})"
+    return (
+        f"{d.similarity_threshold:g} (calibrated: {scored}, plus {BACKGROUND_MARGIN:g}; an answer's chunks are cut at"
+        " the model's)"
+    )
 
 
 def _answer_settings(answer: dict[str, Any] | None) -> str:

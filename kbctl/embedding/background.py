@@ -5,9 +5,10 @@ question scores depends on the knowledge base as much as on the model: on public
 26-38% of questions from another domain (docs/eval.md). So each version is calibrated when it is published:
 the background questions (background-questions.txt: 99 everyday questions written for no knowledge base, on
 cooking, travel, code, cars, pets, history, money, health...) are each searched in it, and the BACKGROUND_QUANTILE
-(0.9) of their best cosine similarities is stored with the version as its *background similarity*. A chunk must
-then score that plus BACKGROUND_MARGIN (0.05), never less than the model's threshold and never more than
-BACKGROUND_CEILING (0.25) above it: `version_threshold`.
+(0.9) of their best cosine similarities is stored with the version as its *background similarity*. A question's best
+evidence must then reach that plus BACKGROUND_MARGIN (0.05), never less than the model's threshold and never more
+than BACKGROUND_CEILING (0.25) above it (`version_threshold`), for anything to be returned; the chunks of an answer
+are cut at the model's threshold (kbctl.query.retrieve).
 
 The quantile makes the line robust to a knowledge base about one everyday topic: the questions are spread over about
 25 topics, four a topic, so those of its own topic are the top 4%, above the 90th percentile. A knowledge base about

@@ -451,11 +451,12 @@ class Retrieval(_Model):
         f"{defaults.EXACT_TERMS_MAX_WORDS} words, exact identifiers and all-question-word matches pass down to "
         f"{defaults.EXACT_TERMS_MARGIN} below it, and "
         f"in hybrid mode the chunk first in both lists down to {defaults.AGREEMENT_MARGIN} below it). "
-        "Unset: calibrated for each version when it is published, from how high 99 background questions score in "
-        f"it (their {defaults.BACKGROUND_QUANTILE} quantile plus {defaults.BACKGROUND_MARGIN}), never below the "
-        f"model's threshold ({defaults.DEFAULT_THRESHOLD} for local/all-MiniLM-L6-v2, {defaults.BGE_SMALL_THRESHOLD} "
-        f"for local/bge-small-en-v1.5, {defaults.DEFAULT_THRESHOLD} for any other model) nor more than "
-        f"{defaults.BACKGROUND_CEILING} above it; kbctl describe shows it.",
+        f"Unset: the model's threshold ({defaults.DEFAULT_THRESHOLD} for local/all-MiniLM-L6-v2, "
+        f"{defaults.BGE_SMALL_THRESHOLD} for local/bge-small-en-v1.5, {defaults.DEFAULT_THRESHOLD} for any other "
+        "model), and nothing is returned unless a candidate reaches the version's own line, calibrated when it is "
+        "published from how high 99 background questions score in it (their "
+        f"{defaults.BACKGROUND_QUANTILE} quantile plus {defaults.BACKGROUND_MARGIN}), never below the model's "
+        f"threshold nor more than {defaults.BACKGROUND_CEILING} above it; kbctl describe shows it.",
     )
     max_context_tokens: _StrictInt = Field(
         default=defaults.MAX_CONTEXT_TOKENS,

@@ -95,7 +95,10 @@ class QueryResult(BaseModel):
     mode: str
     identifiers: list[str]
     top_k: int
-    similarity_threshold: float
+    similarity_threshold: float  # the chunks'
+    # What the best candidate had to reach for any chunk to be returned: the version's calibrated threshold when
+    # neither the spec nor the query set one (kbctl.embedding.background), else the similarity threshold.
+    relevance_threshold: float | None = None
     max_context_tokens: int
     hits: list[QueryHit]
     candidates: int
@@ -129,6 +132,11 @@ class QueryResult(BaseModel):
             return (
                 f"nothing relevant found in {kb}: the best rerank score is {best:.2f}, "
                 f"below the rerank minScore {self.rerank.min_score:.2f}"
+            )
+        if self.below_threshold == self.candidates and (self.relevance_threshold or -1.0) > self.similarity_threshold:
+            return (
+                f"nothing relevant found in {kb}: the best match scores {self.best_score:.2f}, below the threshold "
+                f"{self.relevance_threshold:.2f} calibrated for version {self.version}"
             )
         if self.below_threshold == self.candidates:
             return (

@@ -60,6 +60,7 @@ from kbctl.defaults import (  # the tuning constants, what they are and why: kbc
 )
 from kbctl.embedding import Embedder, Vector
 from kbctl.embedding.background import version_threshold
+from kbctl.embedding.local import calibrated_threshold
 from kbctl.engine.conditions import condition
 from kbctl.errors import NotFoundError, RerankError, UsageError
 from kbctl.inputs.access import Reader
@@ -102,7 +103,8 @@ class QueryPlan:
     keyword_weight: float  # the keyword list's weight in hybrid fusion (vector: 1)
     mode: Mode
     top_k: int
-    threshold: float
+    threshold: float  # the chunks' similarity threshold
+    gate: float  # what the question's best evidence must reach for any chunk to be returned (>= threshold)
     max_tokens: int
     language: str  # PostgreSQL text search configuration of the full-text stages
     rerank: Rerank | None  # the spec's reranker, None when there is none or the options skip it
@@ -123,9 +125,10 @@ def plan_query(
 ) -> QueryPlan:
     """The plan of a query of `name`: its serving version, with the options that are unset taken from the
     version's `spec.retrieval` (validated by `kbctl.manifest.Retrieval`, which fills in the defaults; a field it leaves
-    unset takes kbctl.defaults', and a threshold set nowhere is the version's own, calibrated when it was published:
-    `version_threshold`, never below its model's). A knowledge base that `visible` refuses is not found, exactly as
-    one that does not exist.
+    unset takes kbctl.defaults'). A threshold set nowhere is two: the version's own, calibrated when it was published
+    (`version_threshold`), is the plan's `gate`, which the question's best evidence must reach for anything to be
+    returned; its model's (`calibrated_threshold`) cuts the chunks of an answer. A threshold set is both. A knowledge
+    base that `visible` refuses is not found, exactly as one that does not exist.
 
     `reader` is the caller (None: one without groups or claims). When the version restricts some of its sources
     (`access`), the plan reads only what the caller may read, and its chunk count is of those alone."""
@@ -142,7 +145,12 @@ def plan_query(
     )
     if options.rerank and spec.rerank is None:
         raise UsageError(f"KnowledgeBase/{name} (version {target.number}) has no spec.retrieval.rerank")
-    threshold = options.threshold if options.threshold is not None else spec.similarity_threshold
+    chosen = options.threshold if options.threshold is not None else spec.similarity_threshold
+    # Set nowhere: the version's calibrated line decides whether anything is relevant, and the model's threshold
+    # which chunks of an answer are (kbctl.embedding.background).
+    floor = calibrated_threshold(target.model)
+    threshold = chosen if chosen is not None else floor
+    gate = chosen if chosen is not None else version_threshold(target.model, target.background_similarity)
     caller = (reader if reader is not None else Reader()) if target.restricted_chunks else None
     chunks = db.readable_chunks(target.version_id, caller) if caller is not None else target.chunk_count
     return QueryPlan(
@@ -157,7 +165,8 @@ def plan_query(
         keyword_weight=KEYWORD_WEIGHT if spec.keyword_weight is None else spec.keyword_weight,
         mode=options.mode if options.mode is not None else spec.mode,
         top_k=options.top_k if options.top_k is not None else spec.top_k,
-        threshold=threshold if threshold is not None else version_threshold(target.model, target.background_similarity),
+        threshold=threshold,
+        gate=max(threshold, gate),
         max_tokens=options.max_tokens if options.max_tokens is not None else spec.max_context_tokens,
         language=spec.language,
         rerank=spec.rerank if options.rerank is not False else None,
@@ -310,6 +319,8 @@ def decided(hits: Sequence[ChunkHit], plan: QueryPlan) -> bool:
     select stage ends, by topK or by the token budget, among those at or above the similarity threshold. The
     chunks after them rank lower, and those below the threshold pass only by an exception (an identifier, every
     word), so they could only follow the answer."""
+    if plan.mode != "keyword" and (not hits or hits[0].score < plan.gate):
+        return False  # whether anything is relevant may rest on an exception further down the pool
     strong: list[_Candidate] = []
     for rank, hit in enumerate(hits, start=1):
         if hit.score < plan.threshold:
@@ -378,34 +389,43 @@ def apply_threshold(
 ) -> tuple[list[_Candidate], list[TraceEntry]]:
     """Stage `threshold`: the fused candidates that pass the threshold rule, and the cuts.
 
-    A candidate passes with a cosine similarity of at least the threshold; or, scoring at least the threshold
-    minus EXACT_TERMS_MARGIN in a question of at most EXACT_TERMS_MAX_WORDS words, when it contains one of the
+    A candidate passes a line with a cosine similarity of at least the line; or, scoring at least the line minus
+    EXACT_TERMS_MARGIN in a question of at most EXACT_TERMS_MAX_WORDS words, when it contains one of the
     question's identifiers `terms` or every word of the question (full-text reading); or when it is first in
-    both lists and scores at least the threshold minus AGREEMENT_MARGIN. In keyword mode every candidate passes.
+    both lists and scores at least the line minus AGREEMENT_MARGIN. In keyword mode every candidate passes.
+    The candidates that pass the plan's threshold are kept when one of them passes its gate, else none is.
     """
     short = len(question.split()) <= EXACT_TERMS_MAX_WORDS
-    floor = plan.threshold - EXACT_TERMS_MARGIN
+    low, high = plan.threshold - EXACT_TERMS_MARGIN, plan.gate
+    near = [c.chunk_id for c, _ in fused if short and low <= c.score < high] if plan.mode != "keyword" else []
+    all_words = db.containing_all_words(near, plan.language, question)
 
-    def exact(c: ChunkHit) -> bool:  # may the chunk pass by an exact term?
-        return short and floor <= c.score < plan.threshold
+    def passes(c: ChunkHit, ranks: _Ranks, matched: Sequence[str], line: float) -> tuple[bool, bool]:
+        """Whether the candidate passes `line`, and whether only by agreement."""
+        if plan.mode == "keyword" or c.score >= line:
+            return True, False
+        if short and c.score >= line - EXACT_TERMS_MARGIN and (matched or c.chunk_id in all_words):
+            return True, False
+        agreed = _first_in_both(ranks) and c.score >= line - AGREEMENT_MARGIN
+        return agreed, agreed
 
-    weak = [c.chunk_id for c, _ in fused if exact(c)] if plan.mode != "keyword" else []
-    all_words = db.containing_all_words(weak, plan.language, question)
     passing: list[_Candidate] = []
     cuts: list[TraceEntry] = []
     for rank, (c, ranks) in enumerate(fused, start=1):
         matched = [t for t in terms if _contains(c.content, t) or _contains(" ".join(c.heading_path), t)]
-        weak_one = plan.mode != "keyword" and c.score < plan.threshold
-        agreed = weak_one and _first_in_both(ranks) and c.score >= plan.threshold - AGREEMENT_MARGIN
-        by_term = bool(matched) and (not weak_one or exact(c))
-        if weak_one and not by_term and c.chunk_id not in all_words and not agreed:
-            why = f"cut: similarity below {plan.threshold}"
-            if matched:  # an identifier, but too far below the threshold or in too long a question
-                limit = f"down to {floor:.4g}" if short else f"in questions of up to {EXACT_TERMS_MAX_WORDS} words"
-                why += f" (identifier {', '.join(matched)} passes only {limit})"
-            cuts.append(_entry(c, rank, c.score, why))
-        else:
+        ok, agreed = passes(c, ranks, matched, plan.threshold)
+        if ok:
             passing.append(_Candidate(c, rank, ranks, matched, c.chunk_id in all_words, agreed))
+            continue
+        why = f"cut: similarity below {plan.threshold}"
+        if matched:  # an identifier, but too far below the threshold or in too long a question
+            limit = f"down to {low:.4g}" if short else f"in questions of up to {EXACT_TERMS_MAX_WORDS} words"
+            why += f" (identifier {', '.join(matched)} passes only {limit})"
+        cuts.append(_entry(c, rank, c.score, why))
+    if plan.gate > plan.threshold and not any(passes(p.chunk, p.ranks, p.matched, plan.gate)[0] for p in passing):
+        why = f"cut: nothing relevant, no candidate reaches the version's calibrated threshold {plan.gate}"
+        cuts = sorted(cuts + [_entry(p.chunk, p.fused_rank, p.chunk.score, why) for p in passing], key=lambda e: e.rank)
+        passing = []
     return passing, cuts
 
 
@@ -599,6 +619,7 @@ def run_query(
         identifiers=terms,
         top_k=plan.top_k,
         similarity_threshold=plan.threshold,
+        relevance_threshold=plan.gate,
         max_context_tokens=plan.max_tokens,
         hits=selection.hits,
         candidates=len(fused),
