@@ -81,6 +81,7 @@ def test_describe_and_list_as_a_reader_name_and_count_only_what_it_may_read(publ
     assert {s.name for s in seen.source_status} == {"handbook", "salaries"}
     assert seen.chunks == sum(s.chunks for s in seen.source_status) < full.chunks
     assert seen.events == [] and all(c.message == "" for c in seen.conditions)
+    assert seen.relevance_threshold == full.relevance_threshold is not None  # the version's, as its queries use
     [summary] = [kb for kb in published.list(reader=Reader()) if kb.name == "hr"]
     assert (summary.sources, summary.chunks) == (1, seen.source_status[0].chunks)
     [everything] = [kb for kb in published.list() if kb.name == "hr"]

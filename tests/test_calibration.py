@@ -132,7 +132,7 @@ def test_publish_calibrates_each_version_as_a_query_finds_its_background(store: 
         bests = [_best(store, kb, q) for q in background_questions()]
         expected = float(np.quantile(bests, BACKGROUND_QUANTILE, method="higher"))
         assert detail.background_similarity == pytest.approx(expected, abs=1e-3)
-        lines[kb] = detail.similarity_threshold
+        lines[kb] = detail.relevance_threshold
         calibrated = max(DEFAULT_THRESHOLD, expected + BACKGROUND_MARGIN)
         assert lines[kb] == pytest.approx(min(DEFAULT_THRESHOLD + BACKGROUND_CEILING, calibrated), abs=1e-3)
         # A query that sets no threshold: the version's decides whether anything is relevant, the model's cuts the
@@ -150,7 +150,7 @@ def test_a_question_below_the_calibrated_line_is_refused_where_the_models_thresh
     store: KnowledgeBaseStore,
 ) -> None:
     _apply(store, _almanac())
-    line = store.describe("almanac").similarity_threshold
+    line = store.describe("almanac").relevance_threshold
     assert line is not None
     asked = [
         "Who painted the Mona Lisa?",
@@ -175,7 +175,7 @@ def test_an_answered_question_keeps_its_chunks_down_to_the_models_threshold(stor
     """The calibrated line decides whether the knowledge base has anything on the question; once one chunk reaches
     it, the other chunks of the answer are those at or above the model's threshold, as before calibration."""
     _apply(store, _almanac())
-    line = store.describe("almanac").similarity_threshold
+    line = store.describe("almanac").relevance_threshold
     assert line is not None and line > DEFAULT_THRESHOLD + 0.1
     asked = [
         "How long do I boil an egg?",
@@ -205,7 +205,7 @@ def test_the_specs_threshold_wins_and_a_version_published_before_calibration_kee
     set_by_spec = store.query("almanac", "how long do I boil an egg?")
     assert set_by_spec.similarity_threshold == pytest.approx(0.2) == set_by_spec.relevance_threshold
     detail = store.describe("almanac")
-    assert detail.similarity_threshold == pytest.approx(0.2) and detail.background_similarity is not None
+    assert detail.relevance_threshold == pytest.approx(0.2) and detail.background_similarity is not None
     # A version published before versions were calibrated (migration 22 left it NULL).
     store.db.connection.execute(
         "UPDATE kb_versions SET background_similarity = NULL FROM kb_knowledge_bases k"
@@ -220,7 +220,7 @@ def test_the_specs_threshold_wins_and_a_version_published_before_calibration_kee
     shown = cli.invoke(app, ["describe", "kb", "policy"])
     assert "Threshold:   0.35 (the model's; version 1 was published before calibration)" in shown.output
     resource = cli.invoke(app, ["get", "kb", "policy", "-o", "json"])
-    assert '"similarityThreshold": 0.35' in resource.output and '"backgroundSimilarity": null' in resource.output
+    assert '"relevanceThreshold": 0.35' in resource.output and '"backgroundSimilarity": null' in resource.output
 
 
 def test_describe_says_where_the_threshold_comes_from(store: KnowledgeBaseStore, cli: CliRunner) -> None:
@@ -231,11 +231,11 @@ def test_describe_says_where_the_threshold_comes_from(store: KnowledgeBaseStore,
     )
     _apply(store, _almanac(), _policy(), eight)
     almanac, policy, calibrated = store.describe("almanac"), store.describe("policy"), store.describe("eight")
-    assert calibrated.background_similarity is not None and calibrated.similarity_threshold is not None
-    assert DEFAULT_THRESHOLD < calibrated.similarity_threshold < DEFAULT_THRESHOLD + BACKGROUND_CEILING
+    assert calibrated.background_similarity is not None and calibrated.relevance_threshold is not None
+    assert DEFAULT_THRESHOLD < calibrated.relevance_threshold < DEFAULT_THRESHOLD + BACKGROUND_CEILING
     shown = cli.invoke(app, ["describe", "kb", "eight"]).output
     assert (
-        f"Threshold:   {calibrated.similarity_threshold:g} (calibrated: version 1's background questions score "
+        f"Threshold:   {calibrated.relevance_threshold:g} (calibrated: version 1's background questions score "
         f"{calibrated.background_similarity:.2f}, plus 0.05; an answer's chunks are cut at the model's)"
     ) in shown
     assert almanac.background_similarity is not None and policy.background_similarity is not None

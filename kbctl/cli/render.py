@@ -200,23 +200,23 @@ def _settings(values: dict[str, Any], prefix: str = "") -> str:
 
 def _threshold_line(d: KnowledgeBaseDetail) -> str:
     """The similarity threshold queries use by default, and where it comes from."""
-    if d.similarity_threshold is None:
+    if d.relevance_threshold is None:
         return "<none> (no version published yet)"
     if d.retrieval.get("similarityThreshold") is not None:
-        return f"{d.similarity_threshold:g} (spec.retrieval.similarityThreshold)"
+        return f"{d.relevance_threshold:g} (spec.retrieval.similarityThreshold)"
     if d.background_similarity is None:
-        return f"{d.similarity_threshold:g} (the model's; version {d.version} was published before calibration)"
+        return f"{d.relevance_threshold:g} (the model's; version {d.version} was published before calibration)"
     scored = f"version {d.version}'s background questions score {d.background_similarity:.2f}"
     line = d.background_similarity + BACKGROUND_MARGIN
-    if line > d.similarity_threshold + 1e-4:
+    if line > d.relevance_threshold + 1e-4:
         return (
-            f"{d.similarity_threshold:g} (the ceiling, the model's plus {BACKGROUND_CEILING:g}: {scored}, plus"
+            f"{d.relevance_threshold:g} (the ceiling, the model's plus {BACKGROUND_CEILING:g}: {scored}, plus"
             f" {BACKGROUND_MARGIN:g} is higher; an answer's chunks are cut at the model's)"
         )
-    if line < d.similarity_threshold - 1e-4:
-        return f"{d.similarity_threshold:g} (the model's: {scored}, plus {BACKGROUND_MARGIN:g} is lower)"
+    if line < d.relevance_threshold - 1e-4:
+        return f"{d.relevance_threshold:g} (the model's: {scored}, plus {BACKGROUND_MARGIN:g} is lower)"
     return (
-        f"{d.similarity_threshold:g} (calibrated: {scored}, plus {BACKGROUND_MARGIN:g}; an answer's chunks are cut at"
+        f"{d.relevance_threshold:g} (calibrated: {scored}, plus {BACKGROUND_MARGIN:g}; an answer's chunks are cut at"
         " the model's)"
     )
 

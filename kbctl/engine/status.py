@@ -68,9 +68,10 @@ class KnowledgeBaseDetail(KnowledgeBaseSummary):
     chunking: dict[str, Any]
     retrieval: dict[str, Any]
     answer: dict[str, Any] | None = None  # spec.answer (`kbctl ask`), None when the spec has none
-    # The similarity threshold a query that sets none uses: the spec's, else the serving version's calibrated one
+    # What a query that sets no threshold needs one candidate to reach for anything to be returned (QueryResult's
+    # relevance_threshold): the spec's threshold, else the serving version's calibrated line
     # (kbctl.embedding.background); with that version's background similarity (None: published before calibration).
-    similarity_threshold: float | None = None
+    relevance_threshold: float | None = None
     background_similarity: float | None = None
     refresh: RefreshStatus | None = None  # spec.refresh and its schedule, None when the spec has none
     embedded: int
@@ -139,6 +140,7 @@ def _detail(db: Database, row: KnowledgeBaseRow, reader: Reader | None = None) -
 
     spec = KnowledgeBase.from_manifest(version.manifest if version else db.last_manifest(row.id)).spec
     kinds = {s.name: s.kind for s in spec.sources}
+    line, background = _thresholds(spec.retrieval.similarity_threshold, version)
     if version is not None:
         sources = [
             # A document of a path source is named SOURCE/ID: its kind is its source's.
@@ -161,6 +163,8 @@ def _detail(db: Database, row: KnowledgeBaseRow, reader: Reader | None = None) -
                 chunking=spec.chunking.model_dump(by_alias=True, mode="json"),
                 retrieval=spec.retrieval.model_dump(by_alias=True, mode="json"),
                 answer=spec.answer.model_dump(by_alias=True, mode="json") if spec.answer else None,
+                relevance_threshold=line,
+                background_similarity=background,
                 embedded=sum(s.embedded_count for s in served),
                 reused=sum(s.reused_count for s in served),
                 version_created_at=version.created_at if version else None,
@@ -177,8 +181,8 @@ def _detail(db: Database, row: KnowledgeBaseRow, reader: Reader | None = None) -
         chunking=spec.chunking.model_dump(by_alias=True, mode="json"),
         retrieval=spec.retrieval.model_dump(by_alias=True, mode="json"),
         answer=spec.answer.model_dump(by_alias=True, mode="json") if spec.answer else None,
-        similarity_threshold=_threshold(spec.retrieval.similarity_threshold, version),
-        background_similarity=_background(version),
+        relevance_threshold=line,
+        background_similarity=background,
         refresh=None
         if spec.refresh is None
         else RefreshStatus(
@@ -194,18 +198,19 @@ def _detail(db: Database, row: KnowledgeBaseRow, reader: Reader | None = None) -
     )
 
 
-def _background(version: VersionRow | None) -> float | None:
-    """The version's background similarity, as stored (a float4) to 4 decimals."""
-    return None if version is None or version.background_similarity is None else round(version.background_similarity, 4)
-
-
-def _threshold(spec: float | None, version: VersionRow | None) -> float | None:
-    """The threshold a query that sets none uses: the spec's, else the serving version's (None without one)."""
+def _thresholds(spec: float | None, version: VersionRow | None) -> tuple[float | None, float | None]:
+    """The relevance threshold a query that sets none uses (the spec's, else the serving version's line; None without
+    a version) and the version's background similarity, as stored (a float4) to 4 decimals."""
+    background = None if version is None or version.background_similarity is None else version.background_similarity
     if spec is not None:
-        return spec
-    from kbctl.embedding.background import version_threshold  # numpy, which `kbctl get` need not import
+        line: float | None = spec
+    elif version is None:
+        line = None
+    else:
+        from kbctl.embedding.background import version_threshold  # numpy, which `kbctl get` need not import
 
-    return None if version is None else version_threshold(version.model, version.background_similarity)
+        line = version_threshold(version.model, background)
+    return line, None if background is None else round(background, 4)
 
 
 _T = TypeVar("_T", bound=KnowledgeBaseSummary)
@@ -279,7 +284,7 @@ def knowledge_base_resource(db: Database, name: str) -> dict[str, Any]:
         "version": row.current_version,
         "versionCreatedAt": _timestamp(detail.version_created_at),
         "model": detail.model,
-        "similarityThreshold": detail.similarity_threshold,
+        "relevanceThreshold": detail.relevance_threshold,
         "backgroundSimilarity": detail.background_similarity,
         "chunks": detail.chunks,
         "embedded": detail.embedded,
