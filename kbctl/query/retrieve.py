@@ -71,6 +71,7 @@ from kbctl.query.results import QueryHit, QueryResult, RerankInfo, StageTiming, 
 from kbctl.rerank import Reranker
 from kbctl.sources import storable
 from kbctl.store.database import ChunkHit, Database
+from kbctl.store.search import as_float32
 
 __all__ = [
     "QueryHit",  # the result models live in kbctl.query.results; these names stay importable from here
@@ -197,11 +198,6 @@ class _Trace:
             self.stages.append(TraceStage(stage=name, ms=round((now - self._last) * 1000, 2), entries=seen))
         self.timings.append(StageTiming(stage=name, start_ns=self._last_ns, end_ns=now_ns, count=count))
         self._last, self._last_ns = (time.perf_counter(), time.time_ns()) if self.explain else (now, now_ns)
-
-
-def _array(vector: Any) -> Any:
-    """A stored vector as a float32 numpy array (pgvector hands back its own Vector type)."""
-    return np.asarray(vector.to_numpy() if hasattr(vector, "to_numpy") else vector, dtype=np.float32)
 
 
 def _entry(c: ChunkHit, rank: int, score: float, detail: str = "") -> TraceEntry:
@@ -507,7 +503,7 @@ def select_hits(candidates: Sequence[_Candidate], top_k: int, max_tokens: int) -
         why = [f"identifier {', '.join(matched)}"] if matched else []
         why += ["every word of the question"] if cand.all_words else []
         why += ["first in both lists"] if cand.agreed else []
-        n, vector = len(selection.hits), _array(c.vector)
+        n, vector = len(selection.hits), as_float32(c.vector)
         if n >= top_k:
             verdict = f"cut: beyond topK {top_k}"
         elif n and float((kept[:n] @ vector).max()) >= DUPLICATE_COSINE:

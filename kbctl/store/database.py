@@ -663,7 +663,7 @@ class Database:
         rows = self._conn.execute(
             "SELECT question_sha256, embedding FROM kb_background_vectors WHERE model = %s", (model,), binary=True
         ).fetchall()
-        return {bytes(k): as_float32(v.to_numpy() if hasattr(v, "to_numpy") else v) for k, v in rows}
+        return {bytes(k): as_float32(v) for k, v in rows}
 
     @_store_errors
     def store_background_vectors(self, model: str, items: Sequence[tuple[bytes, Vector]]) -> None:

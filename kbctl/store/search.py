@@ -84,11 +84,12 @@ def _index_prefix(model: str) -> str:
     return "kb_embeddings_hnsw_" + hashlib.sha256(model.encode()).hexdigest()[:16] + "_"
 
 
-def as_float32(vector: Vector) -> Any:
-    """A vector as the float32 array pgvector sends (numpy is imported here, by the commands that search)."""
+def as_float32(vector: Vector | Any) -> Any:
+    """A vector as a float32 numpy array: what pgvector sends, and what a stored vector read back (pgvector's own
+    Vector type, or an array) becomes. numpy is imported here, by the commands that search."""
     import numpy as np
 
-    return np.asarray(vector, dtype=np.float32)
+    return np.asarray(vector.to_numpy() if hasattr(vector, "to_numpy") else vector, dtype=np.float32)
 
 
 def vector_index(conn: psycopg.Connection[Any], model: str) -> VectorIndex | None:
