@@ -167,7 +167,7 @@ def plan_query(
         mode=options.mode if options.mode is not None else spec.mode,
         top_k=options.top_k if options.top_k is not None else spec.top_k,
         threshold=threshold,
-        gate=max(threshold, gate),
+        gate=gate,  # at least `threshold`: version_threshold never goes below the model's
         max_tokens=options.max_tokens if options.max_tokens is not None else spec.max_context_tokens,
         language=spec.language,
         rerank=spec.rerank if options.rerank is not False else None,

