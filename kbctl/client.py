@@ -13,7 +13,7 @@ from pydantic.alias_generators import to_camel
 
 from kbctl import telemetry
 from kbctl.config import Settings
-from kbctl.errors import NotFoundError, StoreError
+from kbctl.errors import KbctlError, NotFoundError, StoreError
 from kbctl.store.database import Database
 from kbctl.store.embedded import embedded_url, running_url
 from kbctl.store.names import LOOKUP_TIMEOUT, knowledge_base_names, reachable_url
@@ -207,6 +207,18 @@ class KnowledgeBaseStore:
         from kbctl.embedding import get_embedder
 
         return get_embedder(model_id, self.settings)
+
+    def _preload_model(self, db: Database, name: str) -> None:
+        """Start loading the model of `name`'s serving version in the background (kbctl.embedding.preload), so a
+        process's first query imports its modules while the model loads. What the query itself reads, in its own
+        snapshot, decides: a version published meanwhile with another model only wastes this load."""
+        from kbctl.embedding import preload
+
+        target = db.query_target(name)
+        if target is None or target.model is None:
+            return
+        with suppress(KbctlError):  # an unknown model is reported by the query
+            preload(self.embedder(target.model))
 
     def reranker(self, model_id: str) -> Reranker:
         """The reranker of a `provider/name` model id, loaded once per process."""
@@ -537,10 +549,12 @@ class KnowledgeBaseStore:
         does not meet are never candidates, so no hit, count, score or trace names them. None is a caller without
         any, who reads only documents without a rule."""
         from kbctl.query.options import QueryOptions
-        from kbctl.query.retrieve import query_knowledge_base
 
         options = QueryOptions.build(options, **overrides)
         with self._reading(query=True) as db:
+            self._preload_model(db, name)
+            from kbctl.query.retrieve import query_knowledge_base
+
             result = query_knowledge_base(
                 db, name, question, self.embedder, options, reranker_for=self.reranker, visible=scope, reader=reader
             )

@@ -432,5 +432,5 @@ def test_model_threads_reach_the_local_model(monkeypatch: pytest.MonkeyPatch, tm
     assert settings.model_threads == 1
     embedder = LocalEmbedder("all-MiniLM-L6-v2", settings)
     assert len(embedder.embed(["one thread"])[0]) == 384
-    session = embedder._model.model.model  # fastembed's ONNX Runtime session
+    session = embedder._model.session  # the ONNX Runtime session of kbctl's runner
     assert session.get_session_options().intra_op_num_threads == 1

@@ -3,6 +3,10 @@
 from __future__ import annotations
 
 import json
+import os
+import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -12,7 +16,10 @@ from typer.testing import CliRunner
 from kbctl.cli import app
 from kbctl.client import KnowledgeBaseStore
 from kbctl.config import Settings
-from kbctl.embedding.local import BGE_SMALL, LOCAL_MODELS, LocalEmbedder, _prepare_folder
+from kbctl.defaults import LOCAL_BATCH_SIZE as BATCH_SIZE
+from kbctl.embedding import preload
+from kbctl.embedding.local import BGE_SMALL, LOCAL_MODELS, MINILM, LocalEmbedder, LocalModel, _verify
+from kbctl.embedding.onnx_text import OnnxTextModel
 from kbctl.errors import EmbeddingError
 from kbctl.manifest import parse_manifests
 
@@ -58,13 +65,121 @@ def test_an_unknown_local_model_names_the_ones_there_are(tmp_path: Path) -> None
 
 
 def test_a_model_file_that_is_not_bge_is_refused(tmp_path: Path) -> None:
-    """The packaged file is checked against bge's sha256 before anything is loaded."""
-    onnx, tokenizer = tmp_path / "model.onnx", tmp_path / "tokenizer.json"
+    """The packaged file is checked against bge's sha256 before anything is loaded, and no verdict is kept."""
+    onnx = tmp_path / "model.onnx"
     onnx.write_bytes(b"not a model")
-    tokenizer.write_text("{}")
     with pytest.raises(EmbeddingError, match=r"sha256 does not match the expected bge-small-en-v1.5 int8 model"):
-        _prepare_folder(onnx, tokenizer, tmp_path / "prepared", verify=True, model=BGE_SMALL)
-    assert not (tmp_path / "prepared").exists()
+        _verify(onnx, BGE_SMALL, tmp_path / "stamps")
+    assert not (tmp_path / "stamps").exists()
+
+
+def test_a_verified_model_file_is_checked_again_when_it_changes(tmp_path: Path) -> None:
+    """A verdict is kept for the file as it was (path, size, modification time): the same file is not hashed again
+    (its stamp names it), and a file replaced at the same path is checked again and refused."""
+    packaged = BGE_SMALL.packaged()
+    assert packaged is not None
+    onnx = tmp_path / "model.onnx"
+    shutil.copyfile(packaged[0], onnx)
+    stamps = tmp_path / "stamps"
+    _verify(onnx, BGE_SMALL, stamps)
+    stamp = stamps / "bge-small-en-v1.5.verified"
+    assert str(onnx) in stamp.read_text() and BGE_SMALL.sha256 in stamp.read_text()
+    _verify(onnx, BGE_SMALL, stamps)  # kept: passes again
+    data = bytearray(onnx.read_bytes())
+    data[-1] ^= 0xFF  # one byte changed, same size
+    onnx.write_bytes(bytes(data))
+    os.utime(onnx, ns=(1, 1))  # and another modification time
+    with pytest.raises(EmbeddingError, match="sha256 does not match"):
+        _verify(onnx, BGE_SMALL, stamps)
+
+
+def _fastembed_folder(model: LocalModel, folder: Path) -> Path:
+    """The model's packaged files laid out as fastembed loads a custom model, with the tokenizer's facts."""
+    packaged = model.packaged()
+    assert packaged is not None
+    folder.mkdir()
+    shutil.copyfile(packaged[0], folder / "model.onnx")
+    shutil.copyfile(packaged[1], folder / "tokenizer.json")
+    facts = {
+        "config.json": {"model_type": "bert", "pad_token_id": 0},
+        "tokenizer_config.json": {"model_max_length": model.max_tokens, "pad_token": "[PAD]", "do_lower_case": True},
+        "special_tokens_map.json": {
+            "unk_token": "[UNK]",
+            "sep_token": "[SEP]",
+            "pad_token": "[PAD]",
+            "cls_token": "[CLS]",
+            "mask_token": "[MASK]",
+        },
+    }
+    for name, data in facts.items():
+        (folder / name).write_text(json.dumps(data))
+    return folder
+
+
+@pytest.mark.parametrize("name", list(LOCAL_MODELS))
+def test_kbctls_onnx_runner_embeds_as_fastembed_does(name: str, tmp_path: Path) -> None:
+    """kbctl runs its local models' ONNX files itself (no fastembed import on a query); the vectors are those
+    fastembed's TextEmbedding gives for the same files: short and long texts (cut at the model's window), batches
+    of mixed lengths (padding), accents and scripts, an empty text, documents and questions."""
+    from fastembed import TextEmbedding
+    from fastembed.common.model_description import ModelSource, PoolingType
+
+    model = LOCAL_MODELS[name]
+    texts = [
+        "how long do we keep invoices",
+        "word " * 700,
+        CLAUSE,
+        "",
+        "Ünïcödé — 東京 naïve café, 30 días",
+        UNRELATED + "\n\n" + CLAUSE,
+    ] * 3
+    ours = LocalEmbedder(name, Settings(home=tmp_path / "home"))
+    custom = f"kbctl-test/{name}"
+    if custom not in {m["model"] for m in TextEmbedding.list_supported_models()}:
+        TextEmbedding.add_custom_model(
+            custom,
+            pooling=PoolingType[model.pooling],
+            normalization=True,
+            sources=ModelSource(hf=model.hub_name),
+            dim=384,
+            model_file="model.onnx",
+        )
+    theirs = TextEmbedding(custom, specific_model_path=str(_fastembed_folder(model, tmp_path / "fastembed")))
+    for purpose, prefix in (("document", ""), ("query", model.query_prefix)):
+        mine = ours.embed(texts, purpose)  # type: ignore[arg-type]
+        expected = list(theirs.embed([prefix + t for t in texts], batch_size=BATCH_SIZE))
+        assert len(mine) == len(expected) == len(texts)
+        for a, b in zip(mine, expected, strict=True):
+            assert a.dtype == np.float32 and a.shape == (384,)
+            assert float(np.max(np.abs(a - b))) < 1e-5
+    assert isinstance(ours._model, OnnxTextModel)
+
+
+def test_a_model_that_fails_to_load_in_the_background_fails_the_embedding(tmp_path: Path) -> None:
+    """`preload` starts loading in a thread and reports nothing; the first embedding loads again and raises."""
+    folder = tmp_path / "model"
+    folder.mkdir()
+    (folder / "model.onnx").write_bytes(b"not a model")
+    packaged = LOCAL_MODELS["all-MiniLM-L6-v2"].packaged()
+    assert packaged is not None
+    shutil.copyfile(packaged[1], folder / "tokenizer.json")
+    broken = LocalEmbedder("all-MiniLM-L6-v2", Settings(home=tmp_path / "home", model_dir=folder))
+    preload(broken)
+    with pytest.raises(EmbeddingError, match="cannot load the local model from"):
+        broken.embed(["a question"], "query")
+    assert not broken.loaded
+
+
+def test_a_preloaded_model_is_the_one_the_embedding_uses(tmp_path: Path) -> None:
+    """The model loaded by `preload` is the one the embedding then runs, loaded once."""
+    embedder = LocalEmbedder("all-MiniLM-L6-v2", Settings(home=tmp_path))
+    preload(embedder)
+    [vector] = embedder.embed(["how long do we keep invoices"], "query")
+    loaded = embedder._model
+    assert embedder.loaded and vector.shape == (384,)
+    preload(embedder)  # loaded: nothing started
+    embedder.embed(["again"], "query")
+    assert embedder._model is loaded
 
 
 def test_import_beir_with_bge_embeds_and_queries_with_it(
@@ -116,3 +231,90 @@ def test_an_unset_threshold_is_the_calibrated_one_of_the_model(store: KnowledgeB
     minilm = store.query("with-minilm", unrelated)
     assert minilm.similarity_threshold == pytest.approx(0.35) and minilm.hits == []
     assert store.query("bge-set", unrelated).similarity_threshold == pytest.approx(0.3)
+
+
+@pytest.mark.parametrize("name", list(LOCAL_MODELS))
+def test_the_optimized_copy_gives_the_vectors_of_the_model_itself(name: str, tmp_path: Path) -> None:
+    """The first load saves the optimized graph in the cache and opens it; later loads open it again; a copy cut
+    short is made again; where no copy can be written the model file itself is opened. Every one embeds as the
+    model file opened directly does."""
+    model = LOCAL_MODELS[name]
+    packaged = model.packaged()
+    assert packaged is not None
+    onnx, tok = packaged
+    texts = ["how long do we keep invoices", CLAUSE, "word " * 700]
+
+    def runner(cache: Path | None) -> OnnxTextModel:
+        return OnnxTextModel(onnx, tok, max_tokens=model.max_tokens, pooling=model.pooling, threads=1, cache=cache)
+
+    def same(a: list[np.ndarray], b: list[np.ndarray]) -> bool:
+        return all(float(np.max(np.abs(x - y))) < 1e-6 for x, y in zip(a, b, strict=True))
+
+    direct = runner(None)
+    assert direct.source == onnx
+    expected = direct.embed(texts, 8)
+    cache = tmp_path / "cache"
+    first = runner(cache)
+    [folder] = list(cache.glob("optimized-*"))
+    assert first.source == folder / "model.onnx" and (folder / "weights.bin").stat().st_size > 10_000_000
+    assert same(first.embed(texts, 8), expected)
+    again = runner(cache)
+    assert again.source == first.source and same(again.embed(texts, 8), expected)
+    with (folder / "weights.bin").open("r+b") as fh:
+        fh.truncate(1000)  # cut short
+    mended = runner(cache)
+    assert mended.source == first.source and (folder / "weights.bin").stat().st_size > 1000
+    assert same(mended.embed(texts, 8), expected)
+    blocked = tmp_path / "a-file"
+    blocked.write_text("not a folder")
+    unwritable = runner(blocked / "cache")
+    assert unwritable.source == onnx and same(unwritable.embed(texts, 8), expected)
+    assert not list(tmp_path.glob("cache/.optimized-*"))  # no work folder left behind
+
+
+def test_a_model_file_that_changes_gets_a_new_copy_and_the_old_one_goes(tmp_path: Path) -> None:
+    """The copy is keyed by the model file (path, size, modification time): another file gets its own, and the
+    copy of the one before is removed."""
+    packaged = MINILM.packaged()
+    assert packaged is not None
+    onnx = tmp_path / "model.onnx"
+    shutil.copyfile(packaged[0], onnx)
+    cache = tmp_path / "cache"
+    OnnxTextModel(onnx, packaged[1], max_tokens=256, pooling="MEAN", threads=1, cache=cache)
+    [before] = list(cache.glob("optimized-*"))
+    os.utime(onnx, ns=(1, 1))
+    OnnxTextModel(onnx, packaged[1], max_tokens=256, pooling="MEAN", threads=1, cache=cache)
+    [after] = list(cache.glob("optimized-*"))
+    assert after != before
+
+
+_QUERY_WITHOUT_FASTEMBED = """
+import sys
+from kbctl.cli import main
+sys.argv = ["kbctl", "query", sys.argv[1], "how long do we keep invoices", "-o", "json"]
+try:
+    main()
+except SystemExit as exit:
+    assert not exit.code, exit.code
+loaded = sorted(m for m in sys.modules if m.split(".")[0] in ("fastembed", "huggingface_hub"))
+print("LOADED", loaded, file=sys.stderr)
+"""
+
+
+def test_a_cli_query_imports_no_fastembed(store: KnowledgeBaseStore, database_url: str, tmp_path: Path) -> None:
+    """A `kbctl query` process embeds its question with kbctl's runner: fastembed's import (0.35-0.5 s, with the
+    model hub's client) is not paid, and the question finds its chunk."""
+    manifest = "apiVersion: kbctl.dev/v1alpha1\nkind: KnowledgeBase\nmetadata: {name: invoices}\nspec:\n  sources:\n"
+    manifest += "    - {name: retention, text: 'Invoices are kept for ten years after the end of the fiscal year.'}\n"
+    store.apply(parse_manifests(manifest, "kb.yaml"))
+    env = {**os.environ, "KBCTL_DATABASE_URL": database_url, "KBCTL_HOME": str(tmp_path / "home")}
+    done = subprocess.run(
+        [sys.executable, "-c", _QUERY_WITHOUT_FASTEMBED, "invoices"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=env,
+    )
+    assert done.returncode == 0, done.stderr
+    assert "LOADED []" in done.stderr
+    assert [h["source"] for h in json.loads(done.stdout)["hits"]] == ["retention"]

