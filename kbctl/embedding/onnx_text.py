@@ -27,6 +27,8 @@ from typing import Any, Literal
 
 import numpy as np
 
+from kbctl.errors import EmbeddingError
+
 __all__ = ["OnnxTextModel"]
 
 _OPTIMIZED = "model.onnx"  # the optimized graph, in its cache folder
@@ -54,7 +56,7 @@ class OnnxTextModel:
         tok.enable_truncation(max_length=max_tokens, direction="right")
         pad_id = tok.token_to_id(pad_token)
         if pad_id is None:
-            raise ValueError(f"{tokenizer}: no id for the pad token {pad_token!r}")
+            raise EmbeddingError(f"{tokenizer}: no id for the pad token {pad_token!r}")
         tok.enable_padding(pad_id=pad_id, pad_token=pad_token, direction="right")
         self.tokenizer = tok
         self.session: Any
