@@ -22,8 +22,9 @@ APPLES = [
 ]
 
 
-def apply(store: KnowledgeBaseStore, *sources: dict[str, Any]) -> None:
-    store.apply(parse_manifests(knowledge_base("fruit", *sources, retrieval={"mode": "keyword"}), "kb.yaml"))
+def apply(store: KnowledgeBaseStore, *sources: dict[str, Any], **spec: Any) -> None:
+    manifest = knowledge_base("fruit", *sources, retrieval={"mode": "keyword"}, **spec)
+    store.apply(parse_manifests(manifest, "kb.yaml"))
 
 
 def version_id(store: KnowledgeBaseStore) -> int:
@@ -51,12 +52,35 @@ def recount(store: KnowledgeBaseStore, version: int) -> tuple[dict[str, int], in
 
 
 def stored(store: KnowledgeBaseStore, version: int) -> tuple[dict[str, int], int, int]:
-    """The version's statistics as stored at publish."""
+    """The version's statistics as stored at publish (its document frequencies: its base's rows with its own)."""
     conn = store.db.connection
-    rows = conn.execute("SELECT lexeme, chunks FROM kb_version_terms WHERE version_id = %s", (version,)).fetchall()
     totals = conn.execute("SELECT chunk_count, term_count FROM kb_versions WHERE id = %s", (version,)).fetchone()
     assert totals is not None
-    return {str(lexeme): int(n) for lexeme, n in rows}, int(totals[0]), int(totals[1])
+    return bm25.version_frequencies(conn, version), int(totals[0]), int(totals[1])
+
+
+def layout(store: KnowledgeBaseStore, version: int) -> tuple[int | None, int]:
+    """How a version's document frequencies are stored: (its base, or None when whole; the rows it holds)."""
+    row = store.db.connection.execute(
+        "SELECT v.terms_base, (SELECT count(*) FROM kb_version_terms t WHERE t.version_id = v.id)"
+        " FROM kb_versions v WHERE v.id = %s",
+        (version,),
+    ).fetchone()
+    assert row is not None
+    return (None if row[0] is None else int(row[0])), int(row[1])
+
+
+def all_versions(store: KnowledgeBaseStore) -> list[int]:
+    rows = store.db.connection.execute("SELECT id FROM kb_versions ORDER BY number").fetchall()
+    return [int(r[0]) for r in rows]
+
+
+def many_sources(prefix: str, count: int) -> list[dict[str, Any]]:
+    """`count` sources, each with words of its own (a reference code) beside words they share."""
+    return [
+        text_source(f"{prefix}{i}", f"Invoice {prefix}{i}code{i} concerns apples and pears, batch {i}.")
+        for i in range(count)
+    ]
 
 
 def reference_scores(store: KnowledgeBaseStore, version: int, question: str) -> dict[int, float]:
@@ -106,6 +130,57 @@ def test_statistics_follow_every_version(store: KnowledgeBaseStore) -> None:
     assert stored(store, second) == recount(store, second)
     assert stored(store, first) == recount(store, first)  # the older version keeps its own
     assert stored(store, second)[0]["pear"] == 1 and "river" not in stored(store, second)[0]
+
+
+def test_a_small_change_stores_its_difference_and_a_large_one_the_whole(store: KnowledgeBaseStore) -> None:
+    """A version published after a small change holds only the lexemes whose counts changed, on top of its
+    predecessor's base; one whose difference outgrows an eighth of the base's rows is written whole and becomes the
+    base of the next. Every version's statistics equal a recount of its chunks, and keyword search ranks by them."""
+    sources = many_sources("s", 40)
+    apply(store, *sources)
+    first = version_id(store)
+    base_layout = layout(store, first)
+    assert base_layout[0] is None and stored(store, first) == recount(store, first)
+    apply(store, *sources[1:], text_source("s0", "Invoice s0code0 concerns plums now."))  # one source changed
+    second = version_id(store)
+    assert layout(store, second)[0] == first
+    assert 0 < layout(store, second)[1] <= base_layout[1] * bm25.BASE_FRACTION
+    assert stored(store, second) == recount(store, second)
+    assert stored(store, second)[0]["plum"] == 1 and stored(store, second)[0]["pear"] == 39
+    apply(store, *sources[:20], *many_sources("t", 20))  # half replaced: written whole
+    third = version_id(store)
+    assert layout(store, third)[0] is None and stored(store, third) == recount(store, third)
+    apply(store, *sources[:20], *many_sources("t", 19))  # one removed: a difference from the third
+    fourth = version_id(store)
+    assert layout(store, fourth)[0] == third and stored(store, fourth) == recount(store, fourth)
+    assert all(stored(store, v) == recount(store, v) for v in all_versions(store))
+    found = store.query("fruit", "plums t3code3", mode="keyword", top_k=5, max_tokens=10_000).hits
+    assert [h.source for h in found] == ["t3"]  # s0's plums are gone from the serving version
+
+
+def test_pruning_a_base_hands_its_rows_to_the_versions_that_used_it(store: KnowledgeBaseStore) -> None:
+    """When the history drops a base, the oldest version kept that used it is written whole and the others' differences
+    are rebased on it: every kept version's statistics still equal a recount, with no row left behind."""
+    from kbctl.store.history import prune_history
+
+    sources = many_sources("s", 200)
+    apply(store, *sources, versionHistory=10)
+    for i in range(5):  # five small changes, each a difference from the first version
+        apply(store, *sources[: 199 - i], versionHistory=10)
+    versions = all_versions(store)
+    assert [layout(store, v)[0] for v in versions] == [None] + [versions[0]] * 5
+    before = {v: stored(store, v) for v in versions}
+    row = store.db.get_kb("fruit")
+    assert row is not None
+    assert prune_history(store.db, row.id, 4) == 2  # the base and the first version after it
+    kept = all_versions(store)
+    assert kept == versions[2:]
+    assert layout(store, kept[0])[0] is None and all(layout(store, v)[0] == kept[0] for v in kept[1:])
+    assert all(stored(store, v) == before[v] == recount(store, v) for v in kept)
+    zero = store.db.connection.execute("SELECT count(*) FROM kb_version_terms WHERE chunks = 0").fetchone()
+    assert zero is not None and zero[0] == 0
+    apply(store, *sources[:190], versionHistory=10)  # the next publish builds on the new base
+    assert stored(store, version_id(store)) == recount(store, version_id(store))
 
 
 def test_ranking_is_bm25(store: KnowledgeBaseStore) -> None:

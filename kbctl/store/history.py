@@ -11,7 +11,7 @@ from pydantic import BaseModel, ConfigDict
 from pydantic.alias_generators import to_camel
 
 from kbctl.errors import NotFoundError, RollbackError, UsageError
-from kbctl.store.bm25 import delete_revision_terms, delete_version_terms
+from kbctl.store.bm25 import delete_revision_terms, delete_version_terms, rebase_terms
 from kbctl.store.database import GC_LOCK_KEY, Database, _store_errors
 from kbctl.store.texts import delete_unused_texts
 
@@ -176,6 +176,7 @@ def prune_history(db: Database, kb_id: int, keep: int) -> int:
         ).fetchall()
         deleted = len(gone)
         if deleted:
+            rebase_terms(conn, [int(r[0]) for r in gone])
             delete_version_terms(conn, [int(r[0]) for r in gone])
             dropped = conn.execute(
                 "DELETE FROM kb_source_revisions r WHERE r.kb_id = %s"

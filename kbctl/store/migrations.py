@@ -420,6 +420,15 @@ MIGRATIONS: list[tuple[int, str, str]] = [
         );
         """,
     ),
+    (
+        23,
+        "a version's BM25 document frequencies as a difference from a base version's: publishing writes what changed",
+        # NULL terms_base: the version's own rows are whole (every version before this migration). term_rows: how many
+        # rows it holds, to tell when a difference has outgrown its base (NULL: counted when first needed).
+        """
+        ALTER TABLE kb_versions ADD COLUMN terms_base bigint, ADD COLUMN term_rows integer;
+        """,
+    ),
 ]
 
 # Serializes migrations of one database across processes (an arbitrary, fixed 64-bit key).
