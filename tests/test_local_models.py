@@ -299,3 +299,26 @@ def test_a_cli_query_imports_no_fastembed(store: KnowledgeBaseStore, database_ur
     assert done.returncode == 0, done.stderr
     assert "LOADED []" in done.stderr
     assert [h["source"] for h in json.loads(done.stdout)["hits"]] == ["retention"]
+
+
+def test_a_query_refused_while_its_model_loads_exits_cleanly(
+    store: KnowledgeBaseStore, database_url: str, tmp_path: Path
+) -> None:
+    """A query that fails after its model began loading in the background (here: --rerank without a reranker) exits
+    with its one-line error and code 1, every time: the process waits for the load instead of aborting mid-build."""
+    manifest = "apiVersion: kbctl.dev/v1alpha1\nkind: KnowledgeBase\nmetadata: {name: invoices}\nspec:\n  sources:\n"
+    manifest += "    - {name: retention, text: 'Invoices are kept for ten years.'}\n"
+    store.apply(parse_manifests(manifest, "kb.yaml"))
+    env = {**os.environ, "KBCTL_DATABASE_URL": database_url, "KBCTL_HOME": str(tmp_path / "home")}
+    for _ in range(6):
+        done = subprocess.run(
+            [sys.executable, "-m", "kbctl", "query", "invoices", "how long", "--rerank"],
+            capture_output=True,
+            text=True,
+            timeout=120,
+            env=env,
+        )
+        assert (done.returncode, done.stderr.strip()) == (
+            1,
+            "Error: KnowledgeBase/invoices (version 1) has no spec.retrieval.rerank",
+        )

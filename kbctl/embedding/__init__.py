@@ -113,4 +113,6 @@ def preload(embedder: Embedder) -> None:
         except Exception:  # raised again, in the caller's thread, by the first embed
             return
 
-    threading.Thread(target=quietly, name="kbctl-model-load", daemon=True).start()
+    # Not a daemon: a process that ends while ONNX Runtime builds the session (a query refused after its model began
+    # loading) waits for it, rather than tearing it down mid-build, which aborts the process.
+    threading.Thread(target=quietly, name="kbctl-model-load", daemon=False).start()
