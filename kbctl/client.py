@@ -107,6 +107,7 @@ class KnowledgeBaseStore:
         self.settings = settings or Settings.from_env(home=home, database_url=database_url)
         self.db = self._open_database()  # migrates the schema, before any pool opens
         self._query_db: Database | None = None
+        self._first_query = True  # the only one that starts loading its model in the background
         self._fetch_policy = fetch_policy
         self._pool: DatabasePool | None = None
         if pool_size is not None:
@@ -209,11 +210,15 @@ class KnowledgeBaseStore:
         return get_embedder(model_id, self.settings)
 
     def _preload_model(self, db: Database, name: str) -> None:
-        """Start loading the model of `name`'s serving version in the background (kbctl.embedding.preload), so a
-        process's first query imports its modules while the model loads. What the query itself reads, in its own
-        snapshot, decides: a version published meanwhile with another model only wastes this load."""
+        """On a store's first query: start loading the model of `name`'s serving version in the background
+        (kbctl.embedding.preload), so the query's modules import while the model loads. Later queries (a server's)
+        skip the lookup; a model they are the first to need loads when they embed. What the query itself reads, in
+        its own snapshot, decides: a version published meanwhile with another model only wastes this load."""
         from kbctl.embedding import preload
 
+        if not self._first_query:
+            return
+        self._first_query = False
         target = db.query_target(name)
         if target is None or target.model is None:
             return
