@@ -322,3 +322,18 @@ def test_a_query_refused_while_its_model_loads_exits_cleanly(
             1,
             "Error: KnowledgeBase/invoices (version 1) has no spec.retrieval.rerank",
         )
+
+
+def test_a_model_folder_inside_the_home_keeps_its_files(tmp_path: Path) -> None:
+    """KBCTL_MODEL_DIR naming the folder kbctl keeps its optimized copy in (where earlier versions copied the model for
+    fastembed): the leftovers of those copies are cleared elsewhere, never the user's own model files here."""
+    packaged = MINILM.packaged()
+    assert packaged is not None
+    custom = tmp_path / "models" / "custom"
+    custom.mkdir(parents=True)
+    shutil.copyfile(packaged[0], custom / "model.onnx")
+    shutil.copyfile(packaged[1], custom / "tokenizer.json")
+    embedder = LocalEmbedder("all-MiniLM-L6-v2", Settings(home=tmp_path, model_dir=custom))
+    assert embedder.embed(["a question"], "query")[0].shape == (384,)
+    assert (custom / "model.onnx").is_file() and (custom / "tokenizer.json").is_file()
+    assert [p.name for p in custom.glob("optimized-*")] != []

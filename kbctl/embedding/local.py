@@ -218,7 +218,8 @@ class LocalEmbedder:
         onnx, tok, cache, verify = files
         if verify:
             _verify(onnx, spec, self._settings.models_dir)
-        _forget_fastembed_copy(cache)
+        if onnx.parent.resolve() != cache.resolve():  # never the model's own folder (KBCTL_MODEL_DIR may name it)
+            _forget_fastembed_copy(cache)
         try:
             return OnnxTextModel(
                 onnx,
