@@ -182,11 +182,6 @@ MAX_OVERFETCH: Final = 4_000
 """Index candidates a vector search reads at most (doubling while too few belong to the version): past it, the
 exact plan is cheaper."""
 
-EMBEDDED_SHARED_BUFFERS: Final = (1 / 8, 128, 2048)
-"""The embedded server's shared_buffers: this share of the machine's memory, within these MB (PostgreSQL's default is
-the floor). A million chunks' HNSW index is ~1 GB; read through 128 MB, each vector a 1% change inserts waited on
-the disk or the OS's page cache."""
-
 INDEX_BUILD_MEMORY: Final = "1GB"
 """maintenance_work_mem of an HNSW index build: the graph of 1M 384-dimensional vectors fits, no spill to disk."""
 

