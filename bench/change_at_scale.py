@@ -1,12 +1,12 @@
-"""What a 1% change costs a large kept store, with the embedded server's shared_buffers at PostgreSQL's default and at
-kbctl's size, alternating in one run.
+"""What a 1% change costs a large kept store with the embedded server at several shared_buffers sizes, alternating in
+one run.
 
-    python bench/change_at_scale.py HOME WORK [--rounds 2] [--changed 0.01]
+    python bench/change_at_scale.py HOME WORK [--sizes 128,2048] [--rounds 2] [--changed 0.01]
 
 HOME is a store kept by `bench/scale.py --layout files --keep HOME`, WORK the folder that run wrote its Markdown files
 and kb.yaml into (scale.py prints neither; it is the newest kbctl-scale-work-* folder of the temporary directory).
-Each round and arm: the embedded server is restarted with the arm's shared_buffers (128 MB, or what kbctl gives this
-machine: kbctl.store.embedded.shared_buffers_mb), --changed of the files get one more sentence, and the real CLI's
+Each round and arm: the embedded server is restarted with the arm's shared_buffers (MB; 128 is PostgreSQL's default,
+the embedded server's), --changed of the files get one more sentence, and the real CLI's
 `apply --wait` is timed from outside, with its peak RSS, through the same loopback stand-in embedder as scale.py.
 Both arms start from empty shared buffers; the OS page cache is whatever the machine keeps.
 """
@@ -27,7 +27,7 @@ from embed_http import KEY, KEY_VAR, server_process  # the stand-in server proce
 from scale import run_cli, sentence
 
 from kbctl.config import Settings
-from kbctl.store.embedded import _pgserver, embedded_url, shared_buffers_mb, stop_server
+from kbctl.store.embedded import _pgserver, embedded_url, stop_server
 
 
 def restart_with(pgdata: Path, megabytes: int) -> None:
@@ -51,6 +51,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("home", type=Path)
     parser.add_argument("work", type=Path)
+    parser.add_argument("--sizes", default="128,2048", help="shared_buffers of each arm, MB")
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--changed", type=float, default=0.01)
     args = parser.parse_args()
@@ -58,7 +59,7 @@ def main() -> None:
     manifest = args.work / "kb.yaml"
     if not files or not manifest.is_file():
         raise SystemExit(f"{args.work} holds no kb.yaml and docs/ of bench/scale.py --layout files")
-    arms = {"128 MB (PostgreSQL's default)": 128, f"{shared_buffers_mb()} MB (kbctl's size here)": shared_buffers_mb()}
+    arms = {f"{int(mb)} MB": int(mb) for mb in args.sizes.split(",")}
     rng = random.Random(11)
     results: dict[str, list[tuple[float, float]]] = {label: [] for label in arms}
     with server_process("none", 0.0) as url:
