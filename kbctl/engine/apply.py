@@ -52,7 +52,7 @@ from kbctl.sources.files import read_paths
 from kbctl.sources.git import read_repository
 from kbctl.sources.url import FetchPolicy, fetch_urls
 from kbctl.store.applied import record_applied_from
-from kbctl.store.database import Database, NewRevision, SourceRow
+from kbctl.store.database import Database, NewRevision, SourceRow, WrittenRevision
 from kbctl.store.history import applying, prune_history
 from kbctl.store.rows import source_state
 from kbctl.store.schedule import set_schedule
@@ -71,15 +71,18 @@ CAUSE_ITEMS = 3  # changes named per kind in a version's change cause (`rollout 
 _T = TypeVar("_T")
 
 
-def source_result(p: SourcePlan, outcome: NewRevision | Fail | None = None) -> SourceStatus:
+Outcome = NewRevision | WrittenRevision | Fail  # what ingesting a source gave (kbctl.engine.ingest)
+
+
+def source_result(p: SourcePlan, outcome: Outcome | None = None) -> SourceStatus:
     """What happened to one source: its plan, and for new content what ingesting it gave."""
     decision = outcome if isinstance(outcome, Fail) else p.decision
     chunks = embedded = truncated = 0
     message = None
     if isinstance(decision, Fail):
         chunks, message = (decision.keep.chunk_count if decision.keep else 0), decision.message
-    elif isinstance(outcome, NewRevision):
-        chunks, embedded, truncated = len(outcome.chunks), outcome.embedded, outcome.truncated
+    elif isinstance(outcome, NewRevision | WrittenRevision):
+        chunks, embedded, truncated = outcome.chunk_count, outcome.embedded, outcome.truncated
     elif isinstance(decision, Reuse):
         chunks = decision.chunk_count
     kept = decision.keep if isinstance(decision, Fail) else None
@@ -87,7 +90,7 @@ def source_result(p: SourcePlan, outcome: NewRevision | Fail | None = None) -> S
         name=p.name,
         state=source_state(read=not isinstance(decision, Fail), serving=kept is not None),
         fetched=p.fetch,
-        ingested=isinstance(outcome, NewRevision),
+        ingested=isinstance(outcome, NewRevision | WrittenRevision),
         chunks=chunks,
         embedded=embedded,
         reused=chunks - embedded,
@@ -97,12 +100,16 @@ def source_result(p: SourcePlan, outcome: NewRevision | Fail | None = None) -> S
 
 
 def _entry(
-    position: int, p: SourcePlan, outcome: NewRevision | Fail | None, result: SourceStatus, access: Access | None
+    position: int, p: SourcePlan, outcome: Outcome | None, result: SourceStatus, access: Access | None
 ) -> SourceRow:
-    """The row a published version keeps for a source: it points at its new revision (by key), at the stored
-    revision it keeps serving, or at nothing, and says who may read it (`access`: the source's, else the spec's)."""
+    """The row a published version keeps for a source: it points at its new revision (by key when the version
+    inserts it, by id when it was written ahead), at the stored revision it keeps serving, or at nothing, and says
+    who may read it (`access`: the source's, else the spec's)."""
     key = outcome.revision_key if isinstance(outcome, NewRevision) else None
-    kept = p.serving.revision_id if key is None and p.serving is not None else None
+    if isinstance(outcome, WrittenRevision):
+        kept: int | None = outcome.revision_id
+    else:
+        kept = p.serving.revision_id if key is None and p.serving is not None else None
     serves = key is not None or kept is not None
     readers, reader_labels = access.columns() if access is not None else (None, None)
     return SourceRow(
@@ -121,7 +128,7 @@ def _entry(
     )
 
 
-def _status(p: SourcePlan, outcome: NewRevision | Fail | None, state: StoredState, now: datetime) -> SourceRow:
+def _status(p: SourcePlan, outcome: Outcome | None, state: StoredState, now: datetime) -> SourceRow:
     """The live status row a source leaves: the plan's, the ingest failure's, or the stored one kept."""
     status = p.status or state.statuses.get(p.name) or SourceRow(source_name=p.name, state="ready", checked_at=now)
     if isinstance(outcome, Fail):  # fetched (or read) fine, but its content could not be ingested
@@ -266,8 +273,8 @@ class _Reconciler:
         version = plan.current_version if action == "unchanged" else plan.next_version
         assert version is not None
         self.reporter.report(ReconcileStarted(name, self.trigger, action, version, plan.waiting))
-        run = IngestRun({}, {}) if plan.unchanged else ingest(db, plan, embedder, self.reporter)
-        outcomes: Mapping[str, NewRevision | Fail] = run.outcomes
+        run = IngestRun({}) if plan.unchanged else ingest(db, plan, embedder, self.reporter, state.row.id)
+        outcomes: Mapping[str, Outcome] = run.outcomes
         results = [source_result(p, outcomes.get(p.name)) for p in plan.sources]
         statuses = [_status(p, outcomes.get(p.name), state, now) for p in plan.sources]
         if plan.unchanged:
@@ -286,9 +293,9 @@ class _Reconciler:
         report_sources(
             self.reporter, name, self.trigger, results, embedder.model_id, finished=(action, version), removed=gone
         )
-        if run.vector_ids:  # content was ingested: new vectors may give the model enough for its index
+        if run.chunks:  # content was ingested: new vectors may give the model enough for its index
             self._index(name, embedder.model_id)
-        new_chunks = sum(len(o.chunks) for o in outcomes.values() if isinstance(o, NewRevision))
+        new_chunks = run.chunks
         if new_chunks >= ANALYZE_AFTER_CHUNKS and new_chunks >= ANALYZE_CHUNK_SHARE * db.estimated_chunks():
             # The planner's estimates of full-text matches in a much larger table. A share of a large one changes
             # them little, and ANALYZE of 900,000 chunks (their tsvectors) took 66 s after a 1% change.

@@ -14,9 +14,22 @@ from kbctl.engine.events import Reporter, WorkProgress
 from kbctl.engine.plan import Fail, Ingest, KnowledgeBasePlan, SourcePlan, text_sha256
 from kbctl.errors import LimitError
 from kbctl.manifest import KnowledgeBase, Limits
-from kbctl.store.database import ChunkRow, Database, NewRevision
+from kbctl.store.database import ChunkRow, Database, NewRevision, WrittenRevision
 
-__all__ = ["EMBED_BATCH", "Chunked", "IngestRun", "TokenCounts", "background_vectors", "chunk_source", "ingest"]
+__all__ = [
+    "EMBED_BATCH",
+    "SLICE_CHARS",
+    "Chunked",
+    "IngestRun",
+    "TokenCounts",
+    "background_vectors",
+    "chunk_source",
+    "ingest",
+]
+
+# The new documents' characters chunked, embedded and written at a time: ~15,000 chunks of ~1,000 characters,
+# ~100 MB of chunks, texts and rows in memory however large the apply (bench/scale.py measures the peak).
+SLICE_CHARS = 16_000_000
 
 
 @dataclass(frozen=True)
@@ -30,11 +43,12 @@ class Chunked:
 @dataclass(frozen=True)
 class IngestRun:
     """What ingesting one plan produced: per source with new content, the revision to publish (its chunks pointing
-    at their cached vectors) or why it failed; and the background questions' vectors, which calibrate the version
+    at their cached vectors), the revision already written for it, or why it failed; how many chunks the new
+    revisions hold; and the background questions' vectors, which calibrate the version
     (kbctl.embedding.background)."""
 
-    outcomes: Mapping[str, NewRevision | Fail]
-    vector_ids: Mapping[bytes, int]
+    outcomes: Mapping[str, NewRevision | WrittenRevision | Fail]
+    chunks: int = 0
     background: Sequence[Vector] = ()
 
 
@@ -109,10 +123,16 @@ def _check(chunked: Chunked, embedder: Embedder, limits: Limits) -> str | None:
 
 
 def _embed_missing(
-    db: Database, embedder: Embedder, missing: Sequence[tuple[bytes, str]], name: str, reporter: Reporter
+    db: Database,
+    embedder: Embedder,
+    missing: Sequence[tuple[bytes, str]],
+    name: str,
+    reporter: Reporter,
+    progress: tuple[int, int] | None = None,
 ) -> dict[bytes, int]:
     """Embed texts call by call and cache each call's vectors as they come (committed, so a failure later loses
     none); while one call's vectors are written, the next call is already embedding on a worker thread.
+    `progress`: the texts embedded before these and the run's total, for the progress events.
 
     The texts go shortest first: a model pads every text of a batch to its longest, so batches of texts of
     about one length waste little (measured in bench/apply.py); vectors are stored by hash, so the order the
@@ -121,7 +141,7 @@ def _embed_missing(
     by_length = sorted(missing, key=lambda item: len(item[1]))
     calls = [by_length[start : start + size] for start in range(0, len(by_length), size)]
     ids: dict[bytes, int] = {}
-    done = 0
+    done, total = progress if progress is not None else (0, len(missing))
     with ThreadPoolExecutor(1, thread_name_prefix="kbctl-embed") as pool:
 
         def submit(call: Sequence[tuple[bytes, str]]) -> Future[list[Vector]]:
@@ -141,49 +161,118 @@ def _embed_missing(
                     pending.cancel()
                 raise
             done += len(call)
-            reporter.report(WorkProgress(name, "embedding", done, len(missing)))
+            reporter.report(WorkProgress(name, "embedding", min(done, total), total))
     return ids
 
 
-def ingest(db: Database, plan: KnowledgeBasePlan, embedder: Embedder, reporter: Reporter) -> IngestRun:
-    """Chunk every source the plan ingests and make sure each chunk's vector is cached.
+@dataclass(frozen=True)
+class _Slice:
+    """Some of a plan's new documents, chunked: those that can be embedded, why the others cannot, and the model
+    tokens of their chunks."""
 
-    Vectors are committed to the cache batch by batch as they are computed, so a failure later on loses
-    no embedding work.
-    """
-    chunked: dict[str, Chunked] = {}
-    outcomes: dict[str, NewRevision | Fail] = {}
-    limits = plan.kb.spec.effective_limits
+    sources: tuple[SourcePlan, ...]
+    chunked: Mapping[str, Chunked]
+    failed: Mapping[str, Fail]
+    sizes: TokenCounts
+
+    def chunks(self) -> dict[bytes, Chunk]:
+        """Each distinct text to embed (by its hash) with a chunk that sends it."""
+        return {h: c for pieces in self.chunked.values() for h, c in zip(pieces.hashes, pieces.chunks, strict=True)}
+
+
+def _slices(plan: KnowledgeBasePlan, limit: int) -> list[tuple[SourcePlan, ...]]:
+    """The plan's new documents in manifest order, cut into runs of at most `limit` characters (a document longer
+    than that is a run of its own)."""
+    runs: list[tuple[SourcePlan, ...]] = []
+    current: list[SourcePlan] = []
+    size = 0
     for p in plan.to_ingest:
-        pieces = chunk_source(p, plan.kb)
-        problem = _check(pieces, embedder, limits)
+        assert isinstance(p.decision, Ingest)
+        length = len(p.decision.document.text)
+        if current and size + length > limit:
+            runs.append(tuple(current))
+            current, size = [], 0
+        current.append(p)
+        size += length
+    if current:
+        runs.append(tuple(current))
+    return runs
+
+
+def _chunk_slice(sources: tuple[SourcePlan, ...], kb: KnowledgeBase, embedder: Embedder) -> _Slice:
+    chunked: dict[str, Chunked] = {}
+    failed: dict[str, Fail] = {}
+    for p in sources:
+        pieces = chunk_source(p, kb)
+        problem = _check(pieces, embedder, kb.spec.effective_limits)
         if problem is not None:
-            outcomes[p.name] = Fail(problem)
+            failed[p.name] = Fail(problem)
         else:
             chunked[p.name] = pieces
-    chunks = {h: c for pieces in chunked.values() for h, c in zip(pieces.hashes, pieces.chunks, strict=True)}
-    ids = db.cached_embeddings(embedder.model_id, list(chunks))
-    missing = [h for h in chunks if h not in ids]
-    window: int | None = getattr(embedder, "window_tokens", None)
-    # Counted once: what the budget below bills, what a model with a window would cut, and what is stored.
-    sizes = TokenCounts.of(embedder, chunked.values())
-    tokens_to_embed = sum(sizes.embedded(chunks[h]) for h in missing)
+    return _Slice(sources, chunked, failed, TokenCounts.of(embedder, chunked.values()))
+
+
+def ingest(db: Database, plan: KnowledgeBasePlan, embedder: Embedder, reporter: Reporter, kb_id: int) -> IngestRun:
+    """Chunk every source the plan ingests and make sure each chunk's vector is cached.
+
+    The new documents go in slices of SLICE_CHARS characters, so that memory holds one slice's chunks, not all:
+    a first pass chunks each slice to count what is missing from the vector cache against
+    spec.limits.maxTokensToEmbed (over it, nothing is embedded); the second chunks each again (a single slice
+    is kept from the first), embeds what the cache lacks, and writes its new revisions to the store, not yet
+    served (kbctl.store.rows.WrittenRevision). The last slice's revisions are published with the version, in
+    its transaction, so an apply of one slice writes everything at once, as before.
+
+    Vectors are committed to the cache batch by batch as they are computed, and earlier slices' revisions as
+    they are written, so a failure later on loses no work: the next apply reuses both.
+    """
+    model, limits = embedder.model_id, plan.kb.spec.effective_limits
+    runs = _slices(plan, SLICE_CHARS)
+    kept: list[_Slice | None] = []
+    counted: set[bytes] = set()
+    tokens_to_embed = 0
+    for sources in runs:
+        piece = _chunk_slice(sources, plan.kb, embedder)
+        chunks = piece.chunks()
+        cached = db.cached_embeddings(model, list(chunks))
+        for h, chunk in chunks.items():
+            if h not in cached and h not in counted:
+                counted.add(h)
+                tokens_to_embed += piece.sizes.embedded(chunk)
+        kept.append(piece if len(runs) == 1 else None)
     if tokens_to_embed > limits.max_tokens_to_embed:
         raise LimitError(
             f"would embed ~{tokens_to_embed} tokens, over spec.limits.maxTokensToEmbed "
             f"({limits.max_tokens_to_embed}); nothing was embedded: raise the limit to apply"
         )
-    ids.update(_embed_missing(db, embedder, [(h, chunks[h].embed_text) for h in missing], plan.name, reporter))
-    fresh, claimed = set(missing), set[bytes]()
-    for p in plan.to_ingest:
-        if p.name not in chunked:
-            continue
-        pieces = chunked[p.name]
-        over = sum(sizes.embedded(c) > window for c in pieces.chunks) if window is not None else 0
-        embedded = len((set(pieces.hashes) & fresh) - claimed)  # a text shared by two counts for the first
-        outcomes[p.name] = _revision(p, pieces, sizes, ids, plan.kb.spec.retrieval.language, embedded, over)
-        claimed |= set(pieces.hashes)
-    return IngestRun(outcomes, ids, background_vectors(db, embedder))
+    total, done, ingested = len(counted), 0, 0
+    del counted
+    outcomes: dict[str, NewRevision | WrittenRevision | Fail] = {}
+    window: int | None = getattr(embedder, "window_tokens", None)
+    for n, sources in enumerate(runs):
+        piece = kept[n] or _chunk_slice(sources, plan.kb, embedder)
+        kept[n] = None
+        chunks = piece.chunks()
+        ids = db.cached_embeddings(model, list(chunks))
+        missing = [h for h in chunks if h not in ids]
+        todo = [(h, chunks[h].embed_text) for h in missing]
+        ids.update(_embed_missing(db, embedder, todo, plan.name, reporter, (done, total)))
+        done += len(missing)
+        fresh, claimed = set(missing), set[bytes]()
+        revisions: list[NewRevision] = []
+        for p in sources:
+            if p.name in piece.failed:
+                outcomes[p.name] = piece.failed[p.name]
+                continue
+            pieces = piece.chunked[p.name]
+            over = sum(piece.sizes.embedded(c) > window for c in pieces.chunks) if window is not None else 0
+            embedded = len((set(pieces.hashes) & fresh) - claimed)  # a text shared by two counts for the first
+            revisions.append(_revision(p, pieces, piece.sizes, ids, plan.kb.spec.retrieval.language, embedded, over))
+            claimed |= set(pieces.hashes)
+        ingested += sum(r.chunk_count for r in revisions)
+        last = n == len(runs) - 1
+        written: Sequence[NewRevision | WrittenRevision] = revisions if last else db.write_revisions(kb_id, revisions)
+        outcomes.update((r.source_name, r) for r in written)
+    return IngestRun(outcomes, ingested, background_vectors(db, embedder))
 
 
 def background_vectors(db: Database, embedder: Embedder) -> list[Vector]:

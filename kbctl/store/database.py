@@ -40,6 +40,7 @@ from kbctl.store.rows import (
     SourceRow,
     SummaryRow,
     VersionRow,
+    WrittenRevision,
 )
 from kbctl.store.search import (
     EF_SEARCH,
@@ -70,6 +71,7 @@ __all__ = [
     "QueryTarget",
     "SourceRow",
     "VersionRow",
+    "WrittenRevision",
     "store_error",
 ]
 
@@ -511,6 +513,25 @@ class Database:
             (kb_id, source_name, revision_key),
         ).fetchone()
         return (row[0], row[1]) if row else None
+
+    @_store_errors
+    def write_revisions(self, kb_id: int, revisions: Sequence[NewRevision]) -> list[WrittenRevision]:
+        """Store new revisions with their chunks in one transaction, ahead of the version that will serve them (no
+        version points at them until one is published; kbctl.engine.ingest writes a large ingest so, a slice at a
+        time)."""
+        with self._conn.transaction():
+            ids = insert_revisions(self._conn, kb_id, revisions)
+        return [
+            WrittenRevision(
+                r.source_name,
+                r.revision_key,
+                ids[(r.source_name, r.revision_key)],
+                r.chunk_count,
+                r.embedded,
+                r.truncated,
+            )
+            for r in revisions
+        ]
 
     @_store_errors
     def stored_revisions(self, kb_id: int) -> dict[tuple[str, str], tuple[int, int]]:

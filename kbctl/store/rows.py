@@ -20,6 +20,7 @@ __all__ = [
     "SourceState",
     "SummaryRow",
     "VersionRow",
+    "WrittenRevision",
     "source_state",
 ]
 
@@ -177,6 +178,24 @@ class NewRevision:
     language: str = LANGUAGE  # text search configuration of the chunks' tsvector
     embedded: int = 0  # texts embedded for it in the run that made it (the rest were in the vector cache)
     truncated: int = 0  # chunks longer than the model reads: their ends reach no vector (reported, not stored)
+
+    @property
+    def chunk_count(self) -> int:
+        return len(self.chunks)
+
+
+@dataclass(frozen=True)
+class WrittenRevision:
+    """A source's new revision already stored, ahead of the version that will serve it (a slice of a large ingest,
+    kbctl.engine.ingest): no version points at it yet, so nothing serves it, and an apply that fails before it
+    publishes leaves it for the next one to reuse by its key."""
+
+    source_name: str
+    revision_key: str
+    revision_id: int
+    chunk_count: int
+    embedded: int = 0
+    truncated: int = 0
 
 
 @dataclass(frozen=True)
