@@ -41,12 +41,8 @@ def apply(env: dict[str, str], slice_chars: int, manifest: Path) -> tuple[float,
     with tempfile.NamedTemporaryFile(prefix="kbctl-memory-", suffix=".out") as log:
         start = time.perf_counter()
         args = [sys.executable, "-c", CHILD, str(slice_chars), "apply", "-f", str(manifest), "--wait"]
-        pid = os.posix_spawn(
-            sys.executable,
-            args,
-            env,
-            file_actions=[(os.POSIX_SPAWN_OPEN, 1, log.name, os.O_WRONLY | os.O_TRUNC, 0o600)],
-        )
+        output = [(os.POSIX_SPAWN_OPEN, 1, log.name, os.O_WRONLY | os.O_TRUNC, 0o600), (os.POSIX_SPAWN_DUP2, 1, 2)]
+        pid = os.posix_spawn(sys.executable, args, env, file_actions=output)
         _, status, usage = os.wait4(pid, 0)
         elapsed = time.perf_counter() - start
         if os.waitstatus_to_exitcode(status) != 0:

@@ -188,7 +188,7 @@ def _slices(plan: KnowledgeBasePlan, limit: int) -> list[tuple[SourcePlan, ...]]
     size = 0
     for p in plan.to_ingest:
         assert isinstance(p.decision, Ingest)
-        length = len(p.decision.document.text)
+        length = p.decision.document.length
         if current and size + length > limit:
             runs.append(tuple(current))
             current, size = [], 0
@@ -307,7 +307,7 @@ def _revision(
         content_sha256=doc.content_sha256,
         origin=doc.origin,
         title=doc.title,
-        char_count=len(doc.text),
+        char_count=doc.length,
         language=language,
         chunks=[
             ChunkRow(c.ordinal, c.text, c.start, c.end, c.heading_path, sizes.text(c), vector_ids[h])

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import hashlib
 import re
-from dataclasses import dataclass
+import zlib
+from dataclasses import dataclass, field
+from functools import partial
 from typing import TYPE_CHECKING
 
 from kbctl.errors import UsageError
@@ -31,25 +33,53 @@ def storable(text: str) -> str:
     return re.sub("[\ud800-\udfff]", "\ufffd", text.replace("\x00", ""))
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, init=False, eq=False)
 class Document:
-    """The extracted text of one source, ready to chunk; its text and title are always storable."""
+    """The extracted text of one source, ready to chunk; its text and title are always storable.
 
-    text: str
+    `compact=True` (a file or a page, which nothing else keeps) holds the text zlib-compressed and inflates it on
+    each use of `text`: a plan keeps every new document until its version is published, and a million chunks of
+    files were ~1 GB of text held as str (generated Markdown compresses ~4x, prose ~3x; level 1 inflates at
+    hundreds of MB/s). An inline text stays as it is: the manifest holds it anyway."""
+
     origin: str
-    title: str | None = None
-    markdown: bool | None = None  # split as markdown (headings) or plain text; None: as the source's format says
+    title: str | None
+    markdown: bool | None  # split as markdown (headings) or plain text; None: as the source's format says
+    content_sha256: str  # sha256 of the extracted text: a source whose text hash is unchanged is not re-chunked
+    length: int  # characters of the text
+    _text: str | None = field(repr=False)
+    _packed: bytes | None = field(repr=False)
 
-    def __post_init__(self) -> None:
+    def __init__(
+        self, text: str, origin: str, title: str | None = None, markdown: bool | None = None, *, compact: bool = False
+    ) -> None:
         # The boundary: a page with a NUL byte or a broken surrogate must not fail the whole publish.
-        object.__setattr__(self, "text", storable(self.text))
-        if self.title is not None:
-            object.__setattr__(self, "title", storable(self.title))
+        text = storable(text)
+        data = text.encode()
+        set_ = partial(object.__setattr__, self)
+        set_("origin", origin)
+        set_("title", storable(title) if title is not None else None)
+        set_("markdown", markdown)
+        set_("content_sha256", hashlib.sha256(data).hexdigest())
+        set_("length", len(text))
+        set_("_text", None if compact else text)
+        set_("_packed", zlib.compress(data, 1) if compact else None)
 
     @property
-    def content_sha256(self) -> str:
-        """sha256 of the extracted text: a source whose text hash is unchanged is not re-chunked."""
-        return hashlib.sha256(self.text.encode()).hexdigest()
+    def text(self) -> str:
+        if self._text is not None:
+            return self._text
+        assert self._packed is not None
+        return zlib.decompress(self._packed).decode()
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, Document):
+            return NotImplemented
+        same = (self.origin, self.title, self.markdown, self.content_sha256)
+        return same == (other.origin, other.title, other.markdown, other.content_sha256)
+
+    def __hash__(self) -> int:
+        return hash((self.origin, self.title, self.markdown, self.content_sha256))
 
 
 def read_inline(source: Source) -> Document:

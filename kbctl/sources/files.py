@@ -200,7 +200,7 @@ def read_file(entry: ListedDocument, source: Source) -> Document:
         text_fields=source.text_fields,
     )
     text, title = within_time(extract, what="the file") if entry.format in EXTRACTED else extract()
-    return Document(text=text, origin=entry.origin, title=title, markdown=entry.format != "text")
+    return Document(text=text, origin=entry.origin, title=title, markdown=entry.format != "text", compact=True)
 
 
 def read_entry(entry: ListedDocument, source: Source) -> Document | SourceError:

@@ -388,7 +388,7 @@ def _to_document(data: bytes, media: str | None, charset: str | None, final_url:
         media = "text/html"
     if media in _DOCUMENT_TYPES:
         text, title = as_markdown(data, _DOCUMENT_TYPES[media], origin=final_url)
-        return Document(text=text, origin=final_url, title=title, markdown=True)
+        return Document(text=text, origin=final_url, title=title, markdown=True, compact=True)
     if media in _HTML_TYPES:
         check_size("html", len(data), what="HTML page", limit=max_html)
         text, title = extract_html(_decode(data, charset, html=True), final_url)
@@ -397,7 +397,7 @@ def _to_document(data: bytes, media: str | None, charset: str | None, final_url:
         title = _markdown_title(text) if media in _MARKDOWN_TYPES else None
     if not text.strip():
         raise SourceError("no text extracted")
-    return Document(text=text, origin=final_url, title=title)
+    return Document(text=text, origin=final_url, title=title, compact=True)
 
 
 MAX_LINKS = 5_000  # of one page, for a crawl
