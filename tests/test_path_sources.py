@@ -251,3 +251,24 @@ def test_outside_a_repository_only_the_manifests_folder_is_read(
     [escaping] = load_manifests([str(manifest)])
     with pytest.raises(SourceError, match="leaves the manifest's folder"):
         list_files(escaping.kb.spec.sources[0], kb)
+
+
+def test_a_file_document_holds_its_text_compressed_and_reads_back_the_same(tmp_path: Path) -> None:
+    """A plan keeps every new document until its version is published: a file's is held compressed, with the same
+    text, hash and length as the text itself would give, and equal to the same text read inline."""
+    from kbctl.sources import Document
+    from kbctl.sources.files import read_file
+
+    text = "# Retention\n\n" + "".join(f"Record {n} is kept for {n % 12 + 1} years.\n" for n in range(2000))
+    kb = tmp_path / "kb"
+    (kb / "docs").mkdir(parents=True)
+    (kb / "docs" / "retention.md").write_text(text)
+    (kb / "kb.yaml").write_text(MANIFEST % ("../kb/docs", ""))
+    [loaded] = load_manifests([str(kb / "kb.yaml")])
+    [entry] = list_files(loaded.kb.spec.sources[0], kb)
+    document = read_file(entry, loaded.kb.spec.sources[0])
+    plain = Document(text=text, origin=document.origin, title=document.title, markdown=document.markdown)
+    assert document.text == text and document.length == len(text) == plain.length
+    assert document.content_sha256 == plain.content_sha256 and document == plain
+    assert document._packed is not None and len(document._packed) < len(text) / 4
+    assert plain._packed is None and plain._text is text
