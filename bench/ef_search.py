@@ -1,13 +1,15 @@
 """The vector index's recall and a vector query's latency at several `ef_search` values, side by side, on a kept store.
 
-    python bench/ef_search.py HOME NAME [--ef 40,64,100] [--rounds 2] [--limit-queries N]
+    python bench/ef_search.py HOME NAME [--ef 40,64,100] [--rounds 2] [--limit-queries N] [--hybrid]
 
 HOME is a store kept by `bench/retrieval.py DIR --keep HOME` or imported with `KBCTL_HOME=HOME kbctl import beir`
 (its eval set in HOME/eval.jsonl), NAME its knowledge base (`beir-bench` for bench/retrieval.py). Each question of
 the eval set is asked in vector mode (topK 10, nothing cut) once with every chunk compared (the exact top 10), then
 through the HNSW index at each `ef_search` value, alternating for `--rounds` rounds: the share of the exact top 10
 found, and p50 / p99 of `store.query(...)`, the question's embedding by the real model included. The version must
-hold more than 5,000 chunks (smaller ones are always searched exactly).
+hold more than 5,000 chunks (smaller ones are always searched exactly). `--hybrid` adds to each round, at the
+default `ef_search`, the same questions in hybrid mode (the defaults' topK, nothing cut) and the question's embedding
+alone (`embed(..., purpose="query")`), so what a query spends besides its embedding shows.
 """
 
 from __future__ import annotations
@@ -29,6 +31,7 @@ from kbctl.query.options import QueryOptions
 from kbctl.store.embedded import stop_server
 
 OPTIONS = QueryOptions(mode="vector", threshold=-1.0, top_k=10, max_tokens=10**9)
+HYBRID = QueryOptions(mode="hybrid", threshold=-1.0, top_k=10, max_tokens=10**9)
 
 
 def main() -> None:
@@ -38,18 +41,35 @@ def main() -> None:
     parser.add_argument("--ef", default="40,64,100", help="ef_search values, comma-separated")
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--limit-queries", type=int, default=None, metavar="N")
+    parser.add_argument("--hybrid", action="store_true", help="also time hybrid mode and the embedding alone")
     args = parser.parse_args()
     settings = Settings.from_env(home=args.home)
     questions = [q.question for q in load_evalset(str(args.home / "eval.jsonl")).queries[: args.limit_queries]]
     try:
         with KnowledgeBaseStore(settings=settings) as store:
-            chunks = sum(s.chunks for s in store.describe(args.name).source_status)
+            detail = store.describe(args.name)
+            chunks = sum(s.chunks for s in detail.source_status)
+            embedder = store.embedder(detail.model)
             with store.db.exact_searches():
                 exact = [{(h.source, h.position) for h in store.query(args.name, q, OPTIONS).hits} for q in questions]
             print(f"{args.name}: {chunks} chunks, {len(questions)} questions, vector mode, top 10")
-            print("| round | ef_search | recall@10 against exact | p50 ms | p99 ms |")
-            print("|---:|---:|---:|---:|---:|")
+            print("| round | what | ef_search | recall@10 against exact | p50 ms | p99 ms |")
+            print("|---:|---|---:|---:|---:|---:|")
+            default_ef = retrieve.EF_SEARCH  # type: ignore[attr-defined]
             for round_ in range(1, args.rounds + 1):
+                if args.hybrid:
+                    retrieve.EF_SEARCH = default_ef  # type: ignore[attr-defined]
+                    for what, ask in (
+                        ("embedding alone", lambda q: embedder.embed([q], purpose="query")),
+                        ("hybrid query", lambda q: store.query(args.name, q, HYBRID)),
+                    ):
+                        times = []
+                        for question in questions:
+                            start = time.perf_counter()
+                            ask(question)
+                            times.append(time.perf_counter() - start)
+                        p50, p99 = percentile(times, 50) * 1000, percentile(times, 99) * 1000
+                        print(f"| {round_} | {what} | {default_ef} | | {p50:.1f} | {p99:.1f} |")
                 for ef in (int(v) for v in args.ef.split(",")):
                     retrieve.EF_SEARCH = ef  # type: ignore[attr-defined]  # what a spec without efSearch gets
                     found, times = 0, []
@@ -60,7 +80,7 @@ def main() -> None:
                         found += len({(h.source, h.position) for h in hits} & best)
                     recall = found / max(1, sum(len(b) for b in exact))
                     p50, p99 = percentile(times, 50) * 1000, percentile(times, 99) * 1000
-                    print(f"| {round_} | {ef} | {recall:.4f} | {p50:.1f} | {p99:.1f} |")
+                    print(f"| {round_} | vector query | {ef} | {recall:.4f} | {p50:.1f} | {p99:.1f} |")
     finally:
         if not settings.database_url:
             stop_server(settings.pgdata)
