@@ -8,10 +8,10 @@ from pathlib import Path
 import pytest
 
 from kbctl.client import KnowledgeBaseStore
-from kbctl.config import Settings
 from kbctl.embedding import get_embedder
 from kbctl.manifest import parse_manifests
 from tests.support.embedserver import EmbeddingServer, serve_embeddings
+from tests.support.loopback_store import configured_store
 
 KEY = "sk-test-7f3a9c0e51d2b8"
 
@@ -52,20 +52,12 @@ def http_store(
     store: KnowledgeBaseStore, server: EmbeddingServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> Iterator[KnowledgeBaseStore]:
     """A store whose configuration has a `loopback` provider and a `small` profile pointing at the server."""
-    config = tmp_path / "config.yaml"
-    config.write_text(
+    config = (
         f"embedding:\n  providers:\n    loopback: {{baseURL: '{server.url}', apiKeyEnv: LOOP_KEY, batchSize: 2}}\n"
         "  profiles:\n    small: {provider: loopback, model: all-MiniLM-L6-v2, dimensions: 128}\n"
     )
-    monkeypatch.setenv("KBCTL_CONFIG", str(config))
-    monkeypatch.setenv("LOOP_KEY", KEY)
-    s = KnowledgeBaseStore(
-        settings=Settings.from_env(home=store.settings.home, database_url=store.settings.database_url)
-    )
-    try:
+    with configured_store(store, config, tmp_path, monkeypatch, {"LOOP_KEY": KEY}) as s:
         yield s
-    finally:
-        s.close()
 
 
 def apply(store: KnowledgeBaseStore, embedding: str):  # type: ignore[no-untyped-def]

@@ -10,12 +10,12 @@ from pathlib import Path
 import pytest
 
 from kbctl.client import KnowledgeBaseStore
-from kbctl.config import Settings
 from kbctl.embedding import get_embedder
 from kbctl.engine import ingest
 from kbctl.engine.events import Event, WorkProgress
 from kbctl.manifest import parse_manifests
 from tests.support.embedserver import EmbeddingServer, serve_embeddings
+from tests.support.loopback_store import configured_store
 from tests.support.manifests import knowledge_base, text_source
 
 TOPICS = [
@@ -127,19 +127,9 @@ def http_store(
     store: KnowledgeBaseStore, server: EmbeddingServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> Iterator[KnowledgeBaseStore]:
     """A store whose `loopback` provider is the server, one text a request."""
-    config = tmp_path / "config.yaml"
-    config.write_text(
-        f"embedding:\n  providers:\n    loopback: {{baseURL: '{server.url}', apiKeyEnv: LOOP_KEY, batchSize: 1}}\n"
-    )
-    monkeypatch.setenv("KBCTL_CONFIG", str(config))
-    monkeypatch.setenv("LOOP_KEY", "loop-key")
-    s = KnowledgeBaseStore(
-        settings=Settings.from_env(home=store.settings.home, database_url=store.settings.database_url)
-    )
-    try:
+    config = f"embedding:\n  providers:\n    loopback: {{baseURL: '{server.url}', apiKeyEnv: LOOP_KEY, batchSize: 1}}\n"
+    with configured_store(store, config, tmp_path, monkeypatch, {"LOOP_KEY": "loop-key"}) as s:
         yield s
-    finally:
-        s.close()
 
 
 def test_a_failed_apply_keeps_the_slices_it_wrote_and_the_next_one_reuses_them(
