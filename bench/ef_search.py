@@ -1,6 +1,6 @@
 """The vector index's recall and a vector query's latency at several `ef_search` values, side by side, on a kept store.
 
-    python bench/ef_search.py HOME NAME [--ef 40,64,100] [--rounds 2] [--limit-queries N] [--hybrid]
+    python bench/ef_search.py HOME NAME [--ef 40,64,100] [--rounds 2] [--limit-queries N] [--hybrid] [--questions F]
 
 HOME is a store kept by `bench/retrieval.py DIR --keep HOME` or imported with `KBCTL_HOME=HOME kbctl import beir`
 (its eval set in HOME/eval.jsonl), NAME its knowledge base (`beir-bench` for bench/retrieval.py). Each question of
@@ -9,7 +9,9 @@ through the HNSW index at each `ef_search` value, alternating for `--rounds` rou
 found, and p50 / p99 of `store.query(...)`, the question's embedding by the real model included. The version must
 hold more than 5,000 chunks (smaller ones are always searched exactly). `--hybrid` adds to each round, at the
 default `ef_search`, the same questions in hybrid mode (the defaults' topK, nothing cut) and the question's embedding
-alone (`embed(..., purpose="query")`), so what a query spends besides its embedding shows.
+alone (`embed(..., purpose="query")`), so what a query spends besides its embedding shows. `--questions F` asks the
+questions of another eval set instead (e.g. another dataset's short questions, where HOME's own are long): recall is
+measured against the exact top 10, so no judgement is needed.
 """
 
 from __future__ import annotations
@@ -26,12 +28,13 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from kbctl.client import KnowledgeBaseStore
 from kbctl.config import Settings
 from kbctl.eval.evalset import load_evalset
+from kbctl.manifest import CONTEXT_TOKENS_MAX
 from kbctl.query import retrieve
 from kbctl.query.options import QueryOptions
 from kbctl.store.embedded import stop_server
 
-OPTIONS = QueryOptions(mode="vector", threshold=-1.0, top_k=10, max_tokens=10**9)
-HYBRID = QueryOptions(mode="hybrid", threshold=-1.0, top_k=10, max_tokens=10**9)
+OPTIONS = QueryOptions(mode="vector", threshold=-1.0, top_k=10, max_tokens=CONTEXT_TOKENS_MAX)
+HYBRID = QueryOptions(mode="hybrid", threshold=-1.0, top_k=10, max_tokens=CONTEXT_TOKENS_MAX)
 
 
 def main() -> None:
@@ -42,9 +45,11 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--limit-queries", type=int, default=None, metavar="N")
     parser.add_argument("--hybrid", action="store_true", help="also time hybrid mode and the embedding alone")
+    parser.add_argument("--questions", type=Path, default=None, help="an eval set whose questions to ask instead")
     args = parser.parse_args()
     settings = Settings.from_env(home=args.home)
-    questions = [q.question for q in load_evalset(str(args.home / "eval.jsonl")).queries[: args.limit_queries]]
+    evalset = args.questions if args.questions is not None else args.home / "eval.jsonl"
+    questions = [q.question for q in load_evalset(str(evalset)).queries[: args.limit_queries]]
     try:
         with KnowledgeBaseStore(settings=settings) as store:
             detail = store.describe(args.name)
@@ -52,7 +57,8 @@ def main() -> None:
             embedder = store.embedder(detail.model)
             with store.db.exact_searches():
                 exact = [{(h.source, h.position) for h in store.query(args.name, q, OPTIONS).hits} for q in questions]
-            print(f"{args.name}: {chunks} chunks, {len(questions)} questions, vector mode, top 10")
+            words = sum(len(q.split()) for q in questions) / max(1, len(questions))
+            print(f"{args.name}: {chunks} chunks, {len(questions)} questions of {words:.1f} words, top 10")
             print("| round | what | ef_search | recall@10 against exact | p50 ms | p99 ms |")
             print("|---:|---|---:|---:|---:|---:|")
             default_ef = retrieve.EF_SEARCH  # type: ignore[attr-defined]

@@ -39,13 +39,13 @@ from kbctl.client import KnowledgeBaseStore
 from kbctl.config import Settings
 from kbctl.embedding.local import calibrated_threshold
 from kbctl.eval.evalset import load_evalset
-from kbctl.manifest import load_manifests
+from kbctl.manifest import CONTEXT_TOKENS_MAX, load_manifests
 from kbctl.query import retrieve
 from kbctl.query.options import QueryOptions
 from kbctl.store.embedded import stop_server
 
 ROOT = Path(__file__).resolve().parent.parent
-BIG = 10**9  # a token budget that cuts nothing
+BIG = CONTEXT_TOKENS_MAX  # a token budget that cuts nothing
 
 
 @dataclass(frozen=True)

@@ -162,9 +162,10 @@ BM25 nDCG@10 by 0.002 (docs/eval.md)."""
 BM25_B: Final = 0.4
 """BM25's length normalization: Anserini's default (see BM25_K1)."""
 
-MATCH_POSTINGS: Final = 5_000
-"""Chunks a keyword search scores at most (~6 µs each): past it, the question's commonest words stop selecting
-chunks. On NFCorpus a budget of 2,000 ranks as 20,000 does (kbctl.store.bm25)."""
+MATCH_POSTINGS: Final = 2_000
+"""Chunks a keyword search scores at most (5-10 µs each, more for long questions): past it, the question's
+commonest words stop selecting chunks. Against 5,000: NFCorpus ranks the same, ArguAna's keyword and hybrid
+document nDCG@10 drop by 0.001 and 0.002, and its keyword stage takes 0.52x (kbctl.store.bm25, bench/README.md)."""
 
 LAST_RESORT_RANKED: Final = 500
 """Chunks holding any word of the question that are scored too when the selected ones are fewer than asked for."""

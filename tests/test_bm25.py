@@ -216,32 +216,37 @@ def test_selected_chunks_are_found_through_the_index_and_the_scan_setting_is_lef
     store: KnowledgeBaseStore, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Words selected within the postings budget find their chunks through the full-text index (no scan is
-    allowed while they are read), with the same ranking as the planner's own choice; afterwards the scan setting
-    is what it was, inside a caller's transaction (on or off) and outside one."""
+    allowed while they are read, and a random page read costs INDEXED_PAGE_COST), with the same ranking as the
+    planner's own choice; afterwards both settings are what they were, inside a caller's transaction (changed or
+    not) and outside one."""
     apply(store, *(text_source(f"s{i}", text) for i, text in enumerate([ZEBRA, *APPLES])))
     version, conn = version_id(store), store.db.connection
     question = "zebra apple pie"
 
-    def setting() -> str:
-        row = conn.execute("SELECT current_setting('enable_seqscan')").fetchone()
+    def setting() -> tuple[str, str]:
+        row = conn.execute("SELECT current_setting('enable_seqscan'), current_setting('random_page_cost')").fetchone()
         assert row is not None
-        return str(row[0])
+        return str(row[0]), str(row[1])
 
-    seen: list[str] = []  # the setting each selecting statement runs under (noted as the statement is built)
+    default = setting()
+    assert default[0] == "on" and default[1] != bm25.INDEXED_PAGE_COST
+    seen: list[tuple[str, str]] = []  # the settings each selecting statement runs under (noted as it is built)
     tsquery = bm25._tsquery
     monkeypatch.setattr(bm25, "_tsquery", lambda lexemes: seen.append(setting()) or tsquery(lexemes))
     through_index = store.db.keyword_search(version, "english", question, [0.0] * 384, 10)
-    assert seen == ["off"] and setting() == "on"
+    assert seen == [("off", bm25.INDEXED_PAGE_COST)] and setting() == default
     with conn.transaction():
         store.db.keyword_search(version, "english", question, [0.0] * 384, 10)
-        assert seen[-1] == "off" and setting() == "on"
+        assert seen[-1] == ("off", bm25.INDEXED_PAGE_COST) and setting() == default
         conn.execute("SET LOCAL enable_seqscan = off")  # as an indexed vector search leaves it in hybrid mode
+        conn.execute("SET LOCAL random_page_cost = 2")
         store.db.keyword_search(version, "english", question, [0.0] * 384, 10)
-        assert setting() == "off"
+        assert seen[-1] == ("off", bm25.INDEXED_PAGE_COST) and setting() == ("off", "2")
+    assert setting() == default
     scored = bm25._scored
     monkeypatch.setattr(bm25, "_scored", lambda *args, by_index=False, **kwargs: scored(*args, **kwargs))
     planned = store.db.keyword_search(version, "english", question, [0.0] * 384, 10)
-    assert seen[-1] == "on"  # the planner's own choice
+    assert seen[-1] == default  # the planner's own choice
     assert [(h.chunk_id, h.keyword_score) for h in planned] == [(h.chunk_id, h.keyword_score) for h in through_index]
     assert len(planned) == 5
 
