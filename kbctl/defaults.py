@@ -208,8 +208,6 @@ ANALYZE_CHUNK_SHARE: Final = 0.1
 """The share of the known chunks that new chunks must also be for ANALYZE_AFTER_CHUNKS to refresh the statistics:
 autovacuum's own share."""
 
-ANALYZE_AFTER_SOURCES: Final = 1_000
-"""Sources of a published version from which PostgreSQL's estimate of the version's size is refreshed."""
 
 LEASE_SECONDS: Final = 600
 """How long a controller's claim of a knowledge base lasts unless released: a crashed controller's claim expires

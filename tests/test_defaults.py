@@ -50,7 +50,7 @@ USED_AS = {
     "kbctl.store.bm25": {"K1": "BM25_K1", "B": "BM25_B", "MATCH_POSTINGS": "MATCH_POSTINGS"},
     "kbctl.embedding.local": {"DEFAULT_THRESHOLD": "DEFAULT_THRESHOLD", "BATCH_SIZE": "LOCAL_BATCH_SIZE"},
     "kbctl.engine.ingest": {"EMBED_BATCH": "EMBED_BATCH"},
-    "kbctl.engine.apply": {n: n for n in ("ANALYZE_AFTER_CHUNKS", "ANALYZE_CHUNK_SHARE", "ANALYZE_AFTER_SOURCES")},
+    "kbctl.engine.apply": {n: n for n in ("ANALYZE_AFTER_CHUNKS", "ANALYZE_CHUNK_SHARE")},
     "kbctl.engine.controller": {n: n for n in ("LEASE_SECONDS", "HEARTBEAT_TTL_SECONDS", "STALL_SECONDS")},
     "kbctl.eval.beir": {"DEFAULT_SPLIT": "BEIR_SPLIT", "RANKING_TOP_K": "RANKING_TOP_K"},
 }

@@ -14,7 +14,7 @@ from dataclasses import replace
 from datetime import UTC, datetime
 from typing import Any, TypeVar
 
-from kbctl.defaults import ANALYZE_AFTER_CHUNKS, ANALYZE_AFTER_SOURCES, ANALYZE_CHUNK_SHARE
+from kbctl.defaults import ANALYZE_AFTER_CHUNKS, ANALYZE_CHUNK_SHARE
 from kbctl.embedding import Embedder
 from kbctl.engine.conditions import PublishedNothing, observe
 from kbctl.engine.eventlog import record, result_events
@@ -300,8 +300,8 @@ class _Reconciler:
             # The planner's estimates of full-text matches in a much larger table. A share of a large one changes
             # them little, and ANALYZE of 900,000 chunks (their tsvectors) took 66 s after a 1% change.
             db.analyze_chunks()
-        if not plan.unchanged and len(plan.sources) >= ANALYZE_AFTER_SOURCES:
-            db.analyze_versions()  # the planner's estimate of the new version's size
+        if not plan.unchanged:
+            db.analyze_versions()  # the planner's estimate of the new version's size (~10 ms at 18,000 rows)
         return KnowledgeBaseResult(name=name, action=action, version=version, sources=results, removed=gone)
 
     def _remote_sources(self, kb: KnowledgeBase, state: StoredState) -> dict[str, ReadOutcome]:
