@@ -44,7 +44,7 @@ from typing import cast
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from embed_http import KEY, KEY_VAR, server_process
+from embed_http import KEY, KEY_VAR, server_process, standin_config
 from scale import KB, SECTIONS_PER_SOURCE, manifest, pct, questions, run_cli, source_text, vector_recall
 
 from kbctl import KnowledgeBaseStore, Reader
@@ -167,11 +167,7 @@ def main() -> None:
     home.mkdir(parents=True, exist_ok=True)
     work = Path(tempfile.mkdtemp(prefix="kbctl-access-work-"))
     with server_process("none", 0.0) as url:
-        config = work / "config.yaml"
-        config.write_text(
-            f"embedding:\n  providers:\n    standin:\n      baseURL: {url}\n      apiKeyEnv: {KEY_VAR}\n"
-            "      batchSize: 64\n      maxConcurrency: 4\n      timeout: 300\n"
-        )
+        config = standin_config(work / "config.yaml", url)
         os.environ.update({"KBCTL_HOME": str(home), "KBCTL_CONFIG": str(config), KEY_VAR: KEY})
         os.environ.setdefault("KBCTL_MAX_MANIFEST_MIB", "512")
         os.environ.pop("KBCTL_DATABASE_URL", None)

@@ -23,7 +23,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from embed_http import KEY, KEY_VAR, server_process  # the stand-in server process, shared with that benchmark
+from embed_http import KEY, KEY_VAR, server_process, standin_config  # the stand-in server, shared
 from scale import run_cli, sentence
 
 from kbctl.config import Settings
@@ -63,12 +63,7 @@ def main() -> None:
     rng = random.Random(11)
     results: dict[str, list[tuple[float, float]]] = {label: [] for label in arms}
     with server_process("none", 0.0) as url:
-        config = Path(tempfile.mkdtemp(prefix="kbctl-change-")) / "config.yaml"
-        config.write_text(
-            "embedding:\n  providers:\n    standin:\n"
-            f"      baseURL: {url}\n      apiKeyEnv: {KEY_VAR}\n      batchSize: 64\n      maxConcurrency: 4\n"
-            "      timeout: 300\n"
-        )
+        config = standin_config(Path(tempfile.mkdtemp(prefix="kbctl-change-")) / "config.yaml", url)
         env = {**os.environ, "KBCTL_HOME": str(args.home), "KBCTL_CONFIG": str(config), KEY_VAR: KEY}
         env.pop("KBCTL_DATABASE_URL", None)
         pgdata = Settings(home=args.home).pgdata

@@ -93,6 +93,17 @@ def server_process(mode: str, latency: float) -> Iterator[str]:
         proc.wait(timeout=30)
 
 
+def standin_config(path: Path, url: str) -> Path:
+    """Write a kbctl config at `path` whose provider `standin` is the stand-in server at `url` (its key in KEY_VAR),
+    as the scale benchmarks use it; returns `path`."""
+    path.write_text(
+        "embedding:\n  providers:\n    standin:\n"
+        f"      baseURL: {url}\n      apiKeyEnv: {KEY_VAR}\n      batchSize: 64\n      maxConcurrency: 4\n"
+        "      timeout: 300\n"
+    )
+    return path
+
+
 def stats(url: str) -> dict[str, int]:
     """The server's request count and in-flight maximum since the last call (which clears both)."""
     response = httpx.get(url.removesuffix("/v1") + "/_stats?clear=1", timeout=10)

@@ -24,7 +24,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from embed_http import KEY, KEY_VAR, server_process  # the stand-in server process, shared with that benchmark
+from embed_http import KEY, KEY_VAR, server_process, standin_config  # the stand-in server, shared
 from scale import SECTIONS_PER_SOURCE, source_text, write_files
 
 from kbctl.store.embedded import stop_server
@@ -71,12 +71,7 @@ def main() -> None:
     figures: dict[int, list[tuple[float, float]]] = {arm: [] for arm in arms}
     try:
         with server_process("none", 0.0) as url:
-            config = work / "config.yaml"
-            config.write_text(
-                "embedding:\n  providers:\n    standin:\n"
-                f"      baseURL: {url}\n      apiKeyEnv: {KEY_VAR}\n      batchSize: 64\n      maxConcurrency: 4\n"
-                "      timeout: 300\n"
-            )
+            config = standin_config(work / "config.yaml", url)
             for round_ in range(1, args.rounds + 1):
                 for arm in arms:
                     home = work / f"home-{arm}-{round_}"

@@ -23,7 +23,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from embed_http import KEY, KEY_VAR, server_process  # bench/embed_http.py: the stand-in server process
+from embed_http import KEY, KEY_VAR, server_process, standin_config  # bench/embed_http.py: the stand-in server process
 from retrieval import percentile  # bench/retrieval.py
 from scale import KB, SECTIONS_PER_SOURCE, manifest, questions, sentence, source_text  # bench/scale.py
 
@@ -62,11 +62,7 @@ def main() -> None:
     sources = max(1, round(args.chunks / (SECTIONS_PER_SOURCE + 1)))
     home = Path(tempfile.mkdtemp(prefix="kbctl-fresh-"))
     with server_process("none", 0.0) as url:
-        config = home / "config.yaml"
-        config.write_text(
-            "embedding:\n  providers:\n    standin:\n"
-            f"      baseURL: {url}\n      apiKeyEnv: {KEY_VAR}\n      batchSize: 64\n      maxConcurrency: 4\n"
-        )
+        config = standin_config(home / "config.yaml", url)
         os.environ.update({"KBCTL_HOME": str(home / "store"), "KBCTL_CONFIG": str(config), KEY_VAR: KEY})
         os.environ.pop("KBCTL_DATABASE_URL", None)
         settings = Settings.from_env()

@@ -36,7 +36,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from embed_http import KEY, KEY_VAR, server_process  # the stand-in server process, shared with that benchmark
+from embed_http import KEY, KEY_VAR, server_process, standin_config  # the stand-in server, shared
 
 from kbctl.client import KnowledgeBaseStore
 from kbctl.config import Settings
@@ -190,12 +190,7 @@ def main() -> None:
     home.mkdir(parents=True, exist_ok=True)
     work = Path(tempfile.mkdtemp(prefix="kbctl-scale-work-"))
     with server_process("none", args.latency) as url:
-        config = work / "config.yaml"
-        config.write_text(
-            "embedding:\n  providers:\n    standin:\n"
-            f"      baseURL: {url}\n      apiKeyEnv: {KEY_VAR}\n      batchSize: 64\n      maxConcurrency: 4\n"
-            "      timeout: 300\n"
-        )
+        config = standin_config(work / "config.yaml", url)
         env = {**os.environ, "KBCTL_HOME": str(home), "KBCTL_CONFIG": str(config), KEY_VAR: KEY}
         env.pop("KBCTL_DATABASE_URL", None)
         os.environ.update({"KBCTL_HOME": str(home), "KBCTL_CONFIG": str(config), KEY_VAR: KEY})

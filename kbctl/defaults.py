@@ -208,7 +208,6 @@ ANALYZE_CHUNK_SHARE: Final = 0.1
 """The share of the known chunks that new chunks must also be for ANALYZE_AFTER_CHUNKS to refresh the statistics:
 autovacuum's own share."""
 
-
 LEASE_SECONDS: Final = 600
 """How long a controller's claim of a knowledge base lasts unless released: a crashed controller's claim expires
 with it (one that lost its connection releases its claims as soon as it reconnects)."""

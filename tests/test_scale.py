@@ -356,7 +356,7 @@ def test_every_new_version_is_analyzed(store: KnowledgeBaseStore) -> None:
     after = last_analyze(store, "kb_version_sources")
     assert after is not None and after != first
     version = store.db.connection.execute("SELECT max(id) FROM kb_versions").fetchone()
-    assert version is not None and estimated_rows(store, version[0]) >= 20  # 40 (unanalyzed: a guess of a few rows)
+    assert version is not None and estimated_rows(store, version[0]) >= 20  # 40 (unanalyzed, the planner guessed 1)
     store.apply(parse_manifests(manifest, "kb.yaml"))
     assert last_analyze(store, "kb_version_sources") == after
 
