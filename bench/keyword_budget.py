@@ -66,7 +66,7 @@ def main() -> None:
                         start = time.perf_counter()
                         result = store.query(args.name, question, HYBRID)
                         totals[budget, cost].append(time.perf_counter() - start)
-                        stages = [(s.end_ns - s.start_ns) / 1e6 for s in result._timings if s.stage == "keyword"]
+                        stages = [(s.end_ns - s.start_ns) / 1e6 for s in result.timings if s.stage == "keyword"]
                         keyword[budget, cost] += stages
             print(f"{args.name}: {len(questions)} questions of {words:.1f} words, hybrid, {args.rounds} rounds")
             print("| postings budget | page cost | hybrid p50 ms | hybrid p99 ms | keyword stage p50 ms |")
