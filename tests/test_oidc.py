@@ -215,6 +215,38 @@ def test_a_token_without_exp_is_refused(verifier: OidcVerifier, rsa_key: rsa.RSA
     refused(verifier, sign(rsa_key, exp=None), "no 'exp' claim")
 
 
+@pytest.mark.parametrize(
+    ("claim", "value", "reason"),
+    [
+        ("exp", "1893456000", "'exp' claim must be a number"),  # a string, however numeric: RFC 7519 NumericDate
+        ("exp", "2e9", "'exp' claim must be a number|must be an integer"),
+        ("exp", True, "'exp' claim must be a number|expired"),  # a bool is no number, whatever Python says
+        ("exp", [1893456000], "'exp' claim must be a number|must be an integer"),
+        ("exp", {"n": 1893456000}, "'exp' claim must be a number|must be an integer"),
+        ("exp", float("nan"), "'exp' claim must be a number|must be an integer"),
+        ("exp", float("inf"), "'exp' claim must be a number|must be an integer"),
+        ("nbf", "0", "'nbf' claim must be a number"),
+        ("nbf", False, "'nbf' claim must be a number"),
+        ("nbf", True, "'nbf' claim must be a number"),
+        ("iat", "0", "'iat' claim must be a number"),
+        ("iat", False, "'iat' claim must be a number"),
+        ("iat", None, None),  # an absent iat or nbf is fine (None drops the claim)
+        ("nbf", None, None),
+        ("exp", 1893456000.5, None),  # a NumericDate may have a fraction
+    ],
+)
+def test_time_claims_must_be_json_numbers(
+    verifier: OidcVerifier, rsa_key: rsa.RSAPrivateKey, claim: str, value: object, reason: str | None
+) -> None:
+    """exp, nbf and iat are JSON numbers (RFC 7519 NumericDate): a string, bool or other shape refuses the token,
+    even one signed by the real key whose string would read as a date in the future."""
+    token = sign(rsa_key, **{claim: value})
+    if reason is None:
+        assert verifier.verify(token).groups == {"hr", "staff"}
+    else:
+        refused(verifier, token, reason)
+
+
 def test_a_token_of_another_issuer_is_refused(verifier: OidcVerifier, rsa_key: rsa.RSAPrivateKey) -> None:
     refused(verifier, sign(rsa_key, iss="https://evil.example"), "not issued by https://idp.example")
     refused(verifier, sign(rsa_key, iss=None), "no 'iss' claim")

@@ -3,9 +3,10 @@
 A JWT is accepted when it is signed by one of the issuer's keys with an algorithm of `serve.oidc.algorithms`
 (asymmetric only: never `none`, never an HMAC whose secret could be the public key itself), when its issuer and
 (if configured) audience match, and when it has not expired (`exp` is required; `leeway` seconds of clock skew
-allowed on `exp` and `nbf`). Its `groupsClaim` must be a list of strings (absent: no groups), and each of its
-`labelClaims` a string or a list of strings: a claim in any other shape refuses the token, rather than reading
-it as a caller without groups. Every refusal is an AuthError with a short reason that never quotes the token.
+allowed on `exp` and `nbf`; `exp`, `nbf` and `iat` must be JSON numbers when present, never strings or bools).
+Its `groupsClaim` must be a list of strings (absent: no groups), and each of its `labelClaims` a string or a list
+of strings: a claim in any other shape refuses the token, rather than reading it as a caller without groups.
+Every refusal is an AuthError with a short reason that never quotes the token.
 
 The keys come from a JWKS file, read once at start, or a JWKS URL, fetched over https when first needed and kept
 `cacheSeconds`. A token whose key id (`kid`) is not among them makes the keys be fetched again (the identity
@@ -21,6 +22,7 @@ from __future__ import annotations
 import base64
 import binascii
 import json
+import math
 import os
 import re
 import stat
@@ -57,6 +59,7 @@ REFETCH_SECONDS: Final = 30.0  # at least this long between two fetches for an u
 _SEGMENT = r"[A-Za-z0-9_-]+"
 _JWT = re.compile(rf"{_SEGMENT}\.{_SEGMENT}\.[A-Za-z0-9_-]*")  # the signature of an unsigned JWT is empty
 _REASON_CHARS = 200
+_TIME_CLAIMS: Final = ("exp", "nbf", "iat")  # the NumericDate claims pyjwt reads (checked when present)
 
 
 def looks_like_jwt(value: str) -> bool:
@@ -130,6 +133,14 @@ def _usable(raw: object, algorithm: str) -> Iterator[tuple[str | None, jwt.PyJWK
         return
     kid = raw.get("kid")
     yield (kid if isinstance(kid, str) else None), key
+
+
+def _numeric_date(value: object) -> bool:
+    """Whether a claim is a JSON number, as RFC 7519 requires of a NumericDate: pyjwt reads one with int(), which
+    takes "1893456000" and True alike; neither is a number here."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return False
+    return math.isfinite(value)
 
 
 def _strings(value: object) -> bool:
@@ -241,6 +252,9 @@ class OidcVerifier:
             raise AuthError(f"the token has no {exc.claim!r} claim") from None
         except jwt.PyJWTError as exc:
             raise AuthError(f"the token is not valid: {str(exc)[:_REASON_CHARS]}") from None
+        for name in _TIME_CLAIMS:
+            if name in claims and not _numeric_date(claims[name]):
+                raise AuthError(f"the token's {name!r} claim must be a number (RFC 7519 NumericDate)")
         return claims
 
     def _reader(self, claims: Mapping[str, Any]) -> Reader:
