@@ -13,6 +13,14 @@ A manifest is hostile input, and its URL and ref reach the git program: both are
 manifest's own checks: nothing starting with '-', no `transport::` form), passed after `--`, and git may use
 only the protocols of the allow-list (`GIT_ALLOW_PROTOCOL`: https and ssh; file with KBCTL_ALLOW_LOCAL_GIT=1),
 without following HTTP redirects (which could lead past the network guard).
+
+A repository is hostile input too, and what git writes into the cache is bounded: a fetch may add at most
+MAX_FETCH_BYTES to the cache (watched while git runs, which is stopped past it), and the tree of the commit
+fetched is read (`git ls-tree -r -l`, streamed) before anything is checked out: more than MAX_REPOSITORY_FILES
+files, or files of more than MAX_REPOSITORY_BYTES in all, refuse the repository, so a blob that compresses to
+nothing in the pack is refused by its real size. A refused repository is removed from the cache. The checkout
+writes blobs as they are: `$GIT_DIR/info/attributes` (which outranks the repository's own `.gitattributes`)
+turns off filters (a Git LFS smudge would download past the network guard), end-of-line and encoding conversion.
 """
 
 from __future__ import annotations
@@ -22,9 +30,12 @@ import fcntl
 import hashlib
 import os
 import re
+import shutil
+import signal
 import subprocess
-from collections.abc import Iterator
-from contextlib import contextmanager
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager, suppress
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Final
@@ -33,13 +44,37 @@ from kbctl.errors import SourceError
 from kbctl.manifest import Source, check_git_ref, check_git_url, git_url_host
 from kbctl.sources import Document
 from kbctl.sources._guard import Guard
+from kbctl.sources.bounds import MiB
 from kbctl.sources.files import ListedDocument, NotModified, ReadOutcome, list_files, read_entry
 from kbctl.userconfig import redact
 
-__all__ = ["ALLOW_LOCAL_ENV", "GIT_TIMEOUT", "Checkout", "fetch_repository", "read_repository"]
+__all__ = [
+    "ALLOW_LOCAL_ENV",
+    "GIT_TIMEOUT",
+    "MAX_FETCH_BYTES",
+    "MAX_REPOSITORY_BYTES",
+    "MAX_REPOSITORY_FILES",
+    "Checkout",
+    "fetch_repository",
+    "read_repository",
+]
 
 ALLOW_LOCAL_ENV: Final = "KBCTL_ALLOW_LOCAL_GIT"
 GIT_TIMEOUT: Final = 300.0  # seconds one git command may take
+# What one repository may put in kbctl's cache. A source lists at most 10,000 files of at most 32 MiB each
+# (kbctl.sources.files), but it may read one folder of a larger repository, and the whole commit is checked out:
+# these bounds leave room for a documentation repository with its images, and none for one made to fill a disk.
+MAX_REPOSITORY_FILES: Final = 50_000  # files (blobs, symlinks) in the tree of the commit checked out
+MAX_REPOSITORY_BYTES: Final = 256 * MiB  # their sizes in all: what the checkout writes
+MAX_FETCH_BYTES: Final = 256 * MiB  # what one fetch may add to the repository's .git (packs arrive compressed)
+WATCH_SECONDS: Final = 0.2  # how often a fetch's growth is measured
+# Blobs are checked out as stored: no filter (an LFS smudge fetches from a server of the repository's choosing),
+# no end-of-line or working-tree-encoding conversion (which would make files larger than the sizes checked).
+_ATTRIBUTES: Final = "* -filter -text -ident -working-tree-encoding\n"
+
+
+class _Refused(SourceError):
+    """A repository over a bound: it is removed from the cache."""
 
 
 @dataclass(frozen=True)
@@ -82,7 +117,8 @@ def _check_host(url: str, ref: str | None, guard: Guard) -> None:
             raise SourceError(refusal)
 
 
-def _git(folder: Path, *args: str) -> str:
+def _command(folder: Path) -> tuple[list[str], dict[str, str]]:
+    """The git command line (before its subcommand) and environment every git run uses."""
     env = {
         **os.environ,
         "GIT_TERMINAL_PROMPT": "0",  # never wait for a password on a terminal
@@ -96,18 +132,115 @@ def _git(folder: Path, *args: str) -> str:
     command += ["-c", "http.followRedirects=false", "-c", "submodule.recurse=false"]
     if not _local_allowed():
         command += ["-c", "protocol.file.allow=never"]
-    try:
-        done = subprocess.run(
-            [*command, *args], env=env, capture_output=True, text=True, timeout=GIT_TIMEOUT, check=False
+    return command, env
+
+
+def _start(folder: Path, args: tuple[str, ...]) -> subprocess.Popen[bytes]:
+    command, env = _command(folder)
+    try:  # a session of its own, so that stopping git stops what it started (index-pack, a local upload-pack)
+        return subprocess.Popen(
+            [*command, *args], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True
         )
     except FileNotFoundError:
         raise SourceError("git sources need the git program, which is not installed") from None
-    except subprocess.TimeoutExpired:
-        raise SourceError(f"git {args[0]} took longer than {GIT_TIMEOUT:g} s") from None
-    if done.returncode != 0:
-        lines = [line for line in done.stderr.strip().splitlines() if line.strip()]
-        raise SourceError(f"git {args[0]} failed: {redact(lines[-1] if lines else f'exit code {done.returncode}')}")
-    return done.stdout.strip()
+
+
+def _stop(process: subprocess.Popen[bytes]) -> None:
+    with suppress(ProcessLookupError):
+        os.killpg(process.pid, signal.SIGKILL)
+    process.communicate()
+
+
+def _git(folder: Path, *args: str, watch: Callable[[], str | None] | None = None) -> str:
+    """git's output; SourceError when it fails or takes longer than GIT_TIMEOUT, _Refused when `watch` (asked every
+    WATCH_SECONDS while git runs) gives a reason to stop it."""
+    deadline = time.monotonic() + GIT_TIMEOUT
+    with _start(folder, args) as process:
+        while True:
+            remaining = deadline - time.monotonic()
+            try:
+                stdout, stderr = process.communicate(timeout=min(remaining, WATCH_SECONDS) if watch else remaining)
+                break
+            except subprocess.TimeoutExpired:
+                if time.monotonic() >= deadline:
+                    _stop(process)
+                    raise SourceError(f"git {args[0]} took longer than {GIT_TIMEOUT:g} s") from None
+                reason = watch() if watch is not None else None
+                if reason is not None:
+                    _stop(process)
+                    raise _Refused(reason) from None
+    if process.returncode != 0:
+        text = stderr.decode(errors="replace")
+        lines = [line for line in text.strip().splitlines() if line.strip()]
+        raise SourceError(f"git {args[0]} failed: {redact(lines[-1] if lines else f'exit code {process.returncode}')}")
+    return stdout.decode(errors="replace").strip()
+
+
+def _bytes_in(folder: Path) -> int:
+    """The bytes of the files under `folder` (those git is writing included)."""
+    total = 0
+    for root, _, files in os.walk(folder):
+        for name in files:
+            try:
+                total += os.lstat(os.path.join(root, name)).st_size
+            except OSError:
+                continue  # gone between listing and measuring (git renames its temporary packs)
+    return total
+
+
+def _fetch_watch(git_dir: Path) -> Callable[[], str | None]:
+    """A watch refusing a fetch once it has added more than MAX_FETCH_BYTES to `git_dir`."""
+    before = _bytes_in(git_dir)
+
+    def over() -> str | None:
+        added = _bytes_in(git_dir) - before
+        if added <= MAX_FETCH_BYTES:
+            return None
+        return f"the fetch wrote more than {_mib(added)}, over the {MAX_FETCH_BYTES // MiB} MiB limit of one fetch"
+
+    return over
+
+
+def _mib(size: int) -> str:
+    return f"{size / MiB:.1f} MiB"
+
+
+def _check_tree(folder: Path, commit: str) -> None:
+    """Refuse the commit's tree when it holds more than MAX_REPOSITORY_FILES files or more than MAX_REPOSITORY_BYTES
+    (read from the objects, streamed, before anything is checked out)."""
+    deadline = time.monotonic() + GIT_TIMEOUT
+    files = size = 0
+    pending = b""
+    with _start(folder, ("ls-tree", "-r", "-l", "-z", "--full-tree", commit)) as process:
+        assert process.stdout is not None
+        try:
+            while chunk := os.read(process.stdout.fileno(), 64 * 1024):
+                *records, pending = (pending + chunk).split(b"\0")
+                for record in records:
+                    meta = record.split(b"\t", 1)[0].split()
+                    if len(meta) == 4 and meta[1] == b"blob":
+                        files += 1
+                        size += int(meta[3])
+                    elif len(meta) == 4 and meta[1] == b"commit":
+                        files += 1  # a submodule: an empty folder
+                if files > MAX_REPOSITORY_FILES:
+                    raise _Refused(f"commit {commit[:12]} has more than {MAX_REPOSITORY_FILES} files")
+                if size > MAX_REPOSITORY_BYTES:
+                    raise _Refused(
+                        f"commit {commit[:12]} holds files of {_mib(size)}, over the"
+                        f" {MAX_REPOSITORY_BYTES // MiB} MiB limit of a repository's checkout"
+                    )
+                if time.monotonic() >= deadline:
+                    raise SourceError(f"git ls-tree took longer than {GIT_TIMEOUT:g} s")
+        except (SourceError, ValueError) as exc:
+            _stop(process)
+            if isinstance(exc, ValueError):
+                raise SourceError(f"git ls-tree gave a line kbctl cannot read: {exc}") from None
+            raise
+        _, stderr = process.communicate()
+    if process.returncode != 0:
+        lines = stderr.decode(errors="replace").strip().splitlines()
+        raise SourceError(f"git ls-tree failed: {redact(lines[-1] if lines else f'exit code {process.returncode}')}")
 
 
 @contextmanager
@@ -127,17 +260,33 @@ def fetch_repository(url: str, ref: str | None, cache: Path, guard: Guard) -> Ch
     _check_host(url, ref, guard)
     folder = cache / hashlib.sha256(url.encode()).hexdigest()[:24]
     with _locked(folder):
-        if not (folder / ".git").is_dir():
-            folder.mkdir(parents=True, exist_ok=True)
-            _git(folder, "init", "--quiet")
-        fetch = ("fetch", "--quiet", "--depth", "1", "--no-tags", "--no-recurse-submodules")
-        _git(folder, *fetch, "--", url, ref or "HEAD")
-        commit = _git(folder, "rev-parse", "--verify", "--end-of-options", "FETCH_HEAD^{commit}")
-        if not re.fullmatch(r"[0-9a-f]{40}|[0-9a-f]{64}", commit):
-            raise SourceError(f"git rev-parse gave {commit[:80]!r}, not a commit id")
-        _git(folder, "checkout", "--quiet", "--force", "--detach", commit)
-        _git(folder, "clean", "--quiet", "-ffdx")
+        try:
+            commit = _fetch(folder, url, ref)
+        except _Refused as exc:
+            shutil.rmtree(folder, ignore_errors=True)  # nothing large stays behind; the next fetch starts afresh
+            raise SourceError(f"refused git repository {redact(url)!r}: {exc}") from None
     return Checkout(url=url, commit=commit, folder=folder)
+
+
+def _fetch(folder: Path, url: str, ref: str | None) -> str:
+    """Fetch and check out (the caller holds the folder's lock) within the bounds; the commit checked out."""
+    if not (folder / ".git").is_dir():
+        folder.mkdir(parents=True, exist_ok=True)
+        _git(folder, "init", "--quiet")
+    (folder / ".git" / "info").mkdir(exist_ok=True)
+    (folder / ".git" / "info" / "attributes").write_text(_ATTRIBUTES)
+    fetch = ("fetch", "--quiet", "--depth", "1", "--no-tags", "--no-recurse-submodules")
+    watch = _fetch_watch(folder / ".git")
+    _git(folder, *fetch, "--", url, ref or "HEAD", watch=watch)
+    if (reason := watch()) is not None:  # a fetch quicker than one look
+        raise _Refused(reason)
+    commit = _git(folder, "rev-parse", "--verify", "--end-of-options", "FETCH_HEAD^{commit}")
+    if not re.fullmatch(r"[0-9a-f]{40}|[0-9a-f]{64}", commit):
+        raise SourceError(f"git rev-parse gave {commit[:80]!r}, not a commit id")
+    _check_tree(folder, commit)
+    _git(folder, "checkout", "--quiet", "--force", "--detach", commit)
+    _git(folder, "clean", "--quiet", "-ffdx")
+    return commit
 
 
 def read_repository(source: Source, cache: Path, guard: Guard) -> tuple[str, ReadOutcome]:

@@ -1,0 +1,125 @@
+"""Small hostile-input fixes, each pinned against the real thing: a git repository larger than kbctl checks out is
+refused before it is materialized and leaves nothing large in the cache."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from kbctl.cli import app
+from kbctl.client import KnowledgeBaseStore
+from kbctl.errors import SourceError
+from kbctl.sources import git as git_sources
+from kbctl.sources._guard import Guard
+from kbctl.sources.git import ALLOW_LOCAL_ENV, fetch_repository
+from tests.support.manifests import knowledge_base, text_source
+
+pytestmark = pytest.mark.reliability
+
+MiB = 1024 * 1024
+
+
+def git(repo: Path, *args: str) -> str:
+    return subprocess.run(["git", "-C", str(repo), *args], capture_output=True, text=True, check=True).stdout.strip()
+
+
+def make_repo(folder: Path, files: dict[str, bytes]) -> Path:
+    """A repository of one commit holding `files` (path: content), beside a manifest folder `kb`."""
+    (folder / "kb").mkdir(parents=True)
+    git(folder, "init", "--quiet", "--initial-branch", "main")
+    git(folder, "config", "user.email", "kb@example.com")
+    git(folder, "config", "user.name", "kb")
+    (folder / "kb" / "hours.yaml").write_text(knowledge_base("hours", text_source("open", "The office opens at 9.")))
+    for name, content in files.items():
+        (folder / name).parent.mkdir(parents=True, exist_ok=True)
+        (folder / name).write_bytes(content)
+    git(folder, "add", "-A")
+    git(folder, "commit", "--quiet", "-m", "hostile")
+    return folder
+
+
+def disk_bytes(folder: Path) -> int:
+    return sum(p.stat().st_size for p in folder.rglob("*") if p.is_file() and not p.is_symlink())
+
+
+@pytest.fixture
+def local_git(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv(ALLOW_LOCAL_ENV, "1")
+
+
+def test_a_blob_that_expands_past_the_checkout_bound_is_refused_before_checkout(
+    tmp_path: Path, local_git: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A 24 MiB blob of zeros travels as a few KiB of pack; its size is read from the tree before checkout, and the
+    refused repository is removed from the cache."""
+    monkeypatch.setattr(git_sources, "MAX_REPOSITORY_BYTES", 8 * MiB)
+    repo = make_repo(tmp_path / "bomb", {"assets/zeros.bin": bytes(24 * MiB)})
+    cache = tmp_path / "cache"
+    with pytest.raises(SourceError, match=r"files of 24\.0 MiB, over the 8 MiB limit of a repository's checkout"):
+        fetch_repository(str(repo), "main", cache, Guard())
+    assert disk_bytes(cache) < 64 * 1024, "a refused repository left its objects or files in the cache"
+
+
+def test_a_repository_of_too_many_files_is_refused_before_checkout(
+    tmp_path: Path, local_git: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The files of the whole tree are counted, not just those a source lists (its own limit is MAX_FILES)."""
+    monkeypatch.setattr(git_sources, "MAX_REPOSITORY_FILES", 500)
+    repo = make_repo(tmp_path / "many", {f"noise/{n // 100}/{n}.txt": b"x" for n in range(600)})
+    cache = tmp_path / "cache"
+    with pytest.raises(SourceError, match="more than 500 files"):
+        fetch_repository(str(repo), "main", cache, Guard())
+    assert not any(cache.rglob("*.txt")) and disk_bytes(cache) < 64 * 1024
+
+
+def test_a_fetch_that_writes_more_than_its_bound_is_stopped_and_cleaned(
+    tmp_path: Path, local_git: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Incompressible bytes: what the fetch itself writes into the cache is bounded, whatever the tree says."""
+    monkeypatch.setattr(git_sources, "MAX_FETCH_BYTES", 2 * MiB)
+    repo = make_repo(tmp_path / "random", {"assets/noise.bin": os.urandom(6 * MiB)})
+    cache = tmp_path / "cache"
+    with pytest.raises(SourceError, match="over the 2 MiB limit of one fetch"):
+        fetch_repository(str(repo), "main", cache, Guard())
+    assert disk_bytes(cache) < 64 * 1024
+
+
+def test_a_repository_within_the_bounds_is_fetched_again_after_a_refusal(
+    tmp_path: Path, local_git: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A refusal removes the checkout; the next fetch (bounds met) starts afresh and checks out the commit."""
+    repo = make_repo(tmp_path / "fine", {"assets/zeros.bin": bytes(3 * MiB)})
+    cache = tmp_path / "cache"
+    monkeypatch.setattr(git_sources, "MAX_REPOSITORY_BYTES", 1 * MiB)
+    with pytest.raises(SourceError, match="limit of a repository's checkout"):
+        fetch_repository(str(repo), "main", cache, Guard())
+    assert not any(cache.rglob("zeros.bin"))
+    monkeypatch.setattr(git_sources, "MAX_REPOSITORY_BYTES", 4 * MiB)
+    checkout = fetch_repository(str(repo), "main", cache, Guard())
+    assert (checkout.folder / "assets" / "zeros.bin").stat().st_size == 3 * MiB
+    assert checkout.commit == git(repo, "rev-parse", "HEAD")
+
+
+def test_a_sync_of_an_oversize_repository_applies_nothing_and_leaves_its_cache_small(
+    store: KnowledgeBaseStore, cli: CliRunner, tmp_path: Path, local_git: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A Sync's fetch meets the same bounds: the Sync fails with the reason, and its cache holds nothing large."""
+    monkeypatch.setattr(git_sources, "MAX_REPOSITORY_BYTES", 8 * MiB)
+    repo = make_repo(tmp_path / "gitops", {"assets/zeros.bin": bytes(24 * MiB)})
+    sync = f"apiVersion: kbctl.dev/v1alpha1\nkind: Sync\nmetadata: {{name: hostile}}\nspec: {{url: {repo}, path: kb}}\n"
+    (tmp_path / "sync.yaml").write_text(sync)
+    assert cli.invoke(app, ["apply", "-f", str(tmp_path / "sync.yaml")]).exit_code == 0
+    controller = store.controller()
+    try:
+        report = controller.run_once()
+    finally:
+        controller.deregister()
+    assert report.results == [] and report.failed_syncs == ["hostile"]
+    [status] = store.syncs()
+    assert status.last_error is not None and "over the 8 MiB limit of a repository's checkout" in status.last_error
+    assert [kb.name for kb in store.list()] == []
+    assert disk_bytes(store.settings.home / "git" / "syncs") < 64 * 1024
