@@ -71,10 +71,23 @@ def embedded_url(pgdata: Path) -> str:
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            server = _pgserver().get_server(pgdata, cleanup_mode=None)
+            pg = _pgserver()
+            known = pg.PostgresServer._instances.get(pgdata.resolve())
+            if known is not None and running_url(pgdata) is None:
+                # The library hands back the handle of a server this process started once, without asking whether
+                # that server still runs: stopped by another process (`kbctl server stop`) or killed, it would never
+                # be started again, and a controller would reconnect to nothing forever.
+                _forget(pg, known)
+            server = pg.get_server(pgdata, cleanup_mode=None)
             return str(server.get_uri())
     except Exception as exc:  # the library raises bare RuntimeError/AssertionError/CalledProcessError
         raise StoreError(f"cannot start the embedded PostgreSQL in {pgdata}: {exc}") from exc
+
+
+def _forget(pg: Any, server: Any) -> None:
+    """Drop the library's handle of a server so the next `get_server` starts one afresh, and the handle's exit hook."""
+    atexit.unregister(server._cleanup)
+    pg.PostgresServer._instances.pop(server.pgdata, None)
 
 
 def _postmaster(pgdata: Path) -> Any:
@@ -108,7 +121,5 @@ def stop_server(pgdata: Path) -> bool:
     except Exception as exc:
         raise StoreError(f"cannot stop the embedded PostgreSQL in {pgdata}: {exc}") from exc
     finally:
-        # Forget the handle so a later start in this process starts afresh, and drop its exit hook.
-        atexit.unregister(server._cleanup)
-        pg.PostgresServer._instances.pop(pgdata.resolve(), None)
+        _forget(pg, server)  # a later start in this process starts afresh
     return True
