@@ -17,10 +17,11 @@ from contextlib import asynccontextmanager
 from typing import Annotated, Any, Final, Literal, TypeVar
 
 import anyio
-from fastapi import Body, FastAPI, Path, Request, Response
+from fastapi import Body, FastAPI, Path, Query, Request, Response
 from fastapi.responses import PlainTextResponse
 from mcp.server.transport_security import TransportSecuritySettings
 from pydantic import AfterValidator, BaseModel, ConfigDict
+from pydantic_core import PydanticCustomError
 
 from kbctl import (
     AskResult,
@@ -33,6 +34,7 @@ from kbctl import (
 )
 from kbctl._version import __version__
 from kbctl.manifest import check_dns_label
+from kbctl.manifest.selectors import parse_selector
 from kbctl.serve.auth import Principal, Tokens
 from kbctl.serve.limits import DEFAULT_BODY_TIMEOUT, BodyLimit
 from kbctl.serve.logs import log_request
@@ -46,6 +48,7 @@ from kbctl.serve.requests import (
     NAME_EXAMPLES,
     NAME_SCHEMA,
     QUERY_EXAMPLES,
+    SELECTOR_FORMS,
     AskRequest,
     MultiQueryRequest,
     QueryRequest,
@@ -65,6 +68,25 @@ Name = Annotated[
     str,
     Path(description="The knowledge base's name.", json_schema_extra=NAME_SCHEMA, openapi_examples=NAME_EXAMPLES),
     AfterValidator(check_dns_label),  # a name no knowledge base can have is a 422, before the store
+]
+
+
+def _valid_selector(value: str | None) -> str | None:
+    """A label selector that parses (refused with a 422 naming the field, never quoting the value)."""
+    if value is not None:
+        try:
+            parse_selector(value)
+        except ValueError:
+            raise PydanticCustomError(
+                "selector", f"not a label selector (empty or malformed): use {SELECTOR_FORMS}"
+            ) from None
+    return value
+
+
+SelectorQuery = Annotated[
+    str | None,
+    Query(max_length=1_000, description="A label selector (team=support,tier!=draft): only the matching ones."),
+    AfterValidator(_valid_selector),  # a malformed selector is a 422, as /v1/query's, not ignored
 ]
 
 
@@ -249,11 +271,13 @@ def create_app(
         operation_id="listKnowledgeBases",
         response_description="The knowledge bases in the caller's scope, by name.",
         response_model=KnowledgeBaseList,
-        **_declares(503, 504),
+        **_declares(422, 503, 504),
     )
-    async def list_kbs(request: Request) -> Response:
+    async def list_kbs(request: Request, selector: SelectorQuery = None) -> Response:
         principal = caller(request)
-        return _Json(KnowledgeBaseList(items=await run(request, lambda: service.knowledge_bases(principal))))
+        parsed = parse_selector(selector) if selector is not None else None
+        listed = await run(request, lambda: service.knowledge_bases(principal, parsed))
+        return _Json(KnowledgeBaseList(items=listed))
 
     @app.get(
         "/v1/knowledgebases/{name}",

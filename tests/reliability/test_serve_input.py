@@ -123,6 +123,34 @@ def test_a_valid_selector_still_selects(server: Served) -> None:
     assert result.json()["knowledgeBases"] == ["payroll"]
 
 
+@pytest.mark.parametrize("selector", ["!", "team in ()", "((", "", "  ", "team=a,", "a b", "team notin (x", "=x"])
+def test_a_malformed_selector_of_the_list_is_bad_input(server: Served, selector: str) -> None:
+    """GET /v1/knowledgebases?selector=... refuses a malformed selector as /v1/query does (a 422 naming the
+    field), rather than ignoring it and listing everything in scope."""
+    with server.client(TOKEN) as c:
+        before = errors_by_kind(c)
+        body = is_bad_input(c.get("/v1/knowledgebases", params={"selector": selector}))
+        after = errors_by_kind(c)
+        queried = is_bad_input(c.post("/v1/query", json={"question": "when are salaries paid?", "selector": selector}))
+    assert body["status"] == 422 and str(body["detail"]).startswith("selector: not a label selector")
+    assert body["detail"] == queried["detail"]  # worded as /v1/query's, never quoting the input
+    no_store_or_internal_errors(before, after)
+
+
+def test_the_list_selects_by_label_within_the_scope(server: Served) -> None:
+    """A well-formed selector narrows the list to the knowledge bases in scope that match it; none: all in scope."""
+    with server.client(TOKEN) as c:
+        listed = {
+            selector: [kb["name"] for kb in c.get("/v1/knowledgebases", params=params).json()["items"]]
+            for selector, params in [
+                ("", {}),
+                ("finance", {"selector": "team in (finance)"}),
+                ("exec", {"selector": "team=exec"}),
+            ]
+        }
+    assert listed == {"": ["handbook", "payroll"], "finance": ["payroll"], "exec": []}
+
+
 @pytest.mark.parametrize(
     "name", ["kbb%00", "kbb%0a", "kbb%1b", "Payroll", "-payroll", "pay_roll", "pay.roll", "kb%20b", "a" * 64]
 )
