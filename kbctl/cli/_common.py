@@ -5,6 +5,7 @@ from __future__ import annotations
 import functools
 import io
 import json
+import re
 import sys
 from collections.abc import Callable, Sequence
 from enum import StrEnum
@@ -15,6 +16,7 @@ from typer.core import TyperGroup
 
 from kbctl.cli.completion import RESOURCES, kb_names, object_formats, resource_types
 from kbctl.cli.output import ObjectOutput, check_object_output
+from kbctl.cli.terminal import inert, say
 from kbctl.errors import InputError, KbctlError
 from kbctl.manifest import CONTEXT_TOKENS_MAX, TOP_K_MAX
 
@@ -51,7 +53,9 @@ app = typer.Typer(
     cls=_Commands,
     rich_markup_mode=None,
     name="kbctl",
-    help="Declarative, kubectl-style controller for retrieval knowledge bases on PostgreSQL + pgvector.",
+    help="Declarative, kubectl-style controller for retrieval knowledge bases on PostgreSQL + pgvector.\n\n"
+    "Text output prints the control characters of data (names, titles, descriptions, messages) escaped as \\n, \\t,"
+    " \\x1b or \\u202e, so none can drive the terminal or start a line; -o json and -o yaml print them exactly.",
     no_args_is_help=True,
     pretty_exceptions_enable=False,
     add_completion=False,
@@ -222,7 +226,7 @@ RerankOpt = Annotated[
 def note_skipped(loaded: ManifestSet) -> None:
     """Name on stderr, once per file, the objects of other tools that -f found beside the manifests."""
     for skipped in loaded.skipped:
-        typer.echo(f"note: {skipped.message}", err=True)
+        say(f"note: {inert(skipped.message)}", err=True)
 
 
 def load_manifest_paths(filename: Sequence[str], recursive: bool) -> ManifestSet:
@@ -237,7 +241,7 @@ def load_manifest_paths(filename: Sequence[str], recursive: bool) -> ManifestSet
 def warn_rerank(info: RerankInfo | None) -> None:
     """Say on stderr that the reranker failed and the answer is in fused order."""
     if info is not None and info.error:
-        typer.echo(f"warning: rerank skipped, results are in fused order: {info.error}", err=True)
+        say(f"warning: rerank skipped, results are in fused order: {inert(info.error)}", err=True)
 
 
 Resource = Annotated[
@@ -324,7 +328,7 @@ WatchTimeoutOpt = Annotated[
 
 def say_waiting(name: str) -> Callable[[], None]:
     """What a command prints on stderr when another command holds the knowledge base's lock."""
-    return lambda: typer.echo(f"waiting for another apply, delete or rollback of KnowledgeBase/{name}", err=True)
+    return lambda: say(f"waiting for another apply, delete or rollback of KnowledgeBase/{name}", err=True)
 
 
 def handles_errors(func: Callable[P, R]) -> Callable[P, R]:
@@ -338,12 +342,12 @@ def handles_errors(func: Callable[P, R]) -> Callable[P, R]:
             if state["debug"]:
                 raise
             for problem in exc.problems:
-                typer.echo(str(problem), err=True)
+                say(inert(str(problem)), err=True)
             raise typer.Exit(1) from None
         except KbctlError as exc:  # a bad argument is UsageError; unreadable stored data StoreError
             if state["debug"]:
                 raise
-            typer.echo(f"Error: {exc}", err=True)
+            say(f"Error: {inert(str(exc))}", err=True)
             raise typer.Exit(1) from None
 
     return wrapper
@@ -394,15 +398,23 @@ def emit(data: BaseModel | Sequence[BaseModel] | dict[str, Any], output: Output 
         typer.echo(json.dumps(plain, indent=2, ensure_ascii=False))
 
 
+# What a YAML literal block cannot hold as it is: controls but tab and newline (a carriage return or NEL would be
+# read back as a line break), surrogates and U+FFFE/U+FFFF. A string holding one is double-quoted, with escapes.
+_NOT_LITERAL = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\ud800-\udfff\ufffe\uffff]")
+
+
 def _literal_blocks(value: Any) -> Any:
-    """`value` with every multi-line string marked for YAML's literal block style (inline texts stay readable)."""
+    """`value` with every multi-line string marked for YAML's literal block style (inline texts stay readable),
+    unless it holds a character a literal block would not keep exactly."""
     from ruamel.yaml.scalarstring import LiteralScalarString
 
     if isinstance(value, dict):
         return {k: _literal_blocks(v) for k, v in value.items()}
     if isinstance(value, list):
         return [_literal_blocks(v) for v in value]
-    return LiteralScalarString(value) if isinstance(value, str) and "\n" in value else value
+    if isinstance(value, str) and "\n" in value and not _NOT_LITERAL.search(value):
+        return LiteralScalarString(value)
+    return value
 
 
 def emit_objects(objects: list[dict[str, Any]], fmt: ObjectOutput, *, single: bool) -> None:
@@ -414,10 +426,10 @@ def emit_objects(objects: list[dict[str, Any]], fmt: ObjectOutput, *, single: bo
 
     data = objects[0] if single and objects else KnowledgeBaseStore.resource_list(objects)
     if fmt.kind == "jsonpath":
-        typer.echo(jsonpath_template(fmt.argument, data), nl=False)
+        say(jsonpath_template(fmt.argument, data), nl=False)
     elif fmt.kind == "custom-columns":
         header, *rows = custom_columns(fmt.argument, objects)
-        typer.echo(table(header, rows))
+        say(table(header, rows))
     elif fmt.kind == "yaml":
         emit(_literal_blocks(data), Output.yaml)
     else:
@@ -471,7 +483,7 @@ def _print_version(value: bool | None) -> None:
     if value:
         from kbctl._version import __version__
 
-        typer.echo(f"kbctl {__version__}")
+        say(f"kbctl {__version__}")
         raise typer.Exit()
 
 

@@ -25,6 +25,7 @@ from kbctl.cli._common import (
     parse_duration,
 )
 from kbctl.cli.diff import ApplySetOpt, PruneOpt, SelectorOpt, applyset_name, plan_apply, prune_scope
+from kbctl.cli.terminal import say
 
 if TYPE_CHECKING:
     from kbctl import ApplyReport, ManifestsToApply, PendingResult, PruneScope
@@ -112,14 +113,14 @@ def apply(
         emit(_json(report, wait=wait, pruning=chosen is not None), output)
     elif not quiet and not output:
         for name in report.pruned:
-            typer.echo(f"KnowledgeBase/{name} pruned")
+            say(f"KnowledgeBase/{name} pruned")
         for sync in report.syncs:
-            typer.echo(f"Sync/{sync.name} {sync.action}")
+            say(f"Sync/{sync.name} {sync.action}")
         if wait:
             n = len(report.results)
-            typer.echo(f"applied {n} resource{'s' if n != 1 else ''}")
+            say(f"applied {n} resource{'s' if n != 1 else ''}")
         elif any(p.pending for p in report.recorded) and not alive:
-            typer.echo(
+            say(
                 "no controller is running, so nothing is ingested yet: run `kbctl controller` (or `kbctl controller "
                 "--once`), or apply again with --wait"
             )
@@ -137,11 +138,9 @@ def _recorded_lines(to_apply: ManifestsToApply, *, quiet: bool, log: bool) -> Ca
         if log and not quiet:
             for p in pending:
                 state = f"version {p.version} pending" if p.pending else f"version {p.version}"
-                typer.echo(f"KnowledgeBase/{p.name} {p.action if p.pending else 'unchanged'} ({state})")
+                say(f"KnowledgeBase/{p.name} {p.action if p.pending else 'unchanged'} ({state})")
         if local and not quiet:
-            typer.echo(
-                f"{', '.join(local)}: path: sources are read here (as with --wait), not by a controller", err=True
-            )
+            say(f"{', '.join(local)}: path: sources are read here (as with --wait), not by a controller", err=True)
 
     return recorded
 
@@ -166,7 +165,7 @@ def _client_dry_run(filename: list[str], recursive: bool, output: OutputOpt) -> 
         emit({"dryRun": "client", "valid": [m.kb.name for m in manifests]}, output)
         return
     for m in manifests:
-        typer.echo(f"KnowledgeBase/{m.kb.name} valid (dry run: client, the store was not consulted)")
+        say(f"KnowledgeBase/{m.kb.name} valid (dry run: client, the store was not consulted)")
 
 
 def _dry_run(
@@ -179,6 +178,6 @@ def _dry_run(
         emit(plan, output)
     else:
         for line in diff_lines(plan, suffix=" (dry run)"):
-            typer.echo(line)
+            say(line)
     if exit_code and plan.differs:
         raise typer.Exit(2)

@@ -25,6 +25,7 @@ from kbctl.cli._common import (
     warn_rerank,
 )
 from kbctl.cli.completion import kb_names
+from kbctl.cli.terminal import inert, inert_text, say
 
 if TYPE_CHECKING:
     from kbctl import AskResult
@@ -35,7 +36,7 @@ def _sources(result: AskResult) -> list[str]:
     lines = []
     for c in result.citations:
         section = " > ".join(c.heading_path) or "(no heading)"
-        lines.append(f"  [{c.number}] {c.source} | {section} | {c.origin} | chars {c.char_start}-{c.char_end}")
+        lines.append(inert(f"  [{c.number}] {c.source} | {section} | {c.origin} | chars {c.char_start}-{c.char_end}"))
     return lines
 
 
@@ -95,7 +96,7 @@ def ask(
 
     def piece(text: str) -> None:
         shown.append(text)
-        sys.stdout.write(text)
+        sys.stdout.write(inert_text(text))
         sys.stdout.flush()
 
     with open_store() as store:
@@ -112,17 +113,17 @@ def ask(
         emit(result, output)
     else:
         if shown:
-            typer.echo("")
+            say("")
         elif result.answer is not None:
-            typer.echo(result.answer)
+            say(result.answer)
         else:  # nothing relevant: kbctl's own sentence, and why on stderr
-            typer.echo(result.text)
-            typer.echo(result.message, err=True)
+            say(result.text)
+            say(inert(result.message), err=True)
         sources = _sources(result)
         if sources:
-            typer.echo("\nSources:")
-            typer.echo("\n".join(sources))
+            say("\nSources:")
+            say("\n".join(sources))
     for warning in result.warnings:
-        typer.echo(f"warning: {warning}", err=True)
+        say(f"warning: {inert(warning)}", err=True)
     if result.reason != "answered":
         raise typer.Exit(NOT_COVERED_EXIT)

@@ -60,6 +60,7 @@ from kbctl.cli._common import (
     warn_rerank,
 )
 from kbctl.cli.completion import EVENT_RESOURCES, SYNC_RESOURCES, kb_names, query_names, resource_types
+from kbctl.cli.terminal import inert, say
 
 if TYPE_CHECKING:
     from kbctl import FederatedResult, KnowledgeBaseEvent, KnowledgeBaseSummary, QueryResult
@@ -118,9 +119,9 @@ def validate(filename: Files, recursive: Recursive = False) -> None:
     note per file on stderr; a `List` (as `get -o yaml` prints) is checked object by object."""
     loaded = load_manifest_paths(filename, recursive)
     for m in loaded.manifests:
-        typer.echo(f"{m.path}:{m.line}: KnowledgeBase/{m.kb.name} valid")
+        say(inert(f"{m.path}:{m.line}: KnowledgeBase/{m.kb.name} valid"))
     for s in loaded.syncs:
-        typer.echo(f"{s.path}:{s.line}: Sync/{s.sync.name} valid")
+        say(inert(f"{s.path}:{s.line}: Sync/{s.sync.name} valid"))
 
 
 class SchemaKind(StrEnum):
@@ -225,18 +226,18 @@ def get(
         if fmt is not None and fmt.structured:
             if fmt.kind == "custom-columns" and no_headers:
                 titles, *cells = custom_columns(fmt.argument, objects)
-                typer.echo(headed_table(titles, cells, no_headers=True))
+                say(headed_table(titles, cells, no_headers=True))
             else:
                 emit_objects(objects, fmt, single=len(wanted) == 1 and not missing)
         elif fmt is not None and fmt.kind == "name":
             for i in items:
-                typer.echo(f"knowledgebase/{i.name}")
+                say(f"knowledgebase/{i.name}")
         elif items:
-            typer.echo(headed_table(headers, list(first.values()), no_headers=no_headers))
+            say(headed_table(headers, list(first.values()), no_headers=no_headers))
         elif not missing:
-            typer.echo("No knowledge bases found.", err=True)
+            say("No knowledge bases found.", err=True)
         for name in missing:
-            typer.echo(f'Error: knowledgebase "{name}" not found', err=True)
+            say(f'Error: knowledgebase "{inert(name)}" not found', err=True)
         if missing:
             raise typer.Exit(1)
         if watch:
@@ -356,7 +357,7 @@ def _watch(poll: Callable[[], T], changes: Callable[[T, T], list[str]], last: T,
                 _pause(left)
             current = poll()
             for line in changes(last, current):
-                typer.echo(line)
+                say(line)
             last = current
             if deadline is not None and time.monotonic() >= deadline:
                 return
@@ -377,11 +378,11 @@ def _get_syncs(names: list[str], output: str | None, *, no_headers: bool) -> Non
     if fmt is not None:
         emit(syncs, Output(fmt.kind))
     elif syncs:
-        typer.echo(syncs_table(syncs, no_headers=no_headers))
+        say(syncs_table(syncs, no_headers=no_headers))
     elif not missing:
-        typer.echo("No syncs found.", err=True)
+        say("No syncs found.", err=True)
     for name in missing:
-        typer.echo(f'Error: sync "{name}" not found', err=True)
+        say(f'Error: sync "{inert(name)}" not found', err=True)
     if missing:
         raise typer.Exit(1)
 
@@ -413,9 +414,9 @@ def _get_events(
         if fmt is not None:
             emit(events, Output(fmt.kind))
         elif events:
-            typer.echo(events_table(events, no_headers=no_headers))
+            say(events_table(events, no_headers=no_headers))
         else:
-            typer.echo("No events found.", err=True)
+            say("No events found.", err=True)
         if watch:
             changes = _event_changes(header_due=not (events or no_headers))
             _watch(lambda: store.events(names or None), changes, events, watch_timeout)
@@ -471,7 +472,7 @@ def describe(
             emit_objects([store.resource(name)], fmt, single=True)
             return
         d = store.describe(name, reader=reader_of(as_group, as_claim) if as_reader else None)
-    typer.echo(f"knowledgebase/{d.name}" if fmt is not None and fmt.kind == "name" else describe_text(d))
+    say(f"knowledgebase/{d.name}" if fmt is not None and fmt.kind == "name" else describe_text(d))
 
 
 @app.command()
@@ -579,35 +580,39 @@ def _query_targets(args: list[str], all_kbs: bool, selector: str | None) -> tupl
 def _print_fused(result: FederatedResult) -> None:
     for hit in result.hits:
         where = " > ".join(hit.heading_path) or "(no heading)"
-        typer.echo(
-            f"{hit.rank}. {hit.knowledge_base} | {hit.source} | {where} | chunk {hit.position} | "
-            f"score {hit.score:.3f} | {hit.tokens} tokens"
+        say(
+            inert(
+                f"{hit.rank}. {hit.knowledge_base} | {hit.source} | {where} | chunk {hit.position} | "
+                f"score {hit.score:.3f} | {hit.tokens} tokens"
+            )
         )
-        typer.echo("   " + hit.text.replace("\n", "\n   "))
-        typer.echo("")
+        say("   " + hit.text.replace("\n", "\n   "))
+        say("")
     for outcome in result.results:
         if outcome.version is None:
-            typer.echo(f"{outcome.knowledge_base}: {outcome.message}", err=True)
-    typer.echo(result.message)
+            say(inert(f"{outcome.knowledge_base}: {outcome.message}"), err=True)
+    say(inert(result.message))
 
 
 def _print_hits(result: QueryResult) -> None:
     for hit in result.hits:
         where = " > ".join(hit.heading_path) or "(no heading)"
         rerank_score = "" if hit.rerank_score is None else f" | rerank {hit.rerank_score:.3f}"
-        typer.echo(
-            f"{hit.rank}. {hit.source} | {where} | chunk {hit.position} | score {hit.score:.3f}{rerank_score} | "
-            f"{hit.tokens} tokens"
+        say(
+            inert(
+                f"{hit.rank}. {hit.source} | {where} | chunk {hit.position} | score {hit.score:.3f}{rerank_score} | "
+                f"{hit.tokens} tokens"
+            )
         )
-        typer.echo("   " + hit.text.replace("\n", "\n   "))
-        typer.echo("")
-    typer.echo(result.message)
+        say("   " + hit.text.replace("\n", "\n   "))
+        say("")
+    say(inert(result.message))
     for stage in result.trace or []:
-        typer.echo(f"\n{stage.stage} ({stage.ms:.1f} ms)")
+        say(f"\n{stage.stage} ({stage.ms:.1f} ms)")
         for e in stage.entries[:15]:
-            typer.echo(f"  {e.rank:>3}. {e.source} chunk {e.position}  score {e.score:.3f}  {e.detail}".rstrip())
+            say(inert(f"  {e.rank:>3}. {e.source} chunk {e.position}  score {e.score:.3f}  {e.detail}".rstrip()))
         if len(stage.entries) > 15:
-            typer.echo(f"  ... {len(stage.entries) - 15} more (all of them with -o json)")
+            say(f"  ... {len(stage.entries) - 15} more (all of them with -o json)")
 
 
 @app.command()
@@ -644,7 +649,7 @@ def context(
     if output:
         emit(grounded, output)
     else:
-        typer.echo(grounded.block)
+        say(grounded.block)
     if exit_code and not grounded.found:
         raise typer.Exit(NOT_COVERED_EXIT)
 
@@ -656,11 +661,11 @@ def _delete_syncs(names: list[str], *, ignore_not_found: bool) -> None:
     with open_store() as store:
         for name in names:
             if store.delete_sync(name):
-                typer.echo(f"Sync/{name} deleted")
+                say(f"Sync/{name} deleted")
             elif not ignore_not_found:
                 missing.append(name)
     for name in missing:
-        typer.echo(f'Error: sync "{name}" not found', err=True)
+        say(f'Error: sync "{inert(name)}" not found', err=True)
     if missing:
         raise typer.Exit(1)
 
@@ -719,7 +724,7 @@ def delete(
         raise typer.BadParameter("choose what to delete: names, -f, -l or --all (one of them)", param_hint="NAME")
     if dry_run is DryRun.client and wanted:
         for name in wanted:
-            typer.echo(f"KnowledgeBase/{name} deleted (dry run: client, the store was not consulted)")
+            say(f"KnowledgeBase/{name} deleted (dry run: client, the store was not consulted)")
         return
     missing = []
     with open_store() as store:
@@ -728,14 +733,14 @@ def delete(
             if name not in existing:
                 missing.append(name)
             elif dry_run is not None:
-                typer.echo(f"KnowledgeBase/{name} deleted (dry run)")
+                say(f"KnowledgeBase/{name} deleted (dry run)")
             else:
                 result = store.delete(name, timeout=parse_duration(timeout), on_wait=say_waiting(name))
-                typer.echo(f"KnowledgeBase/{name} deleted ({result.chunks} chunks, {result.vectors} vectors)")
+                say(f"KnowledgeBase/{name} deleted ({result.chunks} chunks, {result.vectors} vectors)")
     if not missing or ignore_not_found:
         return
     for name in missing:
-        typer.echo(f'Error: knowledgebase "{name}" not found', err=True)
+        say(f'Error: knowledgebase "{inert(name)}" not found', err=True)
     raise typer.Exit(1)
 
 
@@ -749,9 +754,9 @@ def server_status_cmd(output: OutputOpt = None) -> None:
     if output:
         emit(status.__dict__, output)
     elif status.running:
-        typer.echo(f"running (pid {status.pid}) in {status.pgdata}: {status.url}")
+        say(f"running (pid {status.pid}) in {status.pgdata}: {status.url}")
     else:
-        typer.echo(f"not running ({status.pgdata})")
+        say(f"not running ({status.pgdata})")
 
 
 @server_app.command("stop")
@@ -762,7 +767,7 @@ def server_stop() -> None:
     from kbctl.config import Settings
 
     pgdata = Settings.from_env().pgdata
-    typer.echo("stopped" if KnowledgeBaseStore.stop_server() else f"not running ({pgdata})")
+    say("stopped" if KnowledgeBaseStore.stop_server() else f"not running ({pgdata})")
 
 
 @config_app.command("view")
@@ -800,7 +805,7 @@ def explain(
         doc = explain_field(field, recursive=recursive)
     except ValueError as exc:
         raise typer.BadParameter(str(exc), param_hint="FIELD") from None
-    typer.echo(explain_text(doc))
+    say(explain_text(doc))
 
 
 SHELLS = ("bash", "zsh", "fish")
@@ -840,4 +845,4 @@ def completion(
 @app.command()
 def version() -> None:
     """Print the kbctl version."""
-    typer.echo(f"kbctl {__version__}")
+    say(f"kbctl {__version__}")

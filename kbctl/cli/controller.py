@@ -23,6 +23,7 @@ from kbctl.cli._common import (
     resource_names,
 )
 from kbctl.cli.completion import kb_names
+from kbctl.cli.terminal import inert, say
 
 if TYPE_CHECKING:
     from kbctl import Reporter
@@ -119,7 +120,7 @@ def controller(
                 if isinstance(log, JsonLogReporter):  # every line is JSON in JSON mode
                     log.say("PassFinished", summary, level="error" if failed else "info")
                 else:
-                    typer.echo(summary)
+                    say(summary)
                 if report.exit_code():
                     raise typer.Exit(report.exit_code())
                 return
@@ -130,7 +131,7 @@ def controller(
             if isinstance(log, JsonLogReporter):
                 log.say("ControllerStarted", f"controller {ctl.id} running{where}", err=True)
             else:
-                typer.echo(f"controller {ctl.id} running{where}", err=True)
+                say(f"controller {ctl.id} running{where}", err=True)
             ctl.run(stop, poll_seconds=seconds)
         finally:
             if server is not None:
@@ -183,7 +184,7 @@ def wait(
 
     def met(name: str) -> None:
         done.append(name)
-        typer.echo(f"knowledgebase/{name} {word}")
+        say(inert(f"knowledgebase/{name} {word}"))
 
     with open_store() as store:
         targets = wanted or [s.name for s in store.list(chosen)]
@@ -201,5 +202,5 @@ def wait(
         return
     left = ", ".join(f"knowledgebase/{n}" for n in targets if n not in done)
     what = "the deletion of" if target is None else f"{target[0]}={target[1]} on"
-    typer.echo(f"Error: timed out after {timeout} waiting for {what} {left}", err=True)
+    say(inert(f"Error: timed out after {timeout} waiting for {what} {left}"), err=True)
     raise typer.Exit(1)

@@ -20,6 +20,7 @@ from kbctl.cli._common import (
     note_skipped,
     open_store_for,
 )
+from kbctl.cli.terminal import say
 
 if TYPE_CHECKING:
     from kbctl import DiffReport, PruneScope
@@ -87,7 +88,7 @@ def prune_scope(prune: bool, selector: str | None, applyset: str | None) -> Prun
     except ValueError as exc:
         raise typer.BadParameter(str(exc), param_hint="'-l' / '--selector'") from None
     if applyset is None:
-        typer.echo(
+        say(
             "warning: --prune -l without --applyset prunes by labels alone (and never a member of an apply set); "
             "give each repository an apply set: --applyset NAME",
             err=True,
@@ -161,6 +162,6 @@ def diff(
         emit(report, output)
     else:
         for line in diff_lines(report):
-            typer.echo(line)
+            say(line)
     if report.differs:
         raise typer.Exit(1)

@@ -22,6 +22,7 @@ from kbctl.cli._common import (
     reader_of,
 )
 from kbctl.cli.completion import kb_names
+from kbctl.cli.terminal import inert, say
 
 if TYPE_CHECKING:
     from kbctl.eval.answers import AnswerReport
@@ -73,9 +74,9 @@ def _print(report: EvalReport, verbose: bool) -> None:
         ]
         for m in report.modes
     ]
-    typer.echo(table(headers, rows))
+    say(table(headers, rows))
     first = report.modes[0]
-    typer.echo(
+    say(
         f"KnowledgeBase/{report.knowledge_base}: {first.queries} queries "
         f"({first.answerable} with an answer, {first.no_answer_queries} without)"
     )
@@ -83,16 +84,16 @@ def _print(report: EvalReport, verbose: bool) -> None:
         return
     for m in report.modes:
         misses = m.misses
-        typer.echo(f"\nmisses in mode {m.label}: {len(misses) or 'none'}")
+        say(f"\nmisses in mode {m.label}: {len(misses) or 'none'}")
         for r in misses:
             got = ", ".join(r.retrieved) or "nothing"
             if r.no_answer:
-                typer.echo(f"  {r.id}: expected no answer, got {got}")
+                say(inert(f"  {r.id}: expected no answer, got {got}"))
             else:
                 rank = f"first relevant at rank {r.relevant_ranks[0]}" if r.relevant_ranks else "no relevant hit"
                 missing = ", ".join(r.missing_sources) or "-"
-                typer.echo(f"  {r.id}: recall@{k} {_num(r.recall)}, {rank}; missing {missing}; got {got}")
-            typer.echo(f"    {r.question}")
+                say(inert(f"  {r.id}: recall@{k} {_num(r.recall)}, {rank}; missing {missing}; got {got}"))
+            say("    " + inert(r.question))
 
 
 def _print_answers(reports: list[AnswerReport], verbose: bool) -> None:
@@ -125,17 +126,15 @@ def _print_answers(reports: list[AnswerReport], verbose: bool) -> None:
         ]
         for r in reports
     ]
-    typer.echo("")
-    typer.echo(table(headers, rows))
+    say("")
+    say(table(headers, rows))
     judge = reports[0].judge
-    typer.echo(
-        f"answers judged by {judge}" if judge else "faithfulness not measured: no --judge-model (chat.judgeModel)"
-    )
+    say(f"answers judged by {judge}" if judge else "faithfulness not measured: no --judge-model (chat.judgeModel)")
     if not verbose:
         return
     for r in reports:
         misses = r.misses
-        typer.echo(f"\nanswer misses with {r.label}: {len(misses) or 'none'}")
+        say(f"\nanswer misses with {r.label}: {len(misses) or 'none'}")
         for o in misses:
             if o.error is not None:
                 why = f"error: {o.error}"
@@ -154,8 +153,8 @@ def _print_answers(reports: list[AnswerReport], verbose: bool) -> None:
                 bad = [c for c in o.claims or [] if c.verdict != "supported"]
                 parts.extend(f"{c.verdict}: {c.claim}" for c in bad)
                 why = "; ".join(parts)
-            typer.echo(f"  {o.id}: {why}")
-            typer.echo(f"    {o.question}")
+            say(inert(f"  {o.id}: {why}"))
+            say("    " + inert(o.question))
 
 
 @app.command("eval")
@@ -302,6 +301,6 @@ def evaluate(
         gates = answer_shortfalls(report.answers, min_faithfulness=min_faithfulness, min_refusal=min_refusal)
         messages += [s.message for s in gates]
     for message in messages:
-        typer.echo(message, err=True)
+        say(inert(message), err=True)
     if messages:
         raise typer.Exit(1)

@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 
 from kbctl.cli._common import OutputOpt, command_group, emit, handles_errors, open_store
+from kbctl.cli.terminal import inert, say
 from kbctl.defaults import BEIR_SPLIT, RANKING_MAX_TOKENS, RANKING_THRESHOLD, RANKING_TOP_K
 from kbctl.manifest import CONTEXT_TOKENS_MAX
 
@@ -24,22 +25,22 @@ def _plural(count: int, word: str, plural: str | None = None) -> str:
 
 def _print(result: BeirImport) -> None:
     version = result.report.results[0].version
-    typer.echo(
-        f"BEIR dataset {result.folder} ({result.split}): {result.documents} of "
+    say(
+        f"BEIR dataset {inert(result.folder)} ({inert(result.split)}): {result.documents} of "
         f"{_plural(result.corpus_documents, 'document')} in KnowledgeBase/{result.name}"
         f"{'' if version is None else f' version {version}'}, {result.report.embedded} embedded"
     )
     skipped = f"; {result.skipped_queries} without a relevant document skipped" if result.skipped_queries else ""
     if result.unknown_documents:
         skipped += f"; {_plural(result.unknown_documents, 'judgement')} of documents not in the corpus skipped"
-    typer.echo(
-        f"eval set {result.eval_file}: {_plural(result.queries, 'query', 'queries')}, "
+    say(
+        f"eval set {inert(result.eval_file)}: {_plural(result.queries, 'query', 'queries')}, "
         f"{_plural(result.judgements, 'relevant judgement')}{skipped}"
     )
     if result.manifest_file:
-        typer.echo(f"manifest {result.manifest_file}")
+        say(f"manifest {inert(result.manifest_file)}")
     modes = "-m hybrid -m vector -m keyword"
-    typer.echo(f"next: kbctl eval {result.name} -f {shlex.quote(result.eval_file)} -k 10 {modes}")
+    say(f"next: kbctl eval {result.name} -f {inert(shlex.quote(result.eval_file))} -k 10 {modes}")
 
 
 @import_app.command("beir")

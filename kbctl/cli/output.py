@@ -15,6 +15,7 @@ from typing import Any, Final
 
 import typer
 
+from kbctl.cli.terminal import inert
 from kbctl.errors import UsageError
 
 __all__ = ["OBJECT_FORMATS", "ObjectOutput", "custom_columns", "jsonpath_template", "parse_object_output"]
@@ -125,14 +126,15 @@ def _render(parts: Sequence[_Part], data: Any) -> str:
         if isinstance(part, str):
             out.append(part)
         elif part[0] == "path":
-            out.append(" ".join(_text(v) for v in part[1](data)))
+            out.append(" ".join(inert(_text(v)) for v in part[1](data)))  # a value is data: one line, inert
         else:
             out.extend(_render(part[2], item) for item in part[1](data))  # type: ignore[misc]
     return "".join(out)
 
 
 def jsonpath_template(template: str, data: Any) -> str:
-    """kubectl's `-o jsonpath=TEMPLATE` over `data` (an object, or a List with items)."""
+    """kubectl's `-o jsonpath=TEMPLATE` over `data` (an object, or a List with items): the template's own text as
+    written, each value found with its control characters escaped (`inert`: -o json gives them exactly)."""
     return _render(_compile_template(template), data)
 
 

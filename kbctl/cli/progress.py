@@ -1,6 +1,8 @@
 """The apply and refresh log: one line per engine event, and the embedding progress bar on a terminal.
 
-The engine reports typed events; this module alone words them, so the lines the README shows are made here.
+The engine reports typed events; this module alone words them, so the lines the README shows are made here. The
+text log prints each line inert (`kbctl.cli.terminal.inert`: a file name's control characters escaped, on one line);
+the JSON log keeps the exact characters, JSON-escaped.
 """
 
 from __future__ import annotations
@@ -30,6 +32,7 @@ from kbctl import (
     WorkProgress,
 )
 from kbctl.cli.render import count
+from kbctl.cli.terminal import inert, say
 
 if TYPE_CHECKING:
     from rich.progress import Progress
@@ -147,7 +150,7 @@ class CliReporter:
         if line is not None:
             self.close()
             if self._log:
-                typer.echo(line)
+                say(inert(line))
 
     def _work_progress(self, event: WorkProgress) -> None:
         key = (event.name, event.stage)
@@ -156,7 +159,7 @@ class CliReporter:
         if not self._terminal:  # the first line after PLAIN_EVERY_SECONDS (short work prints none), the last at the end
             finishing = event.done >= event.total and key in self._printed
             if finishing or now - self._printed.get(key, started) >= PLAIN_EVERY_SECONDS:
-                typer.echo(progress_line(event, now - started), err=True)
+                say(inert(progress_line(event, now - started)), err=True)
                 self._printed[key] = now
             return
         if self._progress is None:
@@ -173,7 +176,9 @@ class CliReporter:
             )
             self._progress.start()
         if key not in self._tasks:
-            self._tasks[key] = self._progress.add_task(f"{event.stage} {event.name}", total=event.total)
+            from rich.markup import escape  # the description is rich markup: data in it is text
+
+            self._tasks[key] = self._progress.add_task(escape(inert(f"{event.stage} {event.name}")), total=event.total)
         self._progress.update(self._tasks[key], completed=event.done, total=event.total)
 
     def close(self) -> None:

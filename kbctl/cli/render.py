@@ -2,7 +2,8 @@
 lines, ages (the apply and refresh log is kbctl.cli.progress).
 
 The engine reports typed events and returns typed results; this module alone turns them into text, so the
-lines the README shows are made in one place.
+lines the README shows are made in one place. Every table cell, describe value and diff line is data made inert
+(`kbctl.cli.terminal.inert`): a control character of a name, title or message prints escaped, on its one line.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
+from kbctl.cli.terminal import inert
 from kbctl.defaults import BACKGROUND_CEILING, BACKGROUND_MARGIN
 
 if TYPE_CHECKING:  # imported by the commands that print them (a command's start-up pays only for its own)
@@ -85,6 +87,10 @@ def _value(value: object) -> str:
 
 def diff_lines(report: DiffReport, suffix: str = "") -> Iterator[str]:
     """The human form of a diff: a line per knowledge base, then its changes indented (unchanged ones omitted)."""
+    return (inert(line) for line in _diff_lines(report, suffix))
+
+
+def _diff_lines(report: DiffReport, suffix: str) -> Iterator[str]:
     for kb in report.results:
         yield f"KnowledgeBase/{kb.name} {kb.action}{suffix}"
         for f in kb.fields:
@@ -97,8 +103,9 @@ def diff_lines(report: DiffReport, suffix: str = "") -> Iterator[str]:
 
 
 def table(headers: Sequence[str], rows: Sequence[Sequence[object]], indent: str = "") -> str:
-    """Columns padded to their widest cell, three spaces apart (kubectl's layout); None prints empty."""
-    cells = [list(headers), *[[("" if c is None else str(c)) for c in row] for row in rows]]
+    """Columns padded to their widest cell, three spaces apart (kubectl's layout); None prints empty, and a cell's
+    control characters print escaped (`inert`), so no cell breaks its row."""
+    cells = [list(headers), *[[("" if c is None else inert(str(c))) for c in row] for row in rows]]
     widths = [max(len(r[i]) for r in cells) for i in range(len(headers))]
     return "\n".join(indent + "   ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip() for r in cells)
 
@@ -266,7 +273,7 @@ def describe_text(d: KnowledgeBaseDetail) -> str:
         ("Chunks", chunks),
         ("Generation", f"{d.generation} (observed {d.observed_generation})"),
     ]
-    lines = [f"{key + ':':<13}{value}" for key, value in fields]
+    lines = [f"{key + ':':<13}{inert(value)}" for key, value in fields]
     lines.append("Conditions:")
     lines.append(
         table(
@@ -344,7 +351,7 @@ def history_table(versions: Sequence[VersionInfo]) -> str:
 def no_versions_line(d: KnowledgeBaseDetail) -> str:
     """Why a stored knowledge base has no version to list, from its Ready condition (cause and next step)."""
     ready = next((c for c in d.conditions if c.type == "Ready"), None)
-    reason = f": {ready.message}" if ready is not None and ready.message else ""
+    reason = f": {inert(ready.message)}" if ready is not None and ready.message else ""
     return f"KnowledgeBase/{d.name} has no published version yet{reason}"
 
 

@@ -25,6 +25,7 @@ from kbctl.cli._common import (
     parse_duration,
     say_waiting,
 )
+from kbctl.cli.terminal import inert, say
 
 if TYPE_CHECKING:
     from typer import _click  # the click that typer vendors (annotations only)
@@ -57,12 +58,12 @@ def history(resource: Resource, name: KbName, output: ObjectOutputOpt = None) ->
         emit_objects([v.model_dump(mode="json", by_alias=True) for v in versions], fmt, single=False)
         return
     if fmt is not None and fmt.kind == "name":
-        typer.echo(f"knowledgebase/{name}")
+        say(inert(f"knowledgebase/{name}"))
         return
     if detail is not None:
-        typer.echo(no_versions_line(detail), err=True)
+        say(no_versions_line(detail), err=True)
         return
-    typer.echo(history_table(versions))
+    say(history_table(versions))
 
 
 # kubectl spells a boolean flag's value after "=": `--watch=false` is `--no-watch` (click's flags take no value).
@@ -112,19 +113,17 @@ def status(
     check_resource(resource)
     seconds = parse_duration(timeout)
     with open_store() as store:
-        result = store.rollout_status(name, watch=watch, timeout=seconds, on_progress=lambda s: typer.echo(s.message))
+        result = store.rollout_status(name, watch=watch, timeout=seconds, on_progress=lambda s: say(inert(s.message)))
     if result.state == "done":
-        typer.echo(result.message)
+        say(inert(result.message))
         return
     if result.state == "failed":
-        typer.echo(f"Error: {result.message}", err=True)
+        say(f"Error: {inert(result.message)}", err=True)
     elif not watch:
-        typer.echo(result.message)
+        say(inert(result.message))
     else:
-        typer.echo(
-            f'Error: timed out after {timeout} waiting for knowledgebase "{name}" rollout to finish: {result.detail}',
-            err=True,
-        )
+        waited = f'timed out after {timeout} waiting for knowledgebase "{name}" rollout to finish'
+        say(f"Error: {inert(waited)}: {inert(result.detail)}", err=True)
     raise typer.Exit(1)
 
 
@@ -150,7 +149,7 @@ def undo(
     check_resource(resource)
     with open_store() as store:
         result = store.rollback(name, to_version, timeout=parse_duration(timeout), on_wait=say_waiting(name))
-    typer.echo(f"KnowledgeBase/{result.name} rolled back to version {result.to_version}")
+    say(f"KnowledgeBase/{result.name} rolled back to version {result.to_version}")
 
 
 @app.command()
@@ -171,6 +170,6 @@ def gc(
     if output:
         emit(result, output)
     elif result.skipped:
-        typer.echo("skipped: an apply is in progress")
+        say("skipped: an apply is in progress")
     else:
-        typer.echo(gc_line(result))
+        say(gc_line(result))
