@@ -10,12 +10,14 @@
   the controller can work (the database answers on a connection of the check's own within 2 s, and its schema is at
   this kbctl's last migration); else 503 and the same object, the failed check saying why. Without a check, /readyz
   is 404, as any other path.
-Nothing else is served: every other path is 404, every method but GET 405, and no request body is read.
+Nothing else is served: every other path is 404, every method but GET 405, and no request body is read. A client
+that resets or closes its connection mid-request (a probe that timed out) is not logged.
 """
 
 from __future__ import annotations
 
 import json
+import sys
 import threading
 import time
 from collections.abc import Callable
@@ -142,6 +144,17 @@ class StoreReadiness:
         self._store.close()
 
 
+class _ProbeServer(ThreadingHTTPServer):
+    """The HTTP server of the probes: a client that went away is not an error."""
+
+    daemon_threads = True
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        if isinstance(sys.exc_info()[1], ConnectionError | TimeoutError):
+            return  # reset, closed or timed out mid-request (a probe that gave up): nothing to print
+        super().handle_error(request, client_address)  # a bug: its traceback on stderr, as socketserver does
+
+
 class HealthServer:
     """/metrics, /healthz and (given `ready`) /readyz on `address`, served from a daemon thread until `close`.
 
@@ -188,8 +201,7 @@ class HealthServer:
             def log_message(self, format: str, *args: Any) -> None:
                 pass  # the controller's own log says what matters; scrapes would drown it
 
-        self._server = ThreadingHTTPServer(address, Handler)
-        self._server.daemon_threads = True
+        self._server = _ProbeServer(address, Handler)
         self._thread = threading.Thread(target=self._server.serve_forever, name="kbctl-health", daemon=True)
         self._thread.start()
 

@@ -1,18 +1,26 @@
 """Small hostile-input fixes, each pinned against the real thing: a git repository larger than kbctl checks out is
-refused before it is materialized and leaves nothing large in the cache."""
+refused before it is materialized and leaves nothing large in the cache; the controller's probe server says
+nothing when a client goes away mid-request."""
 
 from __future__ import annotations
 
 import os
+import socket
+import struct
 import subprocess
+import threading
+import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 from typer.testing import CliRunner
 
 from kbctl.cli import app
 from kbctl.client import KnowledgeBaseStore
+from kbctl.engine.events import NullReporter
 from kbctl.errors import SourceError
+from kbctl.serve.controller import ControllerMetrics, HealthServer
 from kbctl.sources import git as git_sources
 from kbctl.sources._guard import Guard
 from kbctl.sources.git import ALLOW_LOCAL_ENV, fetch_repository
@@ -123,3 +131,46 @@ def test_a_sync_of_an_oversize_repository_applies_nothing_and_leaves_its_cache_s
     assert status.last_error is not None and "over the 8 MiB limit of a repository's checkout" in status.last_error
     assert [kb.name for kb in store.list()] == []
     assert disk_bytes(store.settings.home / "git" / "syncs") < 64 * 1024
+
+
+# ---------------------------------------------------------------- the controller's probe server
+
+
+def reset(sock: socket.socket) -> None:
+    """Close with an RST (SO_LINGER 0), as a client that timed out and was killed does."""
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+    sock.close()
+
+
+def test_a_probe_client_that_goes_away_leaves_no_traceback(capfd: pytest.CaptureFixture[str]) -> None:
+    """A client that resets the connection after a partial request, or while /readyz is being answered (a probe
+    that timed out), is no error: nothing is printed, and the next probe is answered."""
+    answering = threading.Event()
+
+    def slow_check() -> tuple[bool, dict[str, Any]]:
+        answering.set()
+        time.sleep(0.3)  # the client is gone by the time the answer is written
+        return True, {"ready": True}
+
+    metrics = ControllerMetrics(NullReporter(), pending=lambda: 0)
+    server = HealthServer(("127.0.0.1", 0), metrics, lambda: True, ready=slow_check)
+    try:
+        for request in [b"GET /read", b"GET /readyz HTTP/1.1\r\nHost: x\r\n", b"GET /readyz HTTP/1.1\r\n\r\n"]:
+            answering.clear()
+            client = socket.create_connection(("127.0.0.1", server.port))
+            client.sendall(request)
+            if request.endswith(b"\r\n\r\n"):
+                assert answering.wait(5)
+            time.sleep(0.05)
+            reset(client)
+        time.sleep(0.6)  # the server has written to, or read from, each reset connection
+        with socket.create_connection(("127.0.0.1", server.port)) as client:
+            client.sendall(b"GET /readyz HTTP/1.0\r\n\r\n")
+            answer = b""
+            while chunk := client.recv(4096):
+                answer += chunk
+        assert answer.startswith(b"HTTP/1.0 200") and answer.endswith(b'{"ready": true}\n')
+    finally:
+        server.close()
+    out, err = capfd.readouterr()
+    assert "Traceback" not in err + out and "ConnectionResetError" not in err + out, err
