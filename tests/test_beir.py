@@ -15,7 +15,7 @@ from typer.testing import CliRunner
 from kbctl.cli import app
 from kbctl.client import KnowledgeBaseStore
 from kbctl.errors import BeirError
-from kbctl.eval.beir import import_beir, plan_beir, read_beir, source_names
+from kbctl.eval.beir import import_beir, plan_beir, read_beir, source_names, write_manifest
 from kbctl.eval.evalset import load_evalset
 from kbctl.manifest import load_manifests
 from kbctl.manifest._field_checks import SOURCE_NAME
@@ -81,6 +81,33 @@ def write_dataset(folder: Path, corpus: list[str] | None = None) -> Path:
     (folder / "qrels" / "test.tsv").write_text(QRELS_HEADER + rows)
     (folder / "qrels" / "train.tsv").write_text(QRELS_HEADER + "q-train-only\tdoc-1\t1\n")
     return folder
+
+
+AWKWARD = [  # characters a YAML 1.2 reader refuses raw (C0 and C1 controls), or reads as line breaks (NEL, LS, PS)
+    {"_id": "c1", "title": "En\u0096dash", "text": "A Windows-1252 en dash read as Latin-1: 1990\u00962000."},
+    {"_id": "c1-lines", "title": "Two lines", "text": "First line.\nSecond\u0096line, \u0085next, \u2028sep."},
+    {"_id": "nel", "text": "Next\u0085line and \u2029paragraph separators in one line."},
+    {"_id": "controls", "text": "Bell\x07, escape\x1b[0m, delete\x7f, a \x01 and a \x1f unit separator.\nEnd."},
+    {"_id": "cr", "text": "Old Mac\rline ends\r\nand Windows ones.\n"},
+    {"_id": "bom", "text": "\ufeffA byte order mark, then  two spaces and a tab\t.\n\n"},
+]
+
+
+def test_an_exported_manifest_with_awkward_characters_reads_back(tmp_path: Path) -> None:
+    """`import beir --manifest` writes what `kbctl validate` and the loader accept, every text identical: a
+    character YAML cannot hold raw is written as an escape of a double-quoted string."""
+    folder = write_dataset(tmp_path / "awkward", corpus=[json.dumps(d) for d in [*CORPUS, *AWKWARD]])
+    plan = plan_beir(read_beir(folder), "awkward")
+    path = tmp_path / "awkward.yaml"
+    write_manifest(plan.knowledge_base, path, comment="exported from awkward\u0096folder\u2028(a name)")
+    checked = CliRunner().invoke(app, ["validate", "-f", str(path)])
+    assert checked.exit_code == 0, checked.output
+    [loaded] = load_manifests([str(path)])
+    texts = {s.name: s.text for s in loaded.kb.spec.sources}
+    assert texts == {s.name: s.text for s in plan.knowledge_base.spec.sources}
+    assert texts["c1"] == "# En\u0096dash\n\nA Windows-1252 en dash read as Latin-1: 1990\u00962000."
+    assert loaded.kb == plan.knowledge_base
+    assert "\u0096" not in path.read_text() and "\\x96" in path.read_text()
 
 
 @pytest.fixture

@@ -33,7 +33,7 @@ from typing import Any, BinaryIO, Final
 from pydantic import BaseModel, ConfigDict
 from pydantic.alias_generators import to_camel
 from ruamel.yaml import YAML
-from ruamel.yaml.scalarstring import LiteralScalarString
+from ruamel.yaml.scalarstring import DoubleQuotedScalarString, LiteralScalarString
 
 from kbctl.defaults import BEIR_SPLIT as DEFAULT_SPLIT
 from kbctl.defaults import RANKING_MAX_TOKENS, RANKING_THRESHOLD, RANKING_TOP_K
@@ -102,6 +102,12 @@ RANKING_RETRIEVAL: Final = Retrieval(
 )
 """Retrieval settings that measure ranking rather than cut-offs (see kbctl.defaults)."""
 
+# What YAML cannot carry raw in a scalar and read back the same: a character outside YAML 1.2's printable set (C0
+# controls but tab and line feed, DEL, C1 controls, surrogates, U+FFFE and U+FFFF), a BOM, and what a reader takes
+# for a line break (CR, NEL, LS, PS). A double-quoted scalar holds each as an escape.
+_RAW_UNSAFE: Final = re.compile(
+    "[^\t\n\x20-\x7e\xa0-\u2027\u202a-\ud7ff\ue000-\ufefe\uff00-\ufffd\U00010000-\U0010ffff]"
+)
 _INVALID_CHARS: Final = re.compile(r"[^a-z0-9_.-]+")
 _EDGE_CHARS: Final = "-_."
 _SPLIT_NAME: Final = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*")
@@ -472,21 +478,38 @@ def write_evalset(evalset: EvalSet, path: str | Path) -> None:
     _write(Path(path), "".join(lines))
 
 
+def _styled(value: Any, *, block: bool = False) -> Any:
+    """`value` with each string styled to read back identical: a string holding a character YAML cannot carry raw
+    (`_RAW_UNSAFE`) double-quoted, where the emitter escapes it (`\\x96`, `\\N`, `\\L`); else, with `block`, a
+    multi-line string as a literal block scalar."""
+    if isinstance(value, dict):
+        return {key: _styled(item, block=block or key == "text") for key, item in value.items()}
+    if isinstance(value, list):
+        return [_styled(item, block=block) for item in value]
+    if isinstance(value, str) and _RAW_UNSAFE.search(value):
+        return DoubleQuotedScalarString(value)
+    if isinstance(value, str) and block and "\n" in value:
+        return LiteralScalarString(value)
+    return value
+
+
+def _escaped_comment(text: str) -> str:
+    """`text` for a YAML comment line: each character YAML cannot carry raw as a Python-style escape."""
+    return _RAW_UNSAFE.sub(lambda match: match.group().encode("unicode_escape").decode("ascii"), text)
+
+
 def manifest_yaml(kb: KnowledgeBase, *, comment: str = "") -> str:
     """The manifest as YAML for a git repository: only what differs from the defaults, texts as block
-    scalars, `comment` (one or more lines) on top."""
-    data = kb.model_dump(by_alias=True, mode="json", exclude_defaults=True)
-    for source in data["spec"]["sources"]:
-        text = source.get("text")
-        if isinstance(text, str) and "\n" in text:
-            source["text"] = LiteralScalarString(text)
+    scalars (double-quoted with escapes when a character cannot be written raw), `comment` (one or more lines)
+    on top."""
+    data = _styled(kb.model_dump(by_alias=True, mode="json", exclude_defaults=True))
     yaml = YAML()
     yaml.width = 4096
     yaml.indent(mapping=2, sequence=4, offset=2)
     buffer = io.StringIO()
     yaml.dump(data, buffer)
-    header = "".join(f"# {line}".rstrip() + "\n" for line in comment.splitlines())
-    return header + buffer.getvalue()
+    lines = comment.split("\n") if comment else []  # not splitlines(): NEL and LS stay in their line, escaped
+    return "".join(f"# {_escaped_comment(line)}".rstrip() + "\n" for line in lines) + buffer.getvalue()
 
 
 def write_manifest(kb: KnowledgeBase, path: str | Path, *, comment: str = "") -> None:
