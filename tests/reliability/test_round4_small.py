@@ -1,10 +1,11 @@
 """Small hostile-input fixes, each pinned against the real thing: a git repository larger than kbctl checks out is
 refused before it is materialized and leaves nothing large in the cache; the controller's probe server says
-nothing when a client goes away mid-request."""
+nothing when a client goes away mid-request; docs/access.md says what `describe` without a caller shows."""
 
 from __future__ import annotations
 
 import os
+import re
 import socket
 import struct
 import subprocess
@@ -16,10 +17,12 @@ from typing import Any
 import pytest
 from typer.testing import CliRunner
 
+from kbctl import Reader
 from kbctl.cli import app
 from kbctl.client import KnowledgeBaseStore
 from kbctl.engine.events import NullReporter
 from kbctl.errors import SourceError
+from kbctl.manifest import load_manifests
 from kbctl.serve.controller import ControllerMetrics, HealthServer
 from kbctl.sources import git as git_sources
 from kbctl.sources._guard import Guard
@@ -29,6 +32,7 @@ from tests.support.manifests import knowledge_base, text_source
 pytestmark = pytest.mark.reliability
 
 MiB = 1024 * 1024
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def git(repo: Path, *args: str) -> str:
@@ -174,3 +178,42 @@ def test_a_probe_client_that_goes_away_leaves_no_traceback(capfd: pytest.Capture
         server.close()
     out, err = capfd.readouterr()
     assert "Traceback" not in err + out and "ConnectionResetError" not in err + out, err
+
+
+# ---------------------------------------------------------------- docs/access.md: describe without a caller
+
+
+def access_row(where: str) -> str:
+    """The row of docs/access.md's "Who the caller is" table for `where` (CLI, Python)."""
+    text = (ROOT / "docs" / "access.md").read_text()
+    [row] = [line for line in text.splitlines() if line.startswith(f"| {where} |")]
+    return " ".join(row.split())
+
+
+def test_docs_say_what_describe_without_a_caller_shows_and_it_does(
+    store: KnowledgeBaseStore, cli: CliRunner, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """docs/access.md and `describe --help` agree: without --as-group/--as-claim (reader=None in Python) `describe`
+    and `list` are the operator's view of every source, while query and the rest read as a caller without groups;
+    replayed on the documents' own example."""
+    cli_row, python_row = access_row("CLI"), access_row("Python")
+    assert re.search(r"`describe` without them is the operator's view: every source", cli_row), cli_row
+    assert re.search(r"`describe` and `list` with `reader=None` are the operator's view", python_row), python_row
+    helped = cli.invoke(app, ["describe", "--help"], env={"COLUMNS": "200"})
+    assert "describe without --as-group or --as-claim shows every source" in " ".join(helped.output.split())
+
+    monkeypatch.chdir(ROOT)
+    assert cli.invoke(app, ["apply", "-f", "examples/access/", "--wait"]).exit_code == 0
+    operator = cli.invoke(app, ["describe", "kb", "hr"], env={"COLUMNS": "200"})
+    assert operator.exit_code == 0 and "handbook" in operator.output and "restricted" in operator.output
+    caller = cli.invoke(app, ["describe", "kb", "hr", "--as-group", "employees"], env={"COLUMNS": "200"})
+    assert "handbook" in caller.output and "restricted" not in caller.output
+    nobody = cli.invoke(app, ["query", "hr", "what does salary band E4 pay?", "-o", "json"])
+    assert nobody.exit_code == 0 and '"hits": []' in nobody.output  # every source has a rule: a caller reads none
+    everything = store.describe("hr").source_status
+    assert {s.name.split("/")[0] for s in everything} == {"handbook", "restricted"}
+    assert store.describe("hr", reader=Reader()).source_status == []
+    assert [(kb.name, kb.sources) for kb in store.list()] == [("hr", len(everything))]
+    assert store.list(reader=Reader())[0].sources == 0
+    [loaded] = load_manifests(["examples/access/hr.yaml"])
+    assert loaded.kb.spec.access is not None and loaded.kb.spec.access.groups == ["employees"]
