@@ -18,7 +18,8 @@ A repository is hostile input too, and what git writes into the cache is bounded
 MAX_FETCH_BYTES to the cache (watched while git runs, which is stopped past it), and the tree of the commit
 fetched is read (`git ls-tree -r -l`, streamed) before anything is checked out: more than MAX_REPOSITORY_FILES
 files, or files of more than MAX_REPOSITORY_BYTES in all, refuse the repository, so a blob that compresses to
-nothing in the pack is refused by its real size. A refused repository is removed from the cache. The checkout
+nothing in the pack is refused by its real size. A repository whose fetch fails or is refused is removed from
+the cache. The checkout
 writes blobs as they are: `$GIT_DIR/info/attributes` (which outranks the repository's own `.gitattributes`)
 turns off filters (a Git LFS smudge would download past the network guard), end-of-line and encoding conversion.
 """
@@ -71,10 +72,6 @@ WATCH_SECONDS: Final = 0.2  # how often a fetch's growth is measured
 # Blobs are checked out as stored: no filter (an LFS smudge fetches from a server of the repository's choosing),
 # no end-of-line or working-tree-encoding conversion (which would make files larger than the sizes checked).
 _ATTRIBUTES: Final = "* -filter -text -ident -working-tree-encoding\n"
-
-
-class _Refused(SourceError):
-    """A repository over a bound: it is removed from the cache."""
 
 
 @dataclass(frozen=True)
@@ -152,8 +149,8 @@ def _stop(process: subprocess.Popen[bytes]) -> None:
 
 
 def _git(folder: Path, *args: str, watch: Callable[[], str | None] | None = None) -> str:
-    """git's output; SourceError when it fails or takes longer than GIT_TIMEOUT, _Refused when `watch` (asked every
-    WATCH_SECONDS while git runs) gives a reason to stop it."""
+    """git's output; SourceError when it fails, takes longer than GIT_TIMEOUT, or `watch` (asked every WATCH_SECONDS
+    while git runs) gives a reason to stop it."""
     deadline = time.monotonic() + GIT_TIMEOUT
     with _start(folder, args) as process:
         while True:
@@ -168,7 +165,7 @@ def _git(folder: Path, *args: str, watch: Callable[[], str | None] | None = None
                 reason = watch() if watch is not None else None
                 if reason is not None:
                     _stop(process)
-                    raise _Refused(reason) from None
+                    raise SourceError(reason) from None
     if process.returncode != 0:
         text = stderr.decode(errors="replace")
         lines = [line for line in text.strip().splitlines() if line.strip()]
@@ -224,9 +221,9 @@ def _check_tree(folder: Path, commit: str) -> None:
                     elif len(meta) == 4 and meta[1] == b"commit":
                         files += 1  # a submodule: an empty folder
                 if files > MAX_REPOSITORY_FILES:
-                    raise _Refused(f"commit {commit[:12]} has more than {MAX_REPOSITORY_FILES} files")
+                    raise SourceError(f"commit {commit[:12]} has more than {MAX_REPOSITORY_FILES} files")
                 if size > MAX_REPOSITORY_BYTES:
-                    raise _Refused(
+                    raise SourceError(
                         f"commit {commit[:12]} holds files of {_mib(size)}, over the"
                         f" {MAX_REPOSITORY_BYTES // MiB} MiB limit of a repository's checkout"
                     )
@@ -262,9 +259,11 @@ def fetch_repository(url: str, ref: str | None, cache: Path, guard: Guard) -> Ch
     with _locked(folder):
         try:
             commit = _fetch(folder, url, ref)
-        except _Refused as exc:
-            shutil.rmtree(folder, ignore_errors=True)  # nothing large stays behind; the next fetch starts afresh
-            raise SourceError(f"refused git repository {redact(url)!r}: {exc}") from None
+        except SourceError:
+            # Whatever failed (a bound, a fetch stopped half-way with its temporary pack, a bad ref), nothing of it
+            # stays in the cache: the next fetch starts afresh, as the first one did.
+            shutil.rmtree(folder, ignore_errors=True)
+            raise
     return Checkout(url=url, commit=commit, folder=folder)
 
 
@@ -279,7 +278,7 @@ def _fetch(folder: Path, url: str, ref: str | None) -> str:
     watch = _fetch_watch(folder / ".git")
     _git(folder, *fetch, "--", url, ref or "HEAD", watch=watch)
     if (reason := watch()) is not None:  # a fetch quicker than one look
-        raise _Refused(reason)
+        raise SourceError(reason)
     commit = _git(folder, "rev-parse", "--verify", "--end-of-options", "FETCH_HEAD^{commit}")
     if not re.fullmatch(r"[0-9a-f]{40}|[0-9a-f]{64}", commit):
         raise SourceError(f"git rev-parse gave {commit[:80]!r}, not a commit id")
