@@ -117,6 +117,27 @@ def test_a_repository_within_the_bounds_is_fetched_again_after_a_refusal(
     assert checkout.commit == git(repo, "rev-parse", "HEAD")
 
 
+def test_a_checkout_writes_blobs_as_stored_whatever_the_repository_asks(
+    tmp_path: Path, local_git: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A repository's .gitattributes cannot run a filter of the user's git configuration (as Git LFS's smudge,
+    which downloads from a server of the repository's choosing) nor grow files by end-of-line or encoding
+    conversion beyond the sizes checked."""
+    lines = b"one\ntwo\nthree\n"
+    repo = make_repo(tmp_path / "attrs", {"a.md": lines, "b.txt": lines, "c.csv": lines})
+    attributes = "*.md filter=fetcher\n*.txt text eol=crlf\n*.csv working-tree-encoding=UTF-32\n"
+    (repo / ".gitattributes").write_text(attributes)  # committed alone: the files' blobs stay as written
+    git(repo, "add", ".gitattributes")
+    git(repo, "commit", "--quiet", "-m", "attributes")
+    marker = tmp_path / "smudged"
+    config = tmp_path / "gitconfig"
+    config.write_text(f'[filter "fetcher"]\n\tsmudge = "touch {marker}; cat"\n\trequired = true\n')
+    monkeypatch.setenv("GIT_CONFIG_GLOBAL", str(config))  # as git-lfs install writes its filter for the user
+    checkout = fetch_repository(str(repo), "main", tmp_path / "cache", Guard())
+    assert not marker.exists()
+    assert [(checkout.folder / name).read_bytes() for name in ("a.md", "b.txt", "c.csv")] == [lines] * 3
+
+
 def test_a_sync_of_an_oversize_repository_applies_nothing_and_leaves_its_cache_small(
     store: KnowledgeBaseStore, cli: CliRunner, tmp_path: Path, local_git: None, monkeypatch: pytest.MonkeyPatch
 ) -> None:
