@@ -15,6 +15,10 @@ The quantile makes the line robust to a knowledge base about one everyday topic:
 many everyday topics at once answers more than a tenth of them, which are then no background for it: the ceiling
 stops its line (an almanac of everyday facts would get 0.86 with the default model, and gets 0.60). A manifest that
 sets `spec.retrieval.similarityThreshold` keeps its own.
+
+A version that restricts some sources (`access`) is calibrated per rule: the questions' best similarities among the
+chunks behind no rule, and among each rule's, are kept apart (kbctl.store.access), and a caller's line is that of
+what it may read (`joint_similarity` of its parts), so text it may not read moves no line it is shown or held to.
 """
 
 from __future__ import annotations
@@ -28,7 +32,7 @@ from importlib.resources import files
 from kbctl.defaults import BACKGROUND_CEILING, BACKGROUND_MARGIN, BACKGROUND_QUANTILE
 from kbctl.embedding.local import calibrated_threshold
 
-__all__ = ["background_questions", "background_similarity", "question_key", "version_threshold"]
+__all__ = ["background_questions", "background_similarity", "joint_similarity", "question_key", "version_threshold"]
 
 
 @cache
@@ -50,6 +54,16 @@ def background_similarity(bests: Sequence[float]) -> float | None:
         return None
     ordered = sorted(bests)
     return ordered[math.ceil(BACKGROUND_QUANTILE * (len(ordered) - 1))]
+
+
+def joint_similarity(parts: Sequence[Sequence[float]]) -> float | None:
+    """The background similarity of chunks held in parts, from each part's best similarity per background question
+    (in one order of the questions; empty: a part without chunks): per question the best of the parts, then their
+    quantile. None when no part has any."""
+    held = [part for part in parts if len(part)]
+    if not held:
+        return None
+    return background_similarity([max(bests) for bests in zip(*held, strict=True)])
 
 
 def version_threshold(model_id: str, background: float | None) -> float:

@@ -130,17 +130,22 @@ def _detail(db: Database, row: KnowledgeBaseRow, reader: Reader | None = None) -
         served = db.version_sources(version.id) if version else []
         schedule = read_schedule(db, row.id)
         events = list_events(db, [row.name], limit=DESCRIBE_EVENTS, kind="KnowledgeBase")
-    hidden = 0
-    if reader is not None:
-        readable = [s for s in served if may_read(reader, s.readers, s.reader_labels)]
-        hidden, served = len(served) - len(readable), readable
+        hidden = 0
+        if reader is not None:
+            readable = [s for s in served if may_read(reader, s.readers, s.reader_labels)]
+            hidden, served = len(served) - len(readable), readable
+        # The line calibrated on what is described: the version, or the part of it the reader may read (text it
+        # may not read moves no number it is shown: kbctl.store.access).
+        background = version.background_similarity if version is not None else None
+        if hidden and version is not None and reader is not None:
+            background = db.readable_background(version.id, reader)
     # The spec in force: the serving version's, else the one last recorded; read through the models, so
     # every default comes from kbctl/manifest/models.py.
     from kbctl.manifest import KnowledgeBase
 
     spec = KnowledgeBase.from_manifest(version.manifest if version else db.last_manifest(row.id)).spec
     kinds = {s.name: s.kind for s in spec.sources}
-    line, background = _thresholds(spec.retrieval.similarity_threshold, version)
+    line, background = _thresholds(spec.retrieval.similarity_threshold, version, background)
     if version is not None:
         sources = [
             # A document of a path source is named SOURCE/ID: its kind is its source's.
@@ -198,10 +203,12 @@ def _detail(db: Database, row: KnowledgeBaseRow, reader: Reader | None = None) -
     )
 
 
-def _thresholds(spec: float | None, version: VersionRow | None) -> tuple[float | None, float | None]:
-    """The relevance threshold a query that sets none uses (the spec's, else the serving version's line; None without
-    a version) and the version's background similarity, as stored (a float4) to 4 decimals."""
-    background = None if version is None or version.background_similarity is None else version.background_similarity
+def _thresholds(
+    spec: float | None, version: VersionRow | None, background: float | None
+) -> tuple[float | None, float | None]:
+    """The relevance threshold a query that sets none uses (the spec's, else the line of the serving version's
+    `background` similarity; None without a version) and that background similarity, as stored (a float4) to 4
+    decimals."""
     if spec is not None:
         line: float | None = spec
     elif version is None:

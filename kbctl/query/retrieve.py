@@ -132,7 +132,8 @@ def plan_query(
     base that `visible` refuses is not found, exactly as one that does not exist.
 
     `reader` is the caller (None: one without groups or claims). When the version restricts some of its sources
-    (`access`), the plan reads only what the caller may read, and its chunk count is of those alone."""
+    (`access`), the plan reads only what the caller may read, and its chunk count and calibrated line are of those
+    alone."""
     target = db.query_target(name)
     if target is None or (visible is not None and not visible(name, target.labels)):
         raise NotFoundError(f'knowledgebase "{name}" not found')
@@ -151,8 +152,13 @@ def plan_query(
     # which chunks of an answer are (kbctl.embedding.background).
     floor = calibrated_threshold(target.model)
     threshold = chosen if chosen is not None else floor
-    gate = chosen if chosen is not None else version_threshold(target.model, target.background_similarity)
     caller = (reader if reader is not None else Reader()) if target.restricted_chunks else None
+    gate = chosen
+    if gate is None:  # the line of what the caller may read: text it may not read moves it not (kbctl.store.access)
+        background = (
+            target.background_similarity if caller is None else db.readable_background(target.version_id, caller)
+        )
+        gate = version_threshold(target.model, background)
     chunks = db.readable_chunks(target.version_id, caller) if caller is not None else target.chunk_count
     return QueryPlan(
         name=name,

@@ -11,6 +11,13 @@ the chunks behind it (`kb_version_rules`: chunks and analyzed length; `kb_versio
 frequency), written at publish. What a caller may read of a version is then the version's statistics minus those of
 the rules it does not pass: a few rows per question word, however many sources the version has.
 
+Calibration (kbctl.embedding.background) is kept the same way. A version keeps, per background question, its best
+similarity among the chunks behind no rule (`kb_versions.background_bests`), and each rule the same among its own
+chunks (`kb_version_rules.background_bests`), all searched at publish in the same order of questions. The chunks a
+caller reads are those behind no rule and those of the rules it passes, so a question's best among them is the
+largest of those arrays' entries, and the caller's background similarity their quantile (`readable_background`):
+exact, a few rows a version, and no number of it comes from a chunk the caller may not read.
+
 The filter stands in the statement that selects candidates (the vector search's join, BM25's selection and its
 statistics), before any ranking or cut, so what a caller may not read is never ranked, counted or scored: topK,
 the best score, "nothing relevant", `--explain` and BM25's idf are all of the readable documents alone. Its Python
@@ -19,7 +26,8 @@ form, for checks, is kbctl.inputs.access.may_read.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any, Final
 
 import psycopg
@@ -29,12 +37,16 @@ from kbctl.inputs.access import Reader
 __all__ = [
     "HIDDEN_RULES",
     "READABLE",
+    "Rule",
     "delete_rule_statistics",
     "readable",
+    "readable_background",
     "readable_counts",
     "readable_params",
     "readable_size",
     "rule_statistics",
+    "store_calibration",
+    "version_rules",
 ]
 
 # The rule, over a kb_version_sources row `vs`, for the caller's groups %(rg)s and claim terms %(rc)s.
@@ -44,14 +56,37 @@ READABLE: Final = (
 )
 
 
-def readable(reader: Reader | None) -> str:
+# The chunks behind exactly one rule, %(cr)s and %(cl)s as stored (NULL: no group rule, no label rule; both NULL:
+# the chunks behind no rule), over a kb_version_sources row `vs`.
+_OF_RULE: Final = (
+    "vs.readers IS NOT DISTINCT FROM %(cr)s::text[] AND vs.reader_labels IS NOT DISTINCT FROM %(cl)s::text[]"
+)
+
+
+@dataclass(frozen=True)
+class Rule:
+    """One access rule of a version as stored (`readers`, `reader_labels`; both None: no rule): as a search's
+    filter, the chunks behind exactly that rule, which calibration searches apart from the others."""
+
+    readers: Sequence[str] | None
+    reader_labels: Sequence[str] | None
+
+
+def readable(reader: Reader | Rule | None) -> str:
     """The filter to AND into a statement over `vs`: READABLE for a caller, nothing without one (no rule to check:
-    the version restricts nothing)."""
+    the version restricts nothing); for a `Rule`, the chunks behind that rule alone."""
+    if isinstance(reader, Rule):
+        return f" AND {_OF_RULE}"
     return f" AND {READABLE}" if reader is not None else ""
 
 
-def readable_params(reader: Reader | None) -> dict[str, Any]:
+def readable_params(reader: Reader | Rule | None) -> dict[str, Any]:
     """The filter's parameters (none without a caller)."""
+    if isinstance(reader, Rule):
+        return {
+            "cr": None if reader.readers is None else list(reader.readers),
+            "cl": None if reader.reader_labels is None else list(reader.reader_labels),
+        }
     if reader is None:
         return {}
     return {"rg": reader.group_list(), "rc": reader.claim_terms()}
@@ -108,6 +143,60 @@ def delete_rule_statistics(
     if version_ids:
         conn.execute("DELETE FROM kb_version_rule_terms WHERE version_id = ANY(%s)", (list(version_ids),))
         conn.execute("DELETE FROM kb_version_rules WHERE version_id = ANY(%s)", (list(version_ids),))
+
+
+def version_rules(conn: psycopg.Connection[Any], version_id: int) -> list[tuple[int, Rule, int]]:
+    """The rules of a version that restricts some sources, each with its number and its chunks."""
+    rows = conn.execute(
+        "SELECT rule, readers, reader_labels, chunks FROM kb_version_rules WHERE version_id = %s ORDER BY rule",
+        (version_id,),
+    ).fetchall()
+    return [(int(r[0]), Rule(r[1], r[2]), int(r[3])) for r in rows]
+
+
+def store_calibration(
+    conn: psycopg.Connection[Any],
+    version_id: int,
+    whole: float | None,
+    open_bests: Sequence[float],
+    rule_bests: Mapping[int, Sequence[float]],
+) -> None:
+    """Keep a version's background similarity (`whole`) with what it is made of: the per-question best
+    similarities among its chunks behind no rule, and per rule among that rule's (empty: no chunks). Inside the
+    publishing transaction, after `rule_statistics`."""
+    conn.execute(
+        "UPDATE kb_versions SET background_similarity = %s, background_bests = %s::real[] WHERE id = %s",
+        (whole, list(open_bests), version_id),
+    )
+    if rule_bests:
+        with conn.cursor() as cur:
+            cur.executemany(
+                "UPDATE kb_version_rules SET background_bests = %s::real[] WHERE version_id = %s AND rule = %s",
+                [(list(bests), version_id, rule) for rule, bests in rule_bests.items()],
+            )
+
+
+def readable_background(conn: psycopg.Connection[Any], version_id: int, reader: Reader) -> float | None:
+    """The background similarity of the part of a version `reader` may read: per background question the best of the
+    arrays of what it reads (the chunks behind no rule, each rule it passes), then their quantile. None when it may
+    read nothing, or when the version keeps no arrays for some of what it reads (published before they were kept;
+    a reader of every rule then takes the whole version's, which is its own)."""
+    from kbctl.embedding.background import joint_similarity  # numpy, which `kbctl get` need not import
+
+    rows = conn.execute(
+        "SELECT 0 AS rule, true, v.background_bests, v.background_similarity FROM kb_versions v WHERE v.id = %(v)s"
+        " UNION ALL SELECT vs.rule, (" + READABLE + "), vs.background_bests, NULL FROM kb_version_rules vs"
+        " WHERE vs.version_id = %(v)s ORDER BY rule",
+        {"v": version_id, **readable_params(reader)},
+    ).fetchall()
+    if not rows:
+        return None
+    if all(r[1] for r in rows):
+        return None if rows[0][3] is None else float(rows[0][3])
+    read = [r[2] for r in rows if r[1]]
+    if any(bests is None for bests in read):
+        return None
+    return joint_similarity(read)
 
 
 def readable_counts(conn: psycopg.Connection[Any], reader: Reader) -> dict[str, tuple[int, int, int, int]]:

@@ -21,7 +21,15 @@ from kbctl.defaults import INDEX_LOOKUP_SECONDS
 from kbctl.errors import StoreError
 from kbctl.inputs.access import Reader
 from kbctl.manifest.digest import sha256_json
-from kbctl.store.access import readable_counts, readable_size, rule_statistics
+from kbctl.store.access import (
+    Rule,
+    readable_background,
+    readable_counts,
+    readable_size,
+    rule_statistics,
+    store_calibration,
+    version_rules,
+)
 from kbctl.store.bm25 import (
     containing_all_words,
     delete_revision_terms,
@@ -713,6 +721,47 @@ class Database:
         ]
         return background_similarity(bests)
 
+    @_store_errors
+    def background_bests(
+        self, version_id: int, model: str, chunks: int, vectors: Sequence[Vector], part: Rule | None = None
+    ) -> list[float]:
+        """Each background question's best cosine similarity among a version's `chunks` chunks, in the order of
+        `vectors`, searched as a query searches them; with a `part`, among the chunks behind that rule alone
+        (`chunks` of them). Empty when there are none (or a question finds none: no line comes of a part half
+        searched)."""
+        if chunks <= 0:
+            return []
+        bests = [
+            hits[0].score
+            for vector in vectors
+            if (hits := self.search(version_id, vector, 1, model=model, version_chunks=chunks, reader=part))
+        ]
+        return bests if len(bests) == len(vectors) else []
+
+    def _calibrate(self, version_id: int, model: str, chunks: int, restricted: int, vectors: Sequence[Vector]) -> None:
+        """Calibrate a version being published (kbctl.embedding.background): the background questions' best
+        similarities among its chunks behind no rule and, when it restricts some, among each rule's, searched apart
+        (kbctl.store.access), so that every caller's line is of what it may read; the version's own is of them all."""
+        from kbctl.embedding.background import joint_similarity
+
+        if not restricted:
+            bests = self.background_bests(version_id, model, chunks, vectors)
+            store_calibration(self._conn, version_id, joint_similarity([bests]), bests, {})
+            return
+        open_bests = self.background_bests(version_id, model, chunks - restricted, vectors, Rule(None, None))
+        rule_bests = {
+            rule: self.background_bests(version_id, model, count, vectors, part)
+            for rule, part, count in version_rules(self._conn, version_id)
+        }
+        whole = joint_similarity([open_bests, *rule_bests.values()])
+        store_calibration(self._conn, version_id, whole, open_bests, rule_bests)
+
+    @_store_errors
+    def readable_background(self, version_id: int, reader: Reader) -> float | None:
+        """The background similarity of what `reader` may read of a version (kbctl.store.access.readable_background;
+        None: nothing, or a version published before it was calibrated per rule, of which it may not read all)."""
+        return readable_background(self._conn, version_id, reader)
+
     # -- publishing ----------------------------------------------------------------------------
 
     @_store_errors
@@ -735,7 +784,8 @@ class Database:
         """Write a complete version and make it current, all in one transaction; return its number.
 
         `background`, the background questions' vectors for `model`, calibrates the version: its background
-        similarity is stored with it (kbctl.embedding.background); without them it has none.
+        similarity is stored with it, and per access rule what a caller's is made of (kbctl.embedding.background,
+        kbctl.store.access); without them it has none.
 
         The live source statuses (with the HTTP validators of the content this version serves) are
         written in the same transaction, so they can never describe content that is not published;
@@ -812,10 +862,7 @@ class Database:
                 rule_statistics(self._conn, int(vrow[0]))
             self._write_statuses(kb_id, statuses, stored_statuses)
             if background:  # last: an indexed search's settings last until the end of the transaction
-                self._conn.execute(
-                    "UPDATE kb_versions SET background_similarity = %s WHERE id = %s",
-                    (self.background_similarity(int(vrow[0]), model, chunks, background), vrow[0]),
-                )
+                self._calibrate(int(vrow[0]), model, chunks, restricted, background)
             self._conn.execute("UPDATE kb_knowledge_bases SET current_version = %s WHERE id = %s", (number, kb_id))
         return number
 
@@ -837,13 +884,13 @@ class Database:
         model: str | None = None,
         version_chunks: int | None = None,
         ef_search: int = EF_SEARCH,
-        reader: Reader | None = None,
+        reader: Reader | Rule | None = None,
     ) -> list[ChunkHit]:
         """The `limit` chunks of a version nearest to `vector` by cosine similarity, best first.
 
         With the version's `model` and chunk count, a version of more than EXACT_SCAN_MAX chunks is searched
         through the model's HNSW index (`ef_search` candidates per layer), else every chunk is compared. With a
-        `reader`, only the chunks it may read, `version_chunks` of them (kbctl.store.access).
+        `reader`, only the chunks it may read, `version_chunks` of them (a `Rule`: those behind it; kbctl.store.access).
         """
         if self._exact or model is None or version_chunks is None or version_chunks <= EXACT_SCAN_MAX:
             return exact_search(self._conn, version_id, vector, limit, reader)

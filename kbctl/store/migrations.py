@@ -429,6 +429,46 @@ MIGRATIONS: list[tuple[int, str, str]] = [
         ALTER TABLE kb_versions ADD COLUMN terms_base bigint, ADD COLUMN term_rows integer;
         """,
     ),
+    (
+        24,
+        "calibration per access rule: the background questions' best similarities behind no rule and behind each rule",
+        # kbctl.store.access.readable_background: a caller's line is of what it may read. NULL: not kept (a version
+        # published before, or never calibrated); '{}': no chunks there. The restricted versions calibrated before
+        # are filled in here, from the vectors they hold compared exactly with the model's background questions (in
+        # one order: their keys'); one whose model lost those vectors keeps NULL, and its callers the model's line.
+        """
+        ALTER TABLE kb_versions ADD COLUMN background_bests real[];
+        ALTER TABLE kb_version_rules ADD COLUMN background_bests real[];
+        CREATE TEMPORARY TABLE kb_calibrated_parts ON COMMIT DROP AS
+        WITH part AS (
+            SELECT vs.version_id, vs.revision_id, vs.readers, vs.reader_labels, v.model
+            FROM kb_versions v JOIN kb_version_sources vs ON vs.version_id = v.id
+            WHERE v.restricted_chunks > 0 AND v.background_similarity IS NOT NULL AND vs.revision_id IS NOT NULL
+                AND EXISTS (SELECT 1 FROM kb_background_vectors b WHERE b.model = v.model)),
+        revision_best AS MATERIALIZED (
+            SELECT p.revision_id, b.question_sha256, max(1 - (e.embedding <=> b.embedding)) AS best
+            FROM (SELECT DISTINCT revision_id, model FROM part) p
+            JOIN kb_chunks c ON c.revision_id = p.revision_id
+            JOIN kb_embeddings e ON e.id = c.embedding_id
+            JOIN kb_background_vectors b ON b.model = p.model
+            GROUP BY p.revision_id, b.question_sha256)
+        SELECT version_id, readers, reader_labels, array_agg(best::real ORDER BY question_sha256) AS bests
+        FROM (SELECT p.version_id, p.readers, p.reader_labels, rb.question_sha256, max(rb.best) AS best
+              FROM part p JOIN revision_best rb ON rb.revision_id = p.revision_id
+              GROUP BY p.version_id, p.readers, p.reader_labels, rb.question_sha256) q
+        GROUP BY version_id, readers, reader_labels;
+        UPDATE kb_versions v SET background_bests = coalesce(
+            (SELECT p.bests FROM kb_calibrated_parts p
+             WHERE p.version_id = v.id AND p.readers IS NULL AND p.reader_labels IS NULL), '{}')
+        WHERE v.id IN (SELECT version_id FROM kb_calibrated_parts);
+        UPDATE kb_version_rules r SET background_bests = coalesce(
+            (SELECT p.bests FROM kb_calibrated_parts p
+             WHERE p.version_id = r.version_id AND p.readers IS NOT DISTINCT FROM r.readers
+                AND p.reader_labels IS NOT DISTINCT FROM r.reader_labels), '{}')
+        WHERE r.version_id IN (SELECT version_id FROM kb_calibrated_parts);
+        DROP TABLE kb_calibrated_parts;
+        """,
+    ),
 ]
 
 # Serializes migrations of one database across processes (an arbitrary, fixed 64-bit key).

@@ -34,7 +34,7 @@ from psycopg.rows import class_row
 
 from kbctl.defaults import EF_SEARCH, EXACT_SCAN_MAX, INDEX_BUILD_MEMORY, INDEX_MIN_VECTORS, MAX_OVERFETCH
 from kbctl.inputs.access import Reader
-from kbctl.store.access import readable, readable_params
+from kbctl.store.access import Rule, readable, readable_params
 from kbctl.store.rows import ChunkHit
 
 if TYPE_CHECKING:
@@ -150,7 +150,7 @@ def build_vector_index(conn: psycopg.Connection[Any], model: str) -> VectorIndex
 
 
 def exact_search(
-    conn: psycopg.Connection[Any], version_id: int, vector: Vector, limit: int, reader: Reader | None = None
+    conn: psycopg.Connection[Any], version_id: int, vector: Vector, limit: int, reader: Reader | Rule | None = None
 ) -> list[ChunkHit]:
     """The `limit` chunks of a version nearest to `vector` by cosine distance, best first: every chunk compared
     (every chunk `reader` may read, when given: kbctl.store.access)."""
@@ -183,7 +183,7 @@ def index_settings(conn: psycopg.Connection[Any], ef_search: int, *, iterative: 
     )
 
 
-def indexed_query(model: str, dimensions: int, reader: Reader | None = None) -> sql.Composed:
+def indexed_query(model: str, dimensions: int, reader: Reader | Rule | None = None) -> sql.Composed:
     """The indexed plan's statement: the `%(m)s` nearest vectors of `model` by the index's own expression (so the
     planner can use it), then the version's chunks among them (those `reader` may read, when given), re-ranked by
     full-precision cosine."""
@@ -209,7 +209,7 @@ def indexed_search(
     limit: int,
     ef_search: int = EF_SEARCH,
     pgvector: tuple[int, ...] = ITERATIVE_SCAN_VERSION,
-    reader: Reader | None = None,
+    reader: Reader | Rule | None = None,
 ) -> list[ChunkHit] | None:
     """The `limit` chunks of a version nearest to `vector` through the model's HNSW index, best first (exact cosine),
     or None when the index cannot answer in full (then search exactly). Runs inside the caller's transaction.
