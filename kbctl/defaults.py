@@ -212,6 +212,21 @@ LEASE_SECONDS: Final = 600
 """How long a controller's claim of a knowledge base lasts unless released: a crashed controller's claim expires
 with it (one that lost its connection releases its claims as soon as it reconnects)."""
 
+LOCK_POLL_SECONDS: Final = 0.25
+"""How often a command that waits for a knowledge base's lock (or garbage collection's) tries it again, at most:
+a wait is a poll, never a statement blocked on the lock, which would hold a snapshot that the holder's CREATE INDEX
+CONCURRENTLY waits for (a deadlock). The first tries come sooner (1/8 of it, doubling)."""
+
+BUSY_RETRY_SECONDS: Final = 2
+"""How long a controller leaves a pending knowledge base alone when another process (an `apply --wait` in
+progress) holds its lock: that process finishes the generation; if it dies, its lock goes with its connection and
+the controller takes the work up at the next try."""
+
+RECONNECT_MAX_SECONDS: Final = 8.0
+"""A controller that lost its database tries again after 1 s, doubling up to this: it takes up the work an interrupted
+apply left within this long of the database's return (it was 30 s), and a database that stays away costs a try
+every 8 s (a connection attempt; the embedded server is started again by the first)."""
+
 HEARTBEAT_SECONDS: Final = 5
 """How often a controller that makes progress heartbeats."""
 

@@ -8,6 +8,9 @@ version in which no source serves any content is not published. Progress goes ou
 
 from __future__ import annotations
 
+import contextlib
+import os
+import socket
 import time
 from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import replace
@@ -51,8 +54,10 @@ from kbctl.sources.crawl import crawl_site
 from kbctl.sources.files import read_paths
 from kbctl.sources.git import read_repository
 from kbctl.sources.url import FetchPolicy, fetch_urls
+from kbctl.store import claims
 from kbctl.store.applied import record_applied_from
 from kbctl.store.database import Database, NewRevision, SourceRow, WrittenRevision
+from kbctl.store.events import NewEvent
 from kbctl.store.history import applying, prune_history
 from kbctl.store.rows import source_state
 from kbctl.store.schedule import set_schedule
@@ -72,6 +77,10 @@ _T = TypeVar("_T")
 
 
 Outcome = NewRevision | WrittenRevision | Fail  # what ingesting a source gave (kbctl.engine.ingest)
+
+
+# How this process names itself when it marks the generation it reconciles in-process (kbctl.store.claims).
+_HOLDER = f"{socket.gethostname()}-{os.getpid()}"
 
 
 def source_result(p: SourcePlan, outcome: Outcome | None = None) -> SourceStatus:
@@ -208,6 +217,9 @@ class _Reconciler:
                 self._record_failure(kb.name, PublishedNothing("ReconcileFailed", str(exc)))
                 self.reporter.report(ReconcileFailed(kb.name, str(exc)))
                 result = KnowledgeBaseResult(name=kb.name, action="failed", version=None, sources=[], message=str(exc))
+            finally:
+                with contextlib.suppress(KbctlError):  # the store is gone: the mark stays, for the controller to see
+                    claims.mark_applying(self.db, kb.name, None)
             record(self.db, result_events(result, self.component))
             results.append(result)
         return ApplyReport(results=results)
@@ -233,11 +245,16 @@ class _Reconciler:
         manifest = kb.to_manifest()
         digests = manifest_digests(manifest)  # the manifest's and each source's, from one encoding of their text
         known, packed = (digests.manifest, manifest), packing(manifest)  # inline texts hashed once, when needed
-        if self.trigger == "apply" and self.generation is None:
+        in_process = self.trigger == "apply" and self.generation is None
+        recorded_here = False
+        if in_process:
             recorded = db.record_desired(name, manifest, digest=known[0], packed=packed)
             if recorded.generation > recorded.observed_generation:
-                # Until this reconcile ends the KB says a generation is pending, which stays true if it is killed.
+                # Until this reconcile ends the KB says a generation is pending, which stays true if it is killed:
+                # a controller then finishes it (kbctl.store.claims.mark_applying).
                 observe(db, recorded)
+                claims.mark_applying(db, name, _HOLDER)
+                recorded_here = True
         state = read_state(db, name, known)
         if state.row is None:
             raise NotFoundError(f'knowledgebase "{name}" not found')
@@ -269,6 +286,13 @@ class _Reconciler:
             source_sha256s=digests.sources,
             packed=packed,
         )
+        if in_process and not recorded_here and kb.reads_files and not plan.unchanged:
+            # The files changed under the same manifest: that is a new desired state too, recorded before any work,
+            # so that a controller finishes it if this apply is interrupted (it reads them where this one did).
+            recorded = db.record_desired(name, manifest, digest=known[0], packed=packed, files_changed=True)
+            observe(db, recorded)
+            claims.mark_applying(db, name, _HOLDER)
+            done = recorded.generation
         action = plan.action
         version = plan.current_version if action == "unchanged" else plan.next_version
         assert version is not None
@@ -329,9 +353,18 @@ class _Reconciler:
         return read
 
     def _index(self, name: str, model: str) -> None:
-        """Build the model's vector index once it has enough vectors; the published version serves meanwhile."""
+        """Build the model's vector index once it has enough vectors; the published version serves meanwhile. A build
+        that fails leaves no index (queries search exactly) and does not fail the apply, whose version is published:
+        it is an event, and the next apply that adds vectors builds it."""
         started = time.perf_counter()
-        index = self.db.build_vector_index(model)
+        try:
+            index = self.db.build_vector_index(model)
+        except StoreError as exc:
+            message = (
+                f"the vector index of {model} was not built ({exc}); queries search exactly until an apply builds it"
+            )
+            record(self.db, [NewEvent(name, "Warning", "VectorIndexFailed", message, self.component)])
+            return
         if index is not None:
             self.reporter.report(VectorIndexBuilt(name, model, index.vectors, time.perf_counter() - started))
 

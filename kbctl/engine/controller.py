@@ -20,14 +20,23 @@ import time
 import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Literal
 
-from kbctl.defaults import HEARTBEAT_SECONDS, HEARTBEAT_TTL_SECONDS, LEASE_SECONDS, RETRY_SECONDS, STALL_SECONDS
+from kbctl.defaults import (
+    HEARTBEAT_SECONDS,
+    HEARTBEAT_TTL_SECONDS,
+    LEASE_SECONDS,
+    RECONNECT_MAX_SECONDS,
+    RETRY_SECONDS,
+    STALL_SECONDS,
+)
 from kbctl.embedding import Embedder
 from kbctl.engine.apply import apply_knowledge_bases, refresh_knowledge_bases
 from kbctl.engine.conditions import PublishedNothing, observe
 from kbctl.engine.conditions import condition as find_condition
 from kbctl.engine.drift import converge_drift
+from kbctl.engine.eventlog import record
 from kbctl.engine.events import (
     ControllerGone,
     DriftFound,
@@ -46,8 +55,10 @@ from kbctl.errors import KbctlError, NotFoundError, StoreError
 from kbctl.manifest import KnowledgeBase
 from kbctl.sources.url import FetchPolicy
 from kbctl.store import claims
+from kbctl.store.applied import applied_from
 from kbctl.store.claims import CHANNEL, Claim
 from kbctl.store.database import Database, KnowledgeBaseRow
+from kbctl.store.events import NewEvent
 from kbctl.store.schedule import claim_due_refresh
 
 __all__ = [
@@ -151,6 +162,7 @@ class Controller:
                     name=claim.name, action="failed", version=None, sources=[], message=str(exc)
                 )
             else:
+                kb = self._resumed(claim, kb)
                 [result] = apply_knowledge_bases(
                     self.db,
                     [kb],
@@ -167,6 +179,29 @@ class Controller:
             claims.release(self.db, claim, self.id, retry_after=retry_after)
         self.processed.append(result)
         return result
+
+    def _resumed(self, claim: Claim, kb: KnowledgeBase) -> KnowledgeBase:
+        """`kb` with its path: sources read where the apply that recorded them read them, when that folder is on this
+        host (otherwise they keep what they serve); and, for a generation an interrupted apply left, an event."""
+        folder = applied_from(self.db, kb.name) if kb.reads_files else None
+        here = folder is not None and Path(folder).is_dir()
+        if claim.left_by is not None:
+            message = f"generation {claim.generation} was left unfinished by an interrupted apply ({claim.left_by})"
+            if kb.reads_files and not here:
+                event = NewEvent(
+                    kb.name,
+                    "Warning",
+                    "ApplyResumed",
+                    f"{message}; the files of its path: sources are not on this host, so they keep what they serve: "
+                    "apply again where they are",
+                    "controller",
+                )
+            else:
+                event = NewEvent(
+                    kb.name, "Normal", "ApplyResumed", f"{message}; this controller finishes it", "controller"
+                )
+            record(self.db, [event])
+        return kb.located(folder) if here and folder is not None else kb
 
     def run_once(self) -> ApplyReport:
         """Apply the Syncs that are due (kbctl.engine.sync), bring back knowledge bases that drifted from their applied
@@ -210,7 +245,9 @@ class Controller:
         self.processed.append(result)
         return result
 
-    def run(self, stop: threading.Event, *, poll_seconds: float = 5.0, max_backoff: float = 30.0) -> None:
+    def run(
+        self, stop: threading.Event, *, poll_seconds: float = 5.0, max_backoff: float = RECONNECT_MAX_SECONDS
+    ) -> None:
         """Serve until `stop` is set: process what is pending, then sleep until a NOTIFY or the poll interval.
 
         A heartbeat thread (on its own connection) keeps the controller visible while it works. When the

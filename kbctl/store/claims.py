@@ -10,7 +10,8 @@ from typing import Any
 
 from psycopg import sql
 
-from kbctl.store.database import Database, _store_errors
+from kbctl.defaults import BUSY_RETRY_SECONDS
+from kbctl.store.database import Database, _store_errors, lock_key
 from kbctl.store.texts import unpack
 
 __all__ = [
@@ -22,6 +23,7 @@ __all__ = [
     "deregister",
     "heartbeat",
     "listen",
+    "mark_applying",
     "notify_work",
     "release",
     "release_held",
@@ -40,6 +42,7 @@ class Claim:
     name: str
     generation: int
     manifest: dict[str, Any]
+    left_by: str | None = None  # the in-process apply that recorded this generation and stopped before finishing it
 
 
 @_store_errors
@@ -91,24 +94,51 @@ def wake_ups(db: Database, timeout: float) -> Iterator[Any]:
     return iter(list(db.connection.notifies(timeout=timeout, stop_after=1)))
 
 
+APPLY_PREFIX = "apply "  # how an in-process apply marks the generation it works on (see `mark_applying`)
+
+
 @_store_errors
 def claim_next(db: Database, controller_id: str, lease_seconds: int) -> Claim | None:
-    """Claim the oldest pending knowledge base no other controller holds (FOR UPDATE SKIP LOCKED + a lease)."""
+    """Claim the oldest pending knowledge base no other controller holds (FOR UPDATE SKIP LOCKED + a lease).
+
+    One whose lock another process holds (an `apply --wait` reconciling it in-process) is left alone for
+    BUSY_RETRY_SECONDS instead of waited for: that apply finishes the generation, and if it dies its lock goes with
+    its connection and the next try claims the work. A controller waiting on the lock would also hold a snapshot
+    that the apply's CREATE INDEX CONCURRENTLY waits for."""
     conn = db.connection
     with conn.transaction():
-        row = conn.execute(
-            "SELECT id, name, generation, coalesce(desired_manifest, manifest) FROM kb_knowledge_bases"
-            " WHERE generation > observed_generation AND (claim_expires IS NULL OR claim_expires < now())"
-            " ORDER BY updated_at, id LIMIT 1 FOR UPDATE SKIP LOCKED"
-        ).fetchone()
-        if row is None:
-            return None
+        while True:
+            row = conn.execute(
+                "SELECT id, name, generation, coalesce(desired_manifest, manifest), claimed_by FROM kb_knowledge_bases"
+                " WHERE generation > observed_generation AND (claim_expires IS NULL OR claim_expires < now())"
+                " ORDER BY updated_at, id LIMIT 1 FOR UPDATE SKIP LOCKED"
+            ).fetchone()
+            if row is None:
+                return None
+            free = conn.execute("SELECT pg_try_advisory_xact_lock(%s)", (lock_key(row[1]),)).fetchone()
+            if free and free[0]:
+                break
+            conn.execute(
+                "UPDATE kb_knowledge_bases SET claim_expires = now() + make_interval(secs => %s) WHERE id = %s",
+                (BUSY_RETRY_SECONDS, row[0]),
+            )
         conn.execute(
             "UPDATE kb_knowledge_bases SET claimed_by = %s, claim_expires = now() + make_interval(secs => %s)"
             " WHERE id = %s",
             (controller_id, lease_seconds, row[0]),
         )
-    return Claim(row[0], row[1], row[2], unpack(conn, row[3]))
+    left_by = str(row[4])[len(APPLY_PREFIX) :] if row[4] and str(row[4]).startswith(APPLY_PREFIX) else None
+    return Claim(row[0], row[1], row[2], unpack(conn, row[3]), left_by)
+
+
+@_store_errors
+def mark_applying(db: Database, name: str, holder: str | None) -> None:
+    """Mark (or, with None, unmark) the pending generation of `name` as being reconciled by an in-process apply,
+    `holder` naming it: a controller that claims the generation later knows an apply left it unfinished."""
+    db.connection.execute(
+        "UPDATE kb_knowledge_bases SET claimed_by = %s WHERE name = %s AND (claimed_by IS NULL OR claimed_by LIKE %s)",
+        (None if holder is None else APPLY_PREFIX + holder, name, APPLY_PREFIX + "%"),
+    )
 
 
 @_store_errors

@@ -17,7 +17,7 @@ from psycopg.pq import TransactionStatus
 from psycopg.rows import class_row
 from psycopg.types.json import Jsonb
 
-from kbctl.defaults import INDEX_LOOKUP_SECONDS
+from kbctl.defaults import INDEX_LOOKUP_SECONDS, LOCK_POLL_SECONDS
 from kbctl.errors import StoreError
 from kbctl.inputs.access import Reader
 from kbctl.manifest.digest import sha256_json
@@ -80,6 +80,7 @@ __all__ = [
     "SourceRow",
     "VersionRow",
     "WrittenRevision",
+    "lock_key",
     "store_error",
 ]
 
@@ -119,7 +120,7 @@ _KB_COLUMNS = (
 )
 
 
-def _lock_key(name: str) -> int:
+def lock_key(name: str) -> int:
     """A stable signed 64-bit advisory lock key for a knowledge base name."""
     return int.from_bytes(hashlib.sha256(f"kbctl:kb:{name}".encode()).digest()[:8], "big", signed=True)
 
@@ -259,23 +260,25 @@ class Database:
         `timeout` for as long as it takes, with one at most that many seconds (then StoreError says so).
         """
         # Translated here: a decorator on a generator function would only wrap the generator's creation.
-        key = _lock_key(name)
+        key = lock_key(name)
         try:
             got = self._try_lock(key)
             if not got and on_wait is not None:
                 on_wait()
-            if not got and timeout is None:
-                self._conn.execute("SELECT pg_advisory_lock(%s)", (key,))
-            elif not got and timeout is not None:
-                deadline = time.monotonic() + timeout
-                while not got and time.monotonic() < deadline:
-                    time.sleep(min(0.1, max(0.0, deadline - time.monotonic())))
-                    got = self._try_lock(key)
-                if not got:
-                    raise StoreError(
-                        f'knowledgebase "{name}" is busy: another apply, delete or rollback holds it '
-                        f"(waited {timeout:g} s); try again when it is done"
-                    )
+            # Waited for by polling, never in a blocking pg_advisory_lock: a statement blocked there holds a snapshot,
+            # and the holder's CREATE INDEX CONCURRENTLY (an apply's first vector index) waits for every snapshot
+            # older than its own: the two would deadlock (40P01).
+            deadline = None if timeout is None else time.monotonic() + timeout
+            pause = LOCK_POLL_SECONDS / 8
+            while not got and (deadline is None or time.monotonic() < deadline):
+                time.sleep(pause if deadline is None else min(pause, max(0.0, deadline - time.monotonic())))
+                pause = min(pause * 2, LOCK_POLL_SECONDS)
+                got = self._try_lock(key)
+            if not got:
+                raise StoreError(
+                    f'knowledgebase "{name}" is busy: another apply, delete or rollback holds it '
+                    f"(waited {timeout:g} s); try again when it is done"
+                )
         except psycopg.Error as exc:
             raise store_error(exc) from exc
         try:
@@ -569,9 +572,16 @@ class Database:
 
     @_store_errors
     def record_desired(
-        self, name: str, manifest: dict[str, Any], *, digest: str | None = None, packed: Packing | None = None
+        self,
+        name: str,
+        manifest: dict[str, Any],
+        *,
+        digest: str | None = None,
+        packed: Packing | None = None,
+        files_changed: bool = False,
     ) -> KnowledgeBaseRow:
-        """Record `manifest` as the desired state of `name`; a change bumps the generation.
+        """Record `manifest` as the desired state of `name`; a change bumps the generation, and so does
+        `files_changed` (the files of its path: sources changed under the same manifest: an apply found them so).
 
         The desired state is compared with what is desired already: a pending manifest, or the manifest
         of the serving version, by hash (`digest`: `sha256_json(manifest)`, computed here when not given). A new
@@ -599,6 +609,7 @@ class Database:
             else:
                 changed = row is not None and row[1] != digest
             newly_applied = row is None or row[3] != digest
+            changed = changed or (row is not None and files_changed)
             if row is None or changed or newly_applied:
                 desired, texts = packed() if packed is not None else pack(manifest)
                 store_texts(self._conn, texts)

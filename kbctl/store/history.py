@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from datetime import datetime
@@ -10,6 +11,7 @@ from psycopg.rows import class_row
 from pydantic import BaseModel, ConfigDict
 from pydantic.alias_generators import to_camel
 
+from kbctl.defaults import LOCK_POLL_SECONDS
 from kbctl.errors import NotFoundError, RollbackError, UsageError
 from kbctl.store.bm25 import delete_revision_terms, delete_version_terms, rebase_terms
 from kbctl.store.database import GC_LOCK_KEY, Database, _store_errors
@@ -189,7 +191,16 @@ def prune_history(db: Database, kb_id: int, keep: int) -> int:
 
 @_store_errors
 def _lock_shared(db: Database) -> None:
-    db.connection.execute("SELECT pg_advisory_lock_shared(%s)", (GC_LOCK_KEY,))
+    # Polled, never blocked on (see Database.kb_lock: a blocked statement's snapshot can deadlock an index build).
+    pause = LOCK_POLL_SECONDS / 8
+    while not _try_shared(db):
+        time.sleep(pause)
+        pause = min(pause * 2, LOCK_POLL_SECONDS)
+
+
+def _try_shared(db: Database) -> bool:
+    row = db.connection.execute("SELECT pg_try_advisory_lock_shared(%s)", (GC_LOCK_KEY,)).fetchone()
+    return bool(row and row[0])
 
 
 @_store_errors

@@ -87,7 +87,8 @@ def test_the_controller_starts_the_embedded_server_again(how: str, server_home: 
     with controller(server_home, log):
         before = postmaster_pid(server_home)
         if how == "server stop":
-            subprocess.run([sys.executable, "-m", "kbctl", "server", "stop"], env=kbctl_env(server_home, None), check=True)
+            stop = [sys.executable, "-m", "kbctl", "server", "stop"]
+            subprocess.run(stop, env=kbctl_env(server_home, None), check=True, capture_output=True)
         else:
             os.kill(before, signal.SIGKILL)
         eventually(lambda: "database unavailable" in log.read_text(), f"not noticed: {log.read_text()}")
@@ -104,8 +105,143 @@ def test_the_controller_starts_the_embedded_server_again(how: str, server_home: 
         )
         assert applied.returncode == 0, applied.stderr
         eventually(
-            lambda: read(server_home, "SELECT current_version FROM kb_knowledge_bases WHERE name = %s", "after-restart")
-            == (1,),
+            lambda: (
+                read(server_home, "SELECT current_version FROM kb_knowledge_bases WHERE name = %s", "after-restart")
+                == (1,)
+            ),
             f"not reconciled after the restart: {log.read_text()}",
         )
+    stop_server(server_home / "pg")
+
+
+def seed_vectors(home: Path, count: int) -> None:
+    """`count` cached vectors of the default model for texts no knowledge base holds (the cache is content-addressed:
+    nothing serves them), so the next apply crosses the line at which the model's first vector index is built."""
+    import numpy as np
+
+    from kbctl.store.embedded import embedded_url
+
+    vectors = np.random.default_rng(7).normal(size=(count, 384)).astype(np.float32)
+    vectors /= np.linalg.norm(vectors, axis=1, keepdims=True)
+    copying = "COPY kb_embeddings (model, text_sha256, embedding) FROM STDIN"
+    with Database(embedded_url(home / "pg")) as db, db.connection.cursor() as cur, cur.copy(copying) as copy:
+        for i, v in enumerate(vectors):
+            copy.write_row(("local/all-MiniLM-L6-v2", i.to_bytes(32, "big"), v))
+
+
+def test_apply_and_a_controller_never_deadlock_on_the_first_vector_index(server_home: Path, tmp_path: Path) -> None:
+    """The first `apply --wait` that crosses the vector index's line, a knowledge base of many files, while a controller
+    runs (which sees the new knowledge base pending): the apply publishes and builds a valid index, exit 0, no
+    deadlock, and no invalid index is left behind."""
+    from kbctl.defaults import INDEX_MIN_VECTORS
+
+    seed_vectors(server_home, INDEX_MIN_VECTORS - 20)
+    folder = tmp_path / "docs"
+    folder.mkdir()
+    for i in range(40):
+        (folder / f"note-{i}.md").write_text(
+            f"# Note {i}\n\nExpense report {i} is filed within {i + 3} days of travel.\n"
+        )
+    manifest = tmp_path / "kb.yaml"
+    manifest.write_text(
+        "apiVersion: kbctl.dev/v1alpha1\nkind: KnowledgeBase\nmetadata: {name: notes}\n"
+        "spec:\n  sources:\n    - {name: docs, path: docs/}\n"
+    )
+    log = tmp_path / "controller.log"
+    with controller(server_home, log):
+        applied = subprocess.run(
+            [sys.executable, "-m", "kbctl", "apply", "-f", str(manifest), "--wait"],
+            env=kbctl_env(server_home, None),
+            capture_output=True,
+            text=True,
+            timeout=600,
+        )
+        assert applied.returncode == 0, applied.stdout + applied.stderr + log.read_text()
+        assert "deadlock" not in applied.stdout + applied.stderr + log.read_text()
+    indexes = read(
+        server_home,
+        "SELECT count(*) FILTER (WHERE i.indisvalid), count(*) FILTER (WHERE NOT i.indisvalid) FROM pg_index i"
+        " JOIN pg_class c ON c.oid = i.indexrelid WHERE c.relname LIKE 'kb_embeddings_hnsw%%'",
+    )
+    assert indexes == (1, 0)
+    stop_server(server_home / "pg")
+
+
+def write_notes(folder: Path, files: int, sections: int) -> None:
+    """`files` Markdown files of `sections` sections of ~1,000 characters each (one chunk a section)."""
+    folder.mkdir(exist_ok=True)
+    for f in range(files):
+        (folder / f"policy-{f}.md").write_text(
+            "\n\n".join(
+                f"## Clause {i}\n\n"
+                + " ".join(
+                    f"Record {j} of clause {i} in policy {f} is kept by the finance team, then archived."
+                    for j in range(11)
+                )
+                for i in range(sections)
+            )
+        )
+
+
+@pytest.mark.parametrize("how", ["server stop", "kill -9"])
+def test_a_change_interrupted_mid_apply_is_finished_by_the_controller(
+    how: str, server_home: Path, tmp_path: Path
+) -> None:
+    """`apply --wait` of new files of a path: source, the database stopped (or killed) while it embeds: the apply
+    fails, but the change was recorded before the work began, so the running controller starts the server again,
+    finishes the new version from the same files and says so in an event."""
+    folder = tmp_path / "docs"
+    write_notes(folder, 1, 1)
+    manifest = tmp_path / "kb.yaml"
+    manifest.write_text(
+        "apiVersion: kbctl.dev/v1alpha1\nkind: KnowledgeBase\nmetadata: {name: policies}\n"
+        "spec:\n  sources:\n    - {name: docs, path: docs/}\n"
+    )
+    apply = [sys.executable, "-m", "kbctl", "apply", "-f", str(manifest), "--wait"]
+    first = subprocess.run(apply, env=kbctl_env(server_home, None), capture_output=True, text=True, timeout=300)
+    assert first.returncode == 0, first.stdout + first.stderr
+    cached = read(server_home, "SELECT count(*) FROM kb_embeddings")
+    assert cached is not None
+    write_notes(folder, 40, 8)  # 320 new chunks: several embedding calls, each committed as it comes
+    log = tmp_path / "controller.log"
+    with controller(server_home, log):
+        out = tmp_path / "apply.log"
+        applying = subprocess.Popen(
+            apply, env=kbctl_env(server_home, None), stdout=out.open("w"), stderr=subprocess.STDOUT
+        )
+        embedded = read(server_home, "SELECT count(*) FROM kb_embeddings")
+        while embedded is None or int(embedded[0]) - int(cached[0]) < 40:  # some vectors cached: mid-embedding
+            assert applying.poll() is None, out.read_text()
+            time.sleep(0.1)
+            embedded = read(server_home, "SELECT count(*) FROM kb_embeddings")
+        if how == "server stop":
+            stop_server(server_home / "pg")
+        else:
+            os.kill(postmaster_pid(server_home), signal.SIGKILL)
+        assert applying.wait(timeout=120) == 1, out.read_text()
+        assert "database" in out.read_text()
+        eventually(
+            lambda: (
+                read(
+                    server_home,
+                    "SELECT current_version, generation = observed_generation FROM kb_knowledge_bases"
+                    " WHERE name = 'policies'",
+                )
+                == (2, True)
+            ),
+            f"the controller did not finish the change: {log.read_text()}",
+            timeout=300,
+        )
+    ready = read(
+        server_home,
+        "SELECT count(*) FILTER (WHERE vs.state = 'ready'), min(v.chunk_count) FROM kb_version_sources vs"
+        " JOIN kb_versions v ON v.id = vs.version_id JOIN kb_knowledge_bases k ON k.id = v.kb_id"
+        " WHERE k.name = 'policies' AND v.number = 2",
+    )
+    assert ready == (40, 320)
+    event = read(
+        server_home,
+        "SELECT type, message FROM kb_events WHERE object_name = 'policies' AND reason = 'ApplyResumed'",
+    )
+    assert event is not None and event[0] == "Normal" and "interrupted apply" in str(event[1]), event
     stop_server(server_home / "pg")
