@@ -101,3 +101,23 @@ def test_credentials_never_go_in_the_manifest() -> None:
         parse_manifests(MANIFEST.format(url="https://user:secret@git.example.com/wiki.git", ref="main"), "wiki.yaml")
     with pytest.raises(ManifestError, match="must be a branch or tag name"):
         parse_manifests(MANIFEST.format(url="https://git.example.com/wiki.git", ref="--upload-pack=x"), "wiki.yaml")
+
+
+def test_git_s_first_meaningful_error_line_is_the_one_shown() -> None:
+    """Of git's error output the first `fatal:`/`error:` line is shown (not the advice that ends it), redacted and
+    cut; hints, warnings and a server's chatter only when git said nothing else."""
+    from kbctl.sources.git import MAX_ERROR_CHARS, _first_error
+
+    missing = (
+        b"fatal: '/srv/nowhere' does not appear to be a git repository\nfatal: Could not read from remote repository."
+        b"\n\nPlease make sure you have the correct access rights\nand the repository exists.\n"
+    )
+    assert _first_error(missing, 128) == "'/srv/nowhere' does not appear to be a git repository"
+    hosted = b"remote: Repository not found.\nfatal: repository 'https://git.example.com/o/r.git/' not found\n"
+    assert _first_error(hosted, 128) == "repository 'https://git.example.com/o/r.git/' not found"
+    assert _first_error(b"hint: try again\nsomething odd happened\n", 1) == "something odd happened"
+    assert _first_error(b"remote: quota exceeded\n", 1) == "remote: quota exceeded"
+    assert _first_error(b"", 9) == "exit code 9"
+    secret = b"fatal: unable to access 'https://user:hunter2@git.example.com/r.git/': " + b"x" * 1000
+    shown = _first_error(secret, 128)
+    assert "hunter2" not in shown and len(shown) <= MAX_ERROR_CHARS

@@ -186,3 +186,17 @@ def test_delete_sync_stops_it_and_keeps_what_it_applied(
     assert store.syncs() == [] and [kb.name for kb in store.list()] == ["hours", "policy"]
     assert cli.invoke(app, ["delete", "sync", "knowledge"]).exit_code == 1
     assert cli.invoke(app, ["delete", "sync", "knowledge", "--ignore-not-found"]).exit_code == 0
+
+
+def test_a_missing_repository_is_reported_in_git_s_own_words(
+    store: KnowledgeBaseStore, cli: CliRunner, repo: Path, tmp_path: Path
+) -> None:
+    """A Sync against a folder that is no repository reports git's first error line, not its last one (`and the
+    repository exists.`)."""
+    (tmp_path / "sync.yaml").write_text(sync_manifest(repo).replace(str(remote(repo)), str(tmp_path / "nowhere")))
+    assert cli.invoke(app, ["apply", "-f", str(tmp_path / "sync.yaml")]).exit_code == 0
+    assert store.controller().run_once().failed_syncs == ["knowledge"]
+    [status] = store.syncs()
+    assert status.last_error == (
+        f"cannot fetch: git fetch failed: '{tmp_path / 'nowhere'}' does not appear to be a git repository"
+    )

@@ -51,6 +51,7 @@ from kbctl.userconfig import redact
 
 __all__ = [
     "ALLOW_LOCAL_ENV",
+    "EXTERNAL_PROGRAMS",
     "GIT_TIMEOUT",
     "MAX_FETCH_BYTES",
     "MAX_REPOSITORY_BYTES",
@@ -61,6 +62,9 @@ __all__ = [
 ]
 
 ALLOW_LOCAL_ENV: Final = "KBCTL_ALLOW_LOCAL_GIT"
+# The programs this module runs (git runs ssh for ssh:// and git@host:path URLs): the image installs each
+# (deploy/Dockerfile; tests/test_image.py reads this tuple).
+EXTERNAL_PROGRAMS: Final = ("git", "ssh")
 GIT_TIMEOUT: Final = 300.0  # seconds one git command may take
 # What one repository may put in kbctl's cache. A source lists at most 10,000 files of at most 32 MiB each
 # (kbctl.sources.files), but it may read one folder of a larger repository, and the whole commit is checked out:
@@ -72,6 +76,9 @@ WATCH_SECONDS: Final = 0.2  # how often a fetch's growth is measured
 # Blobs are checked out as stored: no filter (an LFS smudge fetches from a server of the repository's choosing),
 # no end-of-line or working-tree-encoding conversion (which would make files larger than the sizes checked).
 _ATTRIBUTES: Final = "* -filter -text -ident -working-tree-encoding\n"
+MAX_ERROR_CHARS: Final = 300  # of git's error line in a message (a server's text may be long)
+_ERROR_PREFIXES: Final = ("fatal:", "error:")
+_CHATTER_PREFIXES: Final = ("hint:", "warning:", "remote:")
 
 
 @dataclass(frozen=True)
@@ -167,10 +174,24 @@ def _git(folder: Path, *args: str, watch: Callable[[], str | None] | None = None
                     _stop(process)
                     raise SourceError(reason) from None
     if process.returncode != 0:
-        text = stderr.decode(errors="replace")
-        lines = [line for line in text.strip().splitlines() if line.strip()]
-        raise SourceError(f"git {args[0]} failed: {redact(lines[-1] if lines else f'exit code {process.returncode}')}")
+        raise SourceError(f"git {args[0]} failed: {_first_error(stderr, process.returncode)}")
     return stdout.decode(errors="replace").strip()
+
+
+def _first_error(stderr: bytes, returncode: int) -> str:
+    """git's own first meaningful error line, redacted and cut: its first `fatal:` or `error:` line (the prefix left
+    out), else its first line that is no hint, warning or server chatter, else its first line; the exit code when it
+    said nothing. (Its last line is often advice: `and the repository exists.`)"""
+    lines = [line.strip() for line in stderr.decode(errors="replace").splitlines() if line.strip()]
+    chosen = next((line for line in lines if line.startswith(_ERROR_PREFIXES)), None)
+    if chosen is None:
+        chosen = next((line for line in lines if not line.startswith(_CHATTER_PREFIXES)), lines[0] if lines else None)
+    if chosen is None:
+        return f"exit code {returncode}"
+    for prefix in _ERROR_PREFIXES:
+        chosen = chosen.removeprefix(prefix).strip()
+    text = redact(chosen)
+    return text if len(text) <= MAX_ERROR_CHARS else text[: MAX_ERROR_CHARS - 1] + "…"
 
 
 def _bytes_in(folder: Path) -> int:
@@ -236,8 +257,7 @@ def _check_tree(folder: Path, commit: str) -> None:
             raise
         _, stderr = process.communicate()
     if process.returncode != 0:
-        lines = stderr.decode(errors="replace").strip().splitlines()
-        raise SourceError(f"git ls-tree failed: {redact(lines[-1] if lines else f'exit code {process.returncode}')}")
+        raise SourceError(f"git ls-tree failed: {_first_error(stderr, process.returncode)}")
 
 
 @contextmanager
