@@ -2,7 +2,8 @@
 KnowledgeBase manifests of its folder as one apply set (pruning, when the Sync says so, what left the folder), and
 records the commit it applied. A commit whose manifests do not validate applies nothing: the knowledge bases keep
 serving what they served, and the Sync's status and a SyncFailed event name the file, line and field. A folder
-with no manifest at all is refused the same way, so a wrong path never prunes everything."""
+with no manifest at all is refused the same way, so a wrong path never prunes everything. A folder holding a
+kustomization is rendered by kustomize (kbctl.sources.kustomize), and its output read as the folder's manifests."""
 
 from __future__ import annotations
 
@@ -16,9 +17,11 @@ from kbctl.engine.eventlog import record
 from kbctl.engine.events import Reporter, SyncFinished
 from kbctl.engine.prune import PruneScope, check_applyset, prune_knowledge_bases
 from kbctl.engine.results import KnowledgeBaseResult
-from kbctl.errors import KbctlError, ManifestError
+from kbctl.errors import KbctlError, ManifestError, SourceError
 from kbctl.manifest import load_manifest_set, read_manifest_files
+from kbctl.manifest.load import ManifestFile, ManifestFiles
 from kbctl.sources.git import fetch_repository
+from kbctl.sources.kustomize import kustomization_in, render_kustomization
 from kbctl.sources.url import FetchPolicy
 from kbctl.store.database import Database
 from kbctl.store.events import NewEvent
@@ -78,7 +81,9 @@ def run_sync(
     if not folder.is_relative_to(root) or not folder.is_dir():
         return _failed(db, status, revision, f"commit {revision[:12]}: no folder {status.path!r}", reporter)
     try:
-        loaded = load_manifest_set(read_manifest_files([str(folder)], recursive=True))
+        loaded = load_manifest_set(_manifest_files(folder, root, status.path))
+    except SourceError as exc:
+        return _failed(db, status, revision, f"commit {revision[:12]}: {exc}; nothing was applied", reporter)
     except ManifestError as exc:
         problems = [_in_repository(str(p), root) for p in exc.problems]
         more = f" (and {len(problems) - PROBLEMS_NAMED} more)" if len(problems) > PROBLEMS_NAMED else ""
@@ -107,6 +112,15 @@ def run_sync(
         record(db, [NewEvent(status.name, "Normal", "SyncApplied", message, "controller", kind="Sync")])
     reporter.report(SyncFinished(status.name, revision, error))
     return SyncOutcome(status.name, revision, list(report.results), pruned, error)
+
+
+def _manifest_files(folder: Path, root: Path, path: str) -> ManifestFiles:
+    """The folder's manifest files (with its subfolders), or, when it holds a kustomization, what kustomize renders of
+    it (SourceError when it cannot), read as one file."""
+    if kustomization_in(folder) is None:
+        return read_manifest_files([str(folder)], recursive=True)
+    label = f"{path} (kustomize build)"
+    return [(label, [ManifestFile(label, render_kustomization(folder, root))])]
 
 
 def _in_repository(problem: str, root: Path) -> str:
