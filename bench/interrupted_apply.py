@@ -37,8 +37,8 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from kbctl.errors import StoreError
-from kbctl.store.database import Database
-from kbctl.store.embedded import running_url, stop_server
+from kbctl.store.embedded import stop_server
+from tests.support.recovery import read_running, write_policies
 from tests.support.serveproc import kbctl_env
 
 RESTART_GOAL = 10.0  # s from the server's death to it accepting connections again
@@ -64,34 +64,6 @@ class Round:
     stop_seconds: float = 0.0  # how long `pg_ctl stop` took (the death counts from its return)
     note: str = ""
     failed: bool = False
-
-
-def write_notes(folder: Path, files: int, sections: int) -> None:
-    """`files` Markdown files of `sections` sections of ~1,000 characters each (one chunk a section)."""
-    folder.mkdir(exist_ok=True)
-    for f in range(files):
-        (folder / f"policy-{f}.md").write_text(
-            "\n\n".join(
-                f"## Clause {i}\n\n"
-                + " ".join(
-                    f"Record {j} of clause {i} in policy {f} is kept by the finance team, then archived."
-                    for j in range(11)
-                )
-                for i in range(sections)
-            )
-        )
-
-
-def read(home: Path, statement: str, *params: object) -> tuple[object, ...] | None:
-    """One row from the embedded server of `home` when it is up (None when it is not), never starting it."""
-    url = running_url(home / "pg")
-    if url is None:
-        return None
-    try:
-        with Database(url, migrate=False) as db:
-            return db.connection.execute(statement, params).fetchone()
-    except StoreError:
-        return None
 
 
 def postmaster_pid(home: Path) -> int | None:
@@ -132,16 +104,16 @@ def run(how: str, files: int, sections: int, timeout: float, logs: Path | None, 
     applying: subprocess.Popen[bytes] | None = None
     try:
         folder = work / "docs"
-        write_notes(folder, 1, 1)
+        write_policies(folder, 1, 1)
         manifest = work / "kb.yaml"
         manifest.write_text(MANIFEST)
         apply = [*kbctl, "apply", "-f", str(manifest), "--wait"]
         first = subprocess.run(apply, env=env, capture_output=True, text=True, timeout=600)
         if first.returncode != 0:
             raise RuntimeError(f"the first apply failed: {first.stdout}{first.stderr}")
-        cached = read(home, "SELECT count(*) FROM kb_embeddings")
+        cached = read_running(home, "SELECT count(*) FROM kb_embeddings")
         assert cached is not None
-        write_notes(folder, files, sections)
+        write_policies(folder, files, sections)
 
         with ctl_log.open("wb") as log:
             controller = subprocess.Popen(
@@ -163,7 +135,7 @@ def run(how: str, files: int, sections: int, timeout: float, logs: Path | None, 
         def embedding() -> bool:
             if applying.poll() is not None:
                 raise RuntimeError(f"the apply ended before {STOP_AFTER} new vectors:\n{tail(apply_log)}")
-            row = read(home, "SELECT count(*) FROM kb_embeddings")
+            row = read_running(home, "SELECT count(*) FROM kb_embeddings")
             result.cached_at_stop = int(row[0]) - int(cached[0]) if row else 0  # type: ignore[call-overload]
             return result.cached_at_stop >= STOP_AFTER
 
@@ -180,7 +152,7 @@ def run(how: str, files: int, sections: int, timeout: float, logs: Path | None, 
         down = time.monotonic()
 
         back = until(
-            lambda: postmaster_pid(home) not in (None, before) and read(home, "SELECT 1") == (1,), timeout, 0.05
+            lambda: postmaster_pid(home) not in (None, before) and read_running(home, "SELECT 1") == (1,), timeout, 0.05
         )
         if back is None:
             result.note, result.failed = f"server not back within {timeout:g} s", True
@@ -188,7 +160,7 @@ def run(how: str, files: int, sections: int, timeout: float, logs: Path | None, 
         result.restarted = back - down
         done = until(
             lambda: (
-                read(
+                read_running(
                     home,
                     "SELECT current_version, generation = observed_generation FROM kb_knowledge_bases"
                     " WHERE name = 'policies'",
@@ -202,14 +174,15 @@ def run(how: str, files: int, sections: int, timeout: float, logs: Path | None, 
             result.finished = done - back
         else:
             result.note, result.failed = f"version 2 not reconciled within {timeout:g} s", True
-        chunks = read(
+        chunks = read_running(
             home,
             "SELECT v.chunk_count FROM kb_versions v JOIN kb_knowledge_bases k ON k.id = v.kb_id"
             " WHERE k.name = 'policies' AND v.number = 2",
         )
         result.chunks = int(chunks[0]) if chunks else None  # type: ignore[call-overload]
         result.resumed_event = (
-            read(home, "SELECT 1 FROM kb_events WHERE object_name = 'policies' AND reason = 'ApplyResumed'") is not None
+            read_running(home, "SELECT 1 FROM kb_events WHERE object_name = 'policies' AND reason = 'ApplyResumed'")
+            is not None
         )
         try:
             result.apply_exit = applying.wait(timeout=120)

@@ -14,9 +14,9 @@ from pathlib import Path
 
 import pytest
 
-from kbctl.errors import StoreError
 from kbctl.store.database import Database
-from kbctl.store.embedded import running_url, stop_server
+from kbctl.store.embedded import stop_server
+from tests.support.recovery import read_running, write_policies
 from tests.support.serveproc import kbctl_env
 
 pytestmark = [pytest.mark.reliability, pytest.mark.slow]
@@ -46,18 +46,6 @@ def eventually(check: Callable[[], bool], what: str, timeout: float = 120) -> No
     while not check():
         assert time.monotonic() < deadline, what
         time.sleep(0.2)
-
-
-def read(home: Path, statement: str, *params: object) -> tuple[object, ...] | None:
-    """One row read from the embedded server of `home` when it is up (None when it is not), never starting it."""
-    url = running_url(home / "pg")
-    if url is None:
-        return None
-    try:
-        with Database(url, migrate=False) as db:
-            return db.connection.execute(statement, params).fetchone()
-    except StoreError:
-        return None
 
 
 @contextmanager
@@ -93,7 +81,7 @@ def test_the_controller_starts_the_embedded_server_again(how: str, server_home: 
             os.kill(before, signal.SIGKILL)
         eventually(lambda: "database unavailable" in log.read_text(), f"not noticed: {log.read_text()}")
         # Nobody but the controller starts it: the test only reads the folder.
-        eventually(lambda: read(server_home, "SELECT 1") == (1,), f"not started again: {log.read_text()}")
+        eventually(lambda: read_running(server_home, "SELECT 1") == (1,), f"not started again: {log.read_text()}")
         assert postmaster_pid(server_home) != before
         manifest = tmp_path / "kb.yaml"
         manifest.write_text(MANIFEST.format(name="after-restart"))
@@ -106,7 +94,9 @@ def test_the_controller_starts_the_embedded_server_again(how: str, server_home: 
         assert applied.returncode == 0, applied.stderr
         eventually(
             lambda: (
-                read(server_home, "SELECT current_version FROM kb_knowledge_bases WHERE name = %s", "after-restart")
+                read_running(
+                    server_home, "SELECT current_version FROM kb_knowledge_bases WHERE name = %s", "after-restart"
+                )
                 == (1,)
             ),
             f"not reconciled after the restart: {log.read_text()}",
@@ -158,29 +148,13 @@ def test_apply_and_a_controller_never_deadlock_on_the_first_vector_index(server_
         )
         assert applied.returncode == 0, applied.stdout + applied.stderr + log.read_text()
         assert "deadlock" not in applied.stdout + applied.stderr + log.read_text()
-    indexes = read(
+    indexes = read_running(
         server_home,
         "SELECT count(*) FILTER (WHERE i.indisvalid), count(*) FILTER (WHERE NOT i.indisvalid) FROM pg_index i"
         " JOIN pg_class c ON c.oid = i.indexrelid WHERE c.relname LIKE 'kb_embeddings_hnsw%%'",
     )
     assert indexes == (1, 0)
     stop_server(server_home / "pg")
-
-
-def write_notes(folder: Path, files: int, sections: int) -> None:
-    """`files` Markdown files of `sections` sections of ~1,000 characters each (one chunk a section)."""
-    folder.mkdir(exist_ok=True)
-    for f in range(files):
-        (folder / f"policy-{f}.md").write_text(
-            "\n\n".join(
-                f"## Clause {i}\n\n"
-                + " ".join(
-                    f"Record {j} of clause {i} in policy {f} is kept by the finance team, then archived."
-                    for j in range(11)
-                )
-                for i in range(sections)
-            )
-        )
 
 
 @pytest.mark.parametrize("how", ["server stop", "kill -9"])
@@ -191,7 +165,7 @@ def test_a_change_interrupted_mid_apply_is_finished_by_the_controller(
     fails, but the change was recorded before the work began, so the running controller starts the server again,
     finishes the new version from the same files and says so in an event."""
     folder = tmp_path / "docs"
-    write_notes(folder, 1, 1)
+    write_policies(folder, 1, 1)
     manifest = tmp_path / "kb.yaml"
     manifest.write_text(
         "apiVersion: kbctl.dev/v1alpha1\nkind: KnowledgeBase\nmetadata: {name: policies}\n"
@@ -200,20 +174,20 @@ def test_a_change_interrupted_mid_apply_is_finished_by_the_controller(
     apply = [sys.executable, "-m", "kbctl", "apply", "-f", str(manifest), "--wait"]
     first = subprocess.run(apply, env=kbctl_env(server_home, None), capture_output=True, text=True, timeout=300)
     assert first.returncode == 0, first.stdout + first.stderr
-    cached = read(server_home, "SELECT count(*) FROM kb_embeddings")
+    cached = read_running(server_home, "SELECT count(*) FROM kb_embeddings")
     assert cached is not None
-    write_notes(folder, 40, 8)  # 320 new chunks: several embedding calls, each committed as it comes
+    write_policies(folder, 40, 8)  # 320 new chunks: several embedding calls, each committed as it comes
     log = tmp_path / "controller.log"
     with controller(server_home, log):
         out = tmp_path / "apply.log"
         applying = subprocess.Popen(
             apply, env=kbctl_env(server_home, None), stdout=out.open("w"), stderr=subprocess.STDOUT
         )
-        embedded = read(server_home, "SELECT count(*) FROM kb_embeddings")
+        embedded = read_running(server_home, "SELECT count(*) FROM kb_embeddings")
         while embedded is None or int(embedded[0]) - int(cached[0]) < 40:  # some vectors cached: mid-embedding
             assert applying.poll() is None, out.read_text()
             time.sleep(0.1)
-            embedded = read(server_home, "SELECT count(*) FROM kb_embeddings")
+            embedded = read_running(server_home, "SELECT count(*) FROM kb_embeddings")
         if how == "server stop":
             stop_server(server_home / "pg")
         else:
@@ -222,7 +196,7 @@ def test_a_change_interrupted_mid_apply_is_finished_by_the_controller(
         assert "database" in out.read_text()
         eventually(
             lambda: (
-                read(
+                read_running(
                     server_home,
                     "SELECT current_version, generation = observed_generation FROM kb_knowledge_bases"
                     " WHERE name = 'policies'",
@@ -232,14 +206,14 @@ def test_a_change_interrupted_mid_apply_is_finished_by_the_controller(
             f"the controller did not finish the change: {log.read_text()}",
             timeout=300,
         )
-    ready = read(
+    ready = read_running(
         server_home,
         "SELECT count(*) FILTER (WHERE vs.state = 'ready'), min(v.chunk_count) FROM kb_version_sources vs"
         " JOIN kb_versions v ON v.id = vs.version_id JOIN kb_knowledge_bases k ON k.id = v.kb_id"
         " WHERE k.name = 'policies' AND v.number = 2",
     )
     assert ready == (40, 320)
-    event = read(
+    event = read_running(
         server_home,
         "SELECT type, message FROM kb_events WHERE object_name = 'policies' AND reason = 'ApplyResumed'",
     )
