@@ -1,5 +1,5 @@
 """`kbctl controller`'s probes: /readyz beside /healthz on the metrics server, and the image and Deployment of
-examples/deploy that use them (checked statically: no Docker here)."""
+deploy/ that use them (checked statically: tests/test_image.py builds the image where it can)."""
 
 from __future__ import annotations
 
@@ -30,7 +30,7 @@ from kbctl.serve.controller import (
 )
 
 ROOT = Path(__file__).resolve().parent.parent
-DEPLOY = ROOT / "examples" / "deploy"
+DEPLOY = ROOT / "deploy"
 
 
 @contextmanager
@@ -152,11 +152,11 @@ def test_the_query_model_is_not_the_controllers_concern() -> None:
     assert controller_readiness(readiness) == (True, {"ready": True, "database": "ok", "migrations": "ok"})
 
 
-# ---------------------------------------------------------------- examples/deploy, statically
+# ---------------------------------------------------------------- deploy/, statically
 
 
 def dockerfile() -> list[tuple[str, str]]:
-    """(INSTRUCTION, arguments) of examples/deploy/Dockerfile, continuation lines joined, comments dropped."""
+    """(INSTRUCTION, arguments) of deploy/Dockerfile, continuation lines joined, comments dropped."""
     lines = [line for line in (DEPLOY / "Dockerfile").read_text().splitlines() if not line.lstrip().startswith("#")]
     joined = re.sub(r"\\\n\s*", " ", "\n".join(lines))
     found = []
@@ -174,7 +174,7 @@ def readme_install_command() -> str:
 
 
 def container() -> dict[str, Any]:
-    manifest = yaml.safe_load((DEPLOY / "controller-deployment.yaml").read_text())
+    manifest = yaml.safe_load((DEPLOY / "base" / "controller.yaml").read_text())
     [found] = manifest["spec"]["template"]["spec"]["containers"]
     return dict(found)
 
@@ -189,19 +189,19 @@ def controller_options(args: list[str]) -> dict[str, Any]:
 
 def test_the_image_runs_kbctl_as_a_user_who_is_not_root() -> None:
     steps = dockerfile()
-    assert steps[0] == ("FROM", "python:3.11-slim")
+    assert ("FROM", "python:3.11-slim") in steps
     users = [arguments for instruction, arguments in steps if instruction == "USER"]
     assert users, "the image never leaves root"
     uid = users[-1].split(":")[0]
     assert uid not in ("0", "root")
-    deployment_uid = yaml.safe_load((DEPLOY / "controller-deployment.yaml").read_text())["spec"]["template"]["spec"][
+    deployment_uid = yaml.safe_load((DEPLOY / "base" / "controller.yaml").read_text())["spec"]["template"]["spec"][
         "securityContext"
     ]["runAsUser"]
     assert uid == str(deployment_uid)
     scripts = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["scripts"]
     assert [instruction for instruction, _ in steps].count("ENTRYPOINT") == 1
     [entrypoint] = [json.loads(arguments) for instruction, arguments in steps if instruction == "ENTRYPOINT"]
-    assert entrypoint == ["kbctl"] and "kbctl" in scripts
+    assert entrypoint[-1] == "kbctl" and "kbctl" in scripts
 
 
 def test_the_image_installs_as_the_readme_does() -> None:
@@ -231,8 +231,8 @@ def test_the_image_runs_the_controller_with_a_home_of_its_own_and_its_port() -> 
     options = controller_options(cmd)
     assert options["log_format"] == "json"
     _, port = parse_address(options["metrics_address"])
-    exposed = [arguments for instruction, arguments in steps if instruction == "EXPOSE"]
-    assert exposed == [str(port)]
+    exposed = " ".join(arguments for instruction, arguments in steps if instruction == "EXPOSE").split()
+    assert str(port) in exposed
     assert {"name": "KBCTL_HOME", "value": home} in container()["env"]
 
 

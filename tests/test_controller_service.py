@@ -120,13 +120,13 @@ def test_a_controller_process_serves_metrics_healthz_and_json_logs(
 
 
 def test_the_deploy_examples_run_options_the_controller_takes() -> None:
-    """examples/deploy: the Kubernetes Deployment and the systemd unit start `kbctl controller` with options it
+    """deploy/: the Kubernetes Deployment and the systemd unit start `kbctl controller` with options it
     accepts (parsed by the real command), and probe the paths it serves."""
-    deploy = Path(__file__).resolve().parent.parent / "examples" / "deploy"
-    manifest = yaml.safe_load((deploy / "controller-deployment.yaml").read_text())
+    deploy = Path(__file__).resolve().parent.parent / "deploy"
+    manifest = yaml.safe_load((deploy / "base" / "controller.yaml").read_text())
     [container] = manifest["spec"]["template"]["spec"]["containers"]
     assert container["livenessProbe"]["httpGet"]["path"] == "/healthz"
-    unit = (deploy / "kbctl-controller.service").read_text()
+    unit = (deploy / "systemd" / "kbctl-controller.service").read_text()
     [exec_start] = [line for line in unit.splitlines() if line.startswith("ExecStart=")]
     group = typer.main.get_command(app)
     for args in (container["args"], shlex.split(exec_start)[1:]):
