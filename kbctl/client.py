@@ -8,7 +8,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Unpack
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, Field
 from pydantic.alias_generators import to_camel
 
 from kbctl import telemetry
@@ -61,6 +61,9 @@ class DeleteResult(BaseModel):
     name: str
     chunks: int
     vectors: int
+    warnings: list[str] = Field(
+        default_factory=list, exclude=True, description="A forced delete of a knowledge base a Sync manages warns."
+    )
 
 
 class Readiness(BaseModel):
@@ -248,6 +251,7 @@ class KnowledgeBaseStore:
         prune: PruneScope | None = None,
         reporter: Reporter | None = None,
         on_recorded: Callable[[list[PendingResult]], None] | None = None,
+        force: bool = False,
     ) -> ApplyReport:
         """Make the store match these knowledge bases; each publishes a new version if anything changed.
 
@@ -259,12 +263,19 @@ class KnowledgeBaseStore:
         that apply set (one that belongs to another set is refused before anything is written); `prune` then
         deletes what its scope covers and the manifests no longer name (`report.pruned`). What `load_settled`
         gave is applied without parsing the settled files again. `report.exit_code()` is `kbctl apply`'s.
+
+        A knowledge base a Sync manages (one it applied, while the Sync exists and is not suspended) is refused
+        with ManagedError, before anything is written, when this apply would change it: the Sync would undo it.
+        `force=True` applies it all the same (`report.warnings` says so).
         """
+
         from kbctl.engine.orchestrate import ApplyOptions, run_apply
         from kbctl.engine.settled import ManifestsToApply
 
         chosen = manifests if isinstance(manifests, ManifestsToApply) else _knowledge_bases(manifests)
-        options = ApplyOptions(wait=wait, controller=controller, timeout=timeout, applyset=applyset, prune=prune)
+        options = ApplyOptions(
+            wait=wait, controller=controller, timeout=timeout, applyset=applyset, prune=prune, force=force
+        )
         with telemetry.apply_spans("kbctl.apply", reporter) as spans:
             report = run_apply(
                 self.db,
@@ -425,20 +436,25 @@ class KnowledgeBaseStore:
         *,
         timeout: float | None = 60.0,
         on_wait: Callable[[], None] | None = None,
+        force: bool = False,
     ) -> RollbackResult:
         """Serve an earlier retained version again (default: the one before the current); nothing is re-embedded.
 
-        Waits (calling `on_wait`) at most `timeout` seconds for an apply of the knowledge base to finish."""
+        Waits (calling `on_wait`) at most `timeout` seconds for an apply of the knowledge base to finish. A knowledge
+        base a Sync manages is refused (ManagedError: its next pass would undo it) unless `force` (then
+        `result.warnings` says so)."""
         from kbctl.engine.conditions import observe
         from kbctl.engine.eventlog import record, rolled_back
+        from kbctl.engine.ownership import check_hand_change
         from kbctl.store.history import rollback
 
+        warnings = check_hand_change(self.db, [name], "rollback", force=force)
         result = rollback(self.db, name, to_version, timeout=timeout, on_wait=on_wait)
         row = self.db.get_kb(name)
         if row is not None:
             observe(self.db, row)
         record(self.db, [rolled_back(name, result.from_version, result.to_version)])
-        return result
+        return result.model_copy(update={"warnings": warnings})
 
     def collect_garbage(self, batch: int = 1000) -> GcResult:
         """Delete cached vectors no chunk references, in batches (skipped while an apply runs)."""
@@ -676,18 +692,27 @@ class KnowledgeBaseStore:
         )
 
     def delete(
-        self, name: str, *, timeout: float | None = 60.0, on_wait: Callable[[], None] | None = None
+        self,
+        name: str,
+        *,
+        timeout: float | None = 60.0,
+        on_wait: Callable[[], None] | None = None,
+        force: bool = False,
     ) -> DeleteResult:
         """Delete a knowledge base with everything only it used (versions, chunks, cached vectors).
 
         Takes the knowledge base's lock, so a running apply finishes first (it is not recreated half
-        way); `on_wait` is called when that means waiting, `timeout` bounds the wait (StoreError).
+        way); `on_wait` is called when that means waiting, `timeout` bounds the wait (StoreError). A knowledge
+        base a Sync manages is refused (ManagedError: its next pass would create it again) unless `force` (then
+        `result.warnings` says so).
         """
         from kbctl.engine.eventlog import deleted, record
+        from kbctl.engine.ownership import check_hand_change
 
+        warnings = check_hand_change(self.db, [name], "delete", force=force)
         with self.db.kb_lock(name, timeout=timeout, on_wait=on_wait):
             removed = self.db.delete_kb(name)
         if removed is None:
             raise NotFoundError(f'knowledgebase "{name}" not found')
         record(self.db, [deleted(name, "delete")])
-        return DeleteResult(name=name, chunks=removed[0], vectors=removed[1])
+        return DeleteResult(name=name, chunks=removed[0], vectors=removed[1], warnings=warnings)

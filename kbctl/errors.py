@@ -14,6 +14,7 @@
      ├── NotFoundError         a named knowledge base (or version) does not exist
      ├── LimitError            an apply would exceed one of the knowledge base's spec.limits
      ├── RollbackError         a rollback that cannot be done as asked (that version already serves)
+     ├── ManagedError          a change by hand of a knowledge base a Sync manages, without force
      ├── AuthError             a bearer (a JWT) could not be verified, or its claims are not in a known format
      └── UsageError            the Python API was called wrong (a bad argument); also a ValueError
 
@@ -37,6 +38,7 @@ __all__ = [
     "JudgeError",
     "KbctlError",
     "LimitError",
+    "ManagedError",
     "ManifestError",
     "ManifestProblem",
     "NotFoundError",
@@ -122,6 +124,11 @@ class LimitError(KbctlError):
 
 class RollbackError(KbctlError):
     """A rollback that cannot be done as asked (the version asked for already serves)."""
+
+
+class ManagedError(KbctlError):
+    """A change by hand (apply, rollout undo, delete) of a knowledge base a Sync manages, refused without force: the
+    Sync would undo it on its next pass. Nothing was written."""
 
 
 class AuthError(KbctlError):

@@ -209,6 +209,10 @@ _FILENAME = typer.Option(
 Files = Annotated[list[str], _FILENAME]
 OptionalFiles = Annotated[list[str] | None, _FILENAME]  # the same option where names may stand instead (delete)
 AllOpt = Annotated[bool, typer.Option("--all", help="Every knowledge base, instead of naming them.")]
+ForceOpt = Annotated[
+    bool,
+    typer.Option("--force", help="Change knowledge bases a Sync manages all the same (its next pass undoes it)."),
+]
 QuietOpt = Annotated[bool, typer.Option("--quiet", "-q", help="Print nothing but errors: no log lines, no progress.")]
 Recursive = Annotated[bool, typer.Option("--recursive", "-R", help="Process directories recursively.")]
 OutputOpt = Annotated[

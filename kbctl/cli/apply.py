@@ -12,6 +12,7 @@ from kbctl.cli._common import (
     DryRun,
     DryRunOpt,
     Files,
+    ForceOpt,
     OutputOpt,
     QuietOpt,
     Recursive,
@@ -56,6 +57,7 @@ def apply(
     ] = False,
     quiet: QuietOpt = False,
     output: OutputOpt = None,
+    force: ForceOpt = False,
 ) -> None:
     """Create or update knowledge bases to match manifests: fetch, chunk, embed what changed, publish a version.
 
@@ -70,6 +72,10 @@ def apply(
     --applyset NAME records the knowledge bases of these manifests as one apply set (give each repository
     its own; one that belongs to another set is refused); --prune then deletes the set's members that the
     manifests no longer name ("KnowledgeBase/NAME pruned"), narrowed by -l when given.
+
+    A knowledge base a Sync manages (one it applied, while the Sync exists and is not suspended) is refused
+    when this apply would change it, since the Sync's next pass would undo it: the error names the Sync and how to
+    suspend it; --force applies it anyway, with a warning.
 
     --dry-run writes nothing: --dry-run=server (or a bare --dry-run) prints what would happen,
     "KnowledgeBase/NAME configured (dry run)" with the changes `kbctl diff` shows; --dry-run=client only
@@ -105,9 +111,12 @@ def apply(
                 prune=chosen,
                 reporter=reporter,
                 on_recorded=None if wait else _recorded_lines(to_apply, quiet=quiet, log=output is None),
+                force=force,
             )
         finally:
             reporter.close()
+        for warning in report.warnings:
+            say(f"warning: {warning}", err=True)
         alive = wait or store.controller_alive()
     if output and not (wait and quiet):
         emit(_json(report, wait=wait, pruning=chosen is not None), output)

@@ -20,6 +20,7 @@ from kbctl.cli._common import (
     DryRun,
     DryRunOpt,
     Files,
+    ForceOpt,
     KbName,
     LabelColumnsOpt,
     ListSelectorOpt,
@@ -694,6 +695,7 @@ def delete(
     ] = False,
     dry_run: DryRunOpt = None,
     timeout: LockTimeoutOpt = "1m",
+    force: ForceOpt = False,
 ) -> None:
     """Delete knowledge bases with their versions, chunks, and the cached vectors no other one uses.
 
@@ -701,7 +703,8 @@ def delete(
     manifests), `delete kb -l SELECTOR`, or `delete kb --all`. An apply of one that is running finishes
     first (it is never recreated half way). A name that does not exist is an error (exit 1, after the others
     are deleted) unless --ignore-not-found. --dry-run prints what would be deleted and deletes nothing
-    (=client: the names given, without a store).
+    (=client: the names given, without a store). One a Sync manages is refused (its next pass would create it
+    again; an error after the others are deleted) unless --force.
 
     `delete sync NAME...` stops a Sync (the knowledge bases it applied stay: delete them, or prune them from
     another apply).
@@ -726,7 +729,9 @@ def delete(
         for name in wanted:
             say(f"KnowledgeBase/{name} deleted (dry run: client, the store was not consulted)")
         return
-    missing = []
+    from kbctl.errors import ManagedError
+
+    missing, refused = [], []
     with open_store() as store:
         existing = {s.name for s in store.list(chosen)}
         for name in wanted or sorted(existing):
@@ -735,9 +740,19 @@ def delete(
             elif dry_run is not None:
                 say(f"KnowledgeBase/{name} deleted (dry run)")
             else:
-                result = store.delete(name, timeout=parse_duration(timeout), on_wait=say_waiting(name))
+                try:
+                    result = store.delete(name, timeout=parse_duration(timeout), on_wait=say_waiting(name), force=force)
+                except ManagedError as exc:
+                    refused.append(str(exc))
+                    continue
+                for warning in result.warnings:
+                    say(f"warning: {warning}", err=True)
                 say(f"KnowledgeBase/{name} deleted ({result.chunks} chunks, {result.vectors} vectors)")
+    for why in refused:
+        say(f"Error: {inert(why)}", err=True)
     if not missing or ignore_not_found:
+        if refused:
+            raise typer.Exit(1)
         return
     for name in missing:
         say(f'Error: knowledgebase "{inert(name)}" not found', err=True)

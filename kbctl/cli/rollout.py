@@ -9,6 +9,7 @@ import typer
 from typer.core import TyperCommand
 
 from kbctl.cli._common import (
+    ForceOpt,
     KbName,
     LockTimeoutOpt,
     ObjectOutputOpt,
@@ -139,16 +140,22 @@ def undo(
         ),
     ] = None,
     timeout: LockTimeoutOpt = "1m",
+    force: ForceOpt = False,
 ) -> None:
     """Serve an earlier version again, instantly: nothing is fetched, chunked or embedded.
 
     Sources whose content differs between the two versions are fetched in full by the next refresh.
     The next apply compares manifests with the version now serving. A running `kbctl controller` brings back
-    the manifest last applied on its next pass (drift), unless that manifest sets spec.suspend: true.
+    the manifest last applied on its next pass (drift), unless that manifest sets spec.suspend: true. A knowledge
+    base a Sync manages is refused (the Sync's next pass would undo it) unless --force.
     """
     check_resource(resource)
     with open_store() as store:
-        result = store.rollback(name, to_version, timeout=parse_duration(timeout), on_wait=say_waiting(name))
+        result = store.rollback(
+            name, to_version, timeout=parse_duration(timeout), on_wait=say_waiting(name), force=force
+        )
+    for warning in result.warnings:
+        say(f"warning: {warning}", err=True)
     say(f"KnowledgeBase/{result.name} rolled back to version {result.to_version}")
 
 

@@ -4,6 +4,7 @@
     wait            reconciled before returning: here, or by a running controller when asked to use one
     no wait         recorded as desired state for a controller; knowledge bases of path: sources are applied
                     here all the same, since only this process has their files
+    ownership       knowledge bases a Sync manages are refused before anything is written, unless forced
     apply set       checked before anything is written, joined after
     prune           the apply set's members (narrowed by a selector) that the manifests no longer name
 
@@ -20,10 +21,12 @@ from kbctl.engine.apply import apply_knowledge_bases
 from kbctl.engine.controller import controller_alive, record_pending, wait_for_controller
 from kbctl.engine.events import NullReporter, Reporter
 from kbctl.engine.located import honour_applied_from
+from kbctl.engine.ownership import check_hand_change
 from kbctl.engine.prune import PruneScope, check_applyset, prune_knowledge_bases
 from kbctl.engine.results import ApplyReport, KnowledgeBaseResult, PendingResult, RecordedSync
 from kbctl.engine.settled import ManifestsToApply, in_file_order, record_applied, report_settled
 from kbctl.manifest import KnowledgeBase
+from kbctl.manifest.digest import manifest_digests
 from kbctl.sources.url import FetchPolicy
 from kbctl.store.database import Database
 from kbctl.store.syncs import record_sync
@@ -46,6 +49,8 @@ class ApplyOptions:
     """Record the knowledge bases as members of this apply set (one that belongs to another is refused first)."""
     prune: PruneScope | None = None
     """Then delete what this scope covers and the manifests no longer name."""
+    force: bool = False
+    """Apply knowledge bases a Sync manages all the same (with a warning); without it, such an apply is refused."""
 
 
 def run_apply(
@@ -68,6 +73,15 @@ def run_apply(
         kbs = list(manifests)
         names = [kb.name for kb in kbs]
     kbs = honour_applied_from(db, kbs)  # output of `get -o yaml` saved elsewhere reads its files where they are
+    by_name = {kb.name: kb for kb in kbs}
+    warnings = check_hand_change(
+        db,
+        list(by_name),
+        "apply",
+        force=options.force,
+        applyset=options.applyset,
+        digest_of=lambda name: manifest_digests(by_name[name].to_manifest()).manifest,
+    )
     if options.applyset is not None:
         check_applyset(db, set(names), options.applyset)
 
@@ -100,7 +114,7 @@ def run_apply(
         if to_apply
         else []
     )
-    return ApplyReport(results=results, recorded=recorded, pruned=pruned, syncs=syncs)
+    return ApplyReport(results=results, recorded=recorded, pruned=pruned, syncs=syncs, warnings=warnings)
 
 
 def _wait(

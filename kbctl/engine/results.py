@@ -199,6 +199,11 @@ class ApplyReport(BaseModel):
     failed_syncs: list[str] = Field(
         default_factory=list, description="Syncs whose pass (a controller's) failed to fetch, to validate or to apply."
     )
+    warnings: list[str] = Field(
+        default_factory=list,
+        exclude=True,
+        description="What a forced change by hand of knowledge bases a Sync manages warns of (`apply --force`).",
+    )
 
     def exit_code(self, *, changes: bool = False) -> int:
         """The command's exit code: 1 when anything failed; with `changes` (`--exit-code`), 2 when something was

@@ -3,13 +3,18 @@ KnowledgeBase manifests of its folder as one apply set (pruning, when the Sync s
 records the commit it applied. A commit whose manifests do not validate applies nothing: the knowledge bases keep
 serving what they served, and the Sync's status and a SyncFailed event name the file, line and field. A folder
 with no manifest at all is refused the same way, so a wrong path never prunes everything. A folder holding a
-kustomization is rendered by kustomize (kbctl.sources.kustomize), and its output read as the folder's manifests."""
+kustomization is rendered by kustomize (kbctl.sources.kustomize), and its output read as the folder's manifests.
+
+The knowledge bases a Sync applies are its own (kbctl.engine.ownership refuses changes by hand without force). Its
+inventory records the manifest it applied to each, so a pass that finds one deleted, applied or rolled back by hand
+since, and applies the repository's again, leaves a DriftReverted event saying what it reverts."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from kbctl.embedding import Embedder
 from kbctl.engine.apply import apply_knowledge_bases
@@ -18,18 +23,22 @@ from kbctl.engine.events import Reporter, SyncFinished
 from kbctl.engine.prune import PruneScope, check_applyset, prune_knowledge_bases
 from kbctl.engine.results import KnowledgeBaseResult
 from kbctl.errors import KbctlError, ManifestError, SourceError
-from kbctl.manifest import load_manifest_set, read_manifest_files
+from kbctl.manifest import KnowledgeBase, load_manifest_set, read_manifest_files
+from kbctl.manifest.changes import field_changes, source_changes
 from kbctl.manifest.load import ManifestFile, ManifestFiles
 from kbctl.sources.git import fetch_repository
 from kbctl.sources.kustomize import kustomization_in, render_kustomization
 from kbctl.sources.url import FetchPolicy
 from kbctl.store.database import Database
+from kbctl.store.drift import drifted, stored_manifests
 from kbctl.store.events import NewEvent
-from kbctl.store.syncs import SyncStatus, claim_due_sync, finish_sync
+from kbctl.store.syncs import SyncStatus, claim_due_sync, finish_sync, managers, record_inventory, sync_inventory
 
 __all__ = ["SyncOutcome", "run_due_syncs", "run_sync"]
 
 PROBLEMS_NAMED = 3  # of a bad commit's manifest problems, how many the status and the event name
+CHANGES_NAMED = 4  # of a change by hand the Sync reverts, how many differences its DriftReverted event names
+VALUE_CHARS = 60  # of each value it shows
 
 
 @dataclass(frozen=True)
@@ -93,12 +102,16 @@ def run_sync(
     names = [kb.name for kb in kbs]
     try:  # as `kbctl apply --wait --applyset sync-NAME [--prune]` does it, here in the controller
         check_applyset(db, set(names), applyset)
+        reverting = _changed_by_hand(db, status.name, kbs, revision)
         report = apply_knowledge_bases(db, kbs, embedder_for, reporter, policy=policy, component="controller")
         db.join_applyset(names, applyset)
+        record_inventory(db, status.name, names)
         pruned = prune_knowledge_bases(db, names, PruneScope(applyset, None)) if status.prune else []
     except KbctlError as exc:
         return _failed(db, status, revision, f"commit {revision[:12]}: {exc}", reporter)
     failed = [r.name for r in report.results if r.failed]
+    reverted = [NewEvent(n, "Normal", "DriftReverted", why, "controller") for n, why in reverting.items()]
+    record(db, [e for e in reverted if e.name not in failed])
     error = f"commit {revision[:12]}: KnowledgeBase {', '.join(failed)} failed (see its events)" if failed else None
     finish_sync(db, status.name, revision, error)
     changed = [r.name for r in report.results if r.action != "unchanged"]
@@ -112,6 +125,55 @@ def run_sync(
         record(db, [NewEvent(status.name, "Normal", "SyncApplied", message, "controller", kind="Sync")])
     reporter.report(SyncFinished(status.name, revision, error))
     return SyncOutcome(status.name, revision, list(report.results), pruned, error)
+
+
+def _changed_by_hand(db: Database, sync: str, kbs: Sequence[KnowledgeBase], revision: str) -> dict[str, str]:
+    """The knowledge bases this Sync applied before that were changed by hand since (deleted, applied, rolled back),
+    each with what its pass now reverts (the DriftReverted event's message)."""
+    inventory = sync_inventory(db, sync)
+    ours = [kb for kb in kbs if kb.name in inventory]
+    if not ours:
+        return {}
+    managed = managers(db, [kb.name for kb in ours])
+    drifts = {d.name: d for d in drifted(db)}
+    again = f"Sync/{sync} applies commit {revision[:12]} again"
+    changed: dict[str, str] = {}
+    for kb in ours:
+        now = managed.get(kb.name)
+        if now is None:
+            if db.get_kb(kb.name) is None:
+                changed[kb.name] = f"deleted by hand; Sync/{sync} creates it again from commit {revision[:12]}"
+            continue
+        applied, serving = stored_manifests(db, kb.name)
+        if now.applied_sha256 != inventory[kb.name] and applied is not None:
+            what = _differences(applied, kb.to_manifest())
+            changed[kb.name] = f"applied by hand since Sync/{sync} applied it ({what}); {again}"
+        elif kb.name in drifts and serving is not None:
+            what = _differences(serving, kb.to_manifest())
+            changed[kb.name] = (
+                f"version {drifts[kb.name].serving} serves a manifest other than the one Sync/{sync} applied (rolled "
+                f"back by hand?: {what}); {again}"
+            )
+    return changed
+
+
+def _differences(by_hand: dict[str, Any], repository: dict[str, Any]) -> str:
+    """What reverting `by_hand` to `repository` changes, in a few words: `spec.retrieval.topK: 5 → 3, source
+    retention changed`."""
+    fields = [c for c in field_changes(by_hand, repository) if not c.path.startswith("status")]
+    parts = [f"{c.path}: {_short(c.old)} → {_short(c.new)}" for c in fields]
+    added, removed, changed = source_changes(by_hand, repository)
+    parts += [f"source {n} changed" for n in changed]
+    parts += [f"source {n} added by hand" for n in removed] + [f"source {n} removed by hand" for n in added]
+    if not parts:
+        return "its files or access differ"
+    more = f", and {len(parts) - CHANGES_NAMED} more" if len(parts) > CHANGES_NAMED else ""
+    return ", ".join(parts[:CHANGES_NAMED]) + more
+
+
+def _short(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= VALUE_CHARS else text[: VALUE_CHARS - 1] + "…"
 
 
 def _manifest_files(folder: Path, root: Path, path: str) -> ManifestFiles:

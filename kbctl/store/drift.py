@@ -13,7 +13,7 @@ from typing import Any
 from kbctl.store.database import Database, _store_errors
 from kbctl.store.texts import unpack
 
-__all__ = ["Drift", "drifted"]
+__all__ = ["Drift", "drifted", "stored_manifests"]
 
 
 @dataclass(frozen=True)
@@ -45,3 +45,18 @@ def drifted(db: Database) -> list[Drift]:
         " ORDER BY k.name"
     ).fetchall()
     return [Drift(str(r[0]), int(r[1]), int(r[2]), bool(r[3]), str(r[4]), r[5]) for r in rows]
+
+
+@_store_errors
+def stored_manifests(db: Database, name: str) -> tuple[dict[str, Any] | None, dict[str, Any] | None]:
+    """(the manifest last applied, the serving version's manifest) of a knowledge base, inline texts in place; None
+    for one it lacks (or when there is no such knowledge base)."""
+    row = db.connection.execute(
+        "SELECT k.applied_manifest, v.manifest FROM kb_knowledge_bases k"
+        " LEFT JOIN kb_versions v ON v.kb_id = k.id AND v.number = k.current_version WHERE k.name = %s",
+        (name,),
+    ).fetchone()
+    if row is None:
+        return None, None
+    applied, serving = (None if m is None else unpack(db.connection, m) for m in row)
+    return applied, serving

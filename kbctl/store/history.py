@@ -8,7 +8,7 @@ from contextlib import contextmanager
 from datetime import datetime
 
 from psycopg.rows import class_row
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, Field
 from pydantic.alias_generators import to_camel
 
 from kbctl.defaults import LOCK_POLL_SECONDS
@@ -60,6 +60,9 @@ class RollbackResult(BaseModel):
     from_version: int
     to_version: int
     reset_sources: list[str]
+    warnings: list[str] = Field(
+        default_factory=list, exclude=True, description="A forced rollback of a knowledge base a Sync manages warns."
+    )
 
 
 class GcResult(BaseModel):

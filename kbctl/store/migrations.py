@@ -469,6 +469,13 @@ MIGRATIONS: list[tuple[int, str, str]] = [
         DROP TABLE kb_calibrated_parts;
         """,
     ),
+    (
+        25,
+        "a Sync's inventory: the manifest it last applied to each knowledge base, so a change by hand shows",
+        # {name: applied_sha256} after each pass that applied (kbctl.engine.sync): a knowledge base whose applied
+        # manifest is another one was applied by hand, and the Sync's revert of it is a DriftReverted event.
+        "ALTER TABLE kb_syncs ADD COLUMN inventory jsonb NOT NULL DEFAULT '{}';",
+    ),
 ]
 
 # Serializes migrations of one database across processes (an arbitrary, fixed 64-bit key).

@@ -3,10 +3,16 @@
 A Sync is due `interval` after its last pass; a controller claims a due one by moving its next time on in the
 same statement (`FOR UPDATE SKIP LOCKED`), so two controllers never run the same pass. `kbctl apply` of a Sync
 manifest records it (due at once when new or changed).
+
+A Sync manages the knowledge bases of its apply set (`sync-NAME`) while it exists and is not suspended: `managers`
+names it, for a change by hand to be refused (kbctl.engine.ownership). Its inventory is the manifest it last applied
+to each, by digest: one whose applied manifest is another was applied by hand since.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Literal
 
@@ -18,7 +24,20 @@ from kbctl.manifest.digest import sha256_json
 from kbctl.manifest.sync import Sync
 from kbctl.store.database import Database, _store_errors
 
-__all__ = ["SyncStatus", "claim_due_sync", "delete_sync", "finish_sync", "list_syncs", "record_sync"]
+__all__ = [
+    "Managed",
+    "SyncStatus",
+    "claim_due_sync",
+    "delete_sync",
+    "finish_sync",
+    "list_syncs",
+    "managers",
+    "record_inventory",
+    "record_sync",
+    "sync_inventory",
+]
+
+APPLYSET_PREFIX = "sync-"  # a Sync's apply set is `sync-NAME` (kbctl.manifest.sync.Sync.applyset)
 
 
 class SyncStatus(BaseModel):
@@ -112,4 +131,45 @@ def finish_sync(db: Database, name: str, revision: str | None, error: str | None
         " last_applied_at = CASE WHEN %(error)s::text IS NULL THEN now() ELSE last_applied_at END,"
         " updated_at = now() WHERE name = %(name)s",
         {"rev": revision, "error": error, "name": name},
+    )
+
+
+@dataclass(frozen=True)
+class Managed:
+    """A knowledge base a Sync manages, and the digest of the manifest applied to it last (by anyone)."""
+
+    name: str
+    sync: str
+    applied_sha256: str | None
+
+
+@_store_errors
+def managers(db: Database, names: Sequence[str], applyset: str | None = None) -> dict[str, Managed]:
+    """Of `names`, those that a Sync which exists and is not suspended manages, by name: the members of its apply
+    set, and all of them when `applyset` is its apply set (a change by hand into it)."""
+    rows = db.connection.execute(
+        "SELECT n.name, s.name, k.applied_sha256 FROM unnest(%(names)s::text[]) AS n(name)"
+        " LEFT JOIN kb_knowledge_bases k ON k.name = n.name"
+        " JOIN kb_syncs s ON %(prefix)s || s.name IN (k.applyset, %(applyset)s::text)"
+        " WHERE NOT coalesce((s.spec ->> 'suspend')::boolean, false)",
+        {"names": list(names), "prefix": APPLYSET_PREFIX, "applyset": applyset},
+    ).fetchall()
+    return {str(r[0]): Managed(str(r[0]), str(r[1]), r[2]) for r in rows}
+
+
+@_store_errors
+def sync_inventory(db: Database, name: str) -> dict[str, str]:
+    """The digest of the manifest the Sync last applied to each knowledge base, by name ({} before its first pass)."""
+    row = db.connection.execute("SELECT inventory FROM kb_syncs WHERE name = %s", (name,)).fetchone()
+    return {} if row is None else {str(k): str(v) for k, v in row[0].items()}
+
+
+@_store_errors
+def record_inventory(db: Database, name: str, kbs: Sequence[str]) -> None:
+    """Record as the Sync's inventory the manifest each of `kbs` was just applied (the Sync's own pass)."""
+    db.connection.execute(
+        "UPDATE kb_syncs SET inventory = coalesce((SELECT jsonb_object_agg(k.name, k.applied_sha256)"
+        "  FROM kb_knowledge_bases k WHERE k.name = ANY(%s) AND k.applied_sha256 IS NOT NULL), '{}')"
+        " WHERE name = %s",
+        (list(kbs), name),
     )
