@@ -14,7 +14,7 @@ from kbctl._version import __version__ as __version__
 if TYPE_CHECKING:
     from kbctl.answer import AskResult
     from kbctl.chat import ChatModel
-    from kbctl.client import DeleteResult, KnowledgeBaseStore, Readiness, Scope
+    from kbctl.client import DeleteResult, KnowledgeBaseStore, Overview, Readiness, Scope
     from kbctl.config import Settings
     from kbctl.embedding import Embedder
     from kbctl.engine.controller import Controller, RolloutStatus
@@ -24,6 +24,7 @@ if TYPE_CHECKING:
         DocumentsRemoved,
         DriftFound,
         Event,
+        FailureReason,
         HandedToController,
         NullReporter,
         ReconcileFailed,
@@ -99,6 +100,7 @@ _WHERE = {
     "EmbeddingError": "kbctl.errors",
     "EvalSetError": "kbctl.errors",
     "Event": "kbctl.engine.events",
+    "FailureReason": "kbctl.engine.events",
     "FederatedHit": "kbctl.query.federated",
     "FederatedResult": "kbctl.query.federated",
     "FetchPolicy": "kbctl.sources.url",
@@ -133,6 +135,7 @@ _WHERE = {
     "QueryOptions": "kbctl.query.options",
     "QueryOverrides": "kbctl.query.options",
     "QueryResult": "kbctl.query.results",
+    "Overview": "kbctl.client",
     "Readiness": "kbctl.client",
     "Reader": "kbctl.inputs.access",
     "ReconcileFailed": "kbctl.engine.events",
@@ -183,6 +186,7 @@ __all__ = [
     "EmbeddingError",
     "EvalSetError",
     "Event",
+    "FailureReason",
     "FederatedHit",
     "FederatedResult",
     "FetchPolicy",
@@ -210,6 +214,7 @@ __all__ = [
     "Mode",
     "NotFoundError",
     "NullReporter",
+    "Overview",
     "Passage",
     "PendingResult",
     "PruneScope",

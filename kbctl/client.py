@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager, suppress
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Unpack
 
@@ -75,6 +75,15 @@ class Readiness(BaseModel):
     database: str
     migrations: str
     model: str
+
+
+@dataclass(frozen=True)
+class Overview:
+    """What a controller's metrics read at each scrape: the queue depth, every knowledge base, every Sync."""
+
+    pending: int
+    knowledge_bases: Sequence[KnowledgeBaseSummary] = ()
+    syncs: Sequence[SyncStatus] = ()
 
 
 def _knowledge_bases(items: Sequence[KnowledgeBase | LoadedManifest]) -> list[KnowledgeBase]:
@@ -191,6 +200,15 @@ class KnowledgeBaseStore:
         own (safe from another thread, e.g. a metrics scrape, while this store's connection works)."""
         with Database(self.db.url, migrate=False) as db:
             return db.pending_count()
+
+    def overview(self) -> Overview:
+        """The queue depth (`pending_count`), every knowledge base (as `list` gives them) and every Sync (as `syncs`),
+        read in one snapshot on a connection of its own (safe from another thread, e.g. a metrics scrape)."""
+        from kbctl.engine.status import list_knowledge_bases
+        from kbctl.store.syncs import list_syncs
+
+        with Database(self.db.url, migrate=False) as db, db.read_only():
+            return Overview(db.pending_count(), list_knowledge_bases(db), list_syncs(db))
 
     def close(self) -> None:
         """Close the connections (the embedded server keeps running; `kbctl server stop` stops it)."""

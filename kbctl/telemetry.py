@@ -38,6 +38,7 @@ __all__ = [
     "queries_traced_by_caller",
     "queries_traced_with",
     "span_reporter",
+    "trace_ids",
     "trace_query",
     "traced",
     "tracing_requested",
@@ -191,6 +192,18 @@ def _resource(resource_class: Any) -> Any:
     return resource.merge(resource_class(defaults)) if defaults else resource
 
 
+def trace_ids() -> dict[str, str]:
+    """`traceId` and `spanId` of the span current in this thread or task (hex, as OpenTelemetry writes them), for a
+    log line written inside it; empty when nothing traces or no span is current."""
+    otel = _otel()
+    if otel is None:
+        return {}
+    context = otel.get_current_span().get_span_context()
+    if not context.is_valid:
+        return {}
+    return {"traceId": format(context.trace_id, "032x"), "spanId": format(context.span_id, "016x")}
+
+
 def flush_traces() -> None:
     """Export the spans still buffered now (a process about to end without its exit handlers, which would)."""
     otel = _otel()
@@ -307,11 +320,19 @@ class SpanReporter:
         self._lock = threading.Lock()
 
     def report(self, event: Event) -> None:
-        """Pass `event` on, then record it."""
-        if self._inner is not None:
-            self._inner.report(event)
+        """Record `event`, then pass it on within the span of its knowledge base's reconcile (so a log line it makes
+        carries that span's ids: `trace_ids`)."""
         with self._lock:
+            span = self._open.get(getattr(event, "name", ""))
             self._record(event)
+            span = self._open.get(getattr(event, "name", "")) or span  # started by it, or ended by it
+        if self._inner is None:
+            return
+        if span is None:
+            self._inner.report(event)
+            return
+        with self._otel.use_span(span, end_on_exit=False, record_exception=False, set_status_on_exception=False):
+            self._inner.report(event)
 
     def _record(self, event: Event) -> None:
         from kbctl.engine.events import (

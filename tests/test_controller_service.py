@@ -24,6 +24,7 @@ from kbctl.client import KnowledgeBaseStore
 from kbctl.engine.events import NullReporter, ReconcileFailed, ReconcileFinished, ReconcileStarted
 from kbctl.manifest import parse_manifests
 from kbctl.serve.controller import ControllerMetrics, parse_address
+from kbctl.serve.logs import json_logging
 from tests.test_controller import kb_text
 
 
@@ -41,26 +42,34 @@ def test_metrics_count_reconciles_durations_failures_and_last_success() -> None:
     assert value("kbctl_controller_reconcile_duration_seconds_sum", {"knowledge_base": "a", "trigger": "apply"}) == (
         pytest.approx(12.5)
     )
-    assert value("kbctl_controller_failures_total", {"knowledge_base": "b"}) == 1
+    assert value("kbctl_controller_failures_total", {"knowledge_base": "b", "reason": "other"}) == 1
     assert value("kbctl_controller_last_success_timestamp_seconds", {"knowledge_base": "a"}) == pytest.approx(112.5)
     assert value("kbctl_controller_last_success_timestamp_seconds", {"knowledge_base": "b"}) is None
+    metrics.render()  # a scrape reads the queue depth
     assert value("kbctl_controller_queue_depth") == 3
 
 
 def test_json_logs_are_one_object_per_event(capsys: pytest.CaptureFixture[str]) -> None:
-    log = JsonLogReporter(clock=lambda: 0.0)
-    log.report(ReconcileStarted("a", "apply", "created", 1, 2))
-    log.report(ReconcileFailed("a", "no source could be read"))
-    log.report(ReconcileFinished("b", "apply", "configured", 4))  # a success is logged too
+    """Each event is one JSON line of the `kbctl.controller` logger, with the keys of every kbctl JSON log line."""
+    log = JsonLogReporter()
+    with json_logging():
+        log.report(ReconcileStarted("a", "apply", "created", 1, 2))
+        log.report(ReconcileFailed("a", "no source could be read", "no_content"))
+        log.report(ReconcileFinished("b", "apply", "configured", 4))  # a success is logged too
     first, second, third = (json.loads(line) for line in capsys.readouterr().out.splitlines())
+    assert re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z", first.pop("time"))
     assert first == {
-        "time": "1970-01-01T00:00:00.000Z",
         "level": "info",
+        "logger": "kbctl.controller",
+        "message": "KnowledgeBase/a created (version 1); waiting for the ingestion of 2 sources",
         "event": "ReconcileStarted",
         "knowledgeBase": "a",
-        "message": "KnowledgeBase/a created (version 1); waiting for the ingestion of 2 sources",
     }
-    assert (second["level"], second["message"]) == ("error", "KnowledgeBase/a failed: no source could be read")
+    assert (second["level"], second["message"], second["reason"]) == (
+        "error",
+        "KnowledgeBase/a failed: no source could be read",
+        "no_content",
+    )
     assert (third["event"], third["level"], third["message"]) == (
         "ReconcileFinished",
         "info",
@@ -99,7 +108,7 @@ def test_a_controller_process_serves_metrics_healthz_and_json_logs(
     argv = [sys.executable, "-m", "kbctl", "controller", "--metrics-address", "127.0.0.1:0", "--log-format", "json"]
     with subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) as proc:
         try:
-            port = int(_line(proc.stderr, r"metrics and /healthz on port (\d+)").group(1))
+            port = int(_line(proc.stdout, r"metrics and /healthz on port (\d+)").group(1))  # a JSON line too
             base = f"http://127.0.0.1:{port}"
             assert httpx.get(f"{base}/healthz").text == "ok\n"
             store.apply(parse_manifests(kb_text("a"), "kb.yaml"), wait=False)

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import logging
 import signal
 import threading
+from contextlib import AbstractContextManager, nullcontext
 from enum import StrEnum
 from typing import TYPE_CHECKING, Annotated
 
@@ -26,7 +28,8 @@ from kbctl.cli.completion import kb_names
 from kbctl.cli.terminal import inert, say
 
 if TYPE_CHECKING:
-    from kbctl import Reporter
+    from kbctl import Event, Reporter
+    from kbctl.cli.progress import JsonLogReporter
 
 
 class LogFormat(StrEnum):
@@ -34,6 +37,15 @@ class LogFormat(StrEnum):
 
     text = "text"
     json = "json"
+
+
+class LogLevel(StrEnum):
+    """The least a controller's log line must be to be printed."""
+
+    debug = "debug"
+    info = "info"
+    warning = "warning"
+    error = "error"
 
 
 def parse_for(text: str) -> tuple[str, bool] | None:
@@ -73,6 +85,14 @@ def controller(
     log_format: Annotated[
         LogFormat, typer.Option("--log-format", metavar=choices(LogFormat), help="text lines, or JSON lines.")
     ] = LogFormat.text,
+    log_level: Annotated[
+        LogLevel,
+        typer.Option(
+            "--log-level",
+            metavar=choices(LogLevel),
+            help="The least a line must be to be logged: debug adds routine work (reconciles that changed nothing).",
+        ),
+    ] = LogLevel.info,
 ) -> None:
     """Run the reconciler: apply the Syncs that are due (git folders of manifests, pull mode), bring back knowledge
     bases that drifted from the manifest last applied (a manual `rollout undo`), reconcile those recorded by
@@ -82,9 +102,12 @@ def controller(
     time with FOR UPDATE SKIP LOCKED and a lease, so several controllers can share one database
     without doing the same work twice. Stops cleanly on SIGINT/SIGTERM. As a service (examples/deploy:
     a systemd unit, a Kubernetes Deployment): --metrics-address serves Prometheus metrics (reconciles,
-    durations, failures, queue depth, last success per knowledge base), /healthz (503 when the loop has
+    durations, failures by reason, last success, queue depth; per knowledge base Ready, failing sources and serving
+    version, per Sync its state, read from the store at each scrape), /healthz (503 when the loop has
     stalled) and /readyz (503 while the database cannot be reached or its schema is not this kbctl's), and
-    --log-format json prints one JSON object per event.
+    --log-format json prints one JSON object per line on stdout (time, level, logger, message, event,
+    knowledgeBase), the same keys as `kbctl serve`'s log. Routine work (a reconcile that changed nothing, a Sync
+    applying the commit it applied last) is logged only with --log-level debug.
     """
     from kbctl.cli.progress import CliReporter, JsonLogReporter
 
@@ -96,17 +119,51 @@ def controller(
         except ValueError as exc:
             raise typer.BadParameter(str(exc), param_hint="'--metrics-address'") from None
     seconds = parse_duration(poll)
-    log = JsonLogReporter() if log_format is LogFormat.json else CliReporter()
+    level = logging.getLevelName(log_level.value.upper())
+    if log_format is LogFormat.json:
+        from kbctl.serve.logs import json_logging
+
+        log: JsonLogReporter | _Leveled = JsonLogReporter()
+        logs: AbstractContextManager[None] = json_logging(level=level)
+    else:
+        log, logs = _Leveled(CliReporter(), level), nullcontext()
+    with logs:
+        _run_controller(log, once=once, seconds=seconds, address=address if metrics_address is not None else None)
+
+
+class _Leveled:
+    """The text log of a controller: the lines of `inner` at `level` and above (`EventLevels`)."""
+
+    def __init__(self, inner: Reporter, level: int) -> None:
+        from kbctl.cli.progress import EventLevels
+
+        self._inner, self._level, self._levels = inner, level, EventLevels()
+
+    def report(self, event: Event) -> None:
+        """Hand `event` on when its level is shown (progress always: the bar is not a log line)."""
+        level = self._levels(event)
+        if level is None or level >= self._level:
+            self._inner.report(event)
+
+    def say(self, event: str, message: str, *, level: str = "info", err: bool = False) -> None:
+        """Print a line of the command's own (`event` and `level` are for the JSON log)."""
+        say(message, err=err)
+
+
+def _run_controller(
+    log: JsonLogReporter | _Leveled, *, once: bool, seconds: float, address: tuple[str, int] | None
+) -> None:
+    """`kbctl controller`'s work, logging to `log`."""
     with open_store() as store:
         server = None
         reporter: Reporter = log
-        if metrics_address is not None:
+        if address is not None:
             from kbctl.serve.controller import ControllerMetrics, HealthServer, StoreReadiness
 
-            metrics = ControllerMetrics(log, store.pending_count)  # the scrape's own connection, each time
+            metrics = ControllerMetrics(log, state=store.overview)  # the scrape's own connection, each time
             reporter = metrics
         ctl = store.controller(reporter=reporter)
-        if metrics_address is not None:
+        if address is not None:
             server = HealthServer(
                 address, metrics, lambda: ctl.alive(max(3 * seconds, 60.0)), ready=StoreReadiness(store.settings)
             )
@@ -117,10 +174,7 @@ def controller(
                 done, failed = len(report.results), sum(r.failed for r in report.results) + len(report.failed_syncs)
                 plural = "s" if done != 1 else ""
                 summary = f"reconciled {done} knowledge base{plural}" + (f", {failed} failed" if failed else "")
-                if isinstance(log, JsonLogReporter):  # every line is JSON in JSON mode
-                    log.say("PassFinished", summary, level="error" if failed else "info")
-                else:
-                    say(summary)
+                log.say("PassFinished", summary, level="error" if failed else "info")
                 if report.exit_code():
                     raise typer.Exit(report.exit_code())
                 return
@@ -128,10 +182,7 @@ def controller(
             for sig in (signal.SIGINT, signal.SIGTERM):
                 signal.signal(sig, lambda *_: stop.set())
             where = f"; metrics and /healthz on port {server.port}" if server is not None else ""
-            if isinstance(log, JsonLogReporter):
-                log.say("ControllerStarted", f"controller {ctl.id} running{where}", err=True)
-            else:
-                say(f"controller {ctl.id} running{where}", err=True)
+            log.say("ControllerStarted", f"controller {ctl.id} running{where}", err=True)
             ctl.run(stop, poll_seconds=seconds)
         finally:
             if server is not None:

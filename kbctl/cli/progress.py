@@ -7,14 +7,11 @@ the JSON log keeps the exact characters, JSON-escaped.
 
 from __future__ import annotations
 
-import json
+import logging
 import sys
 import time
 from collections.abc import Callable
-from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
-
-import typer
 
 from kbctl import (
     ControllerGone,
@@ -37,7 +34,7 @@ from kbctl.cli.terminal import inert, say
 if TYPE_CHECKING:
     from rich.progress import Progress
 
-__all__ = ["PLAIN_EVERY_SECONDS", "CliReporter", "JsonLogReporter", "event_line", "progress_line"]
+__all__ = ["PLAIN_EVERY_SECONDS", "CliReporter", "EventLevels", "JsonLogReporter", "event_line", "progress_line"]
 
 
 def _source_line(prefix: str, e: SourceReconciled) -> str | None:
@@ -189,39 +186,69 @@ class CliReporter:
             self._tasks.clear()
 
 
-class JsonLogReporter:
-    """The apply and refresh log as JSON lines on stdout, one object per event (for a controller run as a service):
-    time, level (error for failures), event, knowledgeBase and message, the line the text log would print.
-    Progress events print nothing."""
+class EventLevels:
+    """The log level of each engine event in a controller's log (None: it prints nothing): error for a failure,
+    warning for a lost store, debug for routine work that changed nothing (an unchanged reconcile and its sources, a
+    Sync applying again the commit it applied last), info for the rest. Routine lines are what a Sync every few
+    seconds repeats; the default level leaves them out."""
 
-    def __init__(self, clock: Callable[[], float] = time.time) -> None:
-        self._clock = clock
+    def __init__(self) -> None:
+        self._commits: dict[str, str | None] = {}  # Sync -> the commit its last pass applied
+
+    def __call__(self, event: Event) -> int | None:
+        """The level of `event` (a `logging` level)."""
+        if isinstance(event, WorkProgress):
+            return None
+        if isinstance(event, ReconcileFailed | StoreUnavailable):
+            return logging.ERROR if isinstance(event, ReconcileFailed) else logging.WARNING
+        if isinstance(event, SourceReconciled):
+            return logging.ERROR if event.source.failed else logging.INFO if event.source.ingested else logging.DEBUG
+        if isinstance(event, SyncFinished):
+            if event.error is not None:
+                self._commits.pop(event.name, None)
+                return logging.ERROR
+            again = self._commits.get(event.name) == event.revision
+            self._commits[event.name] = event.revision
+            return logging.DEBUG if again else logging.INFO
+        if isinstance(event, ReconcileStarted | ReconcileFinished) and event.action == "unchanged":
+            return logging.DEBUG
+        return logging.INFO
+
+
+CONTROLLER_LOG = logging.getLogger("kbctl.controller")
+
+
+class JsonLogReporter:
+    """A controller's log as records of the `kbctl.controller` logger, one per event, for the JSON log
+    (kbctl.serve.logs): the line the text log would print as `message`, the event's type as `event`, its knowledge
+    base (or Sync) as `knowledgeBase` (`sync`), a failure's `reason`, at the level of `EventLevels`. Progress
+    events print nothing."""
+
+    def __init__(self) -> None:
+        self._levels = EventLevels()
 
     def report(self, event: Event) -> None:
-        """Print one event as a JSON object on its own line (a reconcile's end too, which the text log leaves to the
-        source lines and the command's summary)."""
+        """Log one event (a reconcile's end too, which the text log leaves to the source lines and the command's
+        summary)."""
+        level = self._levels(event)
         message = event_line(event)
         if message is None and isinstance(event, ReconcileFinished):
             message = f"KnowledgeBase/{event.name} {event.action} (version {event.version})"
-        if message is None:
+        if message is None or level is None:
             return
-        failed = isinstance(event, ReconcileFailed) or (isinstance(event, SourceReconciled) and event.source.failed)
-        failed = failed or (isinstance(event, SyncFinished) and event.error is not None)
-        level = "error" if failed else "warning" if isinstance(event, StoreUnavailable) else "info"
-        self.say(type(event).__name__, message, level=level, name=getattr(event, "name", None))
+        fields: dict[str, Any] = {"event": type(event).__name__}
+        if isinstance(event, SyncFinished):
+            fields["sync"] = event.name
+        else:
+            fields["knowledgeBase"] = getattr(event, "name", None)
+        if isinstance(event, ReconcileFailed):
+            fields["reason"] = event.reason
+        CONTROLLER_LOG.log(level, message, extra={"fields": fields})
 
-    def say(self, event: str, message: str, *, level: str = "info", name: str | None = None, err: bool = False) -> None:
-        """Print one JSON line of the command's own (`ControllerStarted`, `PassFinished`), as the events are."""
-        record: dict[str, Any] = {
-            "time": datetime.fromtimestamp(self._clock(), UTC)
-            .isoformat(timespec="milliseconds")
-            .replace("+00:00", "Z"),
-            "level": level,
-            "event": event,
-            "knowledgeBase": name,
-            "message": message,
-        }
-        typer.echo(json.dumps(record, ensure_ascii=False), err=err)
+    def say(self, event: str, message: str, *, level: str = "info", err: bool = False) -> None:
+        """Log one line of the command's own (`ControllerStarted`, `PassFinished`), as the events are (on the log's
+        one stream, whatever `err` says)."""
+        CONTROLLER_LOG.log(logging.getLevelName(level.upper()), message, extra={"fields": {"event": event}})
 
     def close(self) -> None:
         """Nothing to tidy (the text reporter's progress bar has no JSON twin)."""

@@ -29,6 +29,7 @@ from kbctl.engine.events import (
     Trigger,
     VectorIndexBuilt,
     WorkProgress,
+    failure_reason,
     report_sources,
 )
 from kbctl.engine.ingest import IngestRun, ingest
@@ -215,7 +216,7 @@ class _Reconciler:
                 raise  # a bad argument is the caller's to fix, not a failed reconcile to record
             except KbctlError as exc:
                 self._record_failure(kb.name, PublishedNothing("ReconcileFailed", str(exc)))
-                self.reporter.report(ReconcileFailed(kb.name, str(exc)))
+                self.reporter.report(ReconcileFailed(kb.name, str(exc), failure_reason(exc)))
                 result = KnowledgeBaseResult(name=kb.name, action="failed", version=None, sources=[], message=str(exc))
             finally:
                 with contextlib.suppress(KbctlError):  # the store is gone: the mark stays, for the controller to see

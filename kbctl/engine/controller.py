@@ -158,6 +158,7 @@ class Controller:
                 if row is not None:
                     failure = PublishedNothing("ReconcileFailed", str(exc))
                     observe(self.db, row, finished=claim.generation, failure=failure)
+                self._reporter.report(ReconcileFailed(claim.name, str(exc), "manifest"))
                 result = KnowledgeBaseResult(
                     name=claim.name, action="failed", version=None, sources=[], message=str(exc)
                 )

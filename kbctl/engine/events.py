@@ -7,12 +7,14 @@ from dataclasses import dataclass
 from typing import Literal, Protocol
 
 from kbctl.engine.results import APPLIED, SourceStatus
+from kbctl.errors import ChatError, EmbeddingError, InputError, RerankError, SourceError, StoreError
 
 __all__ = [
     "ControllerGone",
     "DocumentsRemoved",
     "DriftFound",
     "Event",
+    "FailureReason",
     "HandedToController",
     "NullReporter",
     "ReconcileFailed",
@@ -23,11 +25,15 @@ __all__ = [
     "StoreUnavailable",
     "SyncFinished",
     "Trigger",
+    "failure_reason",
     "report_sources",
 ]
 
 Trigger = Literal["apply", "refresh"]
 Action = Literal["created", "configured", "refreshed", "unchanged"]
+FailureReason = Literal["source_failed", "no_content", "store", "model", "manifest", "other"]
+"""Why a reconcile failed (a metric's label: a small fixed set): a source could not be read, no source could be
+read (nothing to publish), the store, a model, a manifest that no longer validates, anything else."""
 
 
 @dataclass(frozen=True)
@@ -67,6 +73,7 @@ class ReconcileFailed:
 
     name: str
     message: str
+    reason: FailureReason = "other"
 
 
 @dataclass(frozen=True)
@@ -195,7 +202,20 @@ def report_sources(
         reporter.report(SourceReconciled(name, trigger, source.shown_as(APPLIED), model))
     if removed:
         reporter.report(DocumentsRemoved(name, trigger, tuple(removed)))
-    if failed is not None:
-        reporter.report(ReconcileFailed(name, failed))
+    if failed is not None:  # reported with its sources: none of them could be read
+        reporter.report(ReconcileFailed(name, failed, "no_content"))
     elif finished is not None:
         reporter.report(ReconcileFinished(name, trigger, *finished))
+
+
+def failure_reason(exc: BaseException) -> FailureReason:
+    """The `FailureReason` of an exception that failed a knowledge base's reconcile."""
+    if isinstance(exc, StoreError):
+        return "store"
+    if isinstance(exc, EmbeddingError | RerankError | ChatError):
+        return "model"
+    if isinstance(exc, SourceError):
+        return "source_failed"
+    if isinstance(exc, InputError):
+        return "manifest"
+    return "other"

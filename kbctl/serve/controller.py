@@ -1,21 +1,23 @@
-"""`kbctl controller` as a long-lived service: Prometheus metrics from the engine's events, /healthz and /readyz.
+"""`kbctl controller` as a long-lived service: Prometheus metrics from the engine's events and the store, /healthz
+and /readyz.
 
 `--metrics-address HOST:PORT` serves, on a thread of its own:
-- `/metrics`: reconciles by knowledge base, trigger and outcome, their durations, failures, the last success
-  per knowledge base, and the queue depth (knowledge bases whose recorded generation is not reconciled yet,
-  counted on a connection of the server's own at each scrape);
-- `/healthz`: 200 while the controller's loop has completed a pass recently (3 poll intervals, at least 60 s;
-  a reconcile in progress counts as alive), else 503;
-- `/readyz` (given a readiness check, e.g. `StoreReadiness`): 200 and a JSON object of the checks, each "ok", while
-  the controller can work (the database answers on a connection of the check's own within 2 s, and its schema is at
-  this kbctl's last migration); else 503 and the same object, the failed check saying why. Without a check, /readyz
-  is 404, as any other path.
+- `/metrics`: what this controller did, from the engine's events: reconciles by knowledge base, trigger and
+  outcome (the action when every source was read, `degraded` when one could not be, `failed`), their durations,
+  failures by knowledge base and reason (`FailureReason`), the last success per knowledge base (a reconcile whose
+  sources were all read), Sync passes by outcome, losses of the store; and what the store holds, read on a
+  connection of the scrape's own at each scrape: the queue depth (knowledge bases whose recorded generation is not
+  reconciled yet), per knowledge base whether it is Ready, its sources and those failing (stale or failed), its
+  serving version; per Sync whether its last pass failed, whether a fetched commit is not applied, when it last
+  applied, its interval and whether it is suspended. A knowledge base deleted from the store leaves every series:
+  the store's at once, this controller's own at the next scrape;
 Nothing else is served: every other path is 404, every method but GET 405, and no request body is read. A client
 that resets or closes its connection mid-request (a probe that timed out) is not logged.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import sys
 import threading
@@ -23,16 +25,27 @@ import time
 from collections.abc import Callable
 from dataclasses import replace
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, get_args
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, disable_created_metrics, generate_latest
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
-from kbctl import Event, ReconcileFailed, ReconcileFinished, ReconcileStarted, Reporter
+from kbctl import (
+    Event,
+    FailureReason,
+    ReconcileFailed,
+    ReconcileFinished,
+    ReconcileStarted,
+    Reporter,
+    SourceReconciled,
+    StoreUnavailable,
+    SyncFinished,
+)
 from kbctl.errors import KbctlError, UsageError
+from kbctl.manifest import duration_seconds
 
 if TYPE_CHECKING:
-    from kbctl.client import Readiness
+    from kbctl.client import Overview, Readiness
     from kbctl.config import Settings
 
 __all__ = [
@@ -49,6 +62,8 @@ ReadyCheck = Callable[[], tuple[bool, dict[str, Any]]]
 
 READY_TIMEOUT = 2.0  # seconds a readiness probe waits for a database connection
 
+_REASONS: tuple[str, ...] = get_args(FailureReason)
+
 _BUCKETS = (0.1, 0.5, 1.0, 5.0, 15.0, 60.0, 300.0, 900.0, 3600.0)
 
 
@@ -61,57 +76,202 @@ def parse_address(text: str) -> tuple[str, int]:
 
 
 class ControllerMetrics:
-    """A Reporter that counts the engine's events into Prometheus metrics, then passes them to `inner`."""
+    """A Reporter that counts the engine's events into Prometheus metrics, then passes them to `inner`; at each
+    `render` it reads the store (`state`, else only the queue depth of `pending`) for the per knowledge base and per
+    Sync gauges, and drops the series of knowledge bases the store no longer holds."""
 
-    def __init__(self, inner: Reporter, pending: Callable[[], int], clock: Callable[[], float] = time.time) -> None:
+    def __init__(
+        self,
+        inner: Reporter,
+        pending: Callable[[], int] | None = None,
+        clock: Callable[[], float] = time.time,
+        *,
+        state: Callable[[], Overview] | None = None,
+    ) -> None:
         disable_created_metrics()  # type: ignore[no-untyped-call]
+        self._lists = state is not None  # the store's knowledge bases are read: deleted ones can be told
+        if state is None:
+            from kbctl.client import Overview
+
+            count = pending or (lambda: 0)
+            state = lambda: Overview(count())  # noqa: E731
+        self._state: Callable[[], Overview] = state
         self._inner = inner
         self._clock = clock
-        self._started: dict[str, float] = {}
-        self.registry = CollectorRegistry()
-        labels = ["knowledge_base", "trigger", "outcome"]
-        self.reconciles = Counter("kbctl_controller_reconciles", "Reconciles done.", labels, registry=self.registry)
+        self._lock = threading.Lock()  # events (the controller's thread) and scrapes (the server's) meet here
+        self._started: dict[str, tuple[float, str]] = {}  # knowledge base -> (start, trigger) of its reconcile
+        self._unread: set[str] = set()  # knowledge bases whose reconcile in progress could not read a source
+        self._series: dict[str, set[tuple[Any, tuple[str, ...]]]] = {}  # knowledge base -> (metric, labels) it made
+        self._touched: dict[str, float] = {}  # knowledge base -> when an event last made one of its series
+        r = self.registry = CollectorRegistry()
+        kb = ["knowledge_base"]
+        self.reconciles = Counter(
+            "kbctl_controller_reconciles",
+            "Reconciles done, by outcome: the action (created, configured, refreshed, unchanged) when every source "
+            "was read, degraded when one could not be, failed when nothing was published.",
+            ["knowledge_base", "trigger", "outcome"],
+            registry=r,
+        )
         self.duration = Histogram(
             "kbctl_controller_reconcile_duration_seconds",
             "How long a reconcile took.",
             ["knowledge_base", "trigger"],
             buckets=_BUCKETS,
-            registry=self.registry,
+            registry=r,
         )
         self.failures = Counter(
-            "kbctl_controller_failures", "Reconciles that failed.", ["knowledge_base"], registry=self.registry
+            "kbctl_controller_failures",
+            "Reconciles that did not fully succeed, by reason (source_failed, no_content, store, model, manifest, "
+            "other).",
+            ["knowledge_base", "reason"],
+            registry=r,
         )
         self.last_success = Gauge(
             "kbctl_controller_last_success_timestamp_seconds",
-            "When a reconcile of the knowledge base last succeeded (Unix time).",
-            ["knowledge_base"],
-            registry=self.registry,
+            "When a reconcile of the knowledge base last succeeded, every source read (Unix time).",
+            kb,
+            registry=r,
         )
-        depth = Gauge(
+        self.syncs = Counter(
+            "kbctl_controller_sync_runs", "Sync passes, by outcome (applied, failed).", ["sync", "outcome"], registry=r
+        )
+        self.store_lost = Counter(
+            "kbctl_controller_store_unavailable", "Times the controller lost the store and reconnected.", registry=r
+        )
+        self.depth = Gauge(
             "kbctl_controller_queue_depth",
             "Knowledge bases whose recorded generation waits to be reconciled.",
-            registry=self.registry,
+            registry=r,
         )
-        depth.set_function(lambda: float(pending()))
+        self.ready = Gauge(
+            "kbctl_knowledge_base_ready",
+            "1 while the knowledge base's Ready condition is True, else 0.",
+            kb,
+            registry=r,
+        )
+        self.sources = Gauge("kbctl_knowledge_base_sources", "Sources of the knowledge base.", kb, registry=r)
+        self.failing = Gauge(
+            "kbctl_knowledge_base_sources_failing",
+            "Sources whose last read failed (stale: earlier content serves; failed: nothing serves).",
+            kb,
+            registry=r,
+        )
+        self.version = Gauge(
+            "kbctl_knowledge_base_serving_version",
+            "The version that serves queries (none before the first).",
+            kb,
+            registry=r,
+        )
+        sync = ["sync"]
+        self.sync_failing = Gauge(
+            "kbctl_sync_failing",
+            "1 when the Sync's last pass applied nothing (see its status), else 0.",
+            sync,
+            registry=r,
+        )
+        self.sync_behind = Gauge(
+            "kbctl_sync_behind",
+            "1 when the last commit the Sync fetched is not the one it last applied, else 0.",
+            sync,
+            registry=r,
+        )
+        self.sync_applied = Gauge(
+            "kbctl_sync_last_applied_timestamp_seconds",
+            "When a pass of the Sync last applied its commit whole (Unix time; none before the first).",
+            sync,
+            registry=r,
+        )
+        self.sync_interval = Gauge(
+            "kbctl_sync_interval_seconds", "How often the Sync is due (spec.interval).", sync, registry=r
+        )
+        self.sync_suspended = Gauge(
+            "kbctl_sync_suspended", "1 while the Sync is suspended (spec.suspend), else 0.", sync, registry=r
+        )
 
     def report(self, event: Event) -> None:
         """Count `event`, then hand it on."""
-        now = self._clock()
-        if isinstance(event, ReconcileStarted):
-            self._started[event.name] = now
-        elif isinstance(event, ReconcileFinished):
-            self.reconciles.labels(event.name, event.trigger, event.action).inc()
-            self.last_success.labels(event.name).set(now)
-            if event.name in self._started:
-                self.duration.labels(event.name, event.trigger).observe(now - self._started.pop(event.name))
-        elif isinstance(event, ReconcileFailed):
-            self.reconciles.labels(event.name, "", "failed").inc()
-            self.failures.labels(event.name).inc()
-            self._started.pop(event.name, None)
+        with self._lock:
+            self._count(event)
         self._inner.report(event)
 
+    def _count(self, event: Event) -> None:
+        now = self._clock()
+        if isinstance(event, ReconcileStarted):
+            self._started[event.name] = (now, event.trigger)
+            self._unread.discard(event.name)
+        elif isinstance(event, SourceReconciled):
+            if event.source.failed:
+                self._unread.add(event.name)
+        elif isinstance(event, ReconcileFinished):
+            unread = event.name in self._unread
+            outcome = "degraded" if unread else event.action
+            self._inc(self.reconciles, event.name, event.name, event.trigger, outcome)
+            if unread:
+                self._inc(self.failures, event.name, event.name, "source_failed")
+            else:
+                self._mark(self.last_success, event.name, event.name).set(now)
+            started = self._started.pop(event.name, None)
+            if started is not None:
+                self._mark(self.duration, event.name, event.name, event.trigger).observe(now - started[0])
+            self._unread.discard(event.name)
+        elif isinstance(event, ReconcileFailed):
+            started = self._started.pop(event.name, None)
+            self._inc(self.reconciles, event.name, event.name, started[1] if started else "", "failed")
+            self._inc(self.failures, event.name, event.name, event.reason)
+            self._unread.discard(event.name)
+        elif isinstance(event, SyncFinished):
+            self.syncs.labels(event.name, "failed" if event.error is not None else "applied").inc()
+        elif isinstance(event, StoreUnavailable):
+            self.store_lost.inc()
+
+    def _mark(self, metric: Any, name: str, *labels: str) -> Any:
+        """The child of `metric` with `labels`, noted as a series of knowledge base `name` (to drop with it)."""
+        self._series.setdefault(name, set()).add((metric, labels))
+        self._touched[name] = self._clock()
+        return metric.labels(*labels)
+
+    def _inc(self, metric: Any, name: str, *labels: str) -> None:
+        self._mark(metric, name, *labels).inc()
+
     def render(self) -> bytes:
-        return generate_latest(self.registry)
+        """The metrics in Prometheus' text format, the store's read now (KbctlError when it cannot be read)."""
+        read_at = self._clock()
+        state = self._state()
+        with self._lock:
+            self._refresh(state, read_at)
+            return generate_latest(self.registry)
+
+    def _refresh(self, state: Overview, read_at: float) -> None:
+        self.depth.set(state.pending)
+        for gauge in (self.ready, self.sources, self.failing, self.version):
+            gauge.clear()
+        for kb in state.knowledge_bases:
+            for reason in _REASONS:  # every reason at 0 from the start, so the first failure is an increase
+                self._series.setdefault(kb.name, set()).add((self.failures, (kb.name, reason)))
+                self.failures.labels(kb.name, reason)
+            self.ready.labels(kb.name).set(1 if kb.ready else 0)
+            self.sources.labels(kb.name).set(kb.sources)
+            self.failing.labels(kb.name).set(kb.sources - kb.ready_sources)
+            if kb.version is not None:
+                self.version.labels(kb.name).set(kb.version)
+        for gauge in (self.sync_failing, self.sync_behind, self.sync_applied, self.sync_interval, self.sync_suspended):
+            gauge.clear()
+        for sync in state.syncs:
+            attempted, applied = sync.last_attempted_revision, sync.last_applied_revision
+            self.sync_failing.labels(sync.name).set(1 if sync.last_error is not None else 0)
+            self.sync_behind.labels(sync.name).set(1 if attempted is not None and attempted != applied else 0)
+            if sync.last_applied_at is not None:
+                self.sync_applied.labels(sync.name).set(sync.last_applied_at.timestamp())
+            self.sync_interval.labels(sync.name).set(duration_seconds(sync.interval))
+            self.sync_suspended.labels(sync.name).set(1 if sync.suspend else 0)
+        if not self._lists:
+            return  # no list of knowledge bases to tell deleted ones by
+        names = {kb.name for kb in state.knowledge_bases}
+        for name in [n for n in self._series if n not in names and self._touched.get(n, 0.0) < read_at]:
+            for metric, labels in self._series.pop(name):
+                with contextlib.suppress(KeyError):  # removed already
+                    metric.remove(*labels)
+            self._touched.pop(name, None)
 
 
 def controller_readiness(readiness: Readiness) -> tuple[bool, dict[str, Any]]:

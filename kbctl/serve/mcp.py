@@ -25,6 +25,7 @@ from kbctl._version import __version__
 from kbctl.errors import KbctlError, NotFoundError, UsageError
 from kbctl.manifest import check_dns_label
 from kbctl.serve.auth import ANONYMOUS, Principal
+from kbctl.serve.logs import root_logging_kept
 from kbctl.serve.requests import MAX_QUESTION_CHARS, MAX_TOP_K
 from kbctl.serve.service import RetrievalService
 from kbctl.serve.tracing import trace_query
@@ -144,7 +145,8 @@ def build_mcp(service: RetrievalService, *, ask_timeout: float = 120.0, local: P
     """The MCP server over `service`: tools list_knowledge_bases, search, get_context and ask, and one resource
     per knowledge base (`kbctl://knowledgebases/NAME`, its description and state as JSON). `ask_timeout` bounds
     an answer (its chat model call included); `local` is the caller over stdio (`kbctl mcp --as-group`)."""
-    server = _KbctlMCP(name="kbctl", version=__version__, instructions=INSTRUCTIONS)
+    with root_logging_kept():  # the SDK's server configures the root logger: not kbctl's to do, nor the SDK's
+        server = _KbctlMCP(name="kbctl", version=__version__, instructions=INSTRUCTIONS)
     server.service = service
     server.local = local
 
