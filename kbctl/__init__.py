@@ -40,7 +40,7 @@ if TYPE_CHECKING:
     from kbctl.engine.prune import PruneScope
     from kbctl.engine.results import ApplyReport, KnowledgeBaseResult, PendingResult, RecordedSync, SourceStatus
     from kbctl.engine.settled import ManifestsToApply
-    from kbctl.engine.status import KnowledgeBaseDetail, KnowledgeBaseSummary
+    from kbctl.engine.status import KnowledgeBaseDetail, KnowledgeBaseSummary, SyncDetail
     from kbctl.errors import (
         AuthError,
         BeirError,
@@ -160,6 +160,7 @@ _WHERE = {
     "StoreUnavailable": "kbctl.engine.events",
     "SyncFinished": "kbctl.engine.events",
     "RecordedSync": "kbctl.engine.results",
+    "SyncDetail": "kbctl.engine.status",
     "SyncStatus": "kbctl.store.syncs",
     "UsageError": "kbctl.errors",
     "VectorIndexBuilt": "kbctl.engine.events",
@@ -245,6 +246,7 @@ __all__ = [
     "SourceStatus",
     "StoreError",
     "StoreUnavailable",
+    "SyncDetail",
     "SyncFinished",
     "SyncStatus",
     "UsageError",

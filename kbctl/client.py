@@ -30,7 +30,7 @@ if TYPE_CHECKING:
     from kbctl.engine.prune import PruneScope
     from kbctl.engine.results import ApplyReport, PendingResult
     from kbctl.engine.settled import ManifestsToApply
-    from kbctl.engine.status import KnowledgeBaseDetail, KnowledgeBaseSummary
+    from kbctl.engine.status import KnowledgeBaseDetail, KnowledgeBaseSummary, SyncDetail
     from kbctl.inputs.access import Reader
     from kbctl.manifest import KnowledgeBase, LoadedManifest, ManifestFile
     from kbctl.manifest.load import ManifestFiles
@@ -521,6 +521,14 @@ class KnowledgeBaseStore:
 
         with self._reading() as db:
             return list_syncs(db)
+
+    def describe_sync(self, name: str) -> SyncDetail:
+        """A Sync in detail (`kbctl describe sync`): its spec, the commit it last applied and when, its last error,
+        the knowledge bases it applied and its events (NotFoundError when there is none called `name`)."""
+        from kbctl.engine.status import describe_sync
+
+        with self._reading() as db:
+            return describe_sync(db, name)
 
     def delete_sync(self, name: str) -> bool:
         """Stop and forget a Sync (the knowledge bases it applied stay); False when there was none called `name`."""

@@ -151,9 +151,9 @@ def test_typed_names_and_the_database_url_option(
 def test_resource_types_and_output_formats(shell: str, stored: dict[str, str]) -> None:
     """RESOURCE completes to the types each command takes, and -o to the formats each command prints."""
     kb = ["kb", "kbs", "knowledgebase", "knowledgebases"]
-    assert complete(shell, "kbctl get ", stored) == sorted([*kb, "ev", "event", "events", "sync", "syncs"])
+    assert complete(shell, "kbctl get ", stored) == sorted([*kb, "all", "ev", "event", "events", "sync", "syncs"])
     assert complete(shell, "kbctl get k", stored) == kb
-    assert complete(shell, "kbctl describe ", stored) == kb
+    assert complete(shell, "kbctl describe ", stored) == sorted([*kb, "sync", "syncs"])
     assert complete(shell, "kbctl rollout history ", stored) == kb
     assert complete(shell, "kbctl delete s", stored) == ["sync", "syncs"]
     objects = ["json", "yaml", "wide", "name", "jsonpath=", "custom-columns="]
@@ -179,7 +179,7 @@ def test_an_unreachable_store_completes_no_names_and_says_nothing(shell: str, fr
             assert complete(shell, "kbctl get kb ", env) == []
     no_store = _env(KBCTL_HOME=str(fresh_home))
     assert complete(shell, "kbctl describe kb ", no_store) == []
-    assert complete(shell, "kbctl get ", no_store)[:1] == ["ev"]  # what needs no store still completes
+    assert complete(shell, "kbctl get ", no_store)[:1] == ["all"]  # what needs no store still completes
     assert not (fresh_home / "pg").exists()
 
 

@@ -375,11 +375,14 @@ def open_store_for(files: ManifestFiles) -> KnowledgeBaseStore:
         raise
 
 
-def check_resource(resource: str) -> None:
+KB_TYPES = "knowledgebase (kb)"
+"""The resource types of a command that takes knowledge bases alone, as its error for another one lists them."""
+
+
+def check_resource(resource: str, known: str = KB_TYPES) -> None:
+    """A usage error unless `resource` spells knowledgebase; it lists `known`, every type the command takes."""
     if resource.lower() not in RESOURCES:
-        raise typer.BadParameter(
-            f"unknown resource type '{resource}'; kbctl knows: knowledgebase (kb)", param_hint="RESOURCE"
-        )
+        raise typer.BadParameter(f"unknown resource type '{resource}'; kbctl knows: {known}", param_hint="RESOURCE")
 
 
 def emit(data: BaseModel | Sequence[BaseModel] | dict[str, Any], output: Output | None) -> None:
@@ -440,17 +443,18 @@ def emit_objects(objects: list[dict[str, Any]], fmt: ObjectOutput, *, single: bo
         emit(data, Output.json)
 
 
-def resource_names(resource: str, names: Sequence[str] | None) -> list[str]:
-    """The names of `get kb a b` or `get kb/a kb/b` (kubectl's TYPE/NAME form); [] for every knowledge base."""
+def resource_names(resource: str, names: Sequence[str] | None, known: str = KB_TYPES) -> list[str]:
+    """The names of `get kb a b` or `get kb/a kb/b` (kubectl's TYPE/NAME form); [] for every knowledge base. A
+    wrong type is a usage error listing `known`, the types the command takes."""
     if "/" not in resource:
-        check_resource(resource)
+        check_resource(resource, known)
         return list(names or [])
     wanted = []
     for item in (resource, *(names or [])):
         kind, sep, name = item.partition("/")
         if not sep or not name:
             raise typer.BadParameter(f"{item!r}: use TYPE/NAME (kb/NAME) for every argument", param_hint="RESOURCE")
-        check_resource(kind)
+        check_resource(kind, known)
         wanted.append(name)
     return wanted
 

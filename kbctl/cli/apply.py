@@ -64,7 +64,8 @@ def apply(
     Every manifest is validated first; if any is invalid nothing is written. With --wait the work is
     done before the command returns (by a running `kbctl controller`, or in-process when none runs);
     without it the desired state is recorded for a controller ("configured (version 3 pending)").
-    Exit code 1 when a source or a knowledge base failed (the previous version keeps serving). Knowledge
+    Exit code 1 when a source or a knowledge base failed (the previous version keeps serving); with --wait the last
+    line counts them: "applied 3 resources", or "applied 3 resources, 1 failed". Knowledge
     bases with path: sources are always applied by this process, which has the files. A file applied before byte
     for byte, while the store still serves what that apply left, is reported unchanged without being parsed
     again (knowledge bases of inline sources).
@@ -126,8 +127,9 @@ def apply(
         for sync in report.syncs:
             say(f"Sync/{sync.name} {sync.action}")
         if wait:
-            n = len(report.results)
-            say(f"applied {n} resource{'s' if n != 1 else ''}")
+            from kbctl.cli.render import applied_line
+
+            say(applied_line(report))
         elif any(p.pending for p in report.recorded) and not alive:
             say(
                 "no controller is running, so nothing is ingested yet: run `kbctl controller` (or `kbctl controller "

@@ -21,7 +21,6 @@ from kbctl.cli._common import (
     DryRunOpt,
     Files,
     ForceOpt,
-    KbName,
     LabelColumnsOpt,
     ListSelectorOpt,
     LockTimeoutOpt,
@@ -60,7 +59,14 @@ from kbctl.cli._common import (
     state,
     warn_rerank,
 )
-from kbctl.cli.completion import EVENT_RESOURCES, SYNC_RESOURCES, kb_names, query_names, resource_types
+from kbctl.cli.completion import (
+    ALL_RESOURCES,
+    EVENT_RESOURCES,
+    SYNC_RESOURCES,
+    kb_names,
+    query_names,
+    resource_types,
+)
 from kbctl.cli.terminal import inert, say
 
 if TYPE_CHECKING:
@@ -151,8 +157,9 @@ def get(
         str,
         typer.Argument(
             metavar="RESOURCE",
-            help="Resource type: knowledgebase (aliases: knowledgebases, kb), events or syncs; or kb/NAME.",
-            autocompletion=resource_types("kb", "events", "syncs", typed_names=True),
+            help="Resource type: knowledgebase (aliases: knowledgebases, kb), events, syncs, or all (every kind); "
+            "or kb/NAME.",
+            autocompletion=resource_types("kb", "events", "syncs", "all", typed_names=True),
         ),
     ],
     names: Annotated[
@@ -188,11 +195,19 @@ def get(
 
     `get syncs [NAME...]` lists the Syncs (git folders a controller keeps applied): repository, ref, path,
     interval, the commit last applied, when, and why the last pass applied nothing, if it did not.
+
+    `get all` lists every kind, as kubectl does: the knowledge bases, then the Syncs, a table each (named
+    knowledgebase/NAME and sync/NAME), or with -o name one KIND/NAME a line.
     """
     from kbctl.cli.output import custom_columns, parse_object_output
     from kbctl.cli.render import headed_table
 
     keys = [key.strip() for spec in label_columns or () for key in spec.split(",") if key.strip()]
+    if resource.lower() in ALL_RESOURCES:
+        if names or selector is not None or watch or sort_by or show_labels or keys:
+            raise typer.BadParameter("get all takes --no-headers and -o name only", param_hint="RESOURCE")
+        _get_all(output, no_headers=no_headers)
+        return
     sort_path = _sort_path(sort_by)
     if resource.lower() in EVENT_RESOURCES:
         if show_labels or keys:
@@ -210,7 +225,7 @@ def get(
     if resource.lower() in SYNC_RESOURCES:
         _get_syncs(names or [], output, no_headers=no_headers)
         return
-    wanted = resource_names(resource, names)
+    wanted = resource_names(resource, names, GET_TYPES)
     chosen = list_selector(selector, wanted)
     fmt = parse_object_output(output)
     if watch and fmt is not None and fmt.structured:
@@ -248,6 +263,40 @@ def get(
 
 
 Rows = dict[str, list[object]]  # the table rows of `get kb` by knowledge base name
+GET_TYPES = "knowledgebase (kb), syncs (sync), events (ev), all"  # what `kbctl get` takes
+DESCRIBE_TYPES = "knowledgebase (kb), syncs (sync)"  # what `kbctl describe` takes
+
+
+def _get_all(output: str | None, *, no_headers: bool) -> None:
+    """`get all`: a table per kind (knowledge bases, then Syncs), each object named KIND/NAME, a blank line
+    between two tables; `-o name` their KIND/NAME alone."""
+    from kbctl.cli.output import parse_object_output
+    from kbctl.cli.render import headed_table, knowledge_base_rows, syncs_table
+
+    fmt = parse_object_output(output)
+    if fmt is not None and fmt.kind != "name":
+        raise typer.BadParameter(
+            "get all prints a table per kind or -o name: use get kb or get syncs for other formats", param_hint="'-o'"
+        )
+    with open_store() as store:
+        kbs, syncs = store.list(), store.syncs()
+    if fmt is not None:
+        for kb in kbs:
+            say(inert(f"knowledgebase/{kb.name}"))
+        for sync in syncs:
+            say(inert(f"sync/{sync.name}"))
+        return
+    tables = []
+    if kbs:
+        headers, rows = knowledge_base_rows(kbs)
+        tables.append(headed_table(headers, [[f"knowledgebase/{r[0]}", *r[1:]] for r in rows], no_headers=no_headers))
+    if syncs:
+        named = [s.model_copy(update={"name": f"sync/{s.name}"}) for s in syncs]
+        tables.append(syncs_table(named, no_headers=no_headers))
+    if tables:
+        say("\n\n".join(tables))
+    else:
+        say("No resources found.", err=True)
 
 
 def _listed(store: KnowledgeBaseStore, selector: Selector | None, wanted: list[str]) -> list[KnowledgeBaseSummary]:
@@ -448,8 +497,17 @@ def _event_object(event: KnowledgeBaseEvent) -> dict[str, Any]:
 @app.command()
 @handles_errors
 def describe(
-    resource: Resource,
-    name: KbName,
+    resource: Annotated[
+        str,
+        typer.Argument(
+            metavar="RESOURCE",
+            help="Resource type: knowledgebase (aliases: knowledgebases, kb) or sync.",
+            autocompletion=resource_types("kb", "syncs"),
+        ),
+    ],
+    name: Annotated[
+        str, typer.Argument(metavar="NAME", help="Knowledge base (or Sync) name.", autocompletion=kb_names)
+    ],
     output: ObjectOutputOpt = None,
     as_group: AsGroupOpt = None,
     as_claim: AsClaimOpt = None,
@@ -459,11 +517,19 @@ def describe(
     -o json|yaml|jsonpath=...|custom-columns=... print the object as `kbctl get kb NAME -o ...` does.
     --as-group and --as-claim show what one caller may read (document-level `access`), as serve shows it to a
     token with those groups and claims.
+
+    `describe sync NAME` shows a Sync: repository, ref, path, interval, the commit last applied and when, the last
+    error, the knowledge bases it applied and its events (-o json|yaml print the same as data).
     """
     from kbctl.cli.output import parse_object_output
     from kbctl.cli.render import describe_text
 
-    check_resource(resource)
+    if resource.lower() in SYNC_RESOURCES:
+        if as_group is not None or as_claim is not None:
+            raise typer.BadParameter("a Sync has no access rules", param_hint="'--as-group' / '--as-claim'")
+        _describe_sync(name, output)
+        return
+    check_resource(resource, DESCRIBE_TYPES)
     fmt = parse_object_output(output)
     as_reader = as_group is not None or as_claim is not None
     if as_reader and fmt is not None and fmt.structured:
@@ -474,6 +540,23 @@ def describe(
             return
         d = store.describe(name, reader=reader_of(as_group, as_claim) if as_reader else None)
     say(f"knowledgebase/{d.name}" if fmt is not None and fmt.kind == "name" else describe_text(d))
+
+
+def _describe_sync(name: str, output: str | None) -> None:
+    from kbctl.cli.output import parse_object_output
+    from kbctl.cli.render import describe_sync_text
+
+    fmt = parse_object_output(output)
+    if fmt is not None and fmt.kind not in ("json", "yaml", "name"):
+        raise typer.BadParameter("a Sync describes as text, json, yaml or name", param_hint="'-o'")
+    with open_store() as store:
+        detail = store.describe_sync(name)
+    if fmt is None:
+        say(describe_sync_text(detail))
+    elif fmt.kind == "name":
+        say(inert(f"sync/{detail.name}"))
+    else:
+        emit(detail, Output(fmt.kind))
 
 
 @app.command()
@@ -805,13 +888,19 @@ def config_view(output: OutputOpt = None) -> None:
 @handles_errors
 def explain(
     field: Annotated[
-        str, typer.Argument(metavar="FIELD", help="knowledgebase, or a dotted path: kb.spec.retrieval.topK.")
+        str,
+        typer.Argument(
+            metavar="FIELD", help="knowledgebase or sync, or a dotted path: kb.spec.retrieval.topK, sync.spec.url."
+        ),
     ],
     recursive: Annotated[bool, typer.Option("--recursive", help="Show every field below, not only the next.")] = False,
 ) -> None:
     """Document a manifest field: its type, default, bounds and description, and its fields (as kubectl explain).
 
-    Example: kbctl explain knowledgebase.spec.retrieval
+    \b
+    Examples:
+      kbctl explain knowledgebase.spec.retrieval
+      kbctl explain sync --recursive
     """
     from kbctl.cli.render import explain_text
     from kbctl.manifest.explain import explain as explain_field
@@ -836,7 +925,7 @@ def completion(
 ) -> None:
     """Print the shell completion script for kbctl.
 
-    TAB then completes commands and options, resource types (`kbctl get <TAB>`: knowledgebase, kb, events, syncs),
+    TAB then completes commands and options, resource types (`kbctl get <TAB>`: knowledgebase, kb, events, syncs, all),
     the values of -o (json, yaml, wide, name, jsonpath=, custom-columns=) and knowledge base names (`kbctl describe
     kb <TAB>`, `kbctl query <TAB>`, kb/<TAB>). Names are read from the store only when it answers at once: the
     embedded PostgreSQL is never started for a completion, and a store that is stopped, unreachable or slower

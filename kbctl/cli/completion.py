@@ -12,6 +12,7 @@ from collections.abc import Callable, Collection
 import typer
 
 __all__ = [
+    "ALL_RESOURCES",
     "EVENT_RESOURCES",
     "RESOURCES",
     "SYNC_RESOURCES",
@@ -24,7 +25,8 @@ __all__ = [
 
 RESOURCES = {"knowledgebase", "knowledgebases", "kb", "kbs"}
 EVENT_RESOURCES = {"events", "event", "ev"}  # `kbctl get events` only
-SYNC_RESOURCES = {"syncs", "sync"}  # `kbctl get syncs`, `kbctl delete sync` only
+SYNC_RESOURCES = {"syncs", "sync"}  # `kbctl get syncs`, `kbctl describe sync`, `kbctl delete sync` only
+ALL_RESOURCES = {"all"}  # `kbctl get all` only
 
 Completion = list[tuple[str, str]]  # (value, help shown by zsh and fish)
 Completer = Callable[[typer.Context, str], Completion]
@@ -32,6 +34,7 @@ Completer = Callable[[typer.Context, str], Completion]
 _KB_HELP = "KnowledgeBase"
 _EVENT_HELP = "what happened to knowledge bases (get events)"
 _SYNC_HELP = "Sync: a git folder a controller keeps applied"
+_ALL_HELP = "every kind: knowledge bases and Syncs (get all)"
 _OBJECT_FORMATS: Completion = [
     ("json", "the objects as JSON (they apply again unchanged)"),
     ("yaml", "the objects as YAML (they apply again unchanged)"),
@@ -48,12 +51,13 @@ def _spellings(kinds: Collection[str]) -> Completion:
         "kb": (RESOURCES, _KB_HELP),
         "events": (EVENT_RESOURCES, _EVENT_HELP),
         "syncs": (SYNC_RESOURCES, _SYNC_HELP),
+        "all": (ALL_RESOURCES, _ALL_HELP),
     }
     return sorted((spelling, helps[kind][1]) for kind in kinds for spelling in helps[kind][0])
 
 
 def resource_types(*kinds: str, typed_names: bool = False) -> Completer:
-    """A completer of RESOURCE: the spellings of `kinds` (kb, events, syncs); with `typed_names`, also kb/NAME
+    """A completer of RESOURCE: the spellings of `kinds` (kb, events, syncs, all); with `typed_names`, also kb/NAME
     once a slash is typed, for the commands that take kubectl's TYPE/NAME form."""
 
     def complete(ctx: typer.Context, incomplete: str) -> Completion:

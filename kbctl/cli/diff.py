@@ -137,24 +137,30 @@ def diff(
 
     Prints "KnowledgeBase/NAME created|configured|unchanged|pruned" per knowledge base, then its
     changes, indented (unchanged sources are not shown):
+
+    \b
       spec.chunking.maxChars: 1200 → 800
       source NAME added|changed: +A −R chunks, ~T tokens to embed
       source NAME changed: same chunks              (re-chunked into the same texts)
       source NAME removed: −R chunks
       source NAME added|changed: would be fetched   (a URL source: diff does not fetch it)
       source NAME would be fetched                  (a URL source that never had content)
+      would fail: REASON                            (a source it could not read, a spec.limits exceeded)
+
     Chunks are compared by the text sent to the model; "~T tokens to embed" counts the tokens of the
     new chunks whose vectors the cache lacks (an estimate of the embedding bill); a warning counts the
     added chunks longer than the model reads (the local model: 254 tokens), whose ends no vector holds. With --prune,
     the stored members of the apply set (--applyset, narrowed by -l) that the manifests no longer name show as
     pruned.
     -o json|yaml prints the same plan as data (for pull-request bots). A file applied before byte for byte, while
-    the store still serves what that apply left, is unchanged without being parsed again.
+    the store still serves what that apply left, is unchanged without being parsed again. Each reason apply would
+    fail for is also said on stderr: "Error: KnowledgeBase/NAME would fail: REASON".
 
     Exit code: 0 no differences, 1 differences (a URL source apply would fetch counts as one),
-    2 error (invalid manifest, store or model error, usage error).
+    2 error: apply would fail for some knowledge base (as in kubectl, above 1 is an error, so CI stops), or the
+    diff itself failed (invalid manifest, store or model error, usage error).
     """  # noqa: RUF002  (the minus sign U+2212, as printed)
-    from kbctl.cli.render import diff_lines
+    from kbctl.cli.render import diff_lines, would_fail_lines
 
     chosen = prune_scope(prune, selector, applyset_name(applyset))
     report = _errors_exit_2(plan_apply)(filename, recursive, chosen)
@@ -163,5 +169,9 @@ def diff(
     else:
         for line in diff_lines(report):
             say(line)
+    for line in would_fail_lines(report):
+        say(f"Error: {line}", err=True)
+    if report.fails:
+        raise typer.Exit(2)
     if report.differs:
         raise typer.Exit(1)

@@ -18,12 +18,14 @@ from kbctl.defaults import BACKGROUND_CEILING, BACKGROUND_MARGIN
 
 if TYPE_CHECKING:  # imported by the commands that print them (a command's start-up pays only for its own)
     from kbctl import (
+        ApplyReport,
         DiffReport,
         GcResult,
         KnowledgeBaseDetail,
         KnowledgeBaseEvent,
         KnowledgeBaseSummary,
         SourceStatus,
+        SyncDetail,
         SyncStatus,
         VersionInfo,
     )
@@ -31,7 +33,9 @@ if TYPE_CHECKING:  # imported by the commands that print them (a command's start
 
 __all__ = [
     "age",
+    "applied_line",
     "count",
+    "describe_sync_text",
     "describe_text",
     "diff_lines",
     "events_table",
@@ -46,6 +50,7 @@ __all__ = [
     "syncs_table",
     "table",
     "table_body",
+    "would_fail_lines",
 ]
 
 MINUS = "\u2212"  # the minus sign (U+2212) of "+3 \u22122 chunks": ruff flags it written out
@@ -98,8 +103,21 @@ def _diff_lines(report: DiffReport, suffix: str) -> Iterator[str]:
         for s in kb.sources:
             if s.differs:
                 yield f"  {_diff_source_line(s)}"
-        for limit in (*kb.unreadable, *kb.over_limits):
-            yield f"  would fail: {limit}"
+        for reason in kb.fails:
+            yield f"  would fail: {reason}"
+
+
+def would_fail_lines(report: DiffReport) -> Iterator[str]:
+    """Each reason a diff found that apply would fail for, naming its knowledge base (what `diff` says on stderr
+    before it exits 2)."""
+    return (inert(f"KnowledgeBase/{kb.name} would fail: {reason}") for kb in report.results for reason in kb.fails)
+
+
+def applied_line(report: ApplyReport) -> str:
+    """The summary of `apply --wait`: `applied 3 resources`, with the failures named when there are any
+    (`applied 1 resource, 1 failed`), so the line agrees with the exit code."""
+    n, failed = len(report.results), sum(r.failed for r in report.results)
+    return f"applied {count(n, 'resource')}" + (f", {failed} failed" if failed else "")
 
 
 def table(headers: Sequence[str], rows: Sequence[Sequence[object]], indent: str = "") -> str:
@@ -335,6 +353,35 @@ def syncs_table(syncs: Sequence[SyncStatus], *, no_headers: bool = False) -> str
     return headed_table(headers, rows, no_headers=no_headers)
 
 
+def describe_sync_text(d: SyncDetail) -> str:
+    """`kbctl describe sync NAME`: where it reads, how often, its last pass, the knowledge bases it applied, and
+    its events."""
+    fields = [
+        ("Name", d.name),
+        ("URL", _redacted(d.url)),
+        ("Ref", d.ref or "<default> (the repository's default branch)"),
+        ("Path", d.path),
+        ("Interval", d.interval + (" (suspended: no pass runs)" if d.suspend else "")),
+        ("Prune", "true" if d.prune else "false"),
+        ("Revision", d.last_applied_revision or "<none> (nothing applied yet)"),
+        ("Applied", f"{age(d.last_applied_at)} ago" if d.last_applied_at else "<never>"),
+        ("Attempted", d.last_attempted_revision or "<none>"),
+        ("Error", d.last_error or "<none>"),
+        ("Next pass", "<suspended>" if d.suspend else _when(d.next_at)),
+    ]
+    lines = [f"{key + ':':<13}{inert(value)}" for key, value in fields]
+    lines.append("Knowledge Bases:" if d.knowledge_bases else "Knowledge Bases: <none>")
+    if d.knowledge_bases:
+        rows = [
+            [k.name, k.ready, k.status, k.version or "-", f"{k.ready_sources}/{k.sources}"] for k in d.knowledge_bases
+        ]
+        lines.append(table(["NAME", "READY", "STATUS", "VERSION", "SOURCES"], rows, indent="  "))
+    lines.append("Events:" if d.events else "Events:      <none>")
+    if d.events:
+        lines.append(events_table(d.events, indent="  "))
+    return "\n".join(lines)
+
+
 def history_table(versions: Sequence[VersionInfo]) -> str:
     """`kbctl rollout history`: newest first, * on the serving one, sources ready/total, what made each."""
     rows = [
@@ -375,9 +422,9 @@ def _field_tree(fields: Sequence[FieldDoc], indent: str, out: list[str]) -> None
 
 def explain_text(doc: FieldDoc) -> str:
     """`kbctl explain`: kubectl's layout (KIND, VERSION, FIELD, DESCRIPTION, FIELDS)."""
-    from kbctl.manifest.models import API_VERSION, KIND
+    from kbctl.manifest.models import API_VERSION
 
-    lines = [f"KIND:     {KIND}", f"VERSION:  {API_VERSION}", ""]
+    lines = [f"KIND:     {doc.kind}", f"VERSION:  {API_VERSION}", ""]
     if "." in doc.path:
         lines += [f"FIELD: {_field_line(doc).replace(chr(9), ' ')}", ""]
     lines += ["DESCRIPTION:", f"  {doc.description or '<empty>'}"]

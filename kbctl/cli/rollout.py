@@ -31,6 +31,8 @@ from kbctl.cli.terminal import inert, say
 if TYPE_CHECKING:
     from typer import _click  # the click that typer vendors (annotations only)
 
+    from kbctl import KnowledgeBaseStore, RolloutStatus
+
 # The renderers are imported by the commands that print them (see kbctl.cli.commands).
 
 rollout_app = command_group(
@@ -96,25 +98,41 @@ def status(
             help="Wait until the rollout finishes (default), or print the status once (--watch=false).",
         ),
     ] = True,
-    timeout: Annotated[str, duration_option("--timeout", help="Give up after this long (30s, 5m, 1h).")] = "5m",
+    timeout: Annotated[
+        str, duration_option("--timeout", help="Give up after this long (30s, 5m, 1h); 0 waits without a limit.")
+    ] = "0s",
+    progress_deadline: Annotated[
+        str,
+        duration_option(
+            "--progress-deadline",
+            minimum=0.001,
+            help="Give up when the rollout makes no progress for this long: reconciled but not Ready (sources "
+            "failing), or waiting for a controller while none runs (a Deployment's progressDeadlineSeconds).",
+        ),
+    ] = "10m",
 ) -> None:
     """Wait until the latest applied generation of a knowledge base is rolled out: reconciled by a controller
     (observedGeneration = generation) and Ready.
 
     Prints a line each time the state changes (`Waiting for knowledgebase "NAME" rollout to finish: generation 3
     waits for a controller...`), then `knowledgebase "NAME" successfully rolled out (version N)`. Exits 1 when the
-    reconcile failed or published nothing (the reason is printed), or on timeout. --watch=false prints the status
-    once: exit 0 if rolled out, 1 otherwise.
+    reconcile failed or published nothing (the reason is printed), when the rollout made no progress for
+    --progress-deadline (`knowledgebase "NAME" exceeded its progress deadline (10m): ...`: it stayed reconciled but
+    not Ready, or no controller ran to reconcile it), or after --timeout, if one is given. --watch=false prints the
+    status once: exit 0 if rolled out, 1 otherwise.
 
     \b
     Examples:
       kbctl apply -f kb/policies.yaml && kbctl rollout status kb policies --timeout=10m
+      kbctl rollout status kb policies --progress-deadline=2m
       kbctl rollout status kb policies --watch=false
     """
     check_resource(resource)
-    seconds = parse_duration(timeout)
     with open_store() as store:
-        result = store.rollout_status(name, watch=watch, timeout=seconds, on_progress=lambda s: say(inert(s.message)))
+        if watch:
+            result, stalled = _follow(store, name, parse_duration(timeout), parse_duration(progress_deadline))
+        else:
+            result, stalled = store.rollout_status(name, watch=False), False
     if result.state == "done":
         say(inert(result.message))
         return
@@ -122,10 +140,55 @@ def status(
         say(f"Error: {inert(result.message)}", err=True)
     elif not watch:
         say(inert(result.message))
+    elif stalled:
+        stuck = f'knowledgebase "{name}" exceeded its progress deadline ({progress_deadline})'
+        say(f"Error: {inert(stuck)}: {inert(result.detail)}", err=True)
     else:
         waited = f'timed out after {timeout} waiting for knowledgebase "{name}" rollout to finish'
         say(f"Error: {inert(waited)}: {inert(result.detail)}", err=True)
     raise typer.Exit(1)
+
+
+PROGRESS_CHECK_SECONDS = 1.0
+"""How often `rollout status` asks whether a rollout that waits still makes progress."""
+
+
+def _follow(store: KnowledgeBaseStore, name: str, timeout: float, deadline: float) -> tuple[RolloutStatus, bool]:
+    """Wait for the rollout of `name` (printing each new waiting line) until it is done or failed, `timeout` seconds
+    have passed (0: no limit), or it has made no progress for `deadline` seconds; the last status, and whether the
+    progress deadline ended the wait. No progress: the same status (generation, observed generation, version,
+    Ready's reason) while the generation is reconciled but not Ready, or pending with no controller alive."""
+    import time
+
+    said = ""
+
+    def progress(status: RolloutStatus) -> None:
+        nonlocal said
+        if status.message != said:
+            say(inert(status.message))
+            said = status.message
+
+    start = time.monotonic()
+    stalled_since: float | None = None
+    stalled_on: tuple[object, ...] = ()
+    while True:
+        now = time.monotonic()
+        windows = [PROGRESS_CHECK_SECONDS]
+        if timeout:
+            windows.append(start + timeout - now)
+        if stalled_since is not None:
+            windows.append(stalled_since + deadline - now)
+        status = store.rollout_status(name, timeout=max(0.0, min(windows)), on_progress=progress)
+        now = time.monotonic()
+        if status.state != "waiting" or (timeout and now - start >= timeout):
+            return status, False
+        key = (status.generation, status.observed_generation, status.version, status.reason)
+        if status.observed_generation < status.generation and store.controller_alive():
+            stalled_since = None  # a controller has it: an ingest may take long
+        elif stalled_since is None or key != stalled_on:
+            stalled_since, stalled_on = now, key
+        elif now - stalled_since >= deadline:
+            return status, True
 
 
 @rollout_app.command("undo")
@@ -136,7 +199,11 @@ def undo(
     to_version: Annotated[
         int | None,
         typer.Option(
-            "--to-version", metavar="VERSION", min=1, help="Version to serve (default: the one before the current)."
+            "--to-version",
+            "--to-revision",
+            metavar="VERSION",
+            min=1,
+            help="Version to serve (default: the one before the current); --to-revision is kubectl's spelling.",
         ),
     ] = None,
     timeout: LockTimeoutOpt = "1m",

@@ -68,6 +68,12 @@ class KnowledgeBaseDiff(_Frozen):
         """Apply would change this knowledge base, or has to fetch some URL source to find out."""
         return self.action != "unchanged" or any(s.fetch for s in self.sources)
 
+    @property
+    def fails(self) -> list[str]:
+        """Why apply would fail here (a source or document it could not read, a spec.limits exceeded), one
+        sentence each; empty when it would not."""
+        return [*self.unreadable, *self.over_limits]
+
 
 class DiffReport(_Frozen):
     """The plan of one apply: one entry per manifest in order, then the knowledge bases prune would delete."""
@@ -79,6 +85,11 @@ class DiffReport(_Frozen):
     def differs(self) -> bool:
         """True when apply would change something (`kbctl diff` exits 1)."""
         return any(r.differs for r in self.results)
+
+    @property
+    def fails(self) -> bool:
+        """True when apply would fail for some knowledge base (`kbctl diff` exits 2, as kubectl's >1 is an error)."""
+        return any(r.fails for r in self.results)
 
     @computed_field  # type: ignore[prop-decorator]
     @property

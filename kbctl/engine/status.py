@@ -5,7 +5,7 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from typing import Any, TypeVar
 
-from pydantic import BaseModel, ConfigDict, model_validator
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 from pydantic.alias_generators import to_camel
 
 from kbctl.defaults import DESCRIBE_EVENTS
@@ -19,11 +19,14 @@ from kbctl.store.database import Database, KnowledgeBaseRow, SourceRow, VersionR
 from kbctl.store.events import KnowledgeBaseEvent, list_events
 from kbctl.store.rows import source_state
 from kbctl.store.schedule import read_schedule
+from kbctl.store.syncs import SyncStatus, list_syncs
 
 __all__ = [
     "KnowledgeBaseDetail",
     "KnowledgeBaseSummary",
+    "SyncDetail",
     "describe_knowledge_base",
+    "describe_sync",
     "knowledge_base_resource",
     "list_knowledge_bases",
     "resource_list",
@@ -258,6 +261,28 @@ def describe_knowledge_base(db: Database, name: str, reader: Reader | None = Non
     if row is None:
         raise NotFoundError(f'knowledgebase "{name}" not found')
     return _detail(db, row, reader)
+
+
+class SyncDetail(SyncStatus):
+    """`kbctl describe sync NAME`: the Sync's spec and last pass (repository, ref, path, the commit last applied and
+    when, the last error), the knowledge bases it applied (its apply set) and its newest events, oldest first."""
+
+    knowledge_bases: list[KnowledgeBaseSummary] = Field(default_factory=list)
+    events: list[KnowledgeBaseEvent] = Field(default_factory=list)
+
+
+def describe_sync(db: Database, name: str) -> SyncDetail:
+    """The detail of one Sync; NotFoundError when there is none called `name`."""
+    status = next((s for s in list_syncs(db) if s.name == name), None)
+    if status is None:
+        raise NotFoundError(f'sync "{name}" not found')
+    applyset = f"sync-{name}"  # the apply set a controller's pass applies it as (kbctl.engine.sync)
+    members = {row.name for row in db.list_kbs() if row.applyset == applyset}
+    return SyncDetail(
+        **dict(status),
+        knowledge_bases=[s for s in list_knowledge_bases(db) if s.name in members],
+        events=list_events(db, [name], limit=DESCRIBE_EVENTS, kind="Sync"),
+    )
 
 
 def _timestamp(when: datetime | None) -> str | None:

@@ -1,5 +1,5 @@
-"""`kbctl explain knowledgebase.spec.retrieval`: the documentation of a manifest field, read from the JSON Schema
-the models generate (so it cannot drift from what apply accepts), like `kubectl explain`."""
+"""`kbctl explain knowledgebase.spec.retrieval` (or `sync.spec.url`): the documentation of a manifest field, read
+from the JSON Schema the models generate (so it cannot drift from what apply accepts), like `kubectl explain`."""
 
 from __future__ import annotations
 
@@ -12,6 +12,7 @@ from kbctl.manifest.models import json_schema
 __all__ = ["FieldDoc", "explain"]
 
 _ROOTS = ("knowledgebase", "knowledgebases", "kb", "kbs")
+_SYNC_ROOTS = ("sync", "syncs")
 
 
 @dataclass(frozen=True)
@@ -21,6 +22,7 @@ class FieldDoc:
     path: str
     type: str
     description: str
+    kind: str = "KnowledgeBase"  # the kind whose field it is: KnowledgeBase or Sync
     required: bool = False
     default: Any = None
     has_default: bool = False
@@ -69,14 +71,14 @@ def _rules(node: dict[str, Any]) -> str:
     return "; ".join(parts)
 
 
-def _doc(schema: dict[str, Any], path: str, node: dict[str, Any], required: bool, depth: int) -> FieldDoc:
+def _doc(schema: dict[str, Any], path: str, node: dict[str, Any], required: bool, depth: int, kind: str) -> FieldDoc:
     node = _deref(schema, node)
     shape = _deref(schema, node["items"]) if node.get("type") == "array" and "items" in node else node
     fields: tuple[FieldDoc, ...] = ()
     if depth > 0 and "properties" in shape:
         needed = set(shape.get("required", ()))
         fields = tuple(
-            _doc(schema, f"{path}.{name}", child, name in needed, depth - 1)
+            _doc(schema, f"{path}.{name}", child, name in needed, depth - 1, kind)
             for name, child in shape["properties"].items()
         )
     return FieldDoc(
@@ -88,19 +90,24 @@ def _doc(schema: dict[str, Any], path: str, node: dict[str, Any], required: bool
         has_default="default" in node,
         rules=_rules(node),
         fields=fields,
+        kind=kind,
     )
 
 
 def explain(path: str, *, recursive: bool = False) -> FieldDoc:
-    """The documentation of `path` (`knowledgebase`, `kb.spec.sources`, `knowledgebase.spec.retrieval.topK`),
-    with its direct fields (every level below with `recursive`). UsageError names an unknown field and the
-    fields that exist there."""
+    """The documentation of `path` (`knowledgebase`, `kb.spec.sources`, `knowledgebase.spec.retrieval.topK`, `sync`,
+    `sync.spec.interval`), with its direct fields (every level below with `recursive`). UsageError names an unknown
+    field and the fields that exist there."""
+    from kbctl.manifest.sync import sync_json_schema
+
     root, *steps = path.strip().split(".")
-    if root.lower() not in _ROOTS:
-        raise UsageError(f"unknown resource type {root!r}; kbctl knows: knowledgebase (kb)")
-    schema = json_schema()
+    if root.lower() in _SYNC_ROOTS:
+        schema, shown, kind = sync_json_schema(), "sync", "Sync"
+    elif root.lower() in _ROOTS:
+        schema, shown, kind = json_schema(), "knowledgebase", "KnowledgeBase"
+    else:
+        raise UsageError(f"unknown resource type {root!r}; kbctl knows: knowledgebase (kb), sync")
     node: dict[str, Any] = schema
-    shown = "knowledgebase"
     required = True
     for step in steps:
         node = _deref(schema, node)
@@ -112,4 +119,4 @@ def explain(path: str, *, recursive: bool = False) -> FieldDoc:
             raise UsageError(f"field {step!r} does not exist in {shown}; its fields: {known}")
         required = step in node.get("required", ())
         node, shown = properties[step], f"{shown}.{step}"
-    return _doc(schema, shown, node, required, depth=10 if recursive else 1)
+    return _doc(schema, shown, node, required, 10 if recursive else 1, kind)

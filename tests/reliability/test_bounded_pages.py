@@ -122,7 +122,7 @@ def test_html_over_the_bound_in_a_path_source_is_refused_by_diff(
     assert isinstance(outcomes["big.html"], SourceError) and str(outcomes["big.html"]) == BIG_REASON
     assert isinstance(outcomes["travel.md"], Document)
     result = cli.invoke(app, ["diff", "-f", manifest])
-    assert result.exit_code == 1, result.output  # 1: apply would change something
+    assert result.exit_code == 2, result.output  # 2: apply would fail for a document (and change the others)
     lines = [line.strip() for line in result.output.splitlines()]
     assert "source docs/big.html added" in lines  # no chunk to add, no token to embed
     assert f"would fail: source docs/big.html: {BIG_REASON}" in lines
@@ -134,7 +134,7 @@ def test_html_over_the_bound_in_a_path_source_is_refused_by_diff(
     assert diff.results[0].unreadable == [f"source docs/big.html: {BIG_REASON}"]
     store.apply(load_manifests([manifest]))
     again = cli.invoke(app, ["diff", "-f", manifest])  # the document fails as it did: no difference, still said
-    assert again.exit_code == 0, again.output
+    assert again.exit_code == 2, again.output  # and still an error for CI
     assert f"would fail: source docs/big.html: {BIG_REASON}" in [line.strip() for line in again.output.splitlines()]
 
 

@@ -42,7 +42,7 @@ def test_an_apply_over_max_tokens_embeds_nothing(store: KnowledgeBaseStore, cli:
     path = tmp_path / "kb.yaml"
     path.write_text(manifest(maxTokensToEmbed=100))
     diff = cli.invoke(app, ["diff", "-f", str(path)])
-    assert diff.exit_code == 1
+    assert diff.exit_code == 2  # apply would fail: an error, as in kubectl
     [line] = [x for x in diff.stdout.splitlines() if "would fail" in x]
     assert line.startswith("  would fail: ~") and line.endswith(
         "tokens to embed, over spec.limits.maxTokensToEmbed (100)"
