@@ -74,6 +74,7 @@ def test_an_unknown_resource_type_lists_every_type(cli: CliRunner) -> None:
         (["get", "pods"], "knowledgebase (kb), syncs (sync), events (ev), all"),
         (["describe", "pods", "x"], "knowledgebase (kb), syncs (sync)"),
         (["get", "pods/x"], "knowledgebase (kb), syncs (sync), events (ev), all"),
+        (["delete", "pods", "x"], "knowledgebase (kb), syncs (sync)"),
     ):
         result = cli.invoke(app, args)
         assert result.exit_code == 2, args

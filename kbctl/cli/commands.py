@@ -264,7 +264,7 @@ def get(
 
 Rows = dict[str, list[object]]  # the table rows of `get kb` by knowledge base name
 GET_TYPES = "knowledgebase (kb), syncs (sync), events (ev), all"  # what `kbctl get` takes
-DESCRIBE_TYPES = "knowledgebase (kb), syncs (sync)"  # what `kbctl describe` takes
+DESCRIBE_TYPES = "knowledgebase (kb), syncs (sync)"  # what `kbctl describe` and `kbctl delete` take
 
 
 def _get_all(output: str | None, *, no_headers: bool) -> None:
@@ -804,7 +804,7 @@ def delete(
     elif resource is None:
         raise typer.BadParameter("give a RESOURCE (kb) with names, -l or --all; or -f", param_hint="RESOURCE")
     else:
-        wanted = resource_names(resource, names)
+        wanted = resource_names(resource, names, DESCRIBE_TYPES)  # delete takes the types describe does
     chosen = list_selector(selector, wanted)
     if sum((bool(wanted), chosen is not None, all_kbs)) != 1:
         raise typer.BadParameter("choose what to delete: names, -f, -l or --all (one of them)", param_hint="NAME")

@@ -100,8 +100,8 @@ def controller(
 
     Wakes up on a PostgreSQL NOTIFY (and every --poll-interval), claims one pending knowledge base at a
     time with FOR UPDATE SKIP LOCKED and a lease, so several controllers can share one database
-    without doing the same work twice. Stops cleanly on SIGINT/SIGTERM. As a service (examples/deploy:
-    a systemd unit, a Kubernetes Deployment): --metrics-address serves Prometheus metrics (reconciles,
+    without doing the same work twice. Stops cleanly on SIGINT/SIGTERM. As a service (deploy/: the
+    image, a kustomize base and overlays, a systemd unit): --metrics-address serves Prometheus metrics (reconciles,
     durations, failures by reason, last success, queue depth; per knowledge base Ready, failing sources and serving
     version, per Sync its state, read from the store at each scrape), /healthz (503 when the loop has
     stalled) and /readyz (503 while the database cannot be reached or its schema is not this kbctl's), and
