@@ -74,8 +74,8 @@ def ask(
         plain = store.query(kb, question, options=QueryOptions(mode="hybrid", threshold=threshold, max_tokens=BIG))
     finally:
         retrieve.AGREEMENT_MARGIN = margin
-    ranked = [(h.vector_rank, h.keyword_rank, h.score) for h in fused.hits]
-    return Asked(where, no_answer, [h.score for h in vector.hits], ranked, bool(plain.hits), threshold)
+    ranked = [(h.vector_rank, h.keyword_rank, h.similarity) for h in fused.hits]
+    return Asked(where, no_answer, [h.similarity for h in vector.hits], ranked, bool(plain.hits), threshold)
 
 
 def z_score(s: list[float]) -> float:

@@ -192,7 +192,7 @@ class Asker:
         q = np.asarray(vector, dtype=np.float32)
         q = q / np.linalg.norm(q)
         similarities = self.sample @ q
-        agreed = next((h.score for h in uncut if h.vector_rank == 1 and h.keyword_rank == 1), None)
+        agreed = next((h.similarity for h in uncut if h.vector_rank == 1 and h.keyword_rank == 1), None)
         relevant = query is not None and kind == "in"
         return Asked(
             kb=self.kb,
@@ -200,7 +200,7 @@ class Asker:
             kind=kind,
             shipped_answered=bool(shipped),
             shipped_ndcg=ndcg_at_k(query, distinct_sources(shipped)) if relevant and query else 0.0,
-            best=max((h.score for h in uncut), default=-1.0),
+            best=max((h.similarity for h in uncut), default=-1.0),
             agreed=agreed,
             q_mean=float(similarities.mean()),
             q_std=float(similarities.std()),

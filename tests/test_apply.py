@@ -191,7 +191,7 @@ def test_query_ranks_and_honours_threshold_and_budget(store: KnowledgeBaseStore,
     data = json.loads(out.stdout)
     assert data["hits"][0]["headingPath"] == ["Refunds", "Cancelled engagements"]
     assert "50% of the deposit" in data["hits"][0]["text"]
-    assert {"rank", "source", "position", "score", "tokens"} <= set(data["hits"][0])
+    assert {"rank", "source", "position", "score", "similarity", "tokens"} <= set(data["hits"][0])
 
 
 def test_query_says_plainly_when_nothing_is_relevant(store: KnowledgeBaseStore, cli: CliRunner) -> None:

@@ -188,13 +188,13 @@ def test_an_answered_question_keeps_its_chunks_down_to_the_models_threshold(stor
     found = 0
     for question in asked:
         uncut = store.query("almanac", question, threshold=-1.0, top_k=10).hits
-        weaker = [h for h in uncut if DEFAULT_THRESHOLD + 0.01 <= h.score < line - 0.01]
-        if not uncut or uncut[0].score < line + 0.01 or not weaker:
+        weaker = [h for h in uncut if DEFAULT_THRESHOLD + 0.01 <= h.similarity < line - 0.01]
+        if not uncut or uncut[0].similarity < line + 0.01 or not weaker:
             continue
         found += 1
         hits = store.query("almanac", question, top_k=10).hits
         assert {(h.source, h.position) for h in weaker} <= {(h.source, h.position) for h in hits}
-        assert all(h.score >= DEFAULT_THRESHOLD or h.matched_identifiers or h.all_words for h in hits)
+        assert all(h.similarity >= DEFAULT_THRESHOLD or h.matched_identifiers or h.all_words for h in hits)
     assert found, "no question of the list has an answer with chunks between the two thresholds"
 
 

@@ -79,7 +79,7 @@ def test_an_exact_code_on_a_page_and_a_two_character_code_are_found(
     assert vpn and vpn[0].source == "vpn" and "VPN_7731" in vpn[0].text and "\\_" not in vpn[0].text
     assert "VPN_7731" in vpn[0].matched_identifiers
     question = "how fast do you respond to a P1?"
-    score = next(h.score for h in store.query("it", question, threshold=-1.0).hits if h.source == "priorities")
+    score = next(h.similarity for h in store.query("it", question, threshold=-1.0).hits if h.source == "priorities")
     p1 = store.query("it", question, threshold=round(score + 0.15, 3)).hits
     assert [h.source for h in p1] == ["priorities"] and p1[0].matched_identifiers == ["P1"]
     # Further below the threshold than EXACT_TERMS_MARGIN, the identifier lets nothing through, and explain says why.
@@ -91,6 +91,6 @@ def test_an_exact_code_on_a_page_and_a_two_character_code_are_found(
     # Nor in a long question, where an identifier is more often there by chance.
     long = "I have been trying all morning to find out how fast you respond to a P1, can you tell me?"
     assert len(long.split()) > EXACT_TERMS_MAX_WORDS
-    score = next(h.score for h in store.query("it", long, threshold=-1.0).hits if h.source == "priorities")
+    score = next(h.similarity for h in store.query("it", long, threshold=-1.0).hits if h.source == "priorities")
     # (0.15 below: beyond what agreement of the two lists lets through, within EXACT_TERMS_MARGIN)
     assert store.query("it", long, threshold=round(score + 0.15, 3)).hits == []

@@ -25,6 +25,7 @@ def hit(rank: int, start: int, end: int, source: str = "doc", score: float = 0.5
         char_start=start,
         char_end=end,
         score=score,
+        similarity=score,
         tokens=end - start,
         text=SOURCE[start:end],
     )

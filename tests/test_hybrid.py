@@ -67,7 +67,7 @@ def test_exact_identifier_is_found_even_below_the_threshold(runbook: KnowledgeBa
     assert hybrid.mode == "hybrid" and hybrid.identifiers == ["ERR_4092"]
     [top] = hybrid.hits
     assert "merchant account is suspended" in top.text
-    assert top.matched_identifiers == ["ERR_4092"] and top.keyword_rank == 1 and top.score < 0.6
+    assert top.matched_identifiers == ["ERR_4092"] and top.keyword_rank == 1 and top.similarity < 0.6
     assert not top.all_words  # "checkout" is not in the chunk: the identifier alone let it pass
     control = runbook.query("runbook", "which code?", threshold=0.6)
     assert control.hits == [] and control.message.startswith("nothing relevant found")
@@ -78,12 +78,12 @@ def test_a_chunk_with_every_word_of_the_question_passes_the_threshold(runbook: K
     scoring up to EXACT_TERMS_MARGIN below the threshold."""
 
     def above(question: str, by: float) -> float:  # `by` above the question's best similarity
-        return round(runbook.query("runbook", question, threshold=-1.0).hits[0].score + by, 3)
+        return round(runbook.query("runbook", question, threshold=-1.0).hits[0].similarity + by, 3)
 
     question = "Escalate a suspended merchant account?"
     threshold = above(question, 0.1)
     [top] = runbook.query("runbook", question, threshold=threshold).hits
-    assert top.heading_path[-1] == "Suspended merchant account" and top.all_words and top.score < threshold
+    assert top.heading_path[-1] == "Suspended merchant account" and top.all_words and top.similarity < threshold
     assert top.matched_identifiers == []
     assert runbook.query("runbook", question, threshold=above(question, EXACT_TERMS_MARGIN + 0.05)).hits == []
     control = "Escalate a suspended merchant account to the auditors?"
@@ -178,12 +178,12 @@ def test_the_chunk_first_in_both_lists_passes_a_little_below_the_threshold(store
     assert hybrid.hits, "the answer passed by agreement"
     top = hybrid.hits[0]
     assert (top.source, top.vector_rank, top.keyword_rank) == ("invoicing-payment", 1, 1)
-    assert DEFAULT_THRESHOLD - AGREEMENT_MARGIN <= top.score < DEFAULT_THRESHOLD
-    assert all(h.score >= DEFAULT_THRESHOLD or h.matched_identifiers or h.all_words for h in hybrid.hits[1:])
+    assert DEFAULT_THRESHOLD - AGREEMENT_MARGIN <= top.similarity < DEFAULT_THRESHOLD
+    assert all(h.similarity >= DEFAULT_THRESHOLD or h.matched_identifiers or h.all_words for h in hybrid.hits[1:])
     assert hybrid.trace is not None and hybrid.trace[-1].entries[0].detail == "kept as 1 (first in both lists)"
     assert store.query("client-service-policy", question, mode="vector").hits == []
     # More than the margin below the threshold, agreement is not enough.
-    assert store.query("client-service-policy", question, threshold=top.score + AGREEMENT_MARGIN + 0.01).hits == []
+    assert store.query("client-service-policy", question, threshold=top.similarity + AGREEMENT_MARGIN + 0.01).hits == []
 
 
 def test_explain_traces_every_stage(runbook: KnowledgeBaseStore, cli: CliRunner) -> None:

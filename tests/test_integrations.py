@@ -50,7 +50,7 @@ serve:
 INVOICES = "how long do we keep invoices?"
 SALARY = "what does salary band E4 pay?"
 HANDBOOK = {"handbook/leave.md", "handbook/pay.md"}
-KEYS = {"knowledge_base", "version", "source", "section", "score", "citation", "char_start", "char_end"}
+KEYS = {"knowledge_base", "version", "source", "section", "score", "similarity", "citation", "char_start", "char_end"}
 
 
 @pytest.fixture(scope="module")
@@ -91,6 +91,7 @@ def check_documents(docs: list[Document], expected: QueryResult) -> None:
         assert (meta["knowledge_base"], meta["version"]) == (expected.knowledge_base, expected.version)
         assert (meta["source"], meta["section"]) == (hit.source, " > ".join(hit.heading_path))
         assert meta["score"] == pytest.approx(hit.score, abs=1e-6)
+        assert meta["similarity"] == pytest.approx(hit.similarity, abs=1e-6)
         assert meta["citation"] == citation_of(hit)
 
 
@@ -101,6 +102,7 @@ def check_nodes(nodes: list[NodeWithScore], expected: QueryResult) -> None:
         node = scored.node
         assert isinstance(node, TextNode) and node.text == hit.text
         assert scored.score == pytest.approx(hit.score, abs=1e-6)
+        assert node.metadata["similarity"] == pytest.approx(hit.similarity, abs=1e-6)
         assert (node.start_char_idx, node.end_char_idx) == (hit.char_start, hit.char_end)
         assert node.metadata.keys() >= KEYS
         assert node.metadata["version"] == expected.version and node.metadata["source"] == hit.source
@@ -180,6 +182,25 @@ def test_http_retrievers_match_the_store_sync_and_async(server: Served, data: Kn
     assert STAFF_TOKEN not in repr(li_remote)
     # The ids are stable: the same chunk of the same version, whichever way it was retrieved.
     assert [d.id for d in lc_remote.invoke(INVOICES)] == [n.node.node_id for n in li_remote.retrieve(INVOICES)]
+
+
+def test_http_retrievers_scores_follow_the_rank(server: Served, data: KnowledgeBaseStore) -> None:
+    """Over `kbctl serve`, in hybrid mode, where fusion and not the cosine orders the hits, each document's and
+    node's score is at most the one before it, so sorting by score keeps kbctl's order; the cosine is `similarity`."""
+    options: dict[str, Any] = {"top_k": 5, "threshold": -1.0, "mode": "hybrid"}
+    expected = data.query("data-handling-policy", INVOICES, **options)
+    similarities = [h.similarity for h in expected.hits]
+    assert similarities != sorted(similarities, reverse=True)  # the cosine alone would order them otherwise
+    docs = lc.HTTPKnowledgeBaseRetriever(
+        url=server.url, token=STAFF_TOKEN, knowledge_base="data-handling-policy", **options
+    ).invoke(INVOICES)
+    assert sorted(docs, key=lambda d: -d.metadata["score"]) == docs
+    check_documents(docs, expected)
+    nodes = li.HTTPKnowledgeBaseRetriever(server.url, "data-handling-policy", token=STAFF_TOKEN, **options).retrieve(
+        INVOICES
+    )
+    assert [n.node.node_id for n in sorted(nodes, key=lambda n: -(n.score or 0.0))] == [n.node.node_id for n in nodes]
+    check_nodes(nodes, expected)
 
     strict = li.HTTPKnowledgeBaseRetriever(server.url, "data-handling-policy", token=STAFF_TOKEN, threshold=0.99)
     assert strict.retrieve(INVOICES) == []

@@ -76,6 +76,8 @@ def check_common(seen: dict[str, Any]) -> None:
     assert set(seen["tools"]) == {"list_knowledge_bases", "search", "get_context", "ask"}
     assert "Answer only from" in seen["tools"]["get_context"] and "not cover" in seen["tools"]["search"]
     assert seen["found"]["found"] is True and "30 days" in seen["found"]["hits"][0]["text"]
+    scores = [h["score"] for h in seen["found"]["hits"]]
+    assert scores == sorted(scores, reverse=True) and all(-1 <= h["similarity"] <= 1 for h in seen["found"]["hits"])
     assert "<reference_data" in seen["context"] and "30 days" in seen["context"]
     assert "No relevant context was found" in seen["nothing"]
     assert seen["empty"][0] is True and "must not be empty" in seen["empty"][1]

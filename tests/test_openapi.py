@@ -293,6 +293,8 @@ def test_answers_carry_what_the_examples_ask_for(client: DocumentClient) -> None
         ),
     )
     assert any("7 years" in hit["text"] for hit in found["hits"])
+    scores = [hit["score"] for hit in found["hits"]]  # what ranks them; the cosine is their similarity
+    assert scores == sorted(scores, reverse=True) and all("similarity" in hit for hit in found["hits"])
     asked = client.check(
         "askKnowledgeBase",
         client.call(

@@ -109,6 +109,25 @@ def test_the_reranker_reorders_the_fused_candidates(rerank_store: KnowledgeBaseS
     assert any(d.startswith("Office pets\n\n") for d in body["documents"])  # heading path, then text
 
 
+def test_a_reranked_hits_score_is_the_rerank_score_and_follows_its_rank(
+    rerank_store: KnowledgeBaseStore, cohere: RerankServer
+) -> None:
+    """When the reranker orders the hits, their score is its score (never rising with rank); their similarity is
+    still the cosine; when it fails, the fused order's score (hybrid: the fused score) follows the rank."""
+    reranked = rerank_store.query("policy", QUESTION)
+    assert [h.score for h in reranked.hits] == [h.rerank_score for h in reranked.hits]
+    assert [h.score for h in reranked.hits] == sorted((h.score for h in reranked.hits), reverse=True)
+    plain = {h.source: h.similarity for h in rerank_store.query("policy", QUESTION, rerank=False).hits}
+    assert reranked.hits[0].source == "penguins" and reranked.hits[0].similarity < plain["retention"]
+    assert {h.source: h.similarity for h in reranked.hits} == {h.source: plain[h.source] for h in reranked.hits}
+    for _ in range(2):  # retries: 1, so two 503s exhaust it
+        cohere.fail_next(503, headers={"Retry-After": "0"})
+    fused = rerank_store.query("policy", QUESTION)
+    assert fused.rerank is not None and not fused.rerank.applied
+    assert [h.score for h in fused.hits] == [h.fused_score for h in fused.hits]
+    assert [h.score for h in fused.hits] == sorted((h.score for h in fused.hits), reverse=True)
+
+
 def test_rerank_scores_follow_the_server_and_explain_shows_the_stage(
     rerank_store: KnowledgeBaseStore, cohere: RerankServer
 ) -> None:

@@ -667,7 +667,7 @@ def _print_fused(result: FederatedResult) -> None:
         say(
             inert(
                 f"{hit.rank}. {hit.knowledge_base} | {hit.source} | {where} | chunk {hit.position} | "
-                f"score {hit.score:.3f} | {hit.tokens} tokens"
+                f"score {hit.similarity:.3f} | {hit.tokens} tokens"
             )
         )
         say("   " + hit.text.replace("\n", "\n   "))
@@ -684,8 +684,8 @@ def _print_hits(result: QueryResult) -> None:
         rerank_score = "" if hit.rerank_score is None else f" | rerank {hit.rerank_score:.3f}"
         say(
             inert(
-                f"{hit.rank}. {hit.source} | {where} | chunk {hit.position} | score {hit.score:.3f}{rerank_score} | "
-                f"{hit.tokens} tokens"
+                f"{hit.rank}. {hit.source} | {where} | chunk {hit.position} | "
+                f"score {hit.similarity:.3f}{rerank_score} | {hit.tokens} tokens"
             )
         )
         say("   " + hit.text.replace("\n", "\n   "))

@@ -27,7 +27,8 @@ def hit_id(result: QueryResult, hit: QueryHit) -> str:
 
 def hit_metadata(result: QueryResult, hit: QueryHit) -> dict[str, Any]:
     """The metadata of a result's hit: knowledge base and version, source, title, origin, section (the heading path
-    joined by " > ") and heading path, rank, score, character range and citation."""
+    joined by " > ") and heading path, rank, score (what ranks it: never increases with rank), cosine similarity,
+    character range and citation."""
     return {
         "knowledge_base": result.knowledge_base,
         "version": result.version,
@@ -38,6 +39,7 @@ def hit_metadata(result: QueryResult, hit: QueryHit) -> dict[str, Any]:
         "heading_path": list(hit.heading_path),
         "rank": hit.rank,
         "score": hit.score,
+        "similarity": hit.similarity,
         "char_start": hit.char_start,
         "char_end": hit.char_end,
         "citation": citation(hit.source, hit.heading_path, hit.char_start, hit.char_end),

@@ -7,7 +7,8 @@
     docs = retriever.invoke("how long do we keep invoices?")     # langchain_core Documents, best first
 
 Each `Document` holds a chunk's text, and in its metadata the knowledge base and version, source, title, origin,
-section (heading path), rank, score, character range and `citation` ("source | section | chars a-b"). Nothing
+section (heading path), rank, score (what ranks the hit: it never rises from one document to the next), similarity
+(its cosine similarity to the question), character range and `citation` ("source | section | chars a-b"). Nothing
 relevant is an empty list. Needs langchain-core: pip install 'kbctl[langchain]'.
 """
 

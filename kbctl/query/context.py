@@ -39,7 +39,8 @@ class Passage(BaseModel):
     char_start: int
     char_end: int
     positions: list[int]
-    score: float
+    score: float  # its best hit's: never increases with the passage id
+    similarity: float  # the best cosine similarity of its hits
     tokens: int
     text: str
 
@@ -93,6 +94,7 @@ def _merge(hits: list[QueryHit]) -> list[Passage]:
                     char_end=end,
                     positions=[h.position for h in group],
                     score=max(h.score for h in group),
+                    similarity=max(h.similarity for h in group),
                     tokens=sum(h.tokens for h in group),
                     text=text,
                 ),

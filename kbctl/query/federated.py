@@ -1,8 +1,10 @@
 """One question over several knowledge bases: each queried alone (its own model, threshold and snapshot), their
 rankings fused into one by reciprocal rank, with what each knowledge base gave.
 
-Ranks are fused, not scores, since the knowledge bases' models (and so their score scales) may differ. topK and
-the token budget apply to the fused list, by default the largest of the knowledge bases'.
+Ranks are fused, not scores, since the knowledge bases' models (and so their score scales) may differ: a hit's
+`score` and `fused_score` are its fused score across them, which never increases with rank, and its `similarity`
+its cosine in its own knowledge base. topK and the token budget apply to the fused list, by default the largest of
+the knowledge bases'.
 """
 
 from __future__ import annotations
@@ -95,7 +97,7 @@ def _fuse(
     top_k = options.top_k or max((r.top_k for r in results), default=1)
     budget = options.max_tokens or max((r.max_context_tokens for r in results), default=1)
     scored = [
-        (1.0 / (FEDERATED_RRF_K + hit.rank), hit.score, r.knowledge_base, r.version, hit)
+        (1.0 / (FEDERATED_RRF_K + hit.rank), hit.similarity, r.knowledge_base, r.version, hit)
         for r in results
         for hit in r.hits
     ]
@@ -105,7 +107,7 @@ def _fuse(
     for fused, _, name, version, hit in scored:
         if len(hits) == top_k or tokens + hit.tokens > budget:
             break  # the first hit that does not fit ends the list, as in one knowledge base
-        data = hit.model_dump() | {"rank": len(hits) + 1, "fused_score": round(fused, 6)}
+        data = hit.model_dump() | {"rank": len(hits) + 1, "score": round(fused, 6), "fused_score": round(fused, 6)}
         hits.append(FederatedHit(**data, knowledge_base=name, version=version))
         tokens += hit.tokens
     return FederatedResult(

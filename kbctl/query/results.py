@@ -12,7 +12,13 @@ API_MODEL = ConfigDict(alias_generator=to_camel, populate_by_name=True)
 
 
 class QueryHit(BaseModel):
-    """One chunk of context, in rank order."""
+    """One chunk of context, in rank order.
+
+    `score` is what the hits are ordered by, so it never increases from one rank to the next: the reranker's score
+    when a reranker reordered them; else the fused score in hybrid mode, the cosine similarity in vector mode and
+    the BM25 score in keyword mode. `similarity` is always the cosine similarity to the question, the number the
+    similarity threshold is compared with; it may rise from one rank to the next when anything but the cosine
+    orders the hits."""
 
     model_config = API_MODEL
 
@@ -24,10 +30,11 @@ class QueryHit(BaseModel):
     position: int
     char_start: int
     char_end: int
-    score: float  # cosine similarity to the question
+    score: float  # what ranks the hits (see above): non-increasing with rank, in every mode
+    similarity: float  # cosine similarity to the question (the threshold's measure)
     vector_rank: int | None = None  # 1-based rank among the vector candidates, None if not one
     keyword_rank: int | None = None  # 1-based rank among the full-text candidates, None if not one
-    fused_score: float = 0.0  # reciprocal rank fusion score (hybrid), else 1/(60 + rank)
+    fused_score: float = 0.0  # its fused score (spec.retrieval.fusion): of both lists in hybrid mode, else of one
     rerank_score: float | None = None  # the reranker's score, None when no reranker ran
     matched_identifiers: list[str] = []
     all_words: bool = False  # the chunk contains every word of the question (full-text reading)
@@ -105,7 +112,7 @@ class QueryResult(BaseModel):
     below_threshold: int
     over_budget: int
     tokens: int
-    best_score: float | None
+    best_score: float | None  # the best candidate's cosine similarity (hit or not): what the threshold reads
     duplicates: int = 0
     rerank: RerankInfo | None = None
     trace: list[TraceStage] | None = None

@@ -28,6 +28,10 @@ those scoring below it. Then topK, near-duplicates and the token budget apply, i
 the reranker fails (endpoint down, model missing) the query still answers, in fused order, and says so in
 `rerank.error`.
 
+Each hit's `score` is what ordered it, so scores never increase with rank (`_score`): the reranker's when it
+reordered the hits, else the fused score in hybrid mode, BM25 in keyword mode, the cosine in vector mode. Its
+`similarity` is always the cosine, which the threshold reads.
+
 A query runs as named stages, each a function below and each a stage of the `--explain` trace:
 `embed question` (embed_question), `vector` (vector_candidates), `keyword` (keyword_candidates), `fuse`
 (fuse), `threshold` (apply_threshold), `rerank` (rerank_candidates, only with a reranker) and `select`
@@ -328,7 +332,7 @@ def decided(hits: Sequence[ChunkHit], plan: QueryPlan) -> bool:
         if hit.score < plan.threshold:
             break
         strong.append(_Candidate(hit, rank, _Ranks(vector_rank=rank), [], False))
-    selection = select_hits(strong, plan.top_k, plan.max_tokens)
+    selection = select_hits(strong, plan.top_k, plan.max_tokens, plan.mode)
     return len(selection.hits) >= plan.top_k or selection.over_budget > 0
 
 
@@ -476,7 +480,19 @@ def rerank_candidates(
     return kept, info, entries
 
 
-def _hit(cand: _Candidate, rank: int) -> QueryHit:
+def _score(cand: _Candidate, mode: Mode) -> float:
+    """What orders the hits, so a hit's score never exceeds the one ranked before it: the reranker's score when it
+    reordered them, else the fused score (hybrid), the BM25 score (keyword) or the cosine similarity (vector)."""
+    if cand.rerank_score is not None:
+        return round(cand.rerank_score, 4)
+    if mode == "hybrid":
+        return round(cand.ranks.fused_score, 6)
+    if mode == "keyword":
+        return round(cand.chunk.keyword_score or 0.0, 4)
+    return round(float(cand.chunk.score), 4)
+
+
+def _hit(cand: _Candidate, rank: int, mode: Mode) -> QueryHit:
     c, ranks = cand.chunk, cand.ranks
     return QueryHit(
         rank=rank,
@@ -487,7 +503,8 @@ def _hit(cand: _Candidate, rank: int) -> QueryHit:
         position=c.ordinal,
         char_start=c.char_start,
         char_end=c.char_end,
-        score=round(float(c.score), 4),
+        score=_score(cand, mode),
+        similarity=round(float(c.score), 4),
         vector_rank=ranks.vector_rank,
         keyword_rank=ranks.keyword_rank,
         fused_score=round(ranks.fused_score, 6),
@@ -499,9 +516,10 @@ def _hit(cand: _Candidate, rank: int) -> QueryHit:
     )
 
 
-def select_hits(candidates: Sequence[_Candidate], top_k: int, max_tokens: int) -> _Selection:
+def select_hits(candidates: Sequence[_Candidate], top_k: int, max_tokens: int, mode: Mode) -> _Selection:
     """Stage `select`: candidates kept in order up to `top_k`, a near-duplicate (cosine >= 0.99) of a kept
-    chunk dropped, and ended by the first chunk that would exceed the token budget `max_tokens`."""
+    chunk dropped, and ended by the first chunk that would exceed the token budget `max_tokens`; each hit scored as
+    `mode` orders them (`_score`)."""
     selection = _Selection()
     kept: Any = None  # the kept chunks' vectors, one row each (made at the first one: its length is the model's)
     for rank, cand in enumerate(candidates, start=1):
@@ -524,7 +542,7 @@ def select_hits(candidates: Sequence[_Candidate], top_k: int, max_tokens: int) -
                 kept = np.empty((top_k, len(vector)), dtype=np.float32)
             kept[n] = vector
             verdict = f"kept as {len(selection.hits) + 1}" + (f" ({'; '.join(why)})" if why else "")
-            selection.hits.append(_hit(cand, len(selection.hits) + 1))
+            selection.hits.append(_hit(cand, len(selection.hits) + 1, mode))
         selection.verdicts.append((c, rank, verdict))
     return selection
 
@@ -607,7 +625,7 @@ def run_query(
     if reranker is not None and plan.rerank is not None:
         passing, info, entries = rerank_candidates(passing, question, reranker, plan.rerank)
         trace.stage("rerank", lambda: entries, count=len(passing))
-    selection = select_hits(passing, plan.top_k, plan.max_tokens)
+    selection = select_hits(passing, plan.top_k, plan.max_tokens, plan.mode)
     trace.stage(
         "select", lambda: [_entry(c, r, c.score, v) for c, r, v in selection.verdicts], count=len(selection.hits)
     )

@@ -368,7 +368,7 @@ def create_app(
         request.state.outcome = {
             "knowledgeBase": ",".join(result.knowledge_bases),
             "hits": len(result.hits),
-            "bestScore": max((h.score for h in result.hits), default=None),
+            "bestScore": max((h.similarity for h in result.hits), default=None),  # a cosine, as a single query's
         }
         return _Json(result)
 

@@ -172,8 +172,8 @@ def build_mcp(service: RetrievalService, *, ask_timeout: float = 120.0, local: P
 
     @server.tool(
         description="Search a knowledge base for the chunks most relevant to a question, ranked, each with its "
-        "source, section and similarity score. topK caps the chunks; threshold is the minimum cosine similarity."
-        + _GROUNDING
+        "source, section, score (what ranks it: it never rises from one rank to the next) and cosine similarity. "
+        "topK caps the chunks; threshold is the minimum cosine similarity." + _GROUNDING
     )
     async def search(
         knowledge_base: str,
@@ -195,6 +195,7 @@ def build_mcp(service: RetrievalService, *, ask_timeout: float = 120.0, local: P
                     "title": h.title,
                     "section": " > ".join(h.heading_path),
                     "score": h.score,
+                    "similarity": h.similarity,
                     "text": h.text,
                 }
                 for h in result.hits
