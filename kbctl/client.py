@@ -286,7 +286,6 @@ class KnowledgeBaseStore:
         with ManagedError, before anything is written, when this apply would change it: the Sync would undo it.
         `force=True` applies it all the same (`report.warnings` says so).
         """
-
         from kbctl.engine.orchestrate import ApplyOptions, run_apply
         from kbctl.engine.settled import ManifestsToApply
 

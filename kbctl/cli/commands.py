@@ -667,7 +667,7 @@ def _print_fused(result: FederatedResult) -> None:
         say(
             inert(
                 f"{hit.rank}. {hit.knowledge_base} | {hit.source} | {where} | chunk {hit.position} | "
-                f"score {hit.similarity:.3f} | {hit.tokens} tokens"
+                f"similarity {hit.similarity:.3f} | {hit.tokens} tokens"
             )
         )
         say("   " + hit.text.replace("\n", "\n   "))
@@ -685,7 +685,7 @@ def _print_hits(result: QueryResult) -> None:
         say(
             inert(
                 f"{hit.rank}. {hit.source} | {where} | chunk {hit.position} | "
-                f"score {hit.similarity:.3f}{rerank_score} | {hit.tokens} tokens"
+                f"similarity {hit.similarity:.3f}{rerank_score} | {hit.tokens} tokens"
             )
         )
         say("   " + hit.text.replace("\n", "\n   "))
