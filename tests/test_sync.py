@@ -4,7 +4,6 @@ folder, and keeps the last good version serving (with an event naming the file a
 
 from __future__ import annotations
 
-import subprocess
 from pathlib import Path
 
 import pytest
@@ -14,23 +13,8 @@ from kbctl.cli import app
 from kbctl.client import KnowledgeBaseStore
 from kbctl.manifest import parse_manifests
 from kbctl.sources.git import ALLOW_LOCAL_ENV
+from tests.support.gitrepo import commit, git, pushed_working_copy, remote
 from tests.support.manifests import knowledge_base, text_source
-
-
-def git(repo: Path, *args: str) -> str:
-    return subprocess.run(["git", "-C", str(repo), *args], capture_output=True, text=True, check=True).stdout.strip()
-
-
-def commit(repo: Path, message: str) -> str:
-    """Commit the working copy and push it to the bare repository."""
-    git(repo, "add", "-A")
-    git(repo, "commit", "--quiet", "-m", message)
-    git(repo, "push", "--quiet", "origin", "main")
-    return git(repo, "rev-parse", "HEAD")
-
-
-def remote(repo: Path) -> Path:
-    return repo.parent / "remote.git"
 
 
 @pytest.fixture
@@ -38,15 +22,8 @@ def repo(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     """A working copy of manifests beside other files (a README, a Deployment), as a GitOps repository holds them;
     each commit is pushed to the bare repository the Syncs read (`remote(repo)`), as to a git host."""
     monkeypatch.setenv(ALLOW_LOCAL_ENV, "1")
-    subprocess.run(
-        ["git", "init", "--quiet", "--bare", "--initial-branch", "main", str(tmp_path / "remote.git")], check=True
-    )
-    repo = tmp_path / "knowledge"
-    (repo / "kb").mkdir(parents=True)
-    git(repo, "init", "--quiet", "--initial-branch", "main")
-    git(repo, "config", "user.email", "kb@example.com")
-    git(repo, "config", "user.name", "kb")
-    git(repo, "remote", "add", "origin", str(tmp_path / "remote.git"))
+    repo = pushed_working_copy(tmp_path)
+    (repo / "kb").mkdir()
     (repo / "kb" / "policy.yaml").write_text(
         knowledge_base("policy", text_source("retention", "Invoices are kept for seven years."))
     )

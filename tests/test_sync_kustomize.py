@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import os
 import shutil
-import subprocess
 from pathlib import Path
 
 import pytest
@@ -18,6 +17,7 @@ from kbctl.errors import SourceError
 from kbctl.manifest import parse_manifests
 from kbctl.sources import kustomize
 from kbctl.sources.git import ALLOW_LOCAL_ENV
+from tests.support.gitrepo import commit, git, pushed_working_copy
 from tests.support.manifests import knowledge_base, text_source
 
 needs_a_program = pytest.mark.skipif(
@@ -39,29 +39,13 @@ patches:
 """
 
 
-def git(repo: Path, *args: str) -> str:
-    return subprocess.run(["git", "-C", str(repo), *args], capture_output=True, text=True, check=True).stdout.strip()
-
-
-def commit(repo: Path, message: str) -> str:
-    git(repo, "add", "-A")
-    git(repo, "commit", "--quiet", "-m", message)
-    git(repo, "push", "--quiet", "origin", "main")
-    return git(repo, "rev-parse", "HEAD")
-
-
 @pytest.fixture
 def repo(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     """A GitOps repository as kustomize users lay it out: a base and a production overlay, pushed to a bare one."""
     monkeypatch.setenv(ALLOW_LOCAL_ENV, "1")
-    subprocess.run(["git", "init", "--quiet", "--bare", "--initial-branch", "main", str(tmp_path / "remote.git")])
-    repo = tmp_path / "knowledge"
+    repo = pushed_working_copy(tmp_path)
     (repo / "kb" / "base").mkdir(parents=True)
     (repo / "kb" / "overlays" / "prod").mkdir(parents=True)
-    git(repo, "init", "--quiet", "--initial-branch", "main")
-    git(repo, "config", "user.email", "kb@example.com")
-    git(repo, "config", "user.name", "kb")
-    git(repo, "remote", "add", "origin", str(tmp_path / "remote.git"))
     (repo / "kb" / "base" / "policy.yaml").write_text(
         knowledge_base("policy", text_source("retention", "Invoices are kept for seven years."))
     )

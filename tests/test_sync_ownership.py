@@ -4,7 +4,6 @@ pass that reverts such a change leaves a DriftReverted event saying what it reve
 
 from __future__ import annotations
 
-import subprocess
 from pathlib import Path
 
 import pytest
@@ -15,34 +14,19 @@ from kbctl.client import KnowledgeBaseStore
 from kbctl.errors import ManagedError
 from kbctl.manifest import parse_manifests
 from kbctl.sources.git import ALLOW_LOCAL_ENV
+from tests.support.gitrepo import commit, git, pushed_working_copy
 from tests.support.manifests import knowledge_base, text_source
 
 SEVEN = "Invoices are kept for seven years."
 TEN = "Invoices are kept for ten years."
 
 
-def git(repo: Path, *args: str) -> str:
-    return subprocess.run(["git", "-C", str(repo), *args], capture_output=True, text=True, check=True).stdout.strip()
-
-
-def commit(repo: Path, message: str) -> str:
-    git(repo, "add", "-A")
-    git(repo, "commit", "--quiet", "-m", message)
-    git(repo, "push", "--quiet", "origin", "main")
-    return git(repo, "rev-parse", "HEAD")
-
-
 @pytest.fixture
 def repo(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     """A repository of two knowledge bases, pushed to the bare one the Sync reads."""
     monkeypatch.setenv(ALLOW_LOCAL_ENV, "1")
-    subprocess.run(["git", "init", "--quiet", "--bare", "--initial-branch", "main", str(tmp_path / "remote.git")])
-    repo = tmp_path / "knowledge"
-    (repo / "kb").mkdir(parents=True)
-    git(repo, "init", "--quiet", "--initial-branch", "main")
-    git(repo, "config", "user.email", "kb@example.com")
-    git(repo, "config", "user.name", "kb")
-    git(repo, "remote", "add", "origin", str(tmp_path / "remote.git"))
+    repo = pushed_working_copy(tmp_path)
+    (repo / "kb").mkdir()
     (repo / "kb" / "policy.yaml").write_text(knowledge_base("policy", text_source("retention", SEVEN)))
     (repo / "kb" / "hours.yaml").write_text(knowledge_base("hours", text_source("open", "The office opens at 9.")))
     commit(repo, "first")
