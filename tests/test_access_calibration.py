@@ -106,6 +106,17 @@ def _parts(store: KnowledgeBaseStore) -> dict[str, list[float] | None]:
     return {str(name): None if bests is None else sorted(bests) for name, bests in rows}
 
 
+def test_a_caller_who_reads_nothing_is_told_so_not_that_the_version_is_old(
+    store: KnowledgeBaseStore, cli: CliRunner
+) -> None:
+    """describe as a caller who may read no chunk of the version shows the model's threshold and says why."""
+    _apply(store, knowledge_base("board-only", *_board_almanac()[:3], embedding={"model": MODEL}))
+    shown = cli.invoke(app, ["describe", "kb", "board-only", "--as-group", "nobody"], env={"COLUMNS": "200"})
+    assert shown.exit_code == 0, shown.output
+    [threshold] = [line for line in shown.output.splitlines() if line.startswith("Threshold:")]
+    assert threshold == f"Threshold:   {DEFAULT_THRESHOLD:g} (the model's: no chunk of version 1 is readable here)"
+
+
 def test_migration_24_calibrates_the_restricted_versions_published_before(store: KnowledgeBaseStore) -> None:
     """Migration 24 fills in the per-rule calibration of restricted versions calibrated before it, from the vectors
     they hold: the same numbers a publish keeps, and so the same line for a caller."""

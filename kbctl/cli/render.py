@@ -229,6 +229,8 @@ def _threshold_line(d: KnowledgeBaseDetail) -> str:
         return "<none> (no version published yet)"
     if d.retrieval.get("similarityThreshold") is not None:
         return f"{d.relevance_threshold:g} (spec.retrieval.similarityThreshold)"
+    if d.background_similarity is None and d.chunks == 0:  # a caller who may read none of the version's chunks
+        return f"{d.relevance_threshold:g} (the model's: no chunk of version {d.version} is readable here)"
     if d.background_similarity is None:
         return f"{d.relevance_threshold:g} (the model's; version {d.version} was published before calibration)"
     scored = f"version {d.version}'s background questions score {d.background_similarity:.2f}"
