@@ -20,6 +20,7 @@ if TYPE_CHECKING:
     from kbctl.engine.controller import Controller, RolloutStatus
     from kbctl.engine.diff import DiffReport
     from kbctl.engine.events import (
+        ApplyResumed,
         ControllerGone,
         DocumentsRemoved,
         DriftFound,
@@ -91,6 +92,7 @@ _WHERE = {
     "ChatError": "kbctl.errors",
     "ChatModel": "kbctl.chat",
     "Controller": "kbctl.engine.controller",
+    "ApplyResumed": "kbctl.engine.events",
     "ControllerGone": "kbctl.engine.events",
     "DocumentsRemoved": "kbctl.engine.events",
     "DriftFound": "kbctl.engine.events",
@@ -172,6 +174,7 @@ _WHERE = {
 
 __all__ = [
     "ApplyReport",
+    "ApplyResumed",
     "AskResult",
     "AuthError",
     "BeirError",

@@ -14,6 +14,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from kbctl import (
+    ApplyResumed,
     ControllerGone,
     DocumentsRemoved,
     DriftFound,
@@ -78,6 +79,11 @@ def event_line(event: Event) -> str | None:
     if isinstance(event, SyncFinished):
         at = f"commit {event.revision[:12]}" if event.revision else "no commit"
         return f"Sync/{event.name}: {event.error}" if event.error else f"Sync/{event.name}: {at} applied"
+    if isinstance(event, ApplyResumed):
+        what = f"{prefix}: generation {event.generation} was left unfinished by an interrupted apply ({event.left_by})"
+        if event.files_here:
+            return f"{what}; finishing it"
+        return f"{what}; its path: sources' files are not on this host and keep what they serve: apply again there"
     if isinstance(event, DriftFound):
         what = f"{prefix}: version {event.serving} serves a manifest other than the one last applied"
         return f"{what}; re-applying it" if event.reverted else f"{what}; spec.suspend is set, left as it is"
@@ -199,6 +205,8 @@ class EventLevels:
         """The level of `event` (a `logging` level)."""
         if isinstance(event, WorkProgress):
             return None
+        if isinstance(event, ApplyResumed):
+            return logging.INFO if event.files_here else logging.WARNING
         if isinstance(event, ReconcileFailed | StoreUnavailable):
             return logging.ERROR if isinstance(event, ReconcileFailed) else logging.WARNING
         if isinstance(event, SourceReconciled):

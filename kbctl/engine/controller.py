@@ -38,6 +38,7 @@ from kbctl.engine.conditions import condition as find_condition
 from kbctl.engine.drift import converge_drift
 from kbctl.engine.eventlog import record
 from kbctl.engine.events import (
+    ApplyResumed,
     ControllerGone,
     DriftFound,
     Event,
@@ -202,6 +203,7 @@ class Controller:
                     kb.name, "Normal", "ApplyResumed", f"{message}; this controller finishes it", "controller"
                 )
             record(self.db, [event])
+            self._reporter.report(ApplyResumed(kb.name, claim.generation, claim.left_by, files_here=here))
         return kb.located(folder) if here and folder is not None else kb
 
     def run_once(self) -> ApplyReport:

@@ -10,6 +10,7 @@ from kbctl.engine.results import APPLIED, SourceStatus
 from kbctl.errors import ChatError, EmbeddingError, InputError, RerankError, SourceError, StoreError
 
 __all__ = [
+    "ApplyResumed",
     "ControllerGone",
     "DocumentsRemoved",
     "DriftFound",
@@ -124,6 +125,18 @@ class DriftFound:
 
 
 @dataclass(frozen=True)
+class ApplyResumed:
+    """A controller took up `generation` of `name`, which an in-process apply (`left_by`) recorded and stopped
+    before finishing (its process or its database died); `files_here`: the folder its path: sources were read from
+    is on this host (otherwise they keep what they serve)."""
+
+    name: str
+    generation: int
+    left_by: str
+    files_here: bool
+
+
+@dataclass(frozen=True)
 class SyncFinished:
     """A controller's pass of the Sync `name`: the commit it read (None when the fetch failed) and, when it applied
     nothing or a knowledge base failed, why."""
@@ -158,6 +171,7 @@ Event = (
     | SourceReconciled
     | DocumentsRemoved
     | DriftFound
+    | ApplyResumed
     | SyncFinished
     | ReconcileFinished
     | ReconcileFailed

@@ -218,4 +218,10 @@ def test_a_change_interrupted_mid_apply_is_finished_by_the_controller(
         "SELECT type, message FROM kb_events WHERE object_name = 'policies' AND reason = 'ApplyResumed'",
     )
     assert event is not None and event[0] == "Normal" and "interrupted apply" in str(event[1]), event
+    said = [line for line in log.read_text().splitlines() if "left unfinished by an interrupted apply" in line]
+    assert (
+        len(said) == 1
+        and said[0].startswith("KnowledgeBase/policies: generation ")
+        and said[0].endswith("; finishing it")
+    ), log.read_text()
     stop_server(server_home / "pg")
