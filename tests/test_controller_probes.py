@@ -28,6 +28,7 @@ from kbctl.serve.controller import (
     controller_readiness,
     parse_address,
 )
+from tests.support.dockerfile import steps
 
 ROOT = Path(__file__).resolve().parent.parent
 DEPLOY = ROOT / "deploy"
@@ -156,15 +157,8 @@ def test_the_query_model_is_not_the_controllers_concern() -> None:
 
 
 def dockerfile() -> list[tuple[str, str]]:
-    """(INSTRUCTION, arguments) of deploy/Dockerfile, continuation lines joined, comments dropped."""
-    lines = [line for line in (DEPLOY / "Dockerfile").read_text().splitlines() if not line.lstrip().startswith("#")]
-    joined = re.sub(r"\\\n\s*", " ", "\n".join(lines))
-    found = []
-    for line in joined.splitlines():
-        if line.strip():
-            instruction, _, arguments = line.strip().partition(" ")
-            found.append((instruction.upper(), arguments.strip()))
-    return found
+    """(INSTRUCTION, arguments) of deploy/Dockerfile."""
+    return steps((DEPLOY / "Dockerfile").read_text())
 
 
 def readme_install_command() -> str:

@@ -14,6 +14,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.support.dockerfile import steps
+
 ROOT = Path(__file__).resolve().parent.parent
 DOCKERFILE = ROOT / "deploy" / "Dockerfile"
 BIN_FOLDERS = ("/usr/local/bin", "/usr/bin", "/bin")
@@ -27,18 +29,6 @@ STARTERS = {("subprocess", name) for name in ("Popen", "run", "call", "check_cal
     ("os", name) for name in ("system", "popen", "execv", "execvp", "execve", "spawnv", "spawnvp", "posix_spawn")
 }
 STARTERS |= {("asyncio", "create_subprocess_exec"), ("asyncio", "create_subprocess_shell")}
-
-
-def steps(text: str) -> list[tuple[str, str]]:
-    """(INSTRUCTION, arguments) of a Dockerfile, continuation lines joined, comments dropped."""
-    lines = [line for line in text.splitlines() if not line.lstrip().startswith("#")]
-    joined = re.sub(r"\\\n\s*", " ", "\n".join(lines))
-    found = []
-    for line in joined.splitlines():
-        if line.strip():
-            instruction, _, arguments = line.strip().partition(" ")
-            found.append((instruction.upper(), arguments.strip()))
-    return found
 
 
 def installed_packages(text: str) -> set[str]:
