@@ -172,3 +172,15 @@ def test_the_program_is_bounded_and_given_nothing_of_the_repository(
         return
     with pytest.raises(SourceError, match=why):
         kustomize.render_kustomization(folder, tmp_path / "repo")
+
+
+def test_a_kustomization_that_is_a_symlink_out_of_the_checkout_is_refused(tmp_path: Path) -> None:
+    """The kustomization file itself is the repository's own, like every path it names: a symlink leading out of
+    the checkout is refused before it is read or any program runs."""
+    outside = tmp_path / "outside.yaml"
+    outside.write_text("resources: []\n")
+    folder = tmp_path / "repo" / "kb"
+    folder.mkdir(parents=True)
+    (folder / "kustomization.yaml").symlink_to(outside)
+    with pytest.raises(SourceError, match=r"^kb/kustomization.yaml: leads out of the repository$"):
+        kustomize.render_kustomization(folder, tmp_path / "repo")

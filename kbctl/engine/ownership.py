@@ -39,7 +39,7 @@ def check_hand_change(
     nothing)."""
     managed = managers(db, names, applyset)
     if digest_of is not None:
-        managed = {n: m for n, m in managed.items() if m.applied_sha256 is None or m.applied_sha256 != digest_of(n)}
+        managed = {n: m for n, m in managed.items() if m.applied_sha256 != digest_of(n)}
     if not managed:
         return []
     by_sync: dict[str, list[str]] = {}

@@ -26,6 +26,7 @@ from kbctl.errors import KbctlError, ManifestError, SourceError
 from kbctl.manifest import KnowledgeBase, load_manifest_set, read_manifest_files
 from kbctl.manifest.changes import field_changes, source_changes
 from kbctl.manifest.load import ManifestFile, ManifestFiles
+from kbctl.manifest.sync import SYNC_APPLYSET_PREFIX
 from kbctl.sources.git import fetch_repository
 from kbctl.sources.kustomize import kustomization_in, render_kustomization
 from kbctl.sources.url import FetchPolicy
@@ -98,7 +99,7 @@ def run_sync(
         more = f" (and {len(problems) - PROBLEMS_NAMED} more)" if len(problems) > PROBLEMS_NAMED else ""
         why = f"commit {revision[:12]}: " + "; ".join(problems[:PROBLEMS_NAMED]) + more + "; nothing was applied"
         return _failed(db, status, revision, why, reporter)
-    applyset, kbs = f"sync-{status.name}", [m.kb for m in loaded.manifests]
+    applyset, kbs = f"{SYNC_APPLYSET_PREFIX}{status.name}", [m.kb for m in loaded.manifests]
     names = [kb.name for kb in kbs]
     try:  # as `kbctl apply --wait --applyset sync-NAME [--prune]` does it, here in the controller
         check_applyset(db, set(names), applyset)
@@ -144,8 +145,11 @@ def _changed_by_hand(db: Database, sync: str, kbs: Sequence[KnowledgeBase], revi
             if db.get_kb(kb.name) is None:
                 changed[kb.name] = f"deleted by hand; Sync/{sync} creates it again from commit {revision[:12]}"
             continue
+        by_hand = now.applied_sha256 != inventory[kb.name]
+        if not by_hand and kb.name not in drifts:
+            continue  # as the Sync applied it: no manifest to read
         applied, serving = stored_manifests(db, kb.name)
-        if now.applied_sha256 != inventory[kb.name] and applied is not None:
+        if by_hand and applied is not None:
             what = _differences(applied, kb.to_manifest())
             changed[kb.name] = f"applied by hand since Sync/{sync} applied it ({what}); {again}"
         elif kb.name in drifts and serving is not None:

@@ -23,9 +23,10 @@ from pydantic import Field, Strict, field_validator
 from kbctl.manifest._field_checks import check_relative_path, duration_seconds
 from kbctl.manifest.models import API_VERSION, JSON_SCHEMA_DIALECT, ApiVersion, GitRef, Metadata, _Model
 
-__all__ = ["SYNC_KIND", "Sync", "SyncSpec", "sync_json_schema", "write_sync_schema"]
+__all__ = ["SYNC_APPLYSET_PREFIX", "SYNC_KIND", "Sync", "SyncSpec", "sync_json_schema", "write_sync_schema"]
 
 SYNC_KIND: Final = "Sync"
+SYNC_APPLYSET_PREFIX: Final = "sync-"  # a Sync's apply set is `sync-NAME`
 SYNC_MIN_SECONDS: Final = 10.0
 SYNC_MAX_SECONDS: Final = 31 * 86400.0
 
@@ -75,7 +76,7 @@ class Sync(_Model):
     @property
     def applyset(self) -> str:
         """The apply set its knowledge bases belong to (so its prune touches only what it applied)."""
-        return f"sync-{self.name}"
+        return f"{SYNC_APPLYSET_PREFIX}{self.name}"
 
 
 # ---------------------------------------------------------------- JSON schema

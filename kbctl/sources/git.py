@@ -32,11 +32,9 @@ import hashlib
 import os
 import re
 import shutil
-import signal
 import subprocess
-import time
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager, suppress
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Final
@@ -45,6 +43,7 @@ from kbctl.errors import SourceError
 from kbctl.manifest import Source, check_git_ref, check_git_url, git_url_host
 from kbctl.sources import Document
 from kbctl.sources._guard import Guard
+from kbctl.sources._process import MAX_ERROR_CHARS, error_text, finish
 from kbctl.sources.bounds import MiB
 from kbctl.sources.files import ListedDocument, NotModified, ReadOutcome, list_files, read_entry
 from kbctl.userconfig import redact
@@ -53,6 +52,7 @@ __all__ = [
     "ALLOW_LOCAL_ENV",
     "EXTERNAL_PROGRAMS",
     "GIT_TIMEOUT",
+    "MAX_ERROR_CHARS",
     "MAX_FETCH_BYTES",
     "MAX_REPOSITORY_BYTES",
     "MAX_REPOSITORY_FILES",
@@ -76,7 +76,6 @@ WATCH_SECONDS: Final = 0.2  # how often a fetch's growth is measured
 # Blobs are checked out as stored: no filter (an LFS smudge fetches from a server of the repository's choosing),
 # no end-of-line or working-tree-encoding conversion (which would make files larger than the sizes checked).
 _ATTRIBUTES: Final = "* -filter -text -ident -working-tree-encoding\n"
-MAX_ERROR_CHARS: Final = 300  # of git's error line in a message (a server's text may be long)
 _ERROR_PREFIXES: Final = ("fatal:", "error:")
 _CHATTER_PREFIXES: Final = ("hint:", "warning:", "remote:")
 
@@ -139,42 +138,32 @@ def _command(folder: Path) -> tuple[list[str], dict[str, str]]:
     return command, env
 
 
-def _start(folder: Path, args: tuple[str, ...]) -> subprocess.Popen[bytes]:
+def _git(
+    folder: Path,
+    *args: str,
+    watch: Callable[[], str | None] | None = None,
+    on_output: Callable[[bytes], None] | None = None,
+) -> str:
+    """git's output (none when `on_output` takes it as it comes); SourceError when it fails, takes longer than
+    GIT_TIMEOUT, or `watch` (asked every WATCH_SECONDS while git runs) or `on_output` gives a reason to stop it."""
     command, env = _command(folder)
     try:  # a session of its own, so that stopping git stops what it started (index-pack, a local upload-pack)
-        return subprocess.Popen(
-            [*command, *args], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True
+        process = subprocess.Popen(
+            [*command, *args],
+            env=env,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            start_new_session=True,
         )
     except FileNotFoundError:
         raise SourceError("git sources need the git program, which is not installed") from None
-
-
-def _stop(process: subprocess.Popen[bytes]) -> None:
-    with suppress(ProcessLookupError):
-        os.killpg(process.pid, signal.SIGKILL)
-    process.communicate()
-
-
-def _git(folder: Path, *args: str, watch: Callable[[], str | None] | None = None) -> str:
-    """git's output; SourceError when it fails, takes longer than GIT_TIMEOUT, or `watch` (asked every WATCH_SECONDS
-    while git runs) gives a reason to stop it."""
-    deadline = time.monotonic() + GIT_TIMEOUT
-    with _start(folder, args) as process:
-        while True:
-            remaining = deadline - time.monotonic()
-            try:
-                stdout, stderr = process.communicate(timeout=min(remaining, WATCH_SECONDS) if watch else remaining)
-                break
-            except subprocess.TimeoutExpired:
-                if time.monotonic() >= deadline:
-                    _stop(process)
-                    raise SourceError(f"git {args[0]} took longer than {GIT_TIMEOUT:g} s") from None
-                reason = watch() if watch is not None else None
-                if reason is not None:
-                    _stop(process)
-                    raise SourceError(reason) from None
-    if process.returncode != 0:
-        raise SourceError(f"git {args[0]} failed: {_first_error(stderr, process.returncode)}")
+    name = f"git {args[0]}"
+    returncode, stdout, stderr = finish(
+        process, name=name, timeout=GIT_TIMEOUT, on_output=on_output, watch=watch, watch_every=WATCH_SECONDS
+    )
+    if returncode != 0:
+        raise SourceError(f"{name} failed: {_first_error(stderr, returncode)}")
     return stdout.decode(errors="replace").strip()
 
 
@@ -190,8 +179,7 @@ def _first_error(stderr: bytes, returncode: int) -> str:
         return f"exit code {returncode}"
     for prefix in _ERROR_PREFIXES:
         chosen = chosen.removeprefix(prefix).strip()
-    text = redact(chosen)
-    return text if len(text) <= MAX_ERROR_CHARS else text[: MAX_ERROR_CHARS - 1] + "…"
+    return error_text(chosen)
 
 
 def _bytes_in(folder: Path) -> int:
@@ -226,38 +214,31 @@ def _mib(size: int) -> str:
 def _check_tree(folder: Path, commit: str) -> None:
     """Refuse the commit's tree when it holds more than MAX_REPOSITORY_FILES files or more than MAX_REPOSITORY_BYTES
     (read from the objects, streamed, before anything is checked out)."""
-    deadline = time.monotonic() + GIT_TIMEOUT
     files = size = 0
     pending = b""
-    with _start(folder, ("ls-tree", "-r", "-l", "-z", "--full-tree", commit)) as process:
-        assert process.stdout is not None
-        try:
-            while chunk := os.read(process.stdout.fileno(), 64 * 1024):
-                *records, pending = (pending + chunk).split(b"\0")
-                for record in records:
-                    meta = record.split(b"\t", 1)[0].split()
-                    if len(meta) == 4 and meta[1] == b"blob":
-                        files += 1
-                        size += int(meta[3])
-                    elif len(meta) == 4 and meta[1] == b"commit":
-                        files += 1  # a submodule: an empty folder
-                if files > MAX_REPOSITORY_FILES:
-                    raise SourceError(f"commit {commit[:12]} has more than {MAX_REPOSITORY_FILES} files")
-                if size > MAX_REPOSITORY_BYTES:
-                    raise SourceError(
-                        f"commit {commit[:12]} holds files of {_mib(size)}, over the"
-                        f" {MAX_REPOSITORY_BYTES // MiB} MiB limit of a repository's checkout"
-                    )
-                if time.monotonic() >= deadline:
-                    raise SourceError(f"git ls-tree took longer than {GIT_TIMEOUT:g} s")
-        except (SourceError, ValueError) as exc:
-            _stop(process)
-            if isinstance(exc, ValueError):
-                raise SourceError(f"git ls-tree gave a line kbctl cannot read: {exc}") from None
-            raise
-        _, stderr = process.communicate()
-    if process.returncode != 0:
-        raise SourceError(f"git ls-tree failed: {_first_error(stderr, process.returncode)}")
+
+    def count(chunk: bytes) -> None:
+        nonlocal files, size, pending
+        *records, pending = (pending + chunk).split(b"\0")
+        for record in records:
+            meta = record.split(b"\t", 1)[0].split()
+            if len(meta) == 4 and meta[1] == b"blob":
+                files += 1
+                try:
+                    size += int(meta[3])
+                except ValueError as exc:
+                    raise SourceError(f"git ls-tree gave a line kbctl cannot read: {exc}") from None
+            elif len(meta) == 4 and meta[1] == b"commit":
+                files += 1  # a submodule: an empty folder
+        if files > MAX_REPOSITORY_FILES:
+            raise SourceError(f"commit {commit[:12]} has more than {MAX_REPOSITORY_FILES} files")
+        if size > MAX_REPOSITORY_BYTES:
+            raise SourceError(
+                f"commit {commit[:12]} holds files of {_mib(size)}, over the"
+                f" {MAX_REPOSITORY_BYTES // MiB} MiB limit of a repository's checkout"
+            )
+
+    _git(folder, "ls-tree", "-r", "-l", "-z", "--full-tree", commit, on_output=count)
 
 
 @contextmanager

@@ -14,20 +14,17 @@ from __future__ import annotations
 
 import os
 import re
-import selectors
 import shutil
-import signal
 import subprocess
 import tempfile
-import time
 from collections.abc import Iterator
-from contextlib import suppress
 from pathlib import Path
 from typing import Any, Final
 
 from kbctl.errors import SourceError
 from kbctl.inputs.bounds import UnreadableFile, format_size, manifest_limit, read_bounded_text
 from kbctl.inputs.yaml_lines import SyntaxProblem, load_documents
+from kbctl.sources._process import error_text, finish
 from kbctl.userconfig import redact
 
 __all__ = [
@@ -43,8 +40,6 @@ KUSTOMIZATION_FILES: Final = ("kustomization.yaml", "kustomization.yml", "Kustom
 EXTERNAL_PROGRAMS: Final = ("kustomize", "kubectl")
 KUSTOMIZE_TIMEOUT: Final = 60.0  # seconds one rendering may take
 MAX_KUSTOMIZATIONS: Final = 100  # kustomizations one rendering may reach (bases of bases)
-MAX_ERROR_BYTES: Final = 64 * 1024  # of the program's error output, read
-MAX_ERROR_CHARS: Final = 300  # of its error line, in a message
 # A proxy on a port nothing listens on: any HTTP request of the program fails at once (remote files, remote bases).
 _NO_NETWORK: Final = "http://127.0.0.1:9"
 # Fields whose entries name files or folders of the repository (a string with a line break is an inline patch).
@@ -114,6 +109,8 @@ def _check_local(folder: Path, root: Path) -> None:
         if file is None:
             continue  # a folder of plain manifests: kustomize refuses it itself
         shown = _shown(file, root)
+        if not file.resolve().is_relative_to(root):  # a symlink: kbctl and kustomize would read what it leads to
+            raise SourceError(f"{shown}: leads out of the repository")
         for field, entry in _paths_named(_read_kustomization(file, shown), shown):
             target = _local(here, root, entry, f"{shown}: {field}")
             if field in ("resources", "bases", "components") and target.is_dir():
@@ -182,8 +179,13 @@ def _local(here: Path, root: Path, entry: str, where: str) -> Path:
 def _run(argv: list[str], folder: Path, env: dict[str, str], name: str) -> str:
     """The program's output, read within KUSTOMIZE_TIMEOUT and a manifest file's size; SourceError otherwise."""
     limit = manifest_limit()
-    deadline = time.monotonic() + KUSTOMIZE_TIMEOUT
-    out, err = bytearray(), bytearray()
+    out = bytearray()
+
+    def take(chunk: bytes) -> None:
+        out.extend(chunk)
+        if len(out) > limit:
+            raise SourceError(f"{name} printed more than {format_size(limit)}, a manifest file's limit")
+
     try:
         process = subprocess.Popen(
             argv,
@@ -196,36 +198,9 @@ def _run(argv: list[str], folder: Path, env: dict[str, str], name: str) -> str:
         )
     except OSError as exc:
         raise SourceError(f"{name} could not be started: {exc.strerror}") from None
-    with process, selectors.DefaultSelector() as selector:
-        assert process.stdout is not None and process.stderr is not None
-        selector.register(process.stdout, selectors.EVENT_READ, out)
-        selector.register(process.stderr, selectors.EVENT_READ, err)
-        try:
-            while selector.get_map():
-                remaining = deadline - time.monotonic()
-                if remaining <= 0:
-                    raise SourceError(f"{name} took longer than {KUSTOMIZE_TIMEOUT:g} s")
-                for key, _ in selector.select(remaining):
-                    chunk = os.read(key.fd, 64 * 1024)
-                    if not chunk:
-                        selector.unregister(key.fileobj)
-                        continue
-                    buffer: bytearray = key.data
-                    buffer += chunk
-                    if len(out) > limit:
-                        raise SourceError(f"{name} printed more than {format_size(limit)}, a manifest file's limit")
-                    if len(err) > MAX_ERROR_BYTES:
-                        del err[MAX_ERROR_BYTES:]
-            returncode = process.wait(max(deadline - time.monotonic(), 0.1))
-        except (SourceError, subprocess.TimeoutExpired) as exc:
-            with suppress(ProcessLookupError):
-                os.killpg(process.pid, signal.SIGKILL)
-            process.wait()
-            if isinstance(exc, subprocess.TimeoutExpired):
-                raise SourceError(f"{name} took longer than {KUSTOMIZE_TIMEOUT:g} s") from None
-            raise
+    returncode, _, stderr = finish(process, name=name, timeout=KUSTOMIZE_TIMEOUT, on_output=take)
     if returncode != 0:
-        raise SourceError(f"{name} failed: {_error_line(bytes(err), returncode)}")
+        raise SourceError(f"{name} failed: {_error_line(stderr, returncode)}")
     return out.decode("utf-8", errors="replace")
 
 
@@ -234,5 +209,4 @@ def _error_line(stderr: bytes, returncode: int) -> str:
     lines = [line.strip() for line in stderr.decode(errors="replace").splitlines() if line.strip()]
     if not lines:
         return f"exit code {returncode}"
-    line = redact(_KLOG_PREFIX.sub("", lines[0]).removeprefix("Error: "))
-    return line if len(line) <= MAX_ERROR_CHARS else line[: MAX_ERROR_CHARS - 1] + "…"
+    return error_text(_KLOG_PREFIX.sub("", lines[0]).removeprefix("Error: "))

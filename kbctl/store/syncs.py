@@ -21,7 +21,7 @@ from pydantic import BaseModel, ConfigDict
 from pydantic.alias_generators import to_camel
 
 from kbctl.manifest.digest import sha256_json
-from kbctl.manifest.sync import Sync
+from kbctl.manifest.sync import SYNC_APPLYSET_PREFIX, Sync
 from kbctl.store.database import Database, _store_errors
 
 __all__ = [
@@ -36,8 +36,6 @@ __all__ = [
     "record_sync",
     "sync_inventory",
 ]
-
-APPLYSET_PREFIX = "sync-"  # a Sync's apply set is `sync-NAME` (kbctl.manifest.sync.Sync.applyset)
 
 
 class SyncStatus(BaseModel):
@@ -152,7 +150,7 @@ def managers(db: Database, names: Sequence[str], applyset: str | None = None) ->
         " LEFT JOIN kb_knowledge_bases k ON k.name = n.name"
         " JOIN kb_syncs s ON %(prefix)s || s.name IN (k.applyset, %(applyset)s::text)"
         " WHERE NOT coalesce((s.spec ->> 'suspend')::boolean, false)",
-        {"names": list(names), "prefix": APPLYSET_PREFIX, "applyset": applyset},
+        {"names": list(names), "prefix": SYNC_APPLYSET_PREFIX, "applyset": applyset},
     ).fetchall()
     return {str(r[0]): Managed(str(r[0]), str(r[1]), r[2]) for r in rows}
 

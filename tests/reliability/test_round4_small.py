@@ -9,7 +9,6 @@ import os
 import re
 import socket
 import struct
-import subprocess
 import threading
 import time
 from pathlib import Path
@@ -27,17 +26,14 @@ from kbctl.manifest import load_manifests
 from kbctl.serve.controller import ControllerMetrics, HealthServer
 from kbctl.sources import git as git_sources
 from kbctl.sources._guard import Guard
+from kbctl.sources.bounds import MiB
 from kbctl.sources.git import ALLOW_LOCAL_ENV, fetch_repository
+from tests.support.gitrepo import git
 from tests.support.manifests import knowledge_base, text_source
 
 pytestmark = pytest.mark.reliability
 
-MiB = 1024 * 1024
 ROOT = Path(__file__).resolve().parents[2]
-
-
-def git(repo: Path, *args: str) -> str:
-    return subprocess.run(["git", "-C", str(repo), *args], capture_output=True, text=True, check=True).stdout.strip()
 
 
 def make_repo(folder: Path, files: dict[str, bytes]) -> Path:
