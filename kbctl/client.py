@@ -431,21 +431,17 @@ class KnowledgeBaseStore:
         name: str,
         *,
         watch: bool = True,
-        timeout: float | None = 300.0,
-        progress_deadline: float | None = None,
+        timeout: float = 300.0,
         on_progress: Callable[[RolloutStatus], None] | None = None,
     ) -> RolloutStatus:
         """Where the rollout of a knowledge base's latest generation stands (`kbctl rollout status`): with `watch`,
-        wait until it is done (reconciled and Ready) or failed, up to `timeout` seconds (None: no limit), or until it
-        made no progress for `progress_deadline` seconds (then the result is `stalled`; `on_progress` hears each new
-        waiting status); without, the status now. The result's `state` is "done", "failed" or "waiting"."""
+        wait until it is done (reconciled and Ready) or failed, up to `timeout` seconds (`on_progress` hears each
+        new waiting status); without, the status now. The result's `state` is "done", "failed" or "waiting"."""
         from kbctl.engine.controller import rollout_status, wait_for_rollout
 
         if not watch:
             return rollout_status(self.db, name)
-        return wait_for_rollout(
-            self.db, name, timeout=timeout, progress_deadline=progress_deadline, on_progress=on_progress
-        )
+        return wait_for_rollout(self.db, name, timeout=timeout, on_progress=on_progress)
 
     def history(self, name: str) -> list[VersionInfo]:
         """The retained versions of a knowledge base, newest first, with what changed in each."""
