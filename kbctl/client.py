@@ -208,10 +208,7 @@ class KnowledgeBaseStore:
         from kbctl.store.syncs import list_syncs
 
         with Database(self.db.url, migrate=False) as db, db.read_only():
-            knowledge_bases, syncs = list_knowledge_bases(db), list_syncs(db)
-        # pending_count's own condition, counted on the rows just read rather than in a statement of its own
-        pending = sum(kb.generation > kb.observed_generation for kb in knowledge_bases)
-        return Overview(pending, knowledge_bases, syncs)
+            return Overview(db.pending_count(), list_knowledge_bases(db), list_syncs(db))
 
     def close(self) -> None:
         """Close the connections (the embedded server keeps running; `kbctl server stop` stops it)."""
@@ -431,17 +428,21 @@ class KnowledgeBaseStore:
         name: str,
         *,
         watch: bool = True,
-        timeout: float = 300.0,
+        timeout: float | None = 300.0,
+        progress_deadline: float | None = None,
         on_progress: Callable[[RolloutStatus], None] | None = None,
     ) -> RolloutStatus:
         """Where the rollout of a knowledge base's latest generation stands (`kbctl rollout status`): with `watch`,
-        wait until it is done (reconciled and Ready) or failed, up to `timeout` seconds (`on_progress` hears each
-        new waiting status); without, the status now. The result's `state` is "done", "failed" or "waiting"."""
+        wait until it is done (reconciled and Ready) or failed, up to `timeout` seconds (None: no limit), or until it
+        made no progress for `progress_deadline` seconds (then the result is `stalled`; `on_progress` hears each new
+        waiting status); without, the status now. The result's `state` is "done", "failed" or "waiting"."""
         from kbctl.engine.controller import rollout_status, wait_for_rollout
 
         if not watch:
             return rollout_status(self.db, name)
-        return wait_for_rollout(self.db, name, timeout=timeout, on_progress=on_progress)
+        return wait_for_rollout(
+            self.db, name, timeout=timeout, progress_deadline=progress_deadline, on_progress=on_progress
+        )
 
     def history(self, name: str) -> list[VersionInfo]:
         """The retained versions of a knowledge base, newest first, with what changed in each."""

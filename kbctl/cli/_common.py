@@ -242,6 +242,12 @@ def load_manifest_paths(filename: Sequence[str], recursive: bool) -> ManifestSet
     return loaded
 
 
+def say_warnings(warnings: Sequence[str]) -> None:
+    """Print each warning a library result carries on stderr, `warning: ...`."""
+    for warning in warnings:
+        say(f"warning: {inert(warning)}", err=True)
+
+
 def warn_rerank(info: RerankInfo | None) -> None:
     """Say on stderr that the reranker failed and the answer is in fused order."""
     if info is not None and info.error:

@@ -24,6 +24,7 @@ from kbctl.cli._common import (
     note_skipped,
     open_store_for,
     parse_duration,
+    say_warnings,
 )
 from kbctl.cli.diff import ApplySetOpt, PruneOpt, SelectorOpt, applyset_name, plan_apply, prune_scope
 from kbctl.cli.terminal import say
@@ -116,8 +117,7 @@ def apply(
             )
         finally:
             reporter.close()
-        for warning in report.warnings:
-            say(f"warning: {warning}", err=True)
+        say_warnings(report.warnings)
         alive = wait or store.controller_alive()
     if output and not (wait and quiet):
         emit(_json(report, wait=wait, pruning=chosen is not None), output)

@@ -22,6 +22,7 @@ from kbctl.cli._common import (
     handles_errors,
     open_store,
     reader_of,
+    say_warnings,
     warn_rerank,
 )
 from kbctl.cli.completion import kb_names
@@ -123,7 +124,6 @@ def ask(
         if sources:
             say("\nSources:")
             say("\n".join(sources))
-    for warning in result.warnings:
-        say(f"warning: {inert(warning)}", err=True)
+    say_warnings(result.warnings)
     if result.reason != "answered":
         raise typer.Exit(NOT_COVERED_EXIT)

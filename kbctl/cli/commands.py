@@ -55,6 +55,7 @@ from kbctl.cli._common import (
     reader_of,
     resource_names,
     say_waiting,
+    say_warnings,
     server_app,
     state,
     warn_rerank,
@@ -828,8 +829,7 @@ def delete(
                 except ManagedError as exc:
                     refused.append(str(exc))
                     continue
-                for warning in result.warnings:
-                    say(f"warning: {warning}", err=True)
+                say_warnings(result.warnings)
                 say(f"KnowledgeBase/{name} deleted ({result.chunks} chunks, {result.vectors} vectors)")
     for why in refused:
         say(f"Error: {inert(why)}", err=True)

@@ -25,13 +25,12 @@ from kbctl.cli._common import (
     open_store,
     parse_duration,
     say_waiting,
+    say_warnings,
 )
 from kbctl.cli.terminal import inert, say
 
 if TYPE_CHECKING:
     from typer import _click  # the click that typer vendors (annotations only)
-
-    from kbctl import KnowledgeBaseStore, RolloutStatus
 
 # The renderers are imported by the commands that print them (see kbctl.cli.commands).
 
@@ -129,10 +128,13 @@ def status(
     """
     check_resource(resource)
     with open_store() as store:
-        if watch:
-            result, stalled = _follow(store, name, parse_duration(timeout), parse_duration(progress_deadline))
-        else:
-            result, stalled = store.rollout_status(name, watch=False), False
+        result = store.rollout_status(
+            name,
+            watch=watch,
+            timeout=parse_duration(timeout) or None,  # 0: no limit
+            progress_deadline=parse_duration(progress_deadline),
+            on_progress=lambda s: say(inert(s.message)),
+        )
     if result.state == "done":
         say(inert(result.message))
         return
@@ -140,55 +142,13 @@ def status(
         say(f"Error: {inert(result.message)}", err=True)
     elif not watch:
         say(inert(result.message))
-    elif stalled:
+    elif result.stalled:
         stuck = f'knowledgebase "{name}" exceeded its progress deadline ({progress_deadline})'
         say(f"Error: {inert(stuck)}: {inert(result.detail)}", err=True)
     else:
         waited = f'timed out after {timeout} waiting for knowledgebase "{name}" rollout to finish'
         say(f"Error: {inert(waited)}: {inert(result.detail)}", err=True)
     raise typer.Exit(1)
-
-
-PROGRESS_CHECK_SECONDS = 1.0
-"""How often `rollout status` asks whether a rollout that waits still makes progress."""
-
-
-def _follow(store: KnowledgeBaseStore, name: str, timeout: float, deadline: float) -> tuple[RolloutStatus, bool]:
-    """Wait for the rollout of `name` (printing each new waiting line) until it is done or failed, `timeout` seconds
-    have passed (0: no limit), or it has made no progress for `deadline` seconds; the last status, and whether the
-    progress deadline ended the wait. No progress: the same status (generation, observed generation, version,
-    Ready's reason) while the generation is reconciled but not Ready, or pending with no controller alive."""
-    import time
-
-    said = ""
-
-    def progress(status: RolloutStatus) -> None:
-        nonlocal said
-        if status.message != said:
-            say(inert(status.message))
-            said = status.message
-
-    start = time.monotonic()
-    stalled_since: float | None = None
-    stalled_on: tuple[object, ...] = ()
-    while True:
-        now = time.monotonic()
-        windows = [PROGRESS_CHECK_SECONDS]
-        if timeout:
-            windows.append(start + timeout - now)
-        if stalled_since is not None:
-            windows.append(stalled_since + deadline - now)
-        status = store.rollout_status(name, timeout=max(0.0, min(windows)), on_progress=progress)
-        now = time.monotonic()
-        if status.state != "waiting" or (timeout and now - start >= timeout):
-            return status, False
-        key = (status.generation, status.observed_generation, status.version, status.reason)
-        if status.observed_generation < status.generation and store.controller_alive():
-            stalled_since = None  # a controller has it: an ingest may take long
-        elif stalled_since is None or key != stalled_on:
-            stalled_since, stalled_on = now, key
-        elif now - stalled_since >= deadline:
-            return status, True
 
 
 @rollout_app.command("undo")
@@ -221,8 +181,7 @@ def undo(
         result = store.rollback(
             name, to_version, timeout=parse_duration(timeout), on_wait=say_waiting(name), force=force
         )
-    for warning in result.warnings:
-        say(f"warning: {warning}", err=True)
+    say_warnings(result.warnings)
     say(f"KnowledgeBase/{result.name} rolled back to version {result.to_version}")
 
 

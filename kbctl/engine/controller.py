@@ -19,7 +19,7 @@ import threading
 import time
 import uuid
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Literal
 
@@ -442,6 +442,8 @@ class RolloutStatus:
     reconcile failed, or published nothing: Ready False with reason ReconcileFailed or NoContent), or "waiting";
     `message` says it in one line, as kubectl does: `Waiting for knowledgebase "NAME" rollout to finish: ...`,
     `knowledgebase "NAME" successfully rolled out (version N)`, or `knowledgebase "NAME" rollout failed: ...`.
+    `stalled` is True when `wait_for_rollout` gave up on a waiting rollout that made no progress for its
+    `progress_deadline` (a Deployment's ProgressDeadlineExceeded).
     """
 
     name: str
@@ -452,6 +454,7 @@ class RolloutStatus:
     reason: str  # the Ready condition's reason
     detail: str  # what it waits for, or why it failed (empty when done)
     message: str  # the whole line
+    stalled: bool = False
 
     @property
     def done(self) -> bool:
@@ -504,17 +507,23 @@ def wait_for_rollout(
     db: Database,
     name: str,
     *,
-    timeout: float = 300.0,
+    timeout: float | None = 300.0,
+    progress_deadline: float | None = None,
     poll_seconds: float = WAIT_POLL_SECONDS,
     on_progress: Callable[[RolloutStatus], None] | None = None,
 ) -> RolloutStatus:
     """Wait until the latest generation of `name` is rolled out (`kubectl rollout status`): reconciled
     (generation == observedGeneration) and Ready. Returns the last status read: done, failed (the reconcile failed
-    or published nothing; waiting stops), or waiting when `timeout` seconds passed first. `on_progress` hears
-    each waiting status whose message differs from the one before. Raises NotFoundError when `name` does not
-    exist (or no longer does)."""
-    deadline = time.monotonic() + timeout
+    or published nothing; waiting stops), or waiting when `timeout` seconds passed first (None: no limit) or, with
+    `progress_deadline`, when the rollout made no progress for that many seconds (then `stalled`). No progress: the
+    same generation, observed generation, version and Ready reason while the generation is reconciled but not Ready,
+    or waits while no controller is alive (one that is may take long to ingest). `on_progress` hears each waiting
+    status whose message differs from the one before. Raises NotFoundError when `name` does not exist (or no
+    longer does)."""
+    start = time.monotonic()
+    deadline = None if timeout is None else start + timeout
     said = ""
+    since, last_mark = start, None  # when the rollout last made progress, and what it then stood at
     while True:
         status = rollout_status(db, name)
         if status.state != "waiting":
@@ -522,9 +531,16 @@ def wait_for_rollout(
         if status.message != said and on_progress is not None:
             on_progress(status)
         said = status.message
-        left = deadline - time.monotonic()
+        now = time.monotonic()
+        left = float("inf") if deadline is None else deadline - now
         if left <= 0:
             return status
+        if progress_deadline is not None:
+            mark = (status.generation, status.observed_generation, status.version, status.reason)
+            if mark != last_mark or (status.observed_generation < status.generation and controller_alive(db)):
+                since, last_mark = now, mark  # progress, or a controller has it (an ingest may take long)
+            elif now - since >= progress_deadline:
+                return replace(status, stalled=True)
         time.sleep(min(poll_seconds, left))
 
 

@@ -13,6 +13,7 @@ from kbctl.engine.conditions import Condition, is_true, status_word
 from kbctl.engine.results import DESCRIBED, SourceStatus
 from kbctl.errors import NotFoundError
 from kbctl.inputs.access import Reader, may_read
+from kbctl.manifest.sync import SYNC_APPLYSET_PREFIX
 from kbctl.sources import source_of
 from kbctl.store.applied import applied_from
 from kbctl.store.database import Database, KnowledgeBaseRow, SourceRow, VersionRow
@@ -276,8 +277,7 @@ def describe_sync(db: Database, name: str) -> SyncDetail:
     status = next((s for s in list_syncs(db) if s.name == name), None)
     if status is None:
         raise NotFoundError(f'sync "{name}" not found')
-    applyset = f"sync-{name}"  # the apply set a controller's pass applies it as (kbctl.engine.sync)
-    members = {row.name for row in db.list_kbs() if row.applyset == applyset}
+    members = {row.name for row in db.list_kbs() if row.applyset == f"{SYNC_APPLYSET_PREFIX}{name}"}
     return SyncDetail(
         **dict(status),
         knowledge_bases=[s for s in list_knowledge_bases(db) if s.name in members],
