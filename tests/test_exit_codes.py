@@ -11,15 +11,7 @@ from typer.testing import CliRunner
 
 from kbctl.cli import app
 from kbctl.client import KnowledgeBaseStore
-
-HANDBOOK = """apiVersion: kbctl.dev/v1alpha1
-kind: KnowledgeBase
-metadata: {name: handbook}
-spec:
-  sources:
-    - name: docs
-      path: ../docs
-"""
+from tests.support.manifests import docs_repository
 
 POLICIES = """apiVersion: kbctl.dev/v1alpha1
 kind: KnowledgeBase
@@ -32,13 +24,8 @@ spec:
 
 
 def _repo(tmp_path: Path) -> Path:
-    """A repository with kb/handbook.yaml, whose path source reads docs/ (one Markdown file)."""
-    repo = tmp_path / "repo"
-    (repo / ".git").mkdir(parents=True)
-    (repo / "docs").mkdir()
-    (repo / "kb").mkdir()
-    (repo / "docs" / "parking.md").write_text("# Parking\n\nStaff park on level two.\n")
-    (repo / "kb" / "handbook.yaml").write_text(HANDBOOK)
+    """A repository with kb/handbook.yaml, whose path source reads docs/ (one Markdown file); the manifest."""
+    repo = docs_repository(tmp_path, "handbook", {"parking.md": "# Parking\n\nStaff park on level two.\n"})
     return repo / "kb" / "handbook.yaml"
 
 

@@ -4,7 +4,6 @@
 from __future__ import annotations
 
 import shutil
-import subprocess
 import time
 from pathlib import Path
 
@@ -15,26 +14,13 @@ from kbctl.cli import app
 from kbctl.client import KnowledgeBaseStore
 from kbctl.manifest import parse_manifests
 from kbctl.sources.git import ALLOW_LOCAL_ENV
-from tests.support.manifests import knowledge_base, text_source
-
-HANDBOOK = """apiVersion: kbctl.dev/v1alpha1
-kind: KnowledgeBase
-metadata: {name: handbook}
-spec:
-  sources:
-    - name: docs
-      path: ../docs
-"""
+from tests.support.gitrepo import commit, git, pushed_working_copy, remote
+from tests.support.manifests import docs_repository, knowledge_base, text_source
 
 
 def _stale_handbook(cli: CliRunner, tmp_path: Path) -> None:
     """A knowledge base reconciled but not Ready: its only source's folder was deleted after a first apply."""
-    repo = tmp_path / "repo"
-    (repo / ".git").mkdir(parents=True)
-    (repo / "docs").mkdir()
-    (repo / "kb").mkdir()
-    (repo / "docs" / "parking.md").write_text("# Parking\n\nStaff park on level two.\n")
-    (repo / "kb" / "handbook.yaml").write_text(HANDBOOK)
+    repo = docs_repository(tmp_path, "handbook", {"parking.md": "# Parking\n\nStaff park on level two.\n"})
     assert cli.invoke(app, ["apply", "--wait", "-f", str(repo / "kb")]).exit_code == 0
     shutil.rmtree(repo / "docs")
     assert cli.invoke(app, ["apply", "--wait", "-f", str(repo / "kb")]).exit_code == 1
@@ -85,37 +71,25 @@ def test_an_unknown_resource_type_lists_every_type(cli: CliRunner) -> None:
 def sync_repo(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     """A bare repository with kb/policy.yaml and kb/hours.yaml committed on main; returns its path."""
     monkeypatch.setenv(ALLOW_LOCAL_ENV, "1")
-    remote, work = tmp_path / "remote.git", tmp_path / "knowledge"
-    subprocess.run(["git", "init", "--quiet", "--bare", "--initial-branch", "main", str(remote)], check=True)
-    (work / "kb").mkdir(parents=True)
+    work = pushed_working_copy(tmp_path)
+    (work / "kb").mkdir()
     (work / "kb" / "policy.yaml").write_text(
         knowledge_base("policy", text_source("retention", "Invoices are kept for seven years."))
     )
     (work / "kb" / "hours.yaml").write_text(knowledge_base("hours", text_source("open", "The office opens at 9.")))
-    for args in (
-        ["init", "--quiet", "--initial-branch", "main"],
-        ["config", "user.email", "kb@example.com"],
-        ["config", "user.name", "kb"],
-        ["remote", "add", "origin", str(remote)],
-        ["add", "-A"],
-        ["commit", "--quiet", "-m", "first"],
-        ["push", "--quiet", "origin", "main"],
-    ):
-        subprocess.run(["git", "-C", str(work), *args], check=True, capture_output=True)
-    return remote
+    commit(work, "first")
+    return remote(work)
 
 
-def _sync(cli: CliRunner, store: KnowledgeBaseStore, remote: Path, tmp_path: Path) -> str:
-    """Apply a Sync of `remote`'s kb/ folder, let a controller pass apply it; return the commit applied."""
+def _sync(cli: CliRunner, store: KnowledgeBaseStore, bare: Path, tmp_path: Path) -> str:
+    """Apply a Sync of the bare repository's kb/ folder, let a controller pass apply it; return the commit applied."""
     (tmp_path / "sync.yaml").write_text(
         "apiVersion: kbctl.dev/v1alpha1\nkind: Sync\nmetadata: {name: knowledge}\n"
-        f"spec:\n  url: {remote}\n  ref: main\n  path: kb\n  interval: 1m\n"
+        f"spec:\n  url: {bare}\n  ref: main\n  path: kb\n  interval: 1m\n"
     )
     assert cli.invoke(app, ["apply", "-f", str(tmp_path / "sync.yaml")]).exit_code == 0
     store.controller().run_once()
-    return subprocess.run(
-        ["git", "-C", str(remote), "rev-parse", "main"], capture_output=True, text=True, check=True
-    ).stdout.strip()
+    return git(bare, "rev-parse", "main")
 
 
 def test_get_all_lists_every_kind_a_section_each(
@@ -171,8 +145,8 @@ def test_describe_sync_shows_what_it_applied_and_its_events(
     assert [line.split()[0] for line in lines[start + 2 : start + 4]] == ["hours", "policy"]
     [event] = [line for line in lines if "SyncApplied" in line]
     assert "sync/knowledge" in event
-    as_yaml = cli.invoke(app, ["describe", "sync", "knowledge", "-o", "json"])
-    assert as_yaml.exit_code == 0 and '"lastAppliedRevision": "' + revision in as_yaml.stdout
+    as_json = cli.invoke(app, ["describe", "sync", "knowledge", "-o", "json"])
+    assert as_json.exit_code == 0 and '"lastAppliedRevision": "' + revision in as_json.stdout
     missing = cli.invoke(app, ["describe", "sync", "nope"])
     assert (missing.exit_code, missing.stderr) == (1, 'Error: sync "nope" not found\n')
 

@@ -23,6 +23,7 @@ from kbctl.cli import app
 from kbctl.cli.terminal import inert, inert_text
 from kbctl.client import KnowledgeBaseStore
 from tests.support.chatserver import ChatServer, serve_chat
+from tests.support.manifests import docs_repository
 
 pytestmark = pytest.mark.reliability
 
@@ -33,27 +34,14 @@ FORGED = "KnowledgeBase forged ready.md"  # what a forged line would start with
 COLUMNS = "custom-columns=NAME:.metadata.name,DESCRIPTION:.spec.description,SOURCES:.status.sources[*].name"
 RAW = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u2028\u2029\u202a-\u202e\u2066-\u2069]")  # all but \n and \t
 
-MANIFEST = """apiVersion: kbctl.dev/v1alpha1
-kind: KnowledgeBase
-metadata: {name: hostile}
-spec:
-  description: %s
-  sources:
-    - name: docs
-      path: ../docs/
-"""
-
 
 def _folder(tmp_path: Path) -> Path:
     """A repository with kb/hostile.yaml and docs/ holding the hostile file name and the hostile title."""
-    repo = tmp_path / "repo"
-    (repo / "docs").mkdir(parents=True)
-    (repo / ".git").mkdir()
-    (repo / "kb").mkdir()
-    (repo / "docs" / EVIL_FILE).write_text("# Refunds\n\nRefunds of a booking are paid within five days.\n")
-    (repo / "docs" / "guide.md").write_text(f"# {TITLE}\n\nChoose a slot for your booking in the calendar.\n")
-    (repo / "kb" / "hostile.yaml").write_text(MANIFEST % json.dumps(DESCRIPTION))
-    return repo
+    docs = {
+        EVIL_FILE: "# Refunds\n\nRefunds of a booking are paid within five days.\n",
+        "guide.md": f"# {TITLE}\n\nChoose a slot for your booking in the calendar.\n",
+    }
+    return docs_repository(tmp_path, "hostile", docs, path="../docs/", description=DESCRIPTION)
 
 
 def _run(cli: CliRunner, *args: str, terminal: bool = True, code: int = 0, **kwargs: Any) -> Result:
