@@ -208,7 +208,10 @@ class KnowledgeBaseStore:
         from kbctl.store.syncs import list_syncs
 
         with Database(self.db.url, migrate=False) as db, db.read_only():
-            return Overview(db.pending_count(), list_knowledge_bases(db), list_syncs(db))
+            knowledge_bases, syncs = list_knowledge_bases(db), list_syncs(db)
+        # pending_count's own condition, counted on the rows just read rather than in a statement of its own
+        pending = sum(kb.generation > kb.observed_generation for kb in knowledge_bases)
+        return Overview(pending, knowledge_bases, syncs)
 
     def close(self) -> None:
         """Close the connections (the embedded server keeps running; `kbctl server stop` stops it)."""

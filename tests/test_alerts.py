@@ -5,31 +5,22 @@ from __future__ import annotations
 
 import json
 import re
-import shutil
 import subprocess
 from pathlib import Path
 from typing import Any
 
-import pytest
 import yaml
 
 from kbctl.engine.events import NullReporter
 from kbctl.serve.controller import ControllerMetrics
 from kbctl.serve.metrics import Metrics
+from tests.support.promtool import promtool
 
 ROOT = Path(__file__).resolve().parent.parent
 ALERTS = ROOT / "deploy" / "alerts"
 DASHBOARD = ROOT / "deploy" / "dashboards" / "kbctl.json"
 
 _SUFFIXES = {"counter": ("_total",), "gauge": ("",), "histogram": ("_bucket", "_sum", "_count")}
-
-
-def promtool() -> str:
-    """promtool (Debian's prometheus package); these tests fail, never skip, without it."""
-    found = shutil.which("promtool")
-    if found is None:
-        pytest.fail("promtool is not installed (apt-get install --no-install-recommends prometheus)")
-    return found
 
 
 def exported() -> set[str]:

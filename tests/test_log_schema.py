@@ -26,9 +26,10 @@ from kbctl.manifest import parse_manifests
 from kbctl.serve import RetrievalService, Tokens, create_app
 from kbctl.serve.logs import LOG_KEYS, json_logging
 from kbctl.userconfig import ServeConfig
+from tests.support.gitrepo import commit
 from tests.support.manifests import knowledge_base, text_source
 from tests.support.otel import send_spans_to
-from tests.test_sync import commit, due, sync_manifest
+from tests.test_sync import due, sync_manifest
 from tests.test_sync import repo as repo  # the fixture: a git repository of manifests
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -187,6 +187,18 @@ class ControllerMetrics:
         self.sync_suspended = Gauge(
             "kbctl_sync_suspended", "1 while the Sync is suspended (spec.suspend), else 0.", sync, registry=r
         )
+        # the gauges each scrape sets from the store, cleared first (what the store no longer holds leaves)
+        self._store_gauges = (
+            self.ready,
+            self.sources,
+            self.failing,
+            self.version,
+            self.sync_failing,
+            self.sync_behind,
+            self.sync_applied,
+            self.sync_interval,
+            self.sync_suspended,
+        )
 
     def report(self, event: Event) -> None:
         """Count `event`, then hand it on."""
@@ -225,9 +237,14 @@ class ControllerMetrics:
             self.store_lost.inc()
 
     def _mark(self, metric: Any, name: str, *labels: str) -> Any:
+        """The child of `metric` with `labels`, made by an event: noted as a series of knowledge base `name` (to
+        drop with it), made now (a scrape that read the store before now does not drop it)."""
+        self._touched[name] = self._clock()
+        return self._note(metric, name, *labels)
+
+    def _note(self, metric: Any, name: str, *labels: str) -> Any:
         """The child of `metric` with `labels`, noted as a series of knowledge base `name` (to drop with it)."""
         self._series.setdefault(name, set()).add((metric, labels))
-        self._touched[name] = self._clock()
         return metric.labels(*labels)
 
     def _inc(self, metric: Any, name: str, *labels: str) -> None:
@@ -243,19 +260,16 @@ class ControllerMetrics:
 
     def _refresh(self, state: Overview, read_at: float) -> None:
         self.depth.set(state.pending)
-        for gauge in (self.ready, self.sources, self.failing, self.version):
+        for gauge in self._store_gauges:
             gauge.clear()
         for kb in state.knowledge_bases:
             for reason in _REASONS:  # every reason at 0 from the start, so the first failure is an increase
-                self._series.setdefault(kb.name, set()).add((self.failures, (kb.name, reason)))
-                self.failures.labels(kb.name, reason)
+                self._note(self.failures, kb.name, kb.name, reason)
             self.ready.labels(kb.name).set(1 if kb.ready else 0)
             self.sources.labels(kb.name).set(kb.sources)
             self.failing.labels(kb.name).set(kb.sources - kb.ready_sources)
             if kb.version is not None:
                 self.version.labels(kb.name).set(kb.version)
-        for gauge in (self.sync_failing, self.sync_behind, self.sync_applied, self.sync_interval, self.sync_suspended):
-            gauge.clear()
         for sync in state.syncs:
             attempted, applied = sync.last_attempted_revision, sync.last_applied_revision
             self.sync_failing.labels(sync.name).set(1 if sync.last_error is not None else 0)

@@ -19,6 +19,7 @@ from kbctl.errors import StoreError
 from kbctl.manifest import parse_manifests
 from kbctl.store import claims
 from kbctl.store.embedded import running_url, stop_server
+from tests.support.controllerloop import looping
 from tests.support.httpserver import serve
 from tests.support.lines import Lines
 from tests.support.manifests import knowledge_base, text_source, url_source
@@ -35,17 +36,13 @@ def running_controller(store: KnowledgeBaseStore, log: Lines) -> Iterator[Contro
     """A controller on its own connection, serving in a thread until the block ends."""
     own = KnowledgeBaseStore(settings=store.settings)
     ctl = own.controller(reporter=log)
-    stop = threading.Event()
-    thread = threading.Thread(target=ctl.run, args=(stop,), kwargs={"poll_seconds": 0.5, "max_backoff": 1.0})
-    thread.start()
     try:
-        deadline = time.monotonic() + 20
-        while not store.controller_alive() and time.monotonic() < deadline:
-            time.sleep(0.1)
-        yield ctl
+        with looping(ctl, poll_seconds=0.5, max_backoff=1.0):
+            deadline = time.monotonic() + 20
+            while not store.controller_alive() and time.monotonic() < deadline:
+                time.sleep(0.1)
+            yield ctl
     finally:
-        stop.set()
-        thread.join(timeout=30)
         own.close()
 
 
