@@ -6,6 +6,7 @@ import os
 import shutil
 import tempfile
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -37,20 +38,27 @@ def kbctl_home() -> Iterator[Path]:
             stop_server(home / "pg")
 
 
-@pytest.fixture
-def server_home() -> Iterator[Path]:
-    """A KBCTL_HOME for a test that starts an embedded server of its own; stopped and removed afterwards.
+@contextmanager
+def fresh_home(prefix: str = "kbctl-test-home-") -> Iterator[Path]:
+    """A KBCTL_HOME for an embedded server of its own; the server stopped and the folder removed afterwards.
 
     Not under pytest's tmp_path: run as root, the embedded server runs as another system user, and every pytest
     session that starts sets pytest's base folder back to owner-only (0700), which shut that user out of the
     folders of a session already running (two suites at once: initdb, or a restart, failed with exit status 1)."""
-    home = Path(tempfile.mkdtemp(prefix="kbctl-test-home-"))
+    home = Path(tempfile.mkdtemp(prefix=prefix))
     try:
         yield home
     finally:
         if (home / "pg").exists():
             stop_server(home / "pg")
         shutil.rmtree(home, ignore_errors=True)
+
+
+@pytest.fixture
+def server_home() -> Iterator[Path]:
+    """A KBCTL_HOME for a test that starts an embedded server of its own (`fresh_home`)."""
+    with fresh_home() as home:
+        yield home
 
 
 @pytest.fixture(scope="session")

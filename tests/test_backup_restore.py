@@ -4,17 +4,16 @@ the same versions: `query` answers the same from the same version (docs/operatio
 from __future__ import annotations
 
 import json
-import shutil
 import subprocess
 import sys
-import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from kbctl.store.embedded import embedded_url, stop_server
+from kbctl.store.embedded import embedded_url
+from tests.conftest import fresh_home
 
 MANIFEST = """apiVersion: kbctl.dev/v1alpha1
 kind: KnowledgeBase
@@ -58,13 +57,8 @@ def run(*command: str) -> str:
 @pytest.fixture
 def second_home() -> Iterator[Path]:
     """Another fresh KBCTL_HOME (the restore's), its server stopped and removed afterwards."""
-    home = Path(tempfile.mkdtemp(prefix="kbctl-test-restore-"))
-    try:
+    with fresh_home("kbctl-test-restore-") as home:
         yield home
-    finally:
-        if (home / "pg").exists():
-            stop_server(home / "pg")
-        shutil.rmtree(home, ignore_errors=True)
 
 
 def answer(home: Path) -> dict[str, Any]:

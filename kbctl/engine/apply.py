@@ -57,7 +57,7 @@ from kbctl.sources.git import read_repository
 from kbctl.sources.url import FetchPolicy, fetch_urls
 from kbctl.store import claims
 from kbctl.store.applied import record_applied_from
-from kbctl.store.database import Database, NewRevision, SourceRow, WrittenRevision
+from kbctl.store.database import Database, KnowledgeBaseRow, NewRevision, SourceRow, WrittenRevision
 from kbctl.store.events import NewEvent
 from kbctl.store.history import applying, prune_history
 from kbctl.store.rows import source_state
@@ -204,6 +204,7 @@ class _Reconciler:
         self.db, self.embedder_for, self.reporter, self.trigger = db, embedder_for, reporter, trigger
         self.only, self.policy, self.generation = only, policy, generation
         self.component = component or trigger  # who the events name: apply, refresh or controller
+        self._marked: set[str] = set()  # knowledge bases whose pending generation this apply marked as its own
 
     def run(self, knowledge_bases: Sequence[KnowledgeBase]) -> ApplyReport:
         results: list[KnowledgeBaseResult] = []
@@ -219,8 +220,10 @@ class _Reconciler:
                 self.reporter.report(ReconcileFailed(kb.name, str(exc), failure_reason(exc)))
                 result = KnowledgeBaseResult(name=kb.name, action="failed", version=None, sources=[], message=str(exc))
             finally:
-                with contextlib.suppress(KbctlError):  # the store is gone: the mark stays, for the controller to see
-                    claims.mark_applying(self.db, kb.name, None)
+                if kb.name in self._marked:
+                    self._marked.discard(kb.name)
+                    with contextlib.suppress(KbctlError):  # the store is gone: the mark stays, for the controller
+                        claims.mark_applying(self.db, kb.name, None)
             record(self.db, result_events(result, self.component))
             results.append(result)
         return ApplyReport(results=results)
@@ -247,15 +250,8 @@ class _Reconciler:
         digests = manifest_digests(manifest)  # the manifest's and each source's, from one encoding of their text
         known, packed = (digests.manifest, manifest), packing(manifest)  # inline texts hashed once, when needed
         in_process = self.trigger == "apply" and self.generation is None
-        recorded_here = False
         if in_process:
-            recorded = db.record_desired(name, manifest, digest=known[0], packed=packed)
-            if recorded.generation > recorded.observed_generation:
-                # Until this reconcile ends the KB says a generation is pending, which stays true if it is killed:
-                # a controller then finishes it (kbctl.store.claims.mark_applying).
-                observe(db, recorded)
-                claims.mark_applying(db, name, _HOLDER)
-                recorded_here = True
+            self._pending(db.record_desired(name, manifest, digest=known[0], packed=packed))
         state = read_state(db, name, known)
         if state.row is None:
             raise NotFoundError(f'knowledgebase "{name}" not found')
@@ -287,13 +283,10 @@ class _Reconciler:
             source_sha256s=digests.sources,
             packed=packed,
         )
-        if in_process and not recorded_here and kb.reads_files and not plan.unchanged:
+        if in_process and name not in self._marked and kb.reads_files and not plan.unchanged:
             # The files changed under the same manifest: that is a new desired state too, recorded before any work,
             # so that a controller finishes it if this apply is interrupted (it reads them where this one did).
-            recorded = db.record_desired(name, manifest, digest=known[0], packed=packed, files_changed=True)
-            observe(db, recorded)
-            claims.mark_applying(db, name, _HOLDER)
-            done = recorded.generation
+            done = self._pending(db.record_desired(name, manifest, digest=known[0], packed=packed, files_changed=True))
         action = plan.action
         version = plan.current_version if action == "unchanged" else plan.next_version
         assert version is not None
@@ -306,7 +299,7 @@ class _Reconciler:
             db.write_statuses(state.row.id, statuses, state.statuses)
             observe(db, state.row, finished=done)
         elif not any(r.chunks for r in results):
-            return self._nothing_to_serve(plan, state, results, statuses, embedder.model_id)
+            return self._nothing_to_serve(plan, state, results, statuses, embedder.model_id, done)
         else:
             self._publish(plan, run, results, statuses, state.statuses)
             prune_history(db, state.row.id, kb.spec.version_history)
@@ -328,6 +321,16 @@ class _Reconciler:
         if not plan.unchanged:
             db.analyze_versions()  # the planner's estimate of the new version's size (~10 ms at 18,000 rows)
         return KnowledgeBaseResult(name=name, action=action, version=version, sources=results, removed=gone)
+
+    def _pending(self, recorded: KnowledgeBaseRow) -> int:
+        """After an in-process apply recorded its desired state: while a generation is pending, the knowledge base
+        says so and is marked as this apply's, which stays true if the apply is killed or loses its database, so a
+        controller then finishes it (kbctl.store.claims.mark_applying). The recorded generation."""
+        if recorded.generation > recorded.observed_generation:
+            observe(self.db, recorded)
+            claims.mark_applying(self.db, recorded.name, _HOLDER)
+            self._marked.add(recorded.name)
+        return recorded.generation
 
     def _remote_sources(self, kb: KnowledgeBase, state: StoredState) -> dict[str, ReadOutcome]:
         """The documents of the git and crawl sources to fetch now: every one (or those in `only`) on refresh; on
@@ -403,14 +406,14 @@ class _Reconciler:
         results: Sequence[SourceStatus],
         statuses: list[SourceRow],
         model: str,
+        done: int,
     ) -> KnowledgeBaseResult:
         """No source would serve any content: publish nothing, keep what serves, say which sources failed."""
         assert state.row is not None
         self.db.write_statuses(state.row.id, statuses)
         failed = [f"{r.name}: {r.message}" for r in results if r.message] or [r.name for r in results]
         message = "no source could be read (" + "; ".join(failed) + ")"
-        # The generation is reconciled (its outcome is known); the controller does not retry it.
-        done = self.generation if self.generation is not None else state.row.generation
+        # The generation `done` is reconciled (its outcome is known); the controller does not retry it.
         observe(self.db, state.row, finished=done, failure=PublishedNothing("NoContent", message))
         report_sources(self.reporter, plan.name, self.trigger, results, model, failed=message)
         return KnowledgeBaseResult(

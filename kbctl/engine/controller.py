@@ -188,22 +188,19 @@ class Controller:
         folder = applied_from(self.db, kb.name) if kb.reads_files else None
         here = folder is not None and Path(folder).is_dir()
         if claim.left_by is not None:
-            message = f"generation {claim.generation} was left unfinished by an interrupted apply ({claim.left_by})"
-            if kb.reads_files and not here:
-                event = NewEvent(
-                    kb.name,
-                    "Warning",
-                    "ApplyResumed",
-                    f"{message}; the files of its path: sources are not on this host, so they keep what they serve: "
-                    "apply again where they are",
-                    "controller",
-                )
-            else:
-                event = NewEvent(
-                    kb.name, "Normal", "ApplyResumed", f"{message}; this controller finishes it", "controller"
-                )
+            stranded = kb.reads_files and not here
+            left = f"generation {claim.generation} was left unfinished by an interrupted apply ({claim.left_by})"
+            outcome = (
+                "the files of its path: sources are not on this host, so they keep what they serve: apply again where "
+                "they are"
+                if stranded
+                else "this controller finishes it"
+            )
+            event = NewEvent(
+                kb.name, "Warning" if stranded else "Normal", "ApplyResumed", f"{left}; {outcome}", "controller"
+            )
             record(self.db, [event])
-            self._reporter.report(ApplyResumed(kb.name, claim.generation, claim.left_by, files_here=here))
+            self._reporter.report(ApplyResumed(kb.name, claim.generation, claim.left_by, files_here=not stranded))
         return kb.located(folder) if here and folder is not None else kb
 
     def run_once(self) -> ApplyReport:

@@ -127,8 +127,8 @@ class DriftFound:
 @dataclass(frozen=True)
 class ApplyResumed:
     """A controller took up `generation` of `name`, which an in-process apply (`left_by`) recorded and stopped
-    before finishing (its process or its database died); `files_here`: the folder its path: sources were read from
-    is on this host (otherwise they keep what they serve)."""
+    before finishing (its process or its database died); `files_here` is False when it has path: sources whose folder
+    is not on this host (they then keep what they serve)."""
 
     name: str
     generation: int

@@ -81,6 +81,7 @@ __all__ = [
     "VersionRow",
     "WrittenRevision",
     "lock_key",
+    "poll_lock",
     "store_error",
 ]
 
@@ -120,9 +121,31 @@ _KB_COLUMNS = (
 )
 
 
+def advisory_key(label: str) -> int:
+    """A stable signed 64-bit advisory lock key for a label (`kbctl:kb:NAME`, `kbctl:index:MODEL`)."""
+    return int.from_bytes(hashlib.sha256(label.encode()).digest()[:8], "big", signed=True)
+
+
 def lock_key(name: str) -> int:
     """A stable signed 64-bit advisory lock key for a knowledge base name."""
-    return int.from_bytes(hashlib.sha256(f"kbctl:kb:{name}".encode()).digest()[:8], "big", signed=True)
+    return advisory_key(f"kbctl:kb:{name}")
+
+
+def poll_lock(try_once: Callable[[], bool], deadline: float | None = None) -> bool:
+    """Take an advisory lock by trying `try_once` again (after 1/8 of LOCK_POLL_SECONDS, doubling up to it) until it
+    succeeds or the monotonic `deadline` passes (None: no deadline); whether it was taken.
+
+    Waited for by polling, never in a blocking pg_advisory_lock: a statement blocked there holds a snapshot, and the
+    holder's CREATE INDEX CONCURRENTLY (an apply's first vector index) waits for every snapshot older than its own:
+    the two would deadlock (40P01)."""
+    pause = LOCK_POLL_SECONDS / 8
+    while not try_once():
+        left = None if deadline is None else deadline - time.monotonic()
+        if left is not None and left <= 0:
+            return False
+        time.sleep(pause if left is None else min(pause, left))
+        pause = min(pause * 2, LOCK_POLL_SECONDS)
+    return True
 
 
 _SOURCE_COUNTS: Final = (
@@ -265,16 +288,8 @@ class Database:
             got = self._try_lock(key)
             if not got and on_wait is not None:
                 on_wait()
-            # Waited for by polling, never in a blocking pg_advisory_lock: a statement blocked there holds a snapshot,
-            # and the holder's CREATE INDEX CONCURRENTLY (an apply's first vector index) waits for every snapshot
-            # older than its own: the two would deadlock (40P01).
             deadline = None if timeout is None else time.monotonic() + timeout
-            pause = LOCK_POLL_SECONDS / 8
-            while not got and (deadline is None or time.monotonic() < deadline):
-                time.sleep(pause if deadline is None else min(pause, max(0.0, deadline - time.monotonic())))
-                pause = min(pause * 2, LOCK_POLL_SECONDS)
-                got = self._try_lock(key)
-            if not got:
+            if not got and not poll_lock(lambda: self._try_lock(key), deadline):
                 raise StoreError(
                     f'knowledgebase "{name}" is busy: another apply, delete or rollback holds it '
                     f"(waited {timeout:g} s); try again when it is done"
@@ -725,12 +740,7 @@ class Database:
         cosine similarity among its `chunks` chunks, searched as a query searches them, then their quantile."""
         from kbctl.embedding.background import background_similarity
 
-        bests = [
-            hits[0].score
-            for vector in vectors
-            if (hits := self.search(version_id, vector, 1, model=model, version_chunks=chunks))
-        ]
-        return background_similarity(bests)
+        return background_similarity(self.background_bests(version_id, model, chunks, vectors))
 
     @_store_errors
     def background_bests(
@@ -954,8 +964,16 @@ class Database:
 
     @_store_errors
     def build_vector_index(self, model: str) -> VectorIndex | None:
-        """Build the HNSW index of a model's vectors once it has enough of them (see kbctl.store.search)."""
-        return build_vector_index(self._conn, model)
+        """Build the HNSW index of a model's vectors once it has enough of them (see kbctl.store.search). One
+        process builds it at a time: while another holds the model's build lock, nothing is built here (never waited
+        on)."""
+        key = advisory_key(f"kbctl:index:{model}")
+        if not self._try_lock(key):
+            return None
+        try:
+            return build_vector_index(self._conn, model)
+        finally:
+            self._conn.execute("SELECT pg_advisory_unlock(%s)", (key,))
 
     @_store_errors
     def estimated_chunks(self) -> int:

@@ -9,6 +9,7 @@ from __future__ import annotations
 import atexit
 import logging
 import os
+import threading
 import warnings
 from dataclasses import dataclass
 from pathlib import Path
@@ -58,6 +59,11 @@ def running_url(pgdata: Path) -> str | None:
     return f"postgresql://postgres:@/postgres?host={socket_dir.strip()}"
 
 
+# One start at a time in this process: a thread finding the handle of a server another thread is starting (not yet
+# ready) would take it for a dead one and start a second, and the library's file lock is not safe across threads.
+_starting = threading.Lock()
+
+
 def embedded_url(pgdata: Path) -> str:
     """Start (or reuse) the embedded server in `pgdata` and return its socket connection URL.
 
@@ -69,7 +75,7 @@ def embedded_url(pgdata: Path) -> str:
     except KbctlError as exc:
         raise StoreError(f"cannot start the embedded PostgreSQL: {exc} (set KBCTL_HOME to a writable folder)") from exc
     try:
-        with warnings.catch_warnings():
+        with _starting, warnings.catch_warnings():
             warnings.simplefilter("ignore")
             pg = _pgserver()
             known = pg.PostgresServer._instances.get(pgdata.resolve())

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from datetime import datetime
@@ -11,10 +10,9 @@ from psycopg.rows import class_row
 from pydantic import BaseModel, ConfigDict, Field
 from pydantic.alias_generators import to_camel
 
-from kbctl.defaults import LOCK_POLL_SECONDS
 from kbctl.errors import NotFoundError, RollbackError, UsageError
 from kbctl.store.bm25 import delete_revision_terms, delete_version_terms, rebase_terms
-from kbctl.store.database import GC_LOCK_KEY, Database, _store_errors
+from kbctl.store.database import GC_LOCK_KEY, Database, _store_errors, poll_lock
 from kbctl.store.texts import delete_unused_texts
 
 __all__ = [
@@ -194,11 +192,7 @@ def prune_history(db: Database, kb_id: int, keep: int) -> int:
 
 @_store_errors
 def _lock_shared(db: Database) -> None:
-    # Polled, never blocked on (see Database.kb_lock: a blocked statement's snapshot can deadlock an index build).
-    pause = LOCK_POLL_SECONDS / 8
-    while not _try_shared(db):
-        time.sleep(pause)
-        pause = min(pause * 2, LOCK_POLL_SECONDS)
+    poll_lock(lambda: _try_shared(db))  # never blocked on: see poll_lock
 
 
 def _try_shared(db: Database) -> bool:

@@ -134,38 +134,27 @@ def build_vector_index(conn: psycopg.Connection[Any], model: str) -> VectorIndex
     if count < INDEX_MIN_VECTORS or low != high or not 1 <= int(low) <= HALFVEC_MAX_DIMENSIONS:
         return None
     name = sql.Identifier(f"{_index_prefix(model)}{int(low)}")
-    # One builder at a time: another process building (or dropping) the same index is left to it, never waited on.
-    key = int.from_bytes(hashlib.sha256(f"kbctl:index:{model}".encode()).digest()[:8], "big", signed=True)
-    got = conn.execute("SELECT pg_try_advisory_lock(%s)", (key,)).fetchone()
-    if not got or not got[0]:
-        return None
+    # A build interrupted earlier (its connection lost) leaves an invalid index behind: drop it, then build again.
+    conn.execute(sql.SQL("DROP INDEX CONCURRENTLY IF EXISTS {}").format(name))
+    conn.execute(sql.SQL("SET maintenance_work_mem = {}").format(sql.Literal(INDEX_BUILD_MEMORY)))
     try:
-        if vector_index(conn, model) is not None:
-            return None  # built meanwhile by the process that held the lock
-        # A build interrupted earlier (its connection lost) leaves an invalid index behind: drop it, then build again.
-        conn.execute(sql.SQL("DROP INDEX CONCURRENTLY IF EXISTS {}").format(name))
-        conn.execute(sql.SQL("SET maintenance_work_mem = {}").format(sql.Literal(INDEX_BUILD_MEMORY)))
-        try:
-            conn.execute(
-                sql.SQL(
-                    "CREATE INDEX CONCURRENTLY {name} ON kb_embeddings USING hnsw"
-                    " ((embedding::halfvec({dims})) halfvec_cosine_ops) WHERE model = {model}"
-                ).format(name=name, dims=sql.Literal(int(low)), model=sql.Literal(model))
-            )
-        except psycopg.Error:
-            # A failed CREATE INDEX CONCURRENTLY leaves its index invalid: never leave one behind where the
-            # connection still allows it (searches ignore it, but every write of the table still maintains it).
-            with contextlib.suppress(psycopg.Error):
-                conn.execute(sql.SQL("DROP INDEX CONCURRENTLY IF EXISTS {}").format(name))
-            raise
-        finally:
-            with contextlib.suppress(psycopg.Error):
-                conn.execute("RESET maintenance_work_mem")
-        conn.execute("ANALYZE kb_embeddings")  # the planner's costs of the new index
-        return vector_index(conn, model)
+        conn.execute(
+            sql.SQL(
+                "CREATE INDEX CONCURRENTLY {name} ON kb_embeddings USING hnsw"
+                " ((embedding::halfvec({dims})) halfvec_cosine_ops) WHERE model = {model}"
+            ).format(name=name, dims=sql.Literal(int(low)), model=sql.Literal(model))
+        )
+    except psycopg.Error:
+        # A failed CREATE INDEX CONCURRENTLY leaves its index invalid: never leave one behind where the connection
+        # still allows it (searches ignore it, but every write of the table still maintains it).
+        with contextlib.suppress(psycopg.Error):
+            conn.execute(sql.SQL("DROP INDEX CONCURRENTLY IF EXISTS {}").format(name))
+        raise
     finally:
         with contextlib.suppress(psycopg.Error):
-            conn.execute("SELECT pg_advisory_unlock(%s)", (key,))
+            conn.execute("RESET maintenance_work_mem")
+    conn.execute("ANALYZE kb_embeddings")  # the planner's costs of the new index
+    return vector_index(conn, model)
 
 
 def exact_search(
