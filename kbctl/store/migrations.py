@@ -476,6 +476,50 @@ MIGRATIONS: list[tuple[int, str, str]] = [
         # manifest is another one was applied by hand, and the Sync's revert of it is a DriftReverted event.
         "ALTER TABLE kb_syncs ADD COLUMN inventory jsonb NOT NULL DEFAULT '{}';",
     ),
+    (
+        26,
+        "the retrieval log of kbctl serve: each query, context and ask served, with its trace (off by default)",
+        """
+        -- One row per retrieval served over HTTP or MCP when serve's retrievalLog is enabled (kbctl.store.retrievals):
+        -- the caller's name (never a credential), the question as redacted, and the result with its trace, bounded
+        -- in bytes. Keyed by knowledge base name, not id: a run stays readable after its knowledge base is deleted,
+        -- until the log's days or rows bound removes it.
+        CREATE TABLE kb_retrievals (
+            id               bigserial PRIMARY KEY,
+            at               timestamptz NOT NULL DEFAULT now(),
+            channel          text NOT NULL,
+            operation        text NOT NULL,
+            knowledge_bases  text[] NOT NULL,
+            version          integer,
+            caller           text NOT NULL,
+            question         text NOT NULL,
+            nothing_relevant boolean NOT NULL,
+            hits             integer NOT NULL,
+            best_similarity  double precision,
+            latency_ms       double precision NOT NULL,
+            status           text NOT NULL,
+            result           jsonb
+        );
+        CREATE INDEX kb_retrievals_at ON kb_retrievals (at DESC, id DESC);
+        CREATE INDEX kb_retrievals_knowledge_bases ON kb_retrievals USING gin (knowledge_bases);
+        """,
+    ),
+    (
+        27,
+        "evaluation results recorded against the version they measured (kbctl eval --record)",
+        """
+        CREATE TABLE kb_eval_runs (
+            id          bigserial PRIMARY KEY,
+            kb_id       bigint NOT NULL REFERENCES kb_knowledge_bases(id) ON DELETE CASCADE,
+            version     integer NOT NULL,
+            at          timestamptz NOT NULL DEFAULT now(),
+            eval_set    text NOT NULL,
+            questions   integer NOT NULL,
+            metrics     jsonb NOT NULL
+        );
+        CREATE INDEX kb_eval_runs_kb ON kb_eval_runs (kb_id, version, at);
+        """,
+    ),
 ]
 
 # Serializes migrations of one database across processes (an arbitrary, fixed 64-bit key).
