@@ -8,4 +8,5 @@ route an input can arrive by.
     bounds      regular files and streams of bounded size; nesting depth
     yaml_lines  YAML documents with lines, under node, alias and document budgets
     problems    pydantic ValidationError -> ManifestProblem (file:line: field: message)
+    redaction   the patterns that replace secrets and personal data in a question before it is kept
 """
