@@ -8,9 +8,7 @@ import json
 import logging
 import subprocess
 import sys
-import threading
 from collections.abc import Sequence
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
@@ -18,7 +16,6 @@ import anyio
 import pytest
 from mcp import Client
 from mcp.client.stdio import StdioServerParameters
-from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.trace import StatusCode
@@ -27,7 +24,7 @@ from kbctl.client import KnowledgeBaseStore
 from kbctl.manifest import parse_manifests
 from kbctl.telemetry import provider_from_environment, tracing_requested
 from tests.support.manifests import knowledge_base, text_source
-from tests.support.otel import send_spans_to
+from tests.support.otel import Collector, send_spans_to
 from tests.support.serveproc import kbctl_env, seeded, serving
 
 QUESTION = "how long are invoices kept?"
@@ -254,61 +251,6 @@ def test_kbctl_serve_exports_its_query_spans(database_url: str, kbctl_home: Path
     assert "invoices kept" not in json.dumps(spans)
     warnings = [line for line in log.splitlines() if "otlp_proto_grpc" in line]
     assert len(warnings) == 1 and json.loads(warnings[0])["level"] == "warning"
-
-
-class Collector:
-    """An OTLP/HTTP trace receiver on 127.0.0.1: keeps every span of every ExportTraceServiceRequest posted to
-    /v1/traces, with its resource's attributes."""
-
-    def __init__(self) -> None:
-        self.spans: list[dict[str, Any]] = []
-        collector = self
-
-        class Handler(BaseHTTPRequestHandler):
-            def do_POST(self) -> None:
-                body = self.rfile.read(int(self.headers.get("content-length", "0")))
-                if self.path == "/v1/traces" and self.headers.get("content-type") == "application/x-protobuf":
-                    collector.received(ExportTraceServiceRequest.FromString(body))
-                    self.send_response(200)
-                else:
-                    self.send_response(404)
-                self.send_header("content-length", "0")
-                self.end_headers()
-
-            def log_message(self, format: str, *args: object) -> None:
-                pass
-
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
-
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self.server.server_address[1]}"
-
-    def received(self, request: Any) -> None:
-        for resource_spans in request.resource_spans:
-            resource = {a.key: a.value.string_value for a in resource_spans.resource.attributes}
-            for scope in resource_spans.scope_spans:
-                for span in scope.spans:
-                    attributes = {a.key: a.value for a in span.attributes}
-                    self.spans.append(
-                        {
-                            "name": span.name,
-                            "trace_id": span.trace_id.hex(),
-                            "span_id": span.span_id.hex(),
-                            "parent_id": span.parent_span_id.hex() or None,
-                            "attributes": attributes,
-                            "resource": resource,
-                        }
-                    )
-
-    def __enter__(self) -> Collector:
-        self.thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.server.shutdown()
-        self.server.server_close()
 
 
 def otlp_env(kbctl_home: Path, database_url: str, home: Path, collector: Collector) -> dict[str, str]:
