@@ -274,6 +274,29 @@ RANKING_MAX_TOKENS: Final = 100_000
 recall@10 and nDCG@10 see the full top 10."""
 
 
+# ---------------------------------------------------------------- Exported query spans
+
+TRACE_DOCUMENTS: Final = 10
+"""Hits a query span describes at most (OpenInference's retrieval.documents, OpenTelemetry's
+gen_ai.retrieval.documents), the first by rank: the default topK, so a span usually shows every hit a caller got,
+and a query of topK 100 still exports a bounded span."""
+
+TRACE_DOCUMENT_CHARS: Final = 1_200
+"""Characters of one hit's text a query span carries when KBCTL_TRACE_CONTENT asks for content (the rest cut, the
+document's metadata saying so): a chunk of the default maxChars whole."""
+
+TRACE_CONTENT_CHARS: Final = 8_000
+"""Characters of hit text one query span carries in all: the hits past it carry less or none, so a span stays well
+under what OTLP receivers and tracing consoles accept, whatever topK and maxChars are."""
+
+TRACE_QUESTION_CHARS: Final = 2_000
+"""Characters of the (redacted) question a query span carries when KBCTL_TRACE_CONTENT asks for content: a
+question, not a document (the server takes 4,000 at most)."""
+
+TRACE_FIELD_CHARS: Final = 300
+"""Characters of each title, heading and origin in a query span's document metadata (content only): a name, not a
+text."""
+
 # ---------------------------------------------------------------- the table of docs/manifest.md
 
 BEGIN_TABLE: Final = "<!-- generated from kbctl/defaults.py by `python -m kbctl.defaults --write docs/manifest.md` -->"

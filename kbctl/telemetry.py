@@ -5,6 +5,15 @@ Spans: `kbctl.query` per query with a child per retrieval stage (made from the s
 per source (made from the engine's events, kbctl.engine.events); a controller's `kbctl.reconcile` spans are roots.
 Attributes name knowledge bases, versions, modes, counts and scores: never a question, a text, a URL or a secret.
 
+A `kbctl.query` span also follows the public conventions tracing consoles read for a retrieval: OpenInference's
+RETRIEVER span (`openinference.span.kind`, `retrieval.documents.{i}.document.*`, which Arize Phoenix renders) and
+OpenTelemetry's GenAI retrieval span (`gen_ai.operation.name` = `retrieval`, `gen_ai.data_source.id`,
+`gen_ai.retrieval.documents`). By default they describe the hits the caller got by id, score and place only; the
+question (redacted: kbctl.inputs.redaction) and the hits' texts, titles, headings and origins join them only when
+KBCTL_TRACE_CONTENT asks (`content_requested`), since whoever reads the traces need not be a reader of the
+documents. Every part is bounded (kbctl.defaults TRACE_*), and only the result's hits, which the caller's reader
+already filtered, are described.
+
 Nothing here imports OpenTelemetry unless the environment asks for traces: spans are made only once
 `opentelemetry.trace` is imported (any configured SDK has imported it), so a process that does not trace pays
 nothing, and a process without `opentelemetry-api` never notices.
@@ -12,16 +21,27 @@ nothing, and a process without `opentelemetry-api` never notices.
 
 from __future__ import annotations
 
+import functools
 import importlib
+import json
 import logging
 import os
 import sys
 import threading
 import weakref
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from contextvars import ContextVar
 from typing import TYPE_CHECKING, Any
+
+from kbctl.defaults import (
+    TRACE_CONTENT_CHARS,
+    TRACE_DOCUMENT_CHARS,
+    TRACE_DOCUMENTS,
+    TRACE_FIELD_CHARS,
+    TRACE_QUESTION_CHARS,
+)
+from kbctl.inputs.redaction import Redactor
 
 if TYPE_CHECKING:
     from kbctl.engine.events import Event, Reporter
@@ -29,14 +49,18 @@ if TYPE_CHECKING:
     from kbctl.query.results import QueryResult
 
 __all__ = [
+    "CONTENT_ENV",
     "ApplySpans",
+    "Redact",
     "SpanReporter",
     "apply_spans",
     "configure_tracing",
+    "content_requested",
     "flush_traces",
     "provider_from_environment",
     "queries_traced_by_caller",
     "queries_traced_with",
+    "retrieval_attributes",
     "span_reporter",
     "trace_ids",
     "trace_query",
@@ -214,20 +238,30 @@ def flush_traces() -> None:
 
 # ---------------------------------------------------------------- queries
 
+# A redaction of what people type: a question in, the text a span may carry out (kbctl.inputs.redaction.Redactor).
+Redact = Callable[[str], str]
+
 # Within `queries_traced_by_caller`, the Python API leaves a query's spans to its caller.
 _CALLER_TRACES: ContextVar[bool] = ContextVar("kbctl_caller_traces_queries", default=False)
+# Within `queries_traced_by_caller(redact=...)` or `queries_traced_with(..., redact=...)`: the redaction of the
+# questions its spans carry (None: the default patterns).
+_REDACT: ContextVar[Redact | None] = ContextVar("kbctl_query_span_redaction", default=None)
 # The results already recorded (by id, while they live), so that a result is never traced twice.
 _recorded: dict[int, weakref.ref[Any]] = {}
 
 
 @contextmanager
-def queries_traced_by_caller() -> Iterator[None]:
+def queries_traced_by_caller(redact: Redact | None = None) -> Iterator[None]:
     """Within it (and the threads and tasks it starts), the Python API makes no query spans: the caller traces
-    each result with `trace_query`, adding what only it knows (a server: the route and the caller's name)."""
+    each result with `trace_query`, adding what only it knows (a server: the route and the caller's name).
+    `redact`, when given, is the redaction of the questions of the spans made within it that name none."""
     token = _CALLER_TRACES.set(True)
+    redaction = _REDACT.set(redact) if redact is not None else None
     try:
         yield
     finally:
+        if redaction is not None:
+            _REDACT.reset(redaction)
         _CALLER_TRACES.reset(token)
 
 
@@ -236,15 +270,18 @@ _ATTRIBUTES: ContextVar[Mapping[str, str] | None] = ContextVar("kbctl_query_span
 
 
 @contextmanager
-def queries_traced_with(attributes: Mapping[str, str]) -> Iterator[None]:
+def queries_traced_with(attributes: Mapping[str, str], redact: Redact | None = None) -> Iterator[None]:
     """Within it, the Python API traces each query itself again (even inside `queries_traced_by_caller`), each
-    span carrying `attributes`: for a caller that never sees the individual results (a server's federated query,
-    whose members are queried and fused by the library)."""
+    span carrying `attributes` (and its question redacted by `redact`, when given): for a caller that never sees
+    the individual results (a server's federated query, whose members are queried and fused by the library)."""
     caller = _CALLER_TRACES.set(False)
     extra = _ATTRIBUTES.set(attributes)
+    redaction = _REDACT.set(redact) if redact is not None else None
     try:
         yield
     finally:
+        if redaction is not None:
+            _REDACT.reset(redaction)
         _ATTRIBUTES.reset(extra)
         _CALLER_TRACES.reset(caller)
 
@@ -256,11 +293,16 @@ def traced(result: QueryResult) -> QueryResult:
     return result
 
 
-def trace_query(result: QueryResult, attributes: Mapping[str, str] | None = None) -> None:
+def trace_query(
+    result: QueryResult, attributes: Mapping[str, str] | None = None, *, redact: Redact | None = None
+) -> None:
     """Record `result` as a `kbctl.query` span (knowledge base, version, model, mode, hits, candidates, best
     score, the hits' scores, and `attributes`) with a child per stage it ran (`kbctl.embed_question`,
     `kbctl.vector`, `kbctl.keyword`, `kbctl.fuse`, `kbctl.threshold`, `kbctl.rerank`, `kbctl.select`), timed as
-    the stages were. Once per result: a result recorded already is not recorded again. Never the question."""
+    the stages were. The span is also a retrieval span of OpenInference and of OpenTelemetry's GenAI conventions
+    (`retrieval_attributes`): with the question, redacted by `redact` (else the redaction set by
+    `queries_traced_by_caller` or `queries_traced_with`, else the default patterns), and the hits' texts only
+    when KBCTL_TRACE_CONTENT asks for content. Once per result: a result recorded already is not recorded again."""
     otel = _otel()
     if otel is None or not result.timings or _recorded_already(result):
         return
@@ -281,6 +323,8 @@ def trace_query(result: QueryResult, attributes: Mapping[str, str] | None = None
         root["kbctl.best_score"] = result.best_score
     if result.hits:
         root["kbctl.scores"] = [h.score for h in result.hits]
+    content = content_requested(os.environ)
+    root.update(retrieval_attributes(result, redact=redact or _REDACT.get() or _default_redactor(), content=content))
     span = tracer.start_span("kbctl.query", start_time=first.start_ns, attributes=root)
     context = otel.set_span_in_context(span)
     for timing in result.timings:
@@ -301,6 +345,83 @@ def trace_query(result: QueryResult, attributes: Mapping[str, str] | None = None
 def _recorded_already(result: QueryResult) -> bool:
     ref = _recorded.get(id(result))
     return ref is not None and ref() is result
+
+
+# ---------------------------------------------------------------- the public conventions of a retrieval span
+
+CONTENT_ENV = "KBCTL_TRACE_CONTENT"
+# OpenInference's span kind of a retrieval, and OpenTelemetry GenAI's operation name of one.
+_RETRIEVER = "RETRIEVER"
+_RETRIEVAL = "retrieval"
+
+
+def content_requested(environ: Mapping[str, str]) -> bool:
+    """Whether the environment asks query spans to carry content (KBCTL_TRACE_CONTENT `1` or `true`): the question,
+    redacted, and the hits' texts, titles, headings and origins. Off by default: spans go to whoever reads the
+    tracing backend, who need not be a reader of the documents."""
+    return environ.get(CONTENT_ENV, "").strip().lower() in ("1", "true")
+
+
+@functools.cache
+def _default_redactor() -> Redactor:
+    """The default redaction patterns, compiled once."""
+    return Redactor()
+
+
+def retrieval_attributes(result: QueryResult, *, redact: Redact, content: bool = False) -> dict[str, Any]:
+    """The attributes that make a query's span a retrieval span of OpenInference (`openinference.span.kind`
+    RETRIEVER, `retrieval.documents.{i}.document.id`, `.score`, `.metadata` and, with `content`, `.content` and
+    `input.value`) and of OpenTelemetry's GenAI conventions (`gen_ai.operation.name` `retrieval`,
+    `gen_ai.data_source.id`, `gen_ai.request.model`, `gen_ai.request.top_k`, `gen_ai.retrieval.documents` and, with
+    `content`, `gen_ai.retrieval.query.text`).
+
+    Only `result.hits` are described (what the caller's reader let it retrieve, never the candidates the query
+    dropped), the first TRACE_DOCUMENTS by rank. Without `content`, a document is its id (`knowledge
+    base/source#position`), score and metadata of names and numbers; with it, the question passes through `redact`
+    (cut at TRACE_QUESTION_CHARS) and each text is cut at TRACE_DOCUMENT_CHARS, TRACE_CONTENT_CHARS in all (a cut
+    one's metadata says `truncated`), titles, headings and origins at TRACE_FIELD_CHARS."""
+    attributes: dict[str, Any] = {
+        "openinference.span.kind": _RETRIEVER,
+        "gen_ai.operation.name": _RETRIEVAL,
+        "gen_ai.data_source.id": result.knowledge_base,
+        "gen_ai.request.model": result.model,
+        "gen_ai.request.top_k": float(result.top_k),
+    }
+    if content:
+        question = redact(result.question)[:TRACE_QUESTION_CHARS]
+        attributes |= {
+            "input.value": question,
+            "input.mime_type": "text/plain",
+            "gen_ai.retrieval.query.text": question,
+        }
+    documents: list[dict[str, Any]] = []
+    budget = TRACE_CONTENT_CHARS
+    for i, hit in enumerate(result.hits[:TRACE_DOCUMENTS]):
+        prefix = f"retrieval.documents.{i}.document"
+        document_id = f"{result.knowledge_base}/{hit.source}#{hit.position}"
+        metadata: dict[str, Any] = {
+            "knowledgeBase": result.knowledge_base,
+            "version": result.version,
+            "source": hit.source,
+            "rank": hit.rank,
+            "similarity": hit.similarity,
+        }
+        attributes[f"{prefix}.id"] = document_id
+        attributes[f"{prefix}.score"] = hit.score
+        if content:
+            text = hit.text[: min(TRACE_DOCUMENT_CHARS, budget)]
+            budget -= len(text)
+            attributes[f"{prefix}.content"] = text
+            metadata["origin"] = hit.origin[:TRACE_FIELD_CHARS]
+            if hit.title is not None:
+                metadata["title"] = hit.title[:TRACE_FIELD_CHARS]
+            metadata["headingPath"] = [h[:TRACE_FIELD_CHARS] for h in hit.heading_path]
+            if len(text) < len(hit.text):
+                metadata["truncated"] = True
+        attributes[f"{prefix}.metadata"] = json.dumps(metadata, ensure_ascii=False)
+        documents.append({"id": document_id, "score": hit.score, "similarity": hit.similarity, "rank": hit.rank})
+    attributes["gen_ai.retrieval.documents"] = json.dumps(documents)
+    return attributes
 
 
 # ---------------------------------------------------------------- apply, refresh, controller

@@ -12,7 +12,9 @@ import pytest
 from fastapi.testclient import TestClient
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
+from kbctl import telemetry
 from kbctl.client import KnowledgeBaseStore
+from kbctl.inputs.redaction import REDACTED, Redactor
 from kbctl.manifest import parse_manifests
 from kbctl.serve import RetrievalService, Tokens, create_app
 from kbctl.serve.tracing import server_traces
@@ -32,12 +34,12 @@ def tracer_provider() -> None:
     send_spans_to(EXPORTER)
 
 
-def under_server_traces(app: Any) -> Any:
-    """`app` with each request within `server_traces`, as `kbctl serve` runs it (TestClient runs the app on a
-    thread of its own, which does not inherit the context of the test's)."""
+def under_server_traces(app: Any, redact: Redactor | None = None) -> Any:
+    """`app` with each request within `server_traces` (with the server's redaction `redact`), as `kbctl serve`
+    runs it (TestClient runs the app on a thread of its own, which does not inherit the context of the test's)."""
 
     async def traced(scope: Any, receive: Any, send: Any) -> None:
-        with server_traces():
+        with server_traces(redact=redact):
             await app(scope, receive, send)
 
     return traced
@@ -135,3 +137,29 @@ def test_a_federated_query_traces_each_member(client: tuple[TestClient, Retrieva
     assert attributes["kbctl.route"] == "/v1/query" and attributes["kbctl.token"] == "anonymous"
     children = [s for s in EXPORTER.get_finished_spans() if s.parent and s.parent.span_id == roots[0].context.span_id]
     assert {s.name for s in children} >= {"kbctl.embed_question", "kbctl.select"}
+
+
+def test_the_servers_redaction_is_the_one_its_spans_use(
+    store: KnowledgeBaseStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """With content asked for, a question's span carries it through the redaction the server hands
+    `server_traces` (its configured patterns with the defaults), by a knowledge base's route and by /v1/query."""
+    monkeypatch.setenv(telemetry.CONTENT_ENV, "true")
+    store.apply(parse_manifests(MANIFEST, "kb.yaml"))
+    service = RetrievalService(store.settings, pool_size=2)
+    app = under_server_traces(create_app(service, Tokens(ServeConfig(), {})), Redactor([r"\bcase-[0-9]{3,}\b"]))
+    question = "how long are invoices kept for case-20417? ask ops@example.com"
+    try:
+        with TestClient(app) as c:
+            EXPORTER.clear()
+            one = c.post("/v1/knowledgebases/office/query", json={"question": question})
+            many = c.post("/v1/query", json={"question": question, "knowledgeBases": ["office"]})
+            assert one.status_code == many.status_code == 200
+    finally:
+        service.close()
+    roots = [dict(s.attributes or {}) for s in EXPORTER.get_finished_spans() if s.name == "kbctl.query"]
+    assert [r["kbctl.route"] for r in roots] == ["/v1/knowledgebases/office/query", "/v1/query"]
+    for attributes in roots:
+        assert attributes["input.value"] == f"how long are invoices kept for {REDACTED}? ask {REDACTED}"
+        assert attributes["gen_ai.retrieval.query.text"] == attributes["input.value"]
+        assert attributes["retrieval.documents.0.document.id"] == "office/invoices#0"
