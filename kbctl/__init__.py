@@ -62,6 +62,7 @@ if TYPE_CHECKING:
         StoreError,
         UsageError,
     )
+    from kbctl.eval.run import EvalReport
     from kbctl.inputs.access import Reader
     from kbctl.manifest import (
         KnowledgeBase,
@@ -80,9 +81,11 @@ if TYPE_CHECKING:
     from kbctl.rerank import Reranker
     from kbctl.sources.url import FetchPolicy
     from kbctl.store.embedded import ServerStatus
+    from kbctl.store.evalruns import EvalRun
     from kbctl.store.events import KnowledgeBaseEvent
     from kbctl.store.history import GcResult, RollbackResult, VersionInfo
     from kbctl.store.syncs import SyncStatus
+    from kbctl.store.versiondiff import DiffBounds, VersionChange, VersionDiff
 
 _WHERE = {
     "ApplyReport": "kbctl.engine.results",
@@ -100,6 +103,9 @@ _WHERE = {
     "DiffReport": "kbctl.engine.diff",
     "Embedder": "kbctl.embedding",
     "EmbeddingError": "kbctl.errors",
+    "DiffBounds": "kbctl.store.versiondiff",
+    "EvalReport": "kbctl.eval.run",
+    "EvalRun": "kbctl.store.evalruns",
     "EvalSetError": "kbctl.errors",
     "Event": "kbctl.engine.events",
     "FailureReason": "kbctl.engine.events",
@@ -166,6 +172,8 @@ _WHERE = {
     "SyncStatus": "kbctl.store.syncs",
     "UsageError": "kbctl.errors",
     "VectorIndexBuilt": "kbctl.engine.events",
+    "VersionChange": "kbctl.store.versiondiff",
+    "VersionDiff": "kbctl.store.versiondiff",
     "VersionInfo": "kbctl.store.history",
     "WorkProgress": "kbctl.engine.events",
     "load_manifests": "kbctl.manifest",
@@ -183,11 +191,14 @@ __all__ = [
     "Controller",
     "ControllerGone",
     "DeleteResult",
+    "DiffBounds",
     "DiffReport",
     "DocumentsRemoved",
     "DriftFound",
     "Embedder",
     "EmbeddingError",
+    "EvalReport",
+    "EvalRun",
     "EvalSetError",
     "Event",
     "FailureReason",
@@ -254,6 +265,8 @@ __all__ = [
     "SyncStatus",
     "UsageError",
     "VectorIndexBuilt",
+    "VersionChange",
+    "VersionDiff",
     "VersionInfo",
     "WorkProgress",
     "load_manifests",

@@ -22,6 +22,7 @@ COMMANDS: list[list[str]] = [
     ["import", "beir"],
     ["delete"],
     ["rollout", "history"],
+    ["rollout", "diff"],
     ["rollout", "status"],
     ["rollout", "undo"],
     ["gc"],

@@ -13,7 +13,7 @@ from pydantic.alias_generators import to_camel
 
 from kbctl import telemetry
 from kbctl.config import Settings
-from kbctl.errors import KbctlError, NotFoundError, StoreError
+from kbctl.errors import KbctlError, NotFoundError, StoreError, UsageError
 from kbctl.store.database import Database
 from kbctl.store.embedded import embedded_url, running_url
 from kbctl.store.names import LOOKUP_TIMEOUT, knowledge_base_names, reachable_url
@@ -31,6 +31,7 @@ if TYPE_CHECKING:
     from kbctl.engine.results import ApplyReport, PendingResult
     from kbctl.engine.settled import ManifestsToApply
     from kbctl.engine.status import KnowledgeBaseDetail, KnowledgeBaseSummary, SyncDetail
+    from kbctl.eval.run import EvalReport
     from kbctl.inputs.access import Reader
     from kbctl.manifest import KnowledgeBase, LoadedManifest, ManifestFile
     from kbctl.manifest.load import ManifestFiles
@@ -43,10 +44,12 @@ if TYPE_CHECKING:
     from kbctl.sources.url import FetchPolicy
     from kbctl.store.applied import SettledKnowledgeBase
     from kbctl.store.embedded import ServerStatus
+    from kbctl.store.evalruns import EvalRun
     from kbctl.store.events import KnowledgeBaseEvent
     from kbctl.store.history import GcResult, RollbackResult, VersionInfo
     from kbctl.store.pool import DatabasePool
     from kbctl.store.syncs import SyncStatus
+    from kbctl.store.versiondiff import DiffBounds, VersionChange, VersionDiff
 
 __all__ = ["DeleteResult", "KnowledgeBaseStore", "Readiness", "Scope"]
 
@@ -452,6 +455,87 @@ class KnowledgeBaseStore:
         from kbctl.store.history import list_versions
 
         return list_versions(self.db, name)
+
+    def version_diff(
+        self,
+        name: str,
+        from_version: int | None = None,
+        to_version: int | None = None,
+        *,
+        scope: Scope | None = None,
+        reader: Reader | None = None,
+        bounds: DiffBounds | None = None,
+    ) -> VersionDiff:
+        """What changed between two retained versions (`kbctl rollout diff`; default: the version before the serving
+        one, and the serving one): the sources added, removed, changed and unchanged with each side's chunks and
+        characters, and a unified diff of each changed source's text, cut at `bounds` (kbctl.defaults' DIFF_*) and
+        flagged. With a `reader`, as that caller sees the versions: a source it may not read is left out, not named
+        nor counted; without one, every source. NotFoundError outside `scope`, and for a version not retained."""
+        from kbctl.store.versiondiff import diff_versions
+
+        with self._reading() as db:
+            if scope is not None:
+                self._in_scope(db, name, scope)
+            return diff_versions(db, name, from_version, to_version, reader=reader, bounds=bounds)
+
+    def version_changes(
+        self, name: str, *, scope: Scope | None = None, reader: Reader | None = None
+    ) -> list[VersionChange]:
+        """Each retained version, newest first (as `history`), with how many sources it added, removed and changed
+        against the retained version before it; no text is read. `scope` and `reader` as for `version_diff`."""
+        from kbctl.store.versiondiff import version_changes
+
+        with self._reading() as db:
+            if scope is not None:
+                self._in_scope(db, name, scope)
+            return version_changes(db, name, reader=reader)
+
+    def record_eval(self, name: str, report: EvalReport, *, eval_set: str, scope: Scope | None = None) -> list[EvalRun]:
+        """Record an evaluation of knowledge base `name` (`kbctl eval --record`): one run per mode, against the
+        version its queries read (as the query results name it, so a read replica's), under `eval_set` (the eval
+        set's `name:` or its file's name: a name, never a path), with the caller it measured as. The answers of
+        `--answers` are not recorded. KbctlError, nothing recorded, when a mode's queries read more than one version
+        (one was published while they ran: measure again); NotFoundError outside `scope`."""
+        from kbctl.store.evalruns import EvalMetrics, NewEvalRun, record_eval_runs
+
+        if report.knowledge_base is not None and report.knowledge_base != name:
+            raise UsageError(f"the report measured KnowledgeBase/{report.knowledge_base}, not {name}")
+        runs = []
+        for m in report.modes:
+            if len(m.versions) != 1:
+                read = " and ".join(str(v) for v in m.versions) or "none"
+                raise KbctlError(
+                    f"KnowledgeBase/{name} not recorded: the queries of mode {m.label} read versions {read} (a version "
+                    "was published while they ran); measure again"
+                )
+            metrics = EvalMetrics.model_validate(m.model_dump(include=set(EvalMetrics.model_fields)))
+            runs.append(
+                NewEvalRun(
+                    version=m.versions[0],
+                    eval_set=eval_set,
+                    questions=m.queries,
+                    mode=m.resolved_mode or m.mode or "default",
+                    k=report.k,
+                    metrics=metrics,
+                    reader_groups=report.reader_groups or (),
+                    reader_claims=report.reader_claims or (),
+                )
+            )
+        if scope is not None:
+            self._in_scope(self.db, name, scope)
+        return record_eval_runs(self.db, name, runs)
+
+    def eval_history(self, name: str, *, scope: Scope | None = None, reader: Reader | None = None) -> list[EvalRun]:
+        """The recorded evaluation runs of a knowledge base, oldest first (the newest EVAL_RUNS_PER_KNOWLEDGE_BASE
+        are kept), each with the version it measured. With a `reader`, only the runs measured as a caller whose groups
+        and claims it all holds (those measured without any, at least): no figure of documents it may not read.
+        NotFoundError outside `scope`."""
+        from kbctl.store.evalruns import list_eval_runs
+
+        with self._reading() as db:
+            if scope is not None:
+                self._in_scope(db, name, scope)
+            return list_eval_runs(db, name, reader=reader)
 
     def rollback(
         self,

@@ -273,6 +273,36 @@ RANKING_MAX_TOKENS: Final = 100_000
 """spec.retrieval.maxContextTokens of an imported BEIR knowledge base: the token budget never binds, so
 recall@10 and nDCG@10 see the full top 10."""
 
+# ---------------------------------------------------------------- Evaluation history and version diffs
+
+EVAL_RUNS_PER_KNOWLEDGE_BASE: Final = 1_000
+"""Recorded evaluation runs kept per knowledge base (`kbctl eval --record`, one per mode measured; the oldest
+dropped first): years of a nightly CI run over two or three modes, and a history that plots in one read."""
+
+DIFF_SOURCE_LINES: Final = 400
+"""Lines of one source's text diff that `kbctl rollout diff` (and `version_diff`) shows; the rest is cut and the
+source flagged `diffTruncated`: enough to read an edit, not a whole rewritten document."""
+
+DIFF_SOURCE_BYTES: Final = 40_000
+"""Bytes (UTF-8) of one source's text diff shown (a line longer than what is left is cut within it), flagged like
+DIFF_SOURCE_LINES: long lines (a JSON or CSV record per line) reach this before the line bound."""
+
+DIFF_TOTAL_LINES: Final = 4_000
+"""Lines of text diff one version diff shows over all its changed sources; the sources past it are listed without
+their diff and flagged, so a change of thousands of files stays one bounded answer."""
+
+DIFF_TOTAL_BYTES: Final = 400_000
+"""Bytes (UTF-8) of text diff one version diff shows over all its changed sources, flagged like
+DIFF_TOTAL_LINES."""
+
+DIFF_SOURCE_CHARS: Final = 200_000
+"""Characters of a revision's text a version diff reads (from its chunks, in order) on each side of a changed
+source: the diff of a longer document is of its beginning, flagged; it bounds the time difflib takes."""
+
+DIFF_TOTAL_CHARS: Final = 2_000_000
+"""Characters of revision text one version diff reads in all; the changed sources past it are listed without their
+diff and flagged, so the diff's time and memory stay bounded however many sources changed."""
+
 
 # ---------------------------------------------------------------- Exported query spans
 

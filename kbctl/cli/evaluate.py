@@ -23,8 +23,10 @@ from kbctl.cli._common import (
 )
 from kbctl.cli.completion import kb_names
 from kbctl.cli.terminal import inert, say
+from kbctl.errors import KbctlError
 
 if TYPE_CHECKING:
+    from kbctl import EvalRun
     from kbctl.eval.answers import AnswerReport
     from kbctl.eval.run import EvalReport
 
@@ -157,6 +159,25 @@ def _print_answers(reports: list[AnswerReport], verbose: bool) -> None:
             say("    " + inert(o.question))
 
 
+def _recorded_name(filename: str, name: str | None) -> str:
+    """The name --record keeps: the eval set's name:, else its file's name (never the path to it)."""
+    from pathlib import PurePath
+
+    from kbctl.eval.evalset import NAME_MAX_CHARS
+
+    if name is not None:
+        return name
+    if filename == "-":
+        raise typer.BadParameter("an eval set read from stdin needs a name: to be recorded", param_hint="--record")
+    base = PurePath(filename).name.rsplit("\\", 1)[-1]
+    if len(base) > NAME_MAX_CHARS:
+        raise typer.BadParameter(
+            f"the eval set's file name is longer than {NAME_MAX_CHARS} characters: set a name: to record it",
+            param_hint="--record",
+        )
+    return base
+
+
 @app.command("eval")
 @handles_errors
 def evaluate(
@@ -231,6 +252,14 @@ def evaluate(
         ),
     ] = None,
     verbose: Annotated[bool, typer.Option("--verbose", "-v", help="List the queries that missed.")] = False,
+    record: Annotated[
+        bool,
+        typer.Option(
+            "--record",
+            help="Keep each mode's results in the store against the version its queries read, under the eval set's "
+            "name: or its file's name (the history: the console and the Python API's eval_history).",
+        ),
+    ] = False,
     output: OutputOpt = None,
     as_group: AsGroupOpt = None,
     as_claim: AsClaimOpt = None,
@@ -254,6 +283,10 @@ def evaluate(
     --as-group / --as-claim measure as one caller (document-level access): a source behind a rule it does not
     pass is never retrieved, so it counts as missed. Without them, the caller has no groups.
 
+    --record keeps each mode's retrieval metrics in the store, against the version of the knowledge base its
+    queries read, under the eval set's name: (else its file's name), with the caller measured as; the gates
+    still apply. An eval set read from stdin needs a name: to be recorded.
+
     Example: kbctl eval client-service-policy -f examples/eval/client-service-policy.yaml -m hybrid -m vector
     """
     from kbctl import QueryOptions
@@ -266,6 +299,7 @@ def evaluate(
             "--chat-model, --judge-model, --min-faithfulness and --min-refusal need --answers", param_hint="--answers"
         )
     evalset = load_evalset(filename, stdin=sys.stdin)
+    recorded_as = _recorded_name(filename, evalset.name) if record else None
     target = name or evalset.knowledge_base
     if target is None:
         raise typer.BadParameter("give a knowledge base NAME or set knowledgeBase in the eval set", param_hint="NAME")
@@ -290,12 +324,25 @@ def evaluate(
                 options=QueryOptions(threshold=threshold, max_tokens=max_tokens),
                 reader=reader,
             )
+        runs: list[EvalRun] = []
+        unrecorded: KbctlError | None = None
+        if recorded_as is not None:
+            try:
+                runs = store.record_eval(target, report, eval_set=recorded_as)
+            except KbctlError as error:  # the report is still printed first
+                unrecorded = error
     if output:
         emit(report, output)
     else:
         _print(report, verbose)
         if report.answers:
             _print_answers(report.answers, verbose)
+    if runs:
+        versions = ", ".join(str(v) for v in dict.fromkeys(r.version for r in runs))
+        what = f"{len(runs)} run{'s' if len(runs) != 1 else ''} of eval set {recorded_as}"
+        say(inert(f"recorded {what} against KnowledgeBase/{target} version {versions}"), err=output is not None)
+    if unrecorded is not None:
+        raise unrecorded
     messages = [s.message for s in report.shortfalls(min_recall=min_recall, min_ndcg=min_ndcg)]
     if report.answers:
         gates = answer_shortfalls(report.answers, min_faithfulness=min_faithfulness, min_refusal=min_refusal)

@@ -27,6 +27,7 @@ if TYPE_CHECKING:  # imported by the commands that print them (a command's start
         SourceStatus,
         SyncDetail,
         SyncStatus,
+        VersionDiff,
         VersionInfo,
     )
     from kbctl.manifest.explain import FieldDoc
@@ -50,6 +51,7 @@ __all__ = [
     "syncs_table",
     "table",
     "table_body",
+    "version_diff_text",
     "would_fail_lines",
 ]
 
@@ -395,6 +397,38 @@ def history_table(versions: Sequence[VersionInfo]) -> str:
         for v in versions
     ]
     return table(["VERSION", "CURRENT", "CREATED", "SOURCES", "CHUNKS", "EMBEDDED", "REUSED", "CHANGE"], rows)
+
+
+def _sides(old: int | None, new: int | None) -> str:
+    """`5 → 6`, `- → 3`, or `4` when both sides hold the same."""
+    if old is not None and old == new:
+        return f"{old:,}"
+    return f"{'-' if old is None else f'{old:,}'} \u2192 {'-' if new is None else f'{new:,}'}"
+
+
+def version_diff_text(d: VersionDiff) -> str:
+    """`kbctl rollout diff`: a line of counts, the table of sources, then each changed source's text diff (every
+    line of it data, made inert), with a note where a bound cut one."""
+    lines = [
+        f"KnowledgeBase/{d.knowledge_base} version {d.from_version} \u2192 {d.to_version}: {d.added} added, "
+        f"{d.removed} removed, {d.changed} changed, {d.unchanged} unchanged"
+    ]
+    if d.sources:
+        rows = [
+            [s.name, s.change, _sides(s.from_chunks, s.to_chunks), _sides(s.from_chars, s.to_chars)] for s in d.sources
+        ]
+        lines += ["", table(["SOURCE", "CHANGE", "CHUNKS", "CHARS"], rows)]
+    for s in d.sources:
+        if s.change != "changed":
+            continue
+        lines.append("")
+        if s.same_text:
+            lines.append(inert(f"{s.name}: the same text, chunked anew"))
+            continue
+        lines += [inert(line) for line in s.diff]
+        if s.diff_truncated:
+            lines.append(inert(f"... the diff of {s.name} is cut here (kbctl.defaults DIFF_*)"))
+    return "\n".join(lines)
 
 
 def no_versions_line(d: KnowledgeBaseDetail) -> str:

@@ -3,6 +3,7 @@
 An eval set is a YAML document (or JSON Lines, one query per line) of questions with what a good answer
 retrieves:
 
+    name: client-service-regressions            # optional; `kbctl eval --record` records it (else the file's name)
     knowledgeBase: client-service-policy        # optional; the name given on the command line wins
     queries:
       - id: cancel-two-weeks
@@ -60,7 +61,8 @@ __all__ = [
 
 STDIN_PATH: Final = "<stdin>"
 JSONL_SUFFIXES: Final = (".jsonl", ".ndjson")
-_TOP_LEVEL_KEYS: Final = ("queries", "knowledgeBase", "knowledge_base")
+_TOP_LEVEL_KEYS: Final = ("queries", "knowledgeBase", "knowledge_base", "name")
+NAME_MAX_CHARS: Final = 200  # an eval set's `name:`, which `kbctl eval --record` keeps with each run
 
 
 class HitLike(Protocol):
@@ -143,8 +145,25 @@ class EvalQuery(_Model):
 class EvalSet(_Model):
     """Questions about one knowledge base."""
 
+    name: str | None = Field(
+        default=None,
+        max_length=NAME_MAX_CHARS,
+        description="What `kbctl eval --record` records the runs under (default: the eval set file's name).",
+    )
     knowledge_base: str | None = Field(default=None, description="Default knowledge base (the CLI argument wins).")
     queries: list[EvalQuery] = Field(min_length=1)
+
+    @field_validator("name")
+    @classmethod
+    def _valid_name(cls, value: str | None) -> str | None:
+        if value is None:
+            return None
+        _not_blank(value)
+        if any(ord(c) < 32 or ord(c) == 127 for c in value):
+            raise ValueError("must not hold control characters")
+        if "/" in value or "\\" in value:
+            raise ValueError("is a name, not a path: no / or \\")
+        return value
 
 
 def _read(path: str, stdin: TextIO | None) -> str:

@@ -9,7 +9,7 @@ scores each query with the metrics of `kbctl.eval.metrics`; `evaluate_store` doe
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -101,6 +101,11 @@ class ModeReport(BaseModel):
     )
     document_ndcg: float | None = Field(default=None, description="Mean nDCG@10 over distinct sources.")
     no_answer_accuracy: float | None = Field(description="Share of noAnswer queries that got no hit at all.")
+    versions: list[int] = Field(
+        default_factory=list,
+        description="The versions of the knowledge base its queries read, as the store names them: one, unless a "
+        "version was published (or rolled back to) while they ran.",
+    )
     results: list[QueryOutcome]
 
     @property
@@ -124,6 +129,12 @@ class EvalReport(BaseModel):
     knowledge_base: str | None
     k: int
     modes: list[ModeReport]
+    reader_groups: list[str] | None = Field(
+        default=None, description="The groups of the caller measured as (--as-group); None: a caller without any."
+    )
+    reader_claims: list[str] | None = Field(
+        default=None, description="The claims of the caller measured as (--as-claim), `name=value`; None: none."
+    )
     answers: list[AnswerReport] | None = None  # `--answers`: the generation half, one report per chat model
 
     def shortfalls(self, *, min_recall: float | None = None, min_ndcg: float | None = None) -> list[Shortfall]:
@@ -235,6 +246,7 @@ class _StoreQuery:
     options: QueryOptions  # top_k and the options every mode shares (threshold, max_tokens)
     resolved: dict[str | None, str]
     reader: Reader | None = None  # the caller whose documents are read (document-level access)
+    versions: dict[str | None, set[int]] = field(default_factory=dict)  # per mode, the versions its queries read
 
     def __call__(self, question: str, mode: str | None) -> Sequence[HitLike]:
         base, rerank = split_mode(mode)
@@ -243,6 +255,7 @@ class _StoreQuery:
         if result.rerank is not None and result.rerank.error:
             raise KbctlError(f"mode {mode or 'default'}: {result.rerank.error}")
         self.resolved.setdefault(mode, result.mode + ("+rerank" if result.rerank is not None else ""))
+        self.versions.setdefault(mode, set()).add(result.version)
         return result.hits
 
 
@@ -296,4 +309,8 @@ def evaluate_store(
     report = evaluate(store_query, evalset, k=k, modes=modes, knowledge_base=name)
     for m in report.modes:
         m.resolved_mode = store_query.resolved.get(m.mode)
+        m.versions = sorted(store_query.versions.get(m.mode, ()))
+    if reader is not None:
+        report.reader_groups = reader.group_list() or None
+        report.reader_claims = reader.claim_terms() or None
     return report

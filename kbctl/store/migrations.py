@@ -483,7 +483,7 @@ MIGRATIONS: list[tuple[int, str, str]] = [
         -- One row per retrieval served over HTTP or MCP when serve's retrievalLog is enabled (kbctl.store.retrievals):
         -- the caller's name (never a credential), the question as redacted, and the result with its trace, bounded
         -- in bytes. Keyed by knowledge base name, not id: a run stays readable after its knowledge base is deleted,
-        -- until the log's days or rows bound removes it.
+        -- until the log's days or rows bound removes it. result_cut: the result was cut to fit the bytes bound.
         CREATE TABLE kb_retrievals (
             id               bigserial PRIMARY KEY,
             at               timestamptz NOT NULL DEFAULT now(),
@@ -498,7 +498,8 @@ MIGRATIONS: list[tuple[int, str, str]] = [
             best_similarity  double precision,
             latency_ms       double precision NOT NULL,
             status           text NOT NULL,
-            result           jsonb
+            result           jsonb,
+            result_cut       boolean NOT NULL DEFAULT false
         );
         CREATE INDEX kb_retrievals_at ON kb_retrievals (at DESC, id DESC);
         CREATE INDEX kb_retrievals_knowledge_bases ON kb_retrievals USING gin (knowledge_bases);
@@ -508,14 +509,21 @@ MIGRATIONS: list[tuple[int, str, str]] = [
         27,
         "evaluation results recorded against the version they measured (kbctl eval --record)",
         """
+        -- One row per retrieval mode of a `kbctl eval --record` (kbctl.store.evalruns): the version the mode's
+        -- queries read, the eval set's name (never a path), the mode and k measured, the caller measured as
+        -- (reader_groups / reader_claims; both NULL: a caller without groups or claims) and the metrics.
         CREATE TABLE kb_eval_runs (
-            id          bigserial PRIMARY KEY,
-            kb_id       bigint NOT NULL REFERENCES kb_knowledge_bases(id) ON DELETE CASCADE,
-            version     integer NOT NULL,
-            at          timestamptz NOT NULL DEFAULT now(),
-            eval_set    text NOT NULL,
-            questions   integer NOT NULL,
-            metrics     jsonb NOT NULL
+            id            bigserial PRIMARY KEY,
+            kb_id         bigint NOT NULL REFERENCES kb_knowledge_bases(id) ON DELETE CASCADE,
+            version       integer NOT NULL,
+            at            timestamptz NOT NULL DEFAULT now(),
+            eval_set      text NOT NULL,
+            questions     integer NOT NULL,
+            mode          text NOT NULL,
+            k             integer NOT NULL,
+            reader_groups text[],
+            reader_claims text[],
+            metrics       jsonb NOT NULL
         );
         CREATE INDEX kb_eval_runs_kb ON kb_eval_runs (kb_id, version, at);
         """,
