@@ -84,6 +84,7 @@ if TYPE_CHECKING:
     from kbctl.store.evalruns import EvalRun
     from kbctl.store.events import KnowledgeBaseEvent
     from kbctl.store.history import GcResult, RollbackResult, VersionInfo
+    from kbctl.store.retrievals import NewRetrieval, Retrieval
     from kbctl.store.syncs import SyncStatus
     from kbctl.store.versiondiff import DiffBounds, VersionChange, VersionDiff
 
@@ -134,6 +135,7 @@ _WHERE = {
     "ManifestSet": "kbctl.manifest",
     "ManifestsToApply": "kbctl.engine.settled",
     "Mode": "kbctl.query.options",
+    "NewRetrieval": "kbctl.store.retrievals",
     "NotFoundError": "kbctl.errors",
     "NullReporter": "kbctl.engine.events",
     "Passage": "kbctl.query.context",
@@ -153,6 +155,7 @@ _WHERE = {
     "RerankError": "kbctl.errors",
     "RerankInfo": "kbctl.query.results",
     "Reranker": "kbctl.rerank",
+    "Retrieval": "kbctl.store.retrievals",
     "RollbackError": "kbctl.errors",
     "RolloutStatus": "kbctl.engine.controller",
     "RollbackResult": "kbctl.store.history",
@@ -227,6 +230,7 @@ __all__ = [
     "ManifestSet",
     "ManifestsToApply",
     "Mode",
+    "NewRetrieval",
     "NotFoundError",
     "NullReporter",
     "Overview",
@@ -247,6 +251,7 @@ __all__ = [
     "RerankError",
     "RerankInfo",
     "Reranker",
+    "Retrieval",
     "RollbackError",
     "RollbackResult",
     "RolloutStatus",

@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager, suppress
 from dataclasses import dataclass, replace
+from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Unpack
 
@@ -48,6 +49,7 @@ if TYPE_CHECKING:
     from kbctl.store.events import KnowledgeBaseEvent
     from kbctl.store.history import GcResult, RollbackResult, VersionInfo
     from kbctl.store.pool import DatabasePool
+    from kbctl.store.retrievals import NewRetrieval, Retrieval
     from kbctl.store.syncs import SyncStatus
     from kbctl.store.versiondiff import DiffBounds, VersionChange, VersionDiff
 
@@ -604,6 +606,77 @@ class KnowledgeBaseStore:
         with self._reading() as db:
             return list_events(db, names, limit=limit, kind="KnowledgeBase" if scope is not None else None)
 
+    def retrievals(
+        self,
+        *,
+        knowledge_base: str | None = None,
+        caller: str | None = None,
+        since: datetime | None = None,
+        until: datetime | None = None,
+        nothing_relevant: bool = False,
+        limit: int = 50,
+        before: int | None = None,
+        scope: Scope | None = None,
+        reader: Reader | None = None,
+    ) -> list[Retrieval]:
+        """The retrieval log of `kbctl serve` (serve.retrievalLog), newest first, without results: at most `limit`
+        runs (1 - 500) with an id below `before` (the next page), of `knowledge_base`, of `caller`, from `since`
+        until `until`, only those that found nothing relevant with `nothing_relevant`. With `scope`, only the runs
+        whose every knowledge base it lets the caller see; with `reader`, the hits counted are those it may read
+        (kbctl.store.retrievals). ValueError for a limit out of bounds."""
+        from kbctl.store.retrievals import list_retrievals
+
+        with self._reading() as db:
+            return list_retrievals(
+                db,
+                knowledge_base=knowledge_base,
+                caller=caller,
+                since=since,
+                until=until,
+                nothing_relevant=nothing_relevant,
+                limit=limit,
+                before=before,
+                scope=scope,
+                reader=reader,
+            )
+
+    def retrieval(self, run_id: int, *, scope: Scope | None = None, reader: Reader | None = None) -> Retrieval:
+        """One run of the retrieval log with its result and trace, as `scope` and `reader` may see it (the hits and
+        trace entries of sources the reader may not read left out); NotFoundError when there is none, or it is
+        out of scope."""
+        from kbctl.store.retrievals import get_retrieval
+
+        with self._reading() as db:
+            found = get_retrieval(db, run_id, scope=scope, reader=reader)
+        if found is None:
+            raise NotFoundError(f"retrieval {run_id} not found")
+        return found
+
+    def record_retrievals(self, runs: Sequence[NewRetrieval], *, max_result_bytes: int) -> None:
+        """Record runs in the retrieval log (kbctl serve's writer thread), in one batch, each result cut to
+        `max_result_bytes` of JSON (its hit texts shortened, then its trace entries dropped, and flagged)."""
+        from kbctl.store.retrievals import record_retrievals
+
+        with self._writing() as db:
+            record_retrievals(db, runs, max_result_bytes=max_result_bytes)
+
+    def prune_retrievals(self, *, days: int, max_rows: int) -> int:
+        """Delete the runs of the retrieval log older than `days` and beyond the newest `max_rows`; how many."""
+        from kbctl.store.retrievals import prune_retrievals
+
+        with self._writing() as db:
+            return prune_retrievals(db, days=days, max_rows=max_rows)
+
+    @contextmanager
+    def _writing(self) -> Iterator[Database]:
+        """Where a write of a pooled store goes: a pooled connection when the pool is the primary's, else the
+        store's own connection (the pool of a store with a read replica reads the replica)."""
+        if self._pool is not None and self.settings.query_database_url is None:
+            with self._pool.borrow() as db:
+                yield db
+        else:
+            yield self.db
+
     def syncs(self) -> list[SyncStatus]:
         """The Syncs recorded (git folders of manifests a controller keeps applied), by name, with what each last
         applied."""
@@ -706,12 +779,14 @@ class KnowledgeBaseStore:
         selector: Selector | None = None,
         scope: Scope | None = None,
         reader: Reader | None = None,
+        on_member: Callable[[QueryResult], None] | None = None,
         **overrides: Unpack[QueryOverrides],
     ) -> FederatedResult:
         """Query several knowledge bases (`names`, or those matching `selector`, or every one with a published
         version in `scope`) and fuse their rankings into one by reciprocal rank (kbctl.query.federated). topK
         and the token budget apply to the fused list, by default the largest of the knowledge bases'. A name
-        that does not exist, or is outside `scope`, is NotFoundError. `reader` as for `query`."""
+        that does not exist, or is outside `scope`, is NotFoundError. `reader` as for `query`; `on_member` is
+        given each knowledge base's own result (with its trace when explaining: kbctl serve's retrieval log)."""
         from kbctl.query.federated import query_many
         from kbctl.query.options import QueryOptions
 
@@ -723,9 +798,14 @@ class KnowledgeBaseStore:
             targets = list(names)
         else:
             targets = [kb.name for kb in self.list(selector, scope=scope) if kb.version is not None]
-        return query_many(
-            question, targets, options, lambda name: self.query(name, question, options, scope=scope, reader=reader)
-        )
+
+        def one(name: str) -> QueryResult:
+            result = self.query(name, question, options, scope=scope, reader=reader)
+            if on_member is not None:
+                on_member(result)
+            return result
+
+        return query_many(question, targets, options, one)
 
     def context(
         self,

@@ -153,6 +153,31 @@ INDEX_LOOKUP_SECONDS: Final = 60.0
 """How long a search trusts the HNSW index it found for a model before looking it up in the catalog again: one
 catalog query a minute instead of one per search; an index built meanwhile is used within this time."""
 
+# ---------------------------------------------------------------- The retrieval log of kbctl serve
+
+RETRIEVAL_LOG_DAYS: Final = 7
+"""serve.retrievalLog.days: how many days a run of the retrieval log is kept (1 - 365): a week covers the questions
+that lead to a change of a knowledge base, and no more of what people asked is kept than that needs."""
+
+RETRIEVAL_LOG_MAX_ROWS: Final = 100_000
+"""serve.retrievalLog.maxRows: runs of the retrieval log kept at most (the newest; 1,000 - 10,000,000): with the
+default bytes per row, at most ~6.5 GB in the worst case, a few hundred MB with the results of a usual topK."""
+
+RETRIEVAL_LOG_MAX_ROW_BYTES: Final = 65_536
+"""serve.retrievalLog.maxRowBytes: the JSON of one run's result kept at most (1 KiB - 1 MiB): ten hits of 1,200
+characters and a full trace fit; a larger result has its hit texts shortened, then its trace entries dropped."""
+
+RETRIEVAL_LOG_QUEUE: Final = 10_000
+"""Runs waiting for the retrieval log's writer thread at most: beyond, a run is dropped and counted rather than
+making a request wait (a stalled database costs the log, never the answers)."""
+
+RETRIEVAL_LOG_BATCH: Final = 200
+"""Runs the retrieval log's writer inserts in one batch at most (one round trip, one pooled connection)."""
+
+RETRIEVAL_LOG_PRUNE_SECONDS: Final = 300.0
+"""How often the retrieval log's writer deletes the runs past serve.retrievalLog's days and rows (and once at
+start): between two prunes the table outgrows maxRows by at most what five minutes serve."""
+
 # ---------------------------------------------------------------- Keyword search (BM25)
 
 BM25_K1: Final = 0.9

@@ -45,8 +45,10 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationIn
 from pydantic.alias_generators import to_camel
 from pydantic_core import PydanticCustomError
 
+from kbctl.defaults import RETRIEVAL_LOG_DAYS, RETRIEVAL_LOG_MAX_ROW_BYTES, RETRIEVAL_LOG_MAX_ROWS
 from kbctl.errors import InputError, KbctlError, ManifestProblem, UsageError
 from kbctl.inputs.access import Reader
+from kbctl.inputs.redaction import REDACT_PATTERNS_MAX, compile_pattern
 
 __all__ = [
     "ALLOW_NETWORKS_ENV",
@@ -61,6 +63,7 @@ __all__ = [
     "Profile",
     "Provider",
     "RerankProvider",
+    "RetrievalLogConfig",
     "ServeConfig",
     "ServeToken",
     "config_path",
@@ -403,12 +406,35 @@ class ServeOidc(_Model):
         return self
 
 
+class RetrievalLogConfig(_Model):
+    """`serve.retrievalLog`: whether `kbctl serve` records each query, context and ask it serves (off by default),
+    for how many `days` and `maxRows` at most, each result cut to `maxRowBytes`; `redact` adds regular expressions
+    to the default redactions of a question (kbctl.inputs.redaction)."""
+
+    enabled: bool = False
+    days: int = Field(default=RETRIEVAL_LOG_DAYS, ge=1, le=365)
+    max_rows: int = Field(default=RETRIEVAL_LOG_MAX_ROWS, ge=1_000, le=10_000_000)
+    max_row_bytes: int = Field(default=RETRIEVAL_LOG_MAX_ROW_BYTES, ge=1024, le=1 << 20)
+    redact: tuple[str, ...] = Field(default=(), max_length=REDACT_PATTERNS_MAX)
+
+    @field_validator("redact")
+    @classmethod
+    def _patterns(cls, value: tuple[str, ...]) -> tuple[str, ...]:
+        for number, pattern in enumerate(value):
+            try:
+                compile_pattern(pattern)
+            except ValueError as exc:
+                raise PydanticCustomError("redact", f"pattern {number + 1}: {exc}") from None
+        return value
+
+
 class ServeConfig(_Model):
-    """`kbctl serve`: its bearer tokens by name (the name is what logs and metrics show, never the token), and
-    optionally JWTs of an identity provider (`oidc`)."""
+    """`kbctl serve`: its bearer tokens by name (the name is what logs and metrics show, never the token),
+    optionally JWTs of an identity provider (`oidc`), and its retrieval log (`retrievalLog`)."""
 
     tokens: dict[str, ServeToken] = Field(default_factory=dict)
     oidc: ServeOidc | None = None
+    retrieval_log: RetrievalLogConfig = Field(default_factory=RetrievalLogConfig)
 
 
 class ConfigFile(_Model):

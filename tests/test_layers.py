@@ -252,7 +252,7 @@ def test_cli_and_serve_reach_the_engine_and_store_only_through_the_facade() -> N
 
 
 _GENERIC = {"str", "int", "float", "bool", "None", "list", "dict", "tuple", "set", "object", "type", "Any", "Path"}
-_GENERIC |= {"Sequence", "Callable", "Iterator", "Mapping", "Collection", "Unpack"}
+_GENERIC |= {"Sequence", "Callable", "Iterator", "Mapping", "Collection", "Unpack", "datetime"}
 
 
 def test_every_type_in_the_facades_signatures_is_exported() -> None:

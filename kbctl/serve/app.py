@@ -53,6 +53,7 @@ from kbctl.serve.requests import (
     MultiQueryRequest,
     QueryRequest,
 )
+from kbctl.serve.retrievals import RetrievalLog, logged, without_trace
 from kbctl.serve.service import RetrievalService
 from kbctl.serve.tracing import trace_members, trace_query
 
@@ -153,13 +154,14 @@ def create_app(
     body_timeout: float = DEFAULT_BODY_TIMEOUT,
     threads: int | None = None,
     mcp: bool = True,
+    retrieval_log: RetrievalLog | None = None,  # records each retrieval served (kbctl.serve.retrievals)
 ) -> FastAPI:
     """The ASGI app over `service`; `host` is the address served (the MCP endpoint checks Host headers against it
     on loopback); `request_timeout` bounds every request's work (504 after it), `ask_timeout` that of an answer
     (its chat model call included), `body_timeout` the arrival of a request's body (408 after it); `threads`
     caps the worker threads that run requests' blocking work (anyio's default, 40, when None)."""
     metrics = Metrics()
-    mcp_server = build_mcp(service, ask_timeout=ask_timeout) if mcp else None
+    mcp_server = build_mcp(service, ask_timeout=ask_timeout, retrieval_log=retrieval_log) if mcp else None
     mcp_app = None
     if mcp_server is not None:
         security = None if host in LOOPBACK_HOSTS else TransportSecuritySettings(enable_dns_rebinding_protection=False)
@@ -176,11 +178,15 @@ def create_app(
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         if threads is not None:
             anyio.to_thread.current_default_thread_limiter().total_tokens = threads
-        if mcp_server is None:
-            yield
-            return
-        async with mcp_server.session_manager.run():
-            yield
+        try:
+            if mcp_server is None:
+                yield
+                return
+            async with mcp_server.session_manager.run():
+                yield
+        finally:
+            if retrieval_log is not None:  # what it has queued is written before the process ends
+                await anyio.to_thread.run_sync(retrieval_log.close)
 
     app = _Api(
         title="kbctl",
@@ -206,11 +212,22 @@ def create_app(
         return principal
 
     async def answer(name: str, body: QueryRequest, request: Request) -> QueryResult:
-        """The query of `name` the body asks for, logged, counted and traced (for /query and /context)."""
+        """The query of `name` the body asks for, logged, counted and traced (for /query and /context), and
+        recorded in the retrieval log when there is one."""
         principal = caller(request)
-        result = await run(request, lambda: service.query(principal, name, body.question, body.options()))
+        options = body.options() if retrieval_log is None else RetrievalLog.explained(body.options())
+        operation = "context" if request.url.path.endswith("/context") else "query"
+        result = await logged(
+            retrieval_log,
+            lambda: run(request, lambda: service.query(principal, name, body.question, options)),
+            "http",
+            operation,
+            principal,
+            [name],
+            body.question,
+        )
         observed(request, result, principal)
-        return result
+        return without_trace(result, body.explain)
 
     def observed(request: Request, result: QueryResult, principal: Principal, **extra: Any) -> None:
         """What the request's log line and metrics say of a query (and `extra`), and its trace."""
@@ -335,11 +352,18 @@ def create_app(
         name: Name, body: Annotated[AskRequest, Body(openapi_examples=ASK_EXAMPLES)], request: Request
     ) -> Response:
         principal = caller(request)
-        result = await run(
-            request, lambda: service.ask(principal, name, body.question, body.options()), timeout=ask_timeout
+        options = body.options() if retrieval_log is None else RetrievalLog.explained(body.options())
+        result = await logged(
+            retrieval_log,
+            lambda: run(request, lambda: service.ask(principal, name, body.question, options), timeout=ask_timeout),
+            "http",
+            "ask",
+            principal,
+            [name],
+            body.question,
         )
         observed(request, result.retrieval, principal, reason=result.reason, chatModel=result.model)
-        return _Json(result)
+        return _Json(without_trace(result, body.explain))
 
     @app.post(
         "/v1/query",
@@ -357,14 +381,30 @@ def create_app(
         if body.knowledge_bases and body.selector is not None:
             raise BadRequest("give knowledgeBases or selector, not both")
         selector = body.label_selector()
+        options = body.options() if retrieval_log is None else RetrievalLog.explained(body.options())
+        each: list[QueryResult] = []  # each knowledge base's own result, with its trace, for the retrieval log
 
         def members() -> FederatedResult:
             with trace_members(route=request.url.path, principal=principal.name):
                 return service.query_many(
-                    principal, body.question, body.options(), names=body.knowledge_bases, selector=selector
+                    principal,
+                    body.question,
+                    options,
+                    names=body.knowledge_bases,
+                    selector=selector,
+                    on_member=each.append if retrieval_log is not None else None,
                 )
 
-        result = await run(request, members)
+        result = await logged(
+            retrieval_log,
+            lambda: run(request, members),
+            "http",
+            "federated",
+            principal,
+            body.knowledge_bases,
+            body.question,
+            members=each,
+        )
         request.state.outcome = {
             "knowledgeBase": ",".join(result.knowledge_bases),
             "hits": len(result.hits),

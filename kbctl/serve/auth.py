@@ -40,6 +40,12 @@ class Principal:
     everything: bool = False
     metrics: bool = False  # may read /metrics (its labels name knowledge bases of every scope)
     reader: Reader = field(default_factory=Reader)  # its groups and claims: which restricted documents it reads
+    subject: str | None = None  # a verified JWT's subject (`sub`), None for a configured token
+
+    @property
+    def caller(self) -> str:
+        """Who it is, as the retrieval log records it: the token's name, or `oidc:` and the JWT's subject."""
+        return f"oidc:{self.subject}" if self.subject is not None else self.name
 
     def may_see(self, name: str, labels: Mapping[str, str]) -> bool:
         """Whether the knowledge base `name` with these labels is in scope."""
@@ -133,7 +139,8 @@ class Tokens:
         if self._oidc is not None and looks_like_jwt(value.strip()):
             verifier, scope = self._oidc
             try:
-                return replace(scope, reader=verifier.verify(value.strip()))
+                reader, subject = verifier.identify(value.strip())
+                return replace(scope, reader=reader, subject=subject)
             except AuthError as exc:
                 _log.info("bearer JWT refused: %s", exc)
                 return None

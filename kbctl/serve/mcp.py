@@ -8,6 +8,7 @@ for the REST routes.
 
 from __future__ import annotations
 
+import inspect
 import json
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Literal, cast, get_args
@@ -27,6 +28,7 @@ from kbctl.manifest import check_dns_label
 from kbctl.serve.auth import ANONYMOUS, Principal
 from kbctl.serve.logs import root_logging_kept
 from kbctl.serve.requests import MAX_QUESTION_CHARS, MAX_TOP_K
+from kbctl.serve.retrievals import RetrievalLog, logged
 from kbctl.serve.service import RetrievalService
 from kbctl.serve.tracing import trace_query
 
@@ -99,19 +101,31 @@ async def _query(
     top_k: int | None,
     threshold: float | None,
     local: Principal,
+    retrieval_log: RetrievalLog | None = None,
 ) -> QueryResult:
-    """The query of a tool call, within the caller's scope and as its reader, traced like the HTTP routes'."""
+    """The query of a tool call, within the caller's scope and as its reader, traced like the HTTP routes' and
+    recorded in the retrieval log when there is one."""
     principal = _principal(ctx, local)
     options = _options(top_k, threshold)
-    name = _name(knowledge_base)
-    result: QueryResult = await _call(service.query, principal, name, _question(question), options)
+    if retrieval_log is not None:
+        options = RetrievalLog.explained(options)
+    name, asked = _name(knowledge_base), _question(question)
+    operation = "context" if tool == "get_context" else "query"
+
+    async def call() -> QueryResult:
+        return await anyio.to_thread.run_sync(service.query, principal, name, asked, options, abandon_on_cancel=True)
+
+    result: QueryResult = await _call(logged, retrieval_log, call, "mcp", operation, principal, [name], asked)
     trace_query(result, route=f"mcp:{tool}", principal=principal.name)
     return result
 
 
 async def _call(fn: Any, *args: Any) -> Any:
-    """Run a blocking service call on a worker thread; kbctl's errors become the tool's error text."""
+    """Run a blocking service call on a worker thread (or await `fn` when it is a coroutine function: `logged`);
+    kbctl's errors become the tool's error text."""
     try:
+        if inspect.iscoroutinefunction(fn):
+            return await fn(*args)
         return await anyio.to_thread.run_sync(fn, *args, abandon_on_cancel=True)
     except KbctlError as exc:  # a bad argument is UsageError; unreadable stored data StoreError
         raise ToolError(str(exc)) from None
@@ -141,10 +155,17 @@ class _KbctlMCP(MCPServer[Any]):
         )
 
 
-def build_mcp(service: RetrievalService, *, ask_timeout: float = 120.0, local: Principal = ANONYMOUS) -> MCPServer[Any]:
+def build_mcp(
+    service: RetrievalService,
+    *,
+    ask_timeout: float = 120.0,
+    local: Principal = ANONYMOUS,
+    retrieval_log: RetrievalLog | None = None,
+) -> MCPServer[Any]:
     """The MCP server over `service`: tools list_knowledge_bases, search, get_context and ask, and one resource
     per knowledge base (`kbctl://knowledgebases/NAME`, its description and state as JSON). `ask_timeout` bounds
-    an answer (its chat model call included); `local` is the caller over stdio (`kbctl mcp --as-group`)."""
+    an answer (its chat model call included); `local` is the caller over stdio (`kbctl mcp --as-group`);
+    `retrieval_log` records the search, get_context and ask calls (kbctl serve's serve.retrievalLog)."""
     with root_logging_kept():  # the SDK's server configures the root logger: not kbctl's to do, nor the SDK's
         server = _KbctlMCP(name="kbctl", version=__version__, instructions=INSTRUCTIONS)
     server.service = service
@@ -182,7 +203,7 @@ def build_mcp(service: RetrievalService, *, ask_timeout: float = 120.0, local: P
         top_k: StrictInt | None = None,
         threshold: StrictFloat | None = None,
     ) -> dict[str, Any]:
-        result = await _query(service, ctx, "search", knowledge_base, question, top_k, threshold, local)
+        result = await _query(service, ctx, "search", knowledge_base, question, top_k, threshold, local, retrieval_log)
         return {
             "knowledgeBase": result.knowledge_base,
             "version": result.version,
@@ -214,7 +235,9 @@ def build_mcp(service: RetrievalService, *, ask_timeout: float = 120.0, local: P
         top_k: StrictInt | None = None,
         threshold: StrictFloat | None = None,
     ) -> str:
-        result = await _query(service, ctx, "get_context", knowledge_base, question, top_k, threshold, local)
+        result = await _query(
+            service, ctx, "get_context", knowledge_base, question, top_k, threshold, local, retrieval_log
+        )
         return GroundedContext.of(result).block
 
     @server.tool(
@@ -233,9 +256,17 @@ def build_mcp(service: RetrievalService, *, ask_timeout: float = 120.0, local: P
     ) -> dict[str, Any]:
         principal = _principal(ctx, local)
         options = _options(top_k, threshold)
+        if retrieval_log is not None:
+            options = RetrievalLog.explained(options)
         name, asked = _name(knowledge_base), _question(question)
-        with anyio.fail_after(ask_timeout):
-            result: AskResult = await _call(service.ask, principal, name, asked, options)
+
+        async def call() -> AskResult:
+            with anyio.fail_after(ask_timeout):  # inside the logged call: a timeout is recorded as one
+                return await anyio.to_thread.run_sync(
+                    service.ask, principal, name, asked, options, abandon_on_cancel=True
+                )
+
+        result: AskResult = await _call(logged, retrieval_log, call, "mcp", "ask", principal, [name], asked)
         trace_query(result.retrieval, route="mcp:ask", principal=principal.name)
         return {
             "knowledgeBase": result.knowledge_base,

@@ -46,11 +46,13 @@ __all__ = [
     "MAX_JWKS_KEYS",
     "MAX_TOKEN_CHARS",
     "REFETCH_SECONDS",
+    "SUBJECT_MAX_CHARS",
     "OidcVerifier",
     "looks_like_jwt",
 ]
 
 MAX_TOKEN_CHARS: Final = 16 * 1024  # a JWT with a thousand groups is ~40 characters a group: ample
+SUBJECT_MAX_CHARS: Final = 256  # a JWT's subject as a caller is named (the retrieval log): an id, an e-mail
 MAX_JWKS_BYTES: Final = 1024 * 1024  # one key set, file or response body (decompressed)
 MAX_JWKS_KEYS: Final = 100  # keys in one set (identity providers publish a handful)
 FETCH_TIMEOUT: Final = 5.0  # seconds for the whole fetch of a JWKS URL
@@ -210,6 +212,11 @@ class OidcVerifier:
 
     def verify(self, token: str) -> Reader:
         """The caller a JWT stands for; AuthError (a short reason, never the token) when it is not accepted."""
+        return self.identify(token)[0]
+
+    def identify(self, token: str) -> tuple[Reader, str | None]:
+        """The caller a JWT stands for and its subject (the `sub` claim, cut at SUBJECT_MAX_CHARS; None without
+        one), as `verify` accepts it."""
         if len(token) > MAX_TOKEN_CHARS:
             raise AuthError(f"the token is longer than {MAX_TOKEN_CHARS // 1024} KiB")
         if not _JWT.fullmatch(token):
@@ -224,7 +231,10 @@ class OidcVerifier:
         if kid is not None and not isinstance(kid, str):
             raise AuthError("the token's key id (kid) is not a string")
         claims = self._decode(token, self._key(algorithm, kid))
-        return self._reader(claims)
+        subject = claims.get("sub")
+        if isinstance(subject, str) and subject and subject.isprintable():
+            return self._reader(claims), subject[:SUBJECT_MAX_CHARS]
+        return self._reader(claims), None
 
     def _decode(self, token: str, key: jwt.PyJWK) -> dict[str, Any]:
         config = self.config

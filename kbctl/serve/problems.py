@@ -16,7 +16,7 @@ from fastapi.responses import JSONResponse
 from pydantic import BaseModel, ConfigDict, Field
 from starlette.exceptions import HTTPException
 
-from kbctl.errors import ChatError, EmbeddingError, KbctlError, NotFoundError, RerankError, StoreError
+from kbctl.errors import ChatError, EmbeddingError, KbctlError, NotFoundError, RerankError, StoreError, UsageError
 from kbctl.userconfig import redact
 
 __all__ = [
@@ -27,6 +27,7 @@ __all__ = [
     "internal_error",
     "problem",
     "problem_body",
+    "problem_kind",
     "problem_responses",
 ]
 
@@ -206,6 +207,24 @@ def install_handlers(app: FastAPI) -> None:
     @app.exception_handler(Exception)
     async def _unexpected(request: Request, exc: Exception) -> JSONResponse:
         return internal_error(exc)
+
+
+def problem_kind(exc: BaseException) -> str:
+    """The kind of problem an exception of a route becomes (`/problems/<kind>`), as the handlers above answer it:
+    what the retrieval log records of a failure."""
+    if isinstance(exc, BadRequest | ValueError | UsageError):
+        return "invalid-request"
+    if isinstance(exc, NotFoundError):
+        return "not-found"
+    if isinstance(exc, TimeoutError):
+        return "timeout"
+    if isinstance(exc, StoreError):
+        return "store-unavailable"
+    if isinstance(exc, EmbeddingError | RerankError):
+        return "model-unavailable"
+    if isinstance(exc, ChatError):
+        return "chat-unavailable"
+    return "internal"
 
 
 def internal_error(exc: BaseException) -> JSONResponse:

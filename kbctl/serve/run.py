@@ -68,6 +68,7 @@ def serve(
 
     from kbctl.serve.app import create_app
     from kbctl.serve.protocol import with_header_timeout
+    from kbctl.serve.retrievals import RetrievalLog
     from kbctl.serve.service import RetrievalService
 
     configure_logging()
@@ -77,8 +78,11 @@ def serve(
         raise KbctlError("--as-group and --as-claim are for a server without tokens: give each token its groups")
     access = check_bind(host, tokens, insecure=insecure)
     service = RetrievalService(settings, pool_size=pool_size)
+    retrieval_log = None
     try:
         service.warm_up()
+        config = settings.config.serve.retrieval_log
+        retrieval_log = RetrievalLog.configured(service.store, config)
         app = create_app(
             service,
             tokens,
@@ -87,7 +91,12 @@ def serve(
             ask_timeout=ask_timeout,
             body_timeout=body_timeout,
             threads=threads,
+            retrieval_log=retrieval_log,
         )
+        if retrieval_log is not None:
+            log.info(
+                f"retrieval log on: each query, context and ask kept {config.days} days, {config.max_rows} runs at most"
+            )
         log.info(f"kbctl serve listening on http://{host}:{port} ({access}); API docs at /docs, MCP at /mcp")
         with server_traces():  # the routes trace their queries, with the route and the caller
             uvicorn.run(
@@ -102,6 +111,8 @@ def serve(
                 h11_max_incomplete_event_size=16 * 1024,
             )
     finally:
+        if retrieval_log is not None:  # closed by the app's shutdown already, unless it never started
+            retrieval_log.close()
         service.close()
 
 

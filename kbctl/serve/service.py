@@ -10,7 +10,8 @@ thread-safe: the HTTP routes run them on worker threads, never on the event loop
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from datetime import datetime
 
 from kbctl import (
     AskResult,
@@ -21,9 +22,11 @@ from kbctl import (
     QueryOptions,
     QueryResult,
     Readiness,
+    Retrieval,
     Selector,
 )
 from kbctl.config import Settings
+from kbctl.errors import NotFoundError
 from kbctl.serve.auth import Principal
 
 __all__ = ["RetrievalService"]
@@ -68,12 +71,59 @@ class RetrievalService:
         *,
         names: Sequence[str] = (),
         selector: Selector | None = None,
+        on_member: Callable[[QueryResult], None] | None = None,
     ) -> FederatedResult:
         """Query several knowledge bases (`names`, or those matching `selector`, or every one in scope) and fuse
-        their rankings into one (KnowledgeBaseStore.query_many). A name outside the scope is NotFoundError."""
+        their rankings into one (KnowledgeBaseStore.query_many). A name outside the scope is NotFoundError;
+        `on_member` is given each knowledge base's own result (the retrieval log keeps their traces)."""
         return self.store.query_many(
-            question, options, names=names, selector=selector, scope=principal.may_see, reader=principal.reader
+            question,
+            options,
+            names=names,
+            selector=selector,
+            scope=principal.may_see,
+            reader=principal.reader,
+            on_member=on_member,
         )
+
+    @property
+    def retrieval_log_enabled(self) -> bool:
+        """Whether the configuration turns the retrieval log on (serve.retrievalLog.enabled)."""
+        return self.settings.config.serve.retrieval_log.enabled
+
+    def retrievals(
+        self,
+        principal: Principal,
+        *,
+        knowledge_base: str | None = None,
+        caller: str | None = None,
+        since: datetime | None = None,
+        until: datetime | None = None,
+        nothing_relevant: bool = False,
+        limit: int = 50,
+        before: int | None = None,
+    ) -> list[Retrieval]:
+        """The retrieval log, newest first, as the caller may see it: only runs whose every knowledge base is in its
+        scope, the hits counted those it may read (KnowledgeBaseStore.retrievals, for its filters)."""
+        return self.store.retrievals(
+            knowledge_base=knowledge_base,
+            caller=caller,
+            since=since,
+            until=until,
+            nothing_relevant=nothing_relevant,
+            limit=limit,
+            before=before,
+            scope=principal.may_see,
+            reader=principal.reader,
+        )
+
+    def retrieval(self, principal: Principal, run_id: int) -> Retrieval | None:
+        """One run of the retrieval log with its result and trace, as the caller may see it (the hits and trace
+        entries of documents it may not read left out); None when there is none, or it is out of scope."""
+        try:
+            return self.store.retrieval(run_id, scope=principal.may_see, reader=principal.reader)
+        except NotFoundError:
+            return None
 
     def readiness(self) -> Readiness:
         """Whether requests can be served: the database answers, its schema is current, the model is loaded."""

@@ -1,0 +1,385 @@
+"""The retrieval log of `kbctl serve`: each query, context and ask it served (when serve.retrievalLog is enabled),
+with the caller's name, the question as redacted, the version read, the latency and the result with its trace.
+
+Written in batches by the server's writer thread (kbctl.serve.retrievals) and read by the console and the Python
+API (`KnowledgeBaseStore.retrievals`). A row's result is the QueryResult JSON (camelCase, with `trace`), or a
+federated query's FederatedResult with each member's trace, cut to fit a bound in bytes (`bounded_result`: the hit
+texts shortened first, then the trace entries dropped) and flagged when it was cut.
+
+Reading is scoped as every other read of a caller: a viewer sees a run only when every knowledge base it read is in
+the viewer's scope (a deleted knowledge base has no labels; a failed federated query that named none, only the
+owner of the store sees), and within a run only the hits and trace entries of sources it may read in the version
+the run read (kbctl.store.access's rule, in its Python form kbctl.inputs.access.may_read). When that version is
+gone, or its knowledge base was deleted and created again since, no source can be checked, and every hit and trace
+entry is hidden (fail closed).
+A viewer who may not read every source of the version also loses the run's best similarity, which may have been a
+restricted chunk's: it is then the best of the hits it sees.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any, Final, Literal
+
+from pydantic import BaseModel, ConfigDict
+from pydantic.alias_generators import to_camel
+
+from kbctl.inputs.access import Reader, may_read
+from kbctl.store.database import Database, _store_errors
+
+__all__ = [
+    "RETRIEVALS_LIST_MAX",
+    "Channel",
+    "NewRetrieval",
+    "Operation",
+    "Retrieval",
+    "bounded_result",
+    "get_retrieval",
+    "list_retrievals",
+    "prune_retrievals",
+    "record_retrievals",
+]
+
+Channel = Literal["http", "mcp"]
+Operation = Literal["query", "context", "ask", "federated"]
+RETRIEVALS_LIST_MAX: Final = 500  # runs one listing returns at most
+_CALLER_CHARS: Final = 300  # a caller's name as stored (a token's name, or oidc: and a JWT's subject)
+
+ViewerScope = Callable[[str, Mapping[str, str]], bool]
+
+
+@dataclass(frozen=True)
+class NewRetrieval:
+    """A run to record (`KnowledgeBaseStore.record_retrievals`): `result` is the JSON of what was returned, the
+    question redacted in it (None for a failure); it is cut to the log's bound when recorded."""
+
+    channel: str
+    operation: str
+    knowledge_bases: Sequence[str]
+    version: int | None
+    caller: str
+    question: str  # as redacted
+    nothing_relevant: bool
+    hits: int
+    best_similarity: float | None
+    latency_ms: float
+    status: str  # "ok", or the failure's problem type (not-found, bad-request, timeout, ...)
+    result: dict[str, Any] | None = None
+
+
+class Retrieval(BaseModel):
+    """One run of the retrieval log as a viewer sees it (camelCase with `model_dump(by_alias=True)`).
+
+    `hits` and `bestSimilarity` are of what the viewer may read; `hiddenHits` counts the hits left out for it.
+    `result` is None in listings, and for a failure; `resultCut` says it was cut to fit the log's bound."""
+
+    model_config = ConfigDict(frozen=True, alias_generator=to_camel, populate_by_name=True)
+
+    id: int
+    at: datetime
+    channel: str
+    operation: str
+    knowledge_bases: list[str]
+    version: int | None
+    caller: str
+    question: str
+    nothing_relevant: bool
+    hits: int
+    best_similarity: float | None
+    latency_ms: float
+    status: str
+    result: dict[str, Any] | None = None
+    result_cut: bool = False
+    hidden_hits: int = 0
+
+
+# ---------------------------------------------------------------- bounding
+
+
+def _size(value: Any) -> int:
+    return len(json.dumps(value, separators=(",", ":"), ensure_ascii=False).encode())
+
+
+def _stage_lists(result: dict[str, Any]) -> list[dict[str, Any]]:
+    """The trace stages of a result: a query's own, or each member's of a federated query."""
+    stages: list[dict[str, Any]] = []
+    for item in result.get("trace") or []:
+        stages.extend(item.get("stages", []) if "stages" in item else [item])
+    return stages
+
+
+def bounded_result(result: dict[str, Any], max_bytes: int) -> tuple[dict[str, Any] | None, bool]:
+    """`result` cut to at most `max_bytes` of JSON, and whether it was cut: the hit texts shortened first (each
+    to the same length, halved until it fits, to nothing), then the trace entries dropped (the largest stage's
+    first); None when even that does not fit. `result` itself is not changed."""
+    if _size(result) <= max_bytes:
+        return result, False
+    cut = json.loads(json.dumps(result))  # a deep copy, of JSON values only
+    hits = cut.get("hits") or []
+    texts = [str(h.get("text", "")) for h in hits]
+    limit = max((len(t) for t in texts), default=0)
+    while limit > 0 and _size(cut) > max_bytes:
+        limit //= 2
+        for hit, text in zip(hits, texts, strict=True):
+            hit["text"] = text if len(text) <= limit else text[:limit] + "…"
+    stages = sorted(_stage_lists(cut), key=lambda s: len(s.get("entries", [])), reverse=True)
+    for stage in stages:
+        if _size(cut) <= max_bytes:
+            break
+        stage["entries"] = []
+    return (cut, True) if _size(cut) <= max_bytes else (None, True)
+
+
+# ---------------------------------------------------------------- writing
+
+
+@_store_errors
+def record_retrievals(db: Database, runs: Sequence[NewRetrieval], *, max_result_bytes: int) -> None:
+    """Record runs, in one statement per batch, each result cut to `max_result_bytes` (`bounded_result`)."""
+    if not runs:
+        return
+    bounded = [bounded_result(r.result, max_result_bytes) if r.result is not None else (None, False) for r in runs]
+    with db.connection.cursor() as cur:
+        cur.executemany(
+            "INSERT INTO kb_retrievals (channel, operation, knowledge_bases, version, caller, question,"
+            " nothing_relevant, hits, best_similarity, latency_ms, status, result, result_cut)"
+            " VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s::jsonb, %s)",
+            [
+                (
+                    r.channel,
+                    r.operation,
+                    list(r.knowledge_bases),
+                    r.version,
+                    r.caller[:_CALLER_CHARS],
+                    r.question,
+                    r.nothing_relevant,
+                    r.hits,
+                    r.best_similarity,
+                    r.latency_ms,
+                    r.status,
+                    None if result is None else json.dumps(result, separators=(",", ":")),
+                    cut,
+                )
+                for r, (result, cut) in zip(runs, bounded, strict=True)
+            ],
+        )
+
+
+@_store_errors
+def prune_retrievals(db: Database, *, days: int, max_rows: int) -> int:
+    """Delete the runs older than `days` and those beyond the newest `max_rows`; how many were deleted."""
+    conn = db.connection
+    with conn.transaction():
+        old = conn.execute("DELETE FROM kb_retrievals WHERE at < now() - make_interval(days => %s)", (days,))
+        over = conn.execute(
+            "DELETE FROM kb_retrievals WHERE id <= (SELECT id FROM kb_retrievals ORDER BY id DESC OFFSET %s LIMIT 1)",
+            (max_rows,),
+        )
+    return (old.rowcount or 0) + (over.rowcount or 0)
+
+
+# ---------------------------------------------------------------- reading
+
+_COLUMNS: Final = (
+    "id, at, channel, operation, knowledge_bases, version, caller, question, nothing_relevant, hits,"
+    " best_similarity, latency_ms, status, result_cut"
+)
+
+# (knowledge base, version) -> source -> (readers, reader_labels); absent: the version cannot be checked.
+_Rules = dict[tuple[str, int], dict[str, tuple[list[str] | None, list[str] | None]]]
+
+
+def _visible_names(db: Database, scope: ViewerScope, names: Sequence[str] | None = None) -> list[str]:
+    """Of `names` (None: every knowledge base some run read), those `scope` lets the viewer see, each with its
+    labels (a deleted knowledge base has none)."""
+    conn = db.connection
+    if names is None:
+        names = [r[0] for r in conn.execute("SELECT DISTINCT unnest(knowledge_bases) FROM kb_retrievals").fetchall()]
+    rows = conn.execute("SELECT name, labels FROM kb_knowledge_bases WHERE name = ANY(%s)", (list(names),)).fetchall()
+    labels = {str(r[0]): r[1] for r in rows}
+    return [name for name in names if scope(name, labels.get(name) or {})]
+
+
+def _rules(db: Database, pairs: set[tuple[str, int, datetime]]) -> _Rules:
+    """The access rules of each source of the versions runs read, (knowledge base, version, the run's time): a
+    knowledge base created after the run is another one of the same name, whose versions are not the run's."""
+    if not pairs:
+        return {}
+    rows = db.connection.execute(
+        "SELECT p.name, p.number, vs.source_name, vs.readers, vs.reader_labels"
+        " FROM unnest(%s::text[], %s::integer[], %s::timestamptz[]) AS p(name, number, at)"
+        " JOIN kb_knowledge_bases k ON k.name = p.name AND k.created_at <= p.at"
+        " JOIN kb_versions v ON v.kb_id = k.id AND v.number = p.number"
+        " JOIN kb_version_sources vs ON vs.version_id = v.id",
+        ([p[0] for p in pairs], [p[1] for p in pairs], [p[2] for p in pairs]),
+    ).fetchall()
+    rules: _Rules = {}
+    for name, number, source, readers, labels in rows:
+        rules.setdefault((name, number), {})[source] = (readers, labels)
+    return rules
+
+
+def _member_versions(row: Sequence[Any], result: dict[str, Any] | None) -> set[tuple[str, int]]:
+    """The (knowledge base, version) pairs a run read: its own, or each member's of a federated query."""
+    pairs = {(row[4][0], row[5])} if row[5] is not None and row[4] else set()
+    for outcome in (result or {}).get("results") or []:
+        if outcome.get("version") is not None:
+            pairs.add((str(outcome.get("knowledgeBase")), int(outcome["version"])))
+    for hit in (result or {}).get("hits") or []:
+        if hit.get("knowledgeBase") is not None and hit.get("version") is not None:
+            pairs.add((str(hit["knowledgeBase"]), int(hit["version"])))
+    return pairs
+
+
+def _view(row: Sequence[Any], result: dict[str, Any] | None, reader: Reader | None, rules: _Rules) -> Retrieval:
+    """A stored run as `reader` may see it (None: everything, as the owner of the store)."""
+    kb, version = (row[4][0] if row[4] else ""), row[5]
+    fields: dict[str, Any] = dict(
+        id=row[0],
+        at=row[1],
+        channel=row[2],
+        operation=row[3],
+        knowledge_bases=list(row[4]),
+        version=version,
+        caller=row[6],
+        question=row[7],
+        nothing_relevant=row[8],
+        hits=row[9],
+        best_similarity=row[10],
+        latency_ms=row[11],
+        status=row[12],
+        result_cut=row[13],
+    )
+    if reader is None:
+        return Retrieval(**fields, result=result)
+
+    def readable(name: str, number: int | None, source: str) -> bool:
+        found = rules.get((name, number)) if number is not None else None
+        if found is None or source not in found:
+            return False  # the version is gone: nothing can be checked
+        readers, labels = found[source]
+        return may_read(reader, readers, labels)
+
+    def every_source(name: str, number: int) -> bool:
+        found = rules.get((name, number))
+        return found is not None and all(may_read(reader, r, lb) for r, lb in found.values())
+
+    whole = all(every_source(n, v) for n, v in _member_versions(row, result))
+    if whole:
+        return Retrieval(**fields, result=result)
+    # Some source of a version read is not the viewer's: its hits and trace entries go, and the best similarity
+    # becomes that of the hits it sees (the stored one may be a restricted chunk's).
+    shown = dict(result) if result is not None else None
+    hidden = 0
+    best: float | None = None
+    if shown is not None:
+        kept = []
+        for hit in shown.get("hits") or []:
+            if readable(str(hit.get("knowledgeBase", kb)), hit.get("version", version), str(hit.get("source"))):
+                kept.append(hit)
+                similarity = hit.get("similarity")
+                best = similarity if best is None or (similarity is not None and similarity > best) else best
+            else:
+                hidden += 1
+        shown["hits"] = kept
+        if "bestScore" in shown:
+            shown["bestScore"] = best
+        if isinstance(shown.get("rerank"), dict):
+            shown["rerank"] = {**shown["rerank"], "bestScore": None}
+        trace = []
+        for item in shown.get("trace") or []:
+            if "stages" in item:  # a federated query's member
+                name, number = str(item.get("knowledgeBase")), item.get("version")
+                member = functools.partial(readable, name, number)
+                trace.append({**item, "stages": [_kept_stage(s, member) for s in item["stages"]]})
+            else:
+                trace.append(_kept_stage(item, lambda source: readable(kb, version, source)))
+        if shown.get("trace") is not None:
+            shown["trace"] = trace
+    else:
+        hidden = row[9]  # a result dropped whole to fit the bound: none of its hits can be checked
+    fields.update(hits=row[9] - hidden, best_similarity=best)
+    return Retrieval(**fields, result=shown, hidden_hits=hidden)
+
+
+def _kept_stage(stage: dict[str, Any], readable: Callable[[str], bool]) -> dict[str, Any]:
+    return {**stage, "entries": [e for e in stage.get("entries") or [] if readable(str(e.get("source")))]}
+
+
+def _viewed(db: Database, rows: Sequence[Sequence[Any]], reader: Reader | None, *, results: bool) -> list[Retrieval]:
+    """The rows (each with its result last) as `reader` sees them; without `results`, without their result."""
+    parsed = [(row, row[-1]) for row in rows]
+    pairs = set()
+    if reader is not None:
+        for row, result in parsed:
+            pairs |= {(name, number, row[1]) for name, number in _member_versions(row, result)}
+    rules = _rules(db, pairs)
+    viewed = [_view(row, result, reader, rules) for row, result in parsed]
+    return viewed if results else [v.model_copy(update={"result": None}) for v in viewed]
+
+
+@_store_errors
+def list_retrievals(
+    db: Database,
+    *,
+    knowledge_base: str | None = None,
+    caller: str | None = None,
+    since: datetime | None = None,
+    until: datetime | None = None,
+    nothing_relevant: bool = False,
+    limit: int = 50,
+    before: int | None = None,
+    scope: ViewerScope | None = None,
+    reader: Reader | None = None,
+) -> list[Retrieval]:
+    """The runs newest first (at most `limit`, 1 - RETRIEVALS_LIST_MAX; `before`: those with a smaller id, the
+    next page after the last id listed), without their results: those that read `knowledge_base`, of `caller`,
+    at or after `since` and before `until`, and only those that found nothing relevant with `nothing_relevant`.
+    `scope` and `reader` as the module docstring says (None: every run, every hit)."""
+    if not 1 <= limit <= RETRIEVALS_LIST_MAX:
+        raise ValueError(f"limit must be between 1 and {RETRIEVALS_LIST_MAX}, got {limit}")
+    conditions: list[str] = []
+    args: dict[str, Any] = {"limit": limit}
+    if knowledge_base is not None:
+        conditions.append("%(kb)s = ANY(knowledge_bases)")
+        args["kb"] = knowledge_base
+    if caller is not None:
+        conditions.append("caller = %(caller)s")
+        args["caller"] = caller
+    if since is not None:
+        conditions.append("at >= %(since)s")
+        args["since"] = since
+    if until is not None:
+        conditions.append("at < %(until)s")
+        args["until"] = until
+    if nothing_relevant:
+        conditions.append("nothing_relevant")
+    if before is not None:
+        conditions.append("id < %(before)s")
+        args["before"] = before
+    if scope is not None:
+        conditions.append("knowledge_bases <@ %(visible)s::text[] AND cardinality(knowledge_bases) > 0")
+        args["visible"] = _visible_names(db, scope)
+    where = "WHERE " + " AND ".join(conditions) if conditions else ""
+    rows = db.connection.execute(
+        f"SELECT {_COLUMNS}, result - 'trace' FROM kb_retrievals {where} ORDER BY id DESC LIMIT %(limit)s",
+        args,
+    ).fetchall()
+    return _viewed(db, rows, reader, results=False)
+
+
+@_store_errors
+def get_retrieval(
+    db: Database, run_id: int, *, scope: ViewerScope | None = None, reader: Reader | None = None
+) -> Retrieval | None:
+    """One run with its result, as the viewer sees it; None when there is none, or it is out of `scope`."""
+    row = db.connection.execute(f"SELECT {_COLUMNS}, result FROM kb_retrievals WHERE id = %s", (run_id,)).fetchone()
+    if row is None:
+        return None
+    if scope is not None and (not row[4] or len(_visible_names(db, scope, row[4])) < len(set(row[4]))):
+        return None
+    return _viewed(db, [row], reader, results=True)[0]
