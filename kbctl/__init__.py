@@ -77,7 +77,7 @@ if TYPE_CHECKING:
     from kbctl.query.context import GroundedContext, Passage
     from kbctl.query.federated import FederatedHit, FederatedResult, SourceOutcome
     from kbctl.query.options import Mode, QueryOptions, QueryOverrides
-    from kbctl.query.results import QueryHit, QueryResult, RerankInfo
+    from kbctl.query.results import QueryHit, QueryResult, RerankInfo, TraceEntry, TraceStage
     from kbctl.rerank import Reranker
     from kbctl.sources.url import FetchPolicy
     from kbctl.store.embedded import ServerStatus
@@ -173,6 +173,8 @@ _WHERE = {
     "RecordedSync": "kbctl.engine.results",
     "SyncDetail": "kbctl.engine.status",
     "SyncStatus": "kbctl.store.syncs",
+    "TraceEntry": "kbctl.query.results",
+    "TraceStage": "kbctl.query.results",
     "UsageError": "kbctl.errors",
     "VectorIndexBuilt": "kbctl.engine.events",
     "VersionChange": "kbctl.store.versiondiff",
@@ -268,6 +270,8 @@ __all__ = [
     "SyncDetail",
     "SyncFinished",
     "SyncStatus",
+    "TraceEntry",
+    "TraceStage",
     "UsageError",
     "VectorIndexBuilt",
     "VersionChange",

@@ -117,6 +117,10 @@ def serve(
     only (a non-loopback --host needs --insecure), and its callers read as --as-group and --as-claim say (by
     default only documents without an access rule). Logs are JSON lines on stderr, one per request.
 
+    A web console (Lens) is served at / on the same port, behind the same tokens: the knowledge bases, each one's
+    versions and their diffs, a playground that draws a query's trace against the relevance line, and, with
+    serve.retrievalLog enabled in the configuration, every retrieval served with its trace (docs/console.md).
+
     --print-tools openai|anthropic prints the MCP tools (same names, descriptions and input schemas) in that
     API's tool format, for agents that call tools themselves; nothing is served or opened.
 

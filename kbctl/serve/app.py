@@ -36,6 +36,7 @@ from kbctl._version import __version__
 from kbctl.manifest import check_dns_label
 from kbctl.manifest.selectors import parse_selector
 from kbctl.serve.auth import Principal, Tokens
+from kbctl.serve.console import Console
 from kbctl.serve.limits import DEFAULT_BODY_TIMEOUT, BodyLimit
 from kbctl.serve.logs import log_request
 from kbctl.serve.mcp import build_mcp
@@ -155,12 +156,15 @@ def create_app(
     threads: int | None = None,
     mcp: bool = True,
     retrieval_log: RetrievalLog | None = None,  # records each retrieval served (kbctl.serve.retrievals)
+    console: bool = True,
 ) -> FastAPI:
     """The ASGI app over `service`; `host` is the address served (the MCP endpoint checks Host headers against it
     on loopback); `request_timeout` bounds every request's work (504 after it), `ask_timeout` that of an answer
     (its chat model call included), `body_timeout` the arrival of a request's body (408 after it); `threads`
-    caps the worker threads that run requests' blocking work (anyio's default, 40, when None)."""
+    caps the worker threads that run requests' blocking work (anyio's default, 40, when None); `console` serves
+    the web console (kbctl.serve.console) at `/`, behind the same tokens."""
     metrics = Metrics()
+    lens = Console(service, tokens.authenticate, timeout=request_timeout) if console else None
     mcp_server = build_mcp(service, ask_timeout=ask_timeout, retrieval_log=retrieval_log) if mcp else None
     mcp_app = None
     if mcp_server is not None:
@@ -414,16 +418,29 @@ def create_app(
 
     if mcp_app is not None:
         app.router.routes.extend(mcp_app.routes)  # /mcp itself, without a mount's redirect to /mcp/
+    if lens is not None:
+        lens.install(app)
+
+    def authenticated(request: Request) -> Principal | None:
+        """The caller: its bearer header; on the console's pages without one, its session (kbctl.serve.console)."""
+        header = request.headers.get("authorization")
+        if lens is not None and header is None and lens.handles(request.url.path):
+            return tokens.authenticate(None) or lens.principal(request)
+        return tokens.authenticate(header)
+
+    def refused(request: Request) -> Response:
+        if lens is not None and lens.handles(request.url.path):
+            return lens.unauthenticated(request)
+        return problem(401, "unauthorized", "a valid bearer token is required", {"WWW-Authenticate": "Bearer"})
 
     @app.middleware("http")
     async def observe(request: Request, call_next: Callable[[Request], Awaitable[Response]]) -> Response:
         start = time.perf_counter()
         request_id = request.headers.get("x-request-id", "")[:64] or secrets.token_hex(8)
-        principal = tokens.authenticate(request.headers.get("authorization"))
-        if principal is None and request.url.path not in PUBLIC_PATHS:
-            response: Response = problem(
-                401, "unauthorized", "a valid bearer token is required", {"WWW-Authenticate": "Bearer"}
-            )
+        principal = authenticated(request)
+        public = request.url.path in PUBLIC_PATHS or (lens is not None and lens.public(request.url.path))
+        if principal is None and not public:
+            response: Response = refused(request)
         else:
             request.state.principal = principal
             try:
