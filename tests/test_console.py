@@ -12,7 +12,7 @@ import httpx
 import pytest
 
 from kbctl.client import KnowledgeBaseStore
-from tests.support.console import ADMIN, NEW_SENTENCE, STAFF, SUPPORT, console_server, signed_in
+from tests.support.console import ADMIN, NEW_SENTENCE, STAFF, SUPPORT, console_server, recorded, signed_in
 from tests.support.serveproc import Served
 
 SALARY = "what does salary band E4 pay?"
@@ -109,6 +109,15 @@ def test_the_playground_draws_the_trace_and_says_why_nothing_is_relevant(server:
         assert bad.status_code == 400 and "topK must be a number" in bad.text
 
 
+def test_quality_is_plotted_per_version(server: Served) -> None:
+    with signed_in(server, SUPPORT) as support:
+        page = support.get("/knowledgebases/client-service-policy").text
+        assert 'class="chart quality"' in page
+        points = re.findall(r'<circle class="dot s0"[^>]*><title>(v\d+): recall@k ([0-9.]+)</title>', page)
+        assert [v for v, _ in points] == ["v1", "v2"]
+        assert all(0.0 <= float(r) <= 1.0 for _, r in points)
+
+
 def test_a_version_diff_shows_the_changed_text(server: Served) -> None:
     with signed_in(server, SUPPORT) as support:
         page = support.get("/knowledgebases/client-service-policy")
@@ -124,10 +133,10 @@ def test_the_retrieval_log_shows_runs_in_scope_with_only_readable_hits(server: S
     with api, signed_in(server, STAFF) as staff, signed_in(server, SUPPORT) as support:
         asked = api.post("/v1/knowledgebases/hr/query", json={"question": f"{SALARY} (project-apollo)"})
         assert asked.status_code == 200 and any("restricted/" in h["source"] for h in asked.json()["hits"])
-        listed = staff.get("/retrievals", params={"kb": "hr"})
-        runs = re.findall(r'href="/retrievals/(\d+)"', listed.text)
-        assert runs, listed.text
-        assert "project-apollo" not in listed.text and "[redacted]" in listed.text
+        listed = recorded(staff, f"{SALARY} ([redacted])", kb="hr")
+        runs = re.findall(r'href="/retrievals/(\d+)"', listed)
+        assert runs, listed
+        assert "project-apollo" not in listed and "[redacted]" in listed
         run = staff.get(f"/retrievals/{runs[0]}")
         assert run.status_code == 200
         assert "restricted/" not in run.text and "of documents you may not read" in run.text

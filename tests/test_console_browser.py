@@ -22,7 +22,16 @@ import pytest
 from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
 
-from tests.support.console import ADMIN, NEW_SENTENCE, STAFF, SUPPORT, browser_missing, chromium, console_server
+from tests.support.console import (
+    ADMIN,
+    NEW_SENTENCE,
+    STAFF,
+    SUPPORT,
+    browser_missing,
+    chromium,
+    console_server,
+    recorded,
+)
 from tests.support.serveproc import Served
 
 MISSING = browser_missing()
@@ -134,6 +143,10 @@ def test_retrievals_over_http_and_mcp_appear_with_their_traces(server: Served, a
             await client.call_tool("search", {"knowledge_base": "team-handbook", "question": "how do I book travel?"})
 
     anyio.run(over_mcp)
+    with httpx.Client(base_url=server.url, timeout=60) as session:  # the log writes a moment after the answer
+        session.cookies.update({c["name"]: c["value"] for c in admin.driver.get_cookies()})
+        recorded(session, "how do I book travel?")
+        recorded(session, "who is the DPO?")
     html = admin.open("/retrievals")
     assert "who is the DPO?" in html and "how do I book travel?" in html
     admin.screenshot("retrievals-log")

@@ -6,6 +6,9 @@ from __future__ import annotations
 
 import re
 import shutil
+import subprocess
+import sys
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -17,7 +20,7 @@ from kbctl.client import KnowledgeBaseStore
 from kbctl.config import Settings
 from kbctl.manifest import load_manifests, parse_manifests
 from tests.conftest import TABLES
-from tests.support.serveproc import Served, serving_with_config
+from tests.support.serveproc import Served, kbctl_env, serving_with_config
 
 __all__ = [
     "ADMIN",
@@ -31,6 +34,7 @@ __all__ = [
     "changed_policy",
     "chromium",
     "console_server",
+    "recorded",
     "signed_in",
 ]
 
@@ -66,11 +70,26 @@ def console_server(home: Path, database_url: str, folder: Path) -> Iterator[tupl
     try:
         store.db.connection.execute(f"TRUNCATE {TABLES}, kb_retrievals, kb_eval_runs RESTART IDENTITY CASCADE")
         store.apply(load_manifests([str(EXAMPLES / "kb"), str(EXAMPLES / "access")]))
+        record_eval(home, database_url)
         store.apply(parse_manifests(changed_policy(), "client-service-policy.yaml"))
+        record_eval(home, database_url)
         with serving_with_config(home, database_url, folder, CONFIG, **TOKENS) as served:
             yield served, store
     finally:
         store.close()
+
+
+def record_eval(home: Path, database_url: str) -> None:
+    """`kbctl eval --record` of client-service-policy with its example eval set: a point of quality per version."""
+    evalset = EXAMPLES / "eval" / "client-service-policy.yaml"
+    done = subprocess.run(
+        [sys.executable, "-m", "kbctl", "eval", "client-service-policy", "-f", str(evalset), "--record"],
+        env=kbctl_env(home, database_url),
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
 
 
 @contextmanager
@@ -80,6 +99,17 @@ def signed_in(served: Served, token: str) -> Iterator[httpx.Client]:
         response = client.post("/login", data={"bearer": token, "next": "/"})
         assert response.status_code == 303, response.text
         yield client
+
+
+def recorded(client: httpx.Client, question: str, **params: str) -> str:
+    """The retrievals page (as `client`'s session) once it lists a run of `question`: the log writes in the
+    background, a moment after the answer."""
+    deadline = time.monotonic() + 30
+    while True:
+        page = client.get("/retrievals", params=params).text
+        if question in page or time.monotonic() > deadline:
+            return page
+        time.sleep(0.2)
 
 
 def browser_missing() -> str | None:
