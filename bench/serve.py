@@ -13,6 +13,13 @@ model loaded), in turn, so the two latencies see the machine in the same state. 
 `--model-threads 1` and with every core per question (its default). Last, the CLI per call
 (`kbctl query NAME Q -o json`, a new process each time). `--home DIR` reuses a store kept from an earlier
 run (nothing applied).
+
+    python bench/serve.py --retrieval-log [--requests 400] [--home DIR]
+
+measures what the retrieval log (serve.retrievalLog) costs a query instead: two `kbctl serve` processes over the
+same store, one with the log off and one with it on, each HTTP query sent to one then the other, in turn (so both
+see the machine in the same state); p50 and p95 latency of each and the difference, then what `RetrievalLog.record`
+itself costs a request (the rest, the row's JSON, its redaction and the insert, is the writer thread's).
 """
 
 from __future__ import annotations
@@ -160,10 +167,10 @@ def cli_calls(env: dict[str, str], name: str, qs: list[str], calls: int) -> list
 
 
 def apply_corpus(env: dict[str, str], work: Path, sources: int) -> None:
-    """Apply the examples and the generated knowledge base through the real CLI."""
+    """Apply the examples and the generated knowledge base (none when `sources` is 0) through the real CLI."""
     big = work / "scale.yaml"
     big.write_text(manifest([short_source(random.Random(42 + i), i) for i in range(sources)]))
-    for path in (REPO / "examples" / "kb", big):
+    for path in (REPO / "examples" / "kb", big)[: 2 if sources else 1]:
         started = time.perf_counter()
         done = subprocess.run(
             [sys.executable, "-m", "kbctl", "apply", "-f", str(path), "--wait"], env=env, capture_output=True, text=True
@@ -206,12 +213,64 @@ def measure_http(
                 )
 
 
+def log_overhead(env: dict[str, str], work: Path, name: str, qs: list[str], total: int) -> None:
+    """p50 / p95 of HTTP queries with the retrieval log off and on (two servers, in turn), and of `record`."""
+    from kbctl.serve.auth import ANONYMOUS
+    from kbctl.serve.retrievals import RetrievalLog
+    from kbctl.userconfig import RetrievalLogConfig
+
+    servers = []
+    for label, enabled in (("off", "false"), ("on", "true")):
+        folder = work / f"log-{label}"
+        folder.mkdir(exist_ok=True)
+        (folder / "config.yaml").write_text(f"serve:\n  retrievalLog: {{enabled: {enabled}}}\n")
+        servers.append(serving({**env, "KBCTL_CONFIG": str(folder / "config.yaml")}, folder / "serve.log"))
+    off_ms: list[float] = []
+    on_ms: list[float] = []
+    with servers[0] as off, servers[1] as on:
+        clients = [httpx.Client(base_url=s.url, timeout=60) for s in (off, on)]
+        for client in clients:  # warm: the model, the pool, the connection
+            for q in qs[:5]:
+                client.post(f"/v1/knowledgebases/{name}/query", json={"question": q}).raise_for_status()
+        for i in range(total):
+            for client, into in zip(clients, (off_ms, on_ms), strict=True):
+                start = time.perf_counter()
+                client.post(f"/v1/knowledgebases/{name}/query", json={"question": qs[i % len(qs)]}).raise_for_status()
+                into.append((time.perf_counter() - start) * 1000)
+        for client in clients:
+            client.close()
+    print(f"retrieval log: {total} HTTP queries of {name} to each server, in turn (1 client)")
+    print(f"{'log':<6}{'p50 ms':>9}{'p95 ms':>9}")
+    for label, lat in (("off", off_ms), ("on", on_ms)):
+        print(f"{label:<6}{statistics.median(lat):>9.2f}{pct(lat, 0.95):>9.2f}")
+    p50 = statistics.median(on_ms) - statistics.median(off_ms)
+    p95 = pct(on_ms, 0.95) - pct(off_ms, 0.95)
+    print(f"{'on-off':<6}{p50:>+9.2f}{p95:>+9.2f}")
+    with KnowledgeBaseStore(settings=Settings(home=Path(env["KBCTL_HOME"])), pool_size=2) as store:
+        result = store.query(name, qs[0], explain=True)
+        log = RetrievalLog(store, RetrievalLogConfig(enabled=True), queue_size=total * 10 + 10)
+        spent = []
+        try:
+            for _ in range(total * 10):
+                start = time.perf_counter()
+                log.record("http", "query", ANONYMOUS, [name], qs[0], start, result=result)
+                spent.append((time.perf_counter() - start) * 1000)
+            log.flush(60)
+        finally:
+            log.close()
+    micro = [ms * 1000 for ms in spent]
+    print(f"RetrievalLog.record in the request: p50 {statistics.median(micro):.1f} µs, p95 {pct(micro, 0.95):.1f} µs")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--requests", type=int, default=400)
     parser.add_argument("--chunks", type=int, default=10_000)
     parser.add_argument("--cli-calls", type=int, default=5)
     parser.add_argument("--home", type=Path, default=None, help="a store kept from an earlier run (no apply)")
+    parser.add_argument(
+        "--retrieval-log", action="store_true", help="measure the retrieval log's cost (examples only), nothing else"
+    )
     args = parser.parse_args()
 
     home = args.home or Path(tempfile.mkdtemp(prefix="kbctl-bench-serve-"))
@@ -221,6 +280,11 @@ def main() -> None:
     env.update({"KBCTL_HOME": str(home), "KBCTL_MAX_MANIFEST_MIB": "256"})
     settings = Settings(home=home)
     try:
+        if args.retrieval_log:
+            if args.home is None:
+                apply_corpus(env, work, 0)
+            log_overhead(env, work, "client-service-policy", EXAMPLE_QUESTIONS, args.requests)
+            return
         if args.home is None:
             apply_corpus(env, work, sources)
         with KnowledgeBaseStore(settings=settings) as store:
