@@ -19,7 +19,7 @@ from kbctl.store.embedded import embedded_url, stop_server
 TABLES = (
     "kb_version_sources, kb_versions, kb_chunks, kb_source_revisions, kb_embeddings, kb_source_status,"
     " kb_knowledge_bases, kb_controllers, kb_texts, kb_version_terms, kb_revision_terms, kb_events, kb_syncs,"
-    " kb_version_rule_terms"
+    " kb_version_rule_terms, kb_retrievals, kb_eval_runs"
 )
 
 

@@ -32,6 +32,13 @@ def server(served: tuple[Served, KnowledgeBaseStore]) -> Served:
     return served[0]
 
 
+def candidates(html: str) -> int:
+    """The candidates a trace view counts."""
+    found = re.search(r"<dt>Candidates</dt><dd>(\d+):", html)
+    assert found, html
+    return int(found.group(1))
+
+
 def rows(html: str) -> list[str]:
     """The knowledge bases a table of them lists."""
     return re.findall(r'<a href="/knowledgebases/([a-z0-9-]+)">', html)
@@ -140,8 +147,26 @@ def test_the_retrieval_log_shows_runs_in_scope_with_only_readable_hits(server: S
         run = staff.get(f"/retrievals/{runs[0]}")
         assert run.status_code == 200
         assert "restricted/" not in run.text and "of documents you may not read" in run.text
+        # Its counts are of the candidates the viewer may read: fewer than the run's own.
+        with signed_in(server, ADMIN) as admin:
+            whole = admin.get(f"/retrievals/{runs[0]}").text
+        assert candidates(run.text) < candidates(whole)
         assert not re.findall(r'href="/retrievals/\d+"', support.get("/retrievals", params={"kb": "hr"}).text)
         assert support.get(f"/retrievals/{runs[0]}").status_code == 404
+
+
+def test_a_fused_retrieval_shows_its_hits_and_each_member(server: Served) -> None:
+    question = "how long do we keep client records and invoices?"
+    names = ["client-service-policy", "data-handling-policy"]
+    with httpx.Client(base_url=server.url, headers={"Authorization": f"Bearer {ADMIN}"}, timeout=60) as api:
+        assert api.post("/v1/query", json={"question": question, "knowledgeBases": names}).status_code == 200
+    with signed_in(server, ADMIN) as admin:
+        listed = recorded(admin, question)
+        run = re.search(r'href="/retrievals/(\d+)">' + re.escape(question), listed)
+        assert run, listed
+        page = admin.get(f"/retrievals/{run.group(1)}").text
+        assert "fused from 2 knowledge bases" in page
+        assert page.count('<svg class="chart trace"') == 2
 
 
 def test_every_console_response_keeps_the_page_to_itself(server: Served) -> None:

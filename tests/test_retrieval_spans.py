@@ -140,6 +140,7 @@ def otlp_serve_env(home: Path, database_url: str, folder: Path, collector: Colle
         json.dumps(
             {
                 "serve": {
+                    "retrievalLog": {"redact": ["Reply to"]},  # the server's own pattern redacts its spans too
                     "tokens": {
                         "staff": {"tokenEnv": "TEST_STAFF_TOKEN", "knowledgeBases": ["hr"], "groups": ["employees"]},
                         "hr-manager": {
@@ -147,7 +148,7 @@ def otlp_serve_env(home: Path, database_url: str, folder: Path, collector: Colle
                             "knowledgeBases": ["hr"],
                             "groups": ["employees", "hr-managers"],
                         },
-                    }
+                    },
                 }
             }
         )
@@ -201,6 +202,7 @@ def test_kbctl_serve_exports_a_callers_own_hits_redacted_and_bounded(
         assert attributes["gen_ai.operation.name"] == "retrieval" and attributes["gen_ai.data_source.id"] == "hr"
         assert attributes["input.value"] == attributes["gen_ai.retrieval.query.text"]
         assert EMAIL not in attributes["input.value"] and REDACTED in attributes["input.value"]
+        assert "Reply to" not in attributes["input.value"]
         described = documents(attributes)
         gen_ai = json.loads(attributes["gen_ai.retrieval.documents"])
         assert [d["id"] for d in gen_ai] == [d["id"] for d in described] and described

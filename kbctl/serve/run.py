@@ -11,6 +11,7 @@ from dataclasses import replace
 from kbctl.config import Settings
 from kbctl.errors import KbctlError
 from kbctl.inputs.access import Reader
+from kbctl.inputs.redaction import Redactor
 from kbctl.serve.app import LOOPBACK_HOSTS
 from kbctl.serve.auth import ANONYMOUS, Tokens
 from kbctl.serve.limits import DEFAULT_BODY_TIMEOUT, DEFAULT_HEADER_TIMEOUT
@@ -98,7 +99,8 @@ def serve(
                 f"retrieval log on: each query, context and ask kept {config.days} days, {config.max_rows} runs at most"
             )
         log.info(f"kbctl serve listening on http://{host}:{port} ({access}); API docs at /docs, MCP at /mcp")
-        with server_traces():  # the routes trace their queries, with the route and the caller
+        # the routes trace their queries, with the route and the caller, the question redacted as the log's
+        with server_traces(redact=Redactor(settings.config.serve.retrieval_log.redact)):
             uvicorn.run(
                 app,
                 host=host,
@@ -127,7 +129,8 @@ def serve_mcp_stdio(settings: Settings, reader: Reader | None = None) -> None:
     try:
         service.warm_up()
         local = replace(ANONYMOUS, reader=reader) if reader is not None else ANONYMOUS
-        with server_traces():  # the tools trace their queries, with the tool and the caller
+        # the tools trace their queries, with the tool and the caller, the question redacted as the log's
+        with server_traces(redact=Redactor(settings.config.serve.retrieval_log.redact)):
             build_mcp(service, local=local).run("stdio")
     finally:
         service.close()

@@ -300,10 +300,26 @@ def _view(row: Sequence[Any], result: dict[str, Any] | None, reader: Reader | No
                 trace.append(_kept_stage(item, lambda source: readable(kb, version, source)))
         if shown.get("trace") is not None:
             shown["trace"] = trace
+        if "candidates" in shown:  # one knowledge base's result: its counts as the viewer's candidates alone
+            _recount(shown)
     else:
         hidden = row[9]  # a result dropped whole to fit the bound: none of its hits can be checked
     fields.update(hits=row[9] - hidden, best_similarity=best)
     return Retrieval(**fields, result=shown, hidden_hits=hidden)
+
+
+def _recount(shown: dict[str, Any]) -> None:
+    """A QueryResult's counts (candidates, below the line, over the budget, near-duplicates, tokens) over what is
+    left of its hits and trace, so the numbers say nothing of the candidates a viewer may not read."""
+    stages = {str(s.get("stage")): s.get("entries") or [] for s in shown.get("trace") or [] if "stage" in s}
+    hits = shown.get("hits") or []
+    verdicts = [str(e.get("detail", "")) for e in stages.get("select", [])]
+    shown["tokens"] = sum(int(h.get("tokens") or 0) for h in hits)
+    shown["belowThreshold"] = len(stages.get("threshold", []))
+    shown["overBudget"] = sum("token budget" in v for v in verdicts)
+    shown["duplicates"] = sum("near-duplicate" in v for v in verdicts)
+    fused = stages.get("fuse") or stages.get("vector") or stages.get("keyword")
+    shown["candidates"] = len(fused) if fused is not None else len(hits)
 
 
 def _kept_stage(stage: dict[str, Any], readable: Callable[[str], bool]) -> dict[str, Any]:

@@ -68,7 +68,7 @@ def console_server(home: Path, database_url: str, folder: Path) -> Iterator[tupl
     and `kbctl serve` with CONFIG's tokens and retrieval log."""
     store = KnowledgeBaseStore(settings=Settings(home=home, database_url=database_url))
     try:
-        store.db.connection.execute(f"TRUNCATE {TABLES}, kb_retrievals, kb_eval_runs RESTART IDENTITY CASCADE")
+        store.db.connection.execute(f"TRUNCATE {TABLES} RESTART IDENTITY CASCADE")
         store.apply(load_manifests([str(EXAMPLES / "kb"), str(EXAMPLES / "access")]))
         record_eval(home, database_url)
         store.apply(parse_manifests(changed_policy(), "client-service-policy.yaml"))

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from html import escape
 from typing import Final
 
-from kbctl import QueryResult, TraceStage
+from kbctl import TraceStage
 
 __all__ = ["Candidate", "QualityPoint", "candidates", "outcome_class", "quality_svg", "trace_svg"]
 
@@ -52,9 +52,9 @@ def outcome_class(outcome: str) -> str:
     return "other"
 
 
-def candidates(result: QueryResult) -> list[Candidate]:
-    """The candidates of `result`'s trace in fused order (empty without a trace)."""
-    stages = {s.stage: s for s in result.trace or []}
+def candidates(trace: Sequence[TraceStage] | None) -> list[Candidate]:
+    """The candidates of a query's trace (QueryResult.trace) in fused order (empty without a trace)."""
+    stages = {s.stage: s for s in trace or []}
     vector = {e.chunk_id: e.rank for e in stages["vector"].entries} if "vector" in stages else {}
     keyword = {e.chunk_id: e.rank for e in stages["keyword"].entries} if "keyword" in stages else {}
     rows: dict[int, Candidate] = {}

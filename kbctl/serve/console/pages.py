@@ -21,7 +21,7 @@ from fastapi import APIRouter, FastAPI, Request, Response
 from fastapi.responses import HTMLResponse, RedirectResponse
 from jinja2 import Environment, PackageLoader, select_autoescape
 
-from kbctl import Mode, QueryOptions, QueryResult
+from kbctl import FederatedResult, Mode, QueryOptions, QueryResult, TraceStage
 from kbctl._version import __version__
 from kbctl.errors import KbctlError, NotFoundError, StoreError, UsageError
 from kbctl.manifest.selectors import parse_selector
@@ -353,20 +353,20 @@ class Console:
             except (KbctlError, TimeoutError) as exc:
                 return self._failed(request, exc)
             context: dict[str, Any] = {"heading": f"Retrieval {run}", "section": "retrievals", "run": found}
-            if found.result is not None and "knowledgeBase" in found.result:  # one knowledge base's (not fused)
-                try:
-                    result = QueryResult.model_validate(found.result)
-                except ValueError:  # a result the log cut beyond a QueryResult's shape: shown as stored
-                    result = None
-                if result is not None:
-                    context.update(self._trace(result))
+            try:
+                if found.result is not None and "knowledgeBase" in found.result:  # one knowledge base's
+                    context.update(self._trace(QueryResult.model_validate(found.result)))
+                elif found.result is not None and "knowledgeBases" in found.result:  # fused from several
+                    context.update(_members(found.result))
+            except ValueError:  # a result the log cut beyond its model's shape: shown as stored
+                pass
             return self._render(request, "retrieval.html", **context)
 
         return router
 
     def _trace(self, result: QueryResult) -> dict[str, Any]:
         """What the trace view shows of `result`: its candidates, the chart, and where its line came from."""
-        rows = candidates(result)
+        rows = candidates(result.trace)
         line = result.relevance_threshold if result.relevance_threshold is not None else result.similarity_threshold
         if result.relevance_threshold is not None and result.relevance_threshold > result.similarity_threshold:
             source = f"calibrated for version {result.version} from its background similarity (no threshold set)"
@@ -385,6 +385,18 @@ class Console:
             "chart": trace_svg(rows, line, title=title),
             "share": share,
         }
+
+
+def _members(stored: dict[str, Any]) -> dict[str, Any]:
+    """What the page of a federated run shows: the fused hits, and each member's candidates drawn."""
+    traces = {str(t.get("knowledgeBase")): t.get("stages") or [] for t in stored.get("trace") or []}
+    fused = FederatedResult.model_validate({k: v for k, v in stored.items() if k != "trace"})
+    members = []
+    for outcome in fused.results:
+        rows = candidates([TraceStage.model_validate(s) for s in traces.get(outcome.knowledge_base, [])])
+        title = f"{len(rows)} candidates of {outcome.knowledge_base} v{outcome.version}"
+        members.append({"outcome": outcome, "rows": rows, "chart": trace_svg(rows, None, title=title)})
+    return {"fused": fused, "members": members}
 
 
 def _form(body: bytes) -> dict[str, str]:
