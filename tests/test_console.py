@@ -77,6 +77,8 @@ def test_a_token_of_one_knowledge_base_sees_nothing_else_in_pages_or_fragments(s
         assert rows(support.get("/").text) == ["client-service-policy"]
         assert rows(support.get("/fragments/knowledgebases").text) == ["client-service-policy"]
         assert rows(support.get("/", params={"selector": "team"}).text) == ["client-service-policy"]
+        malformed = support.get("/fragments/knowledgebases", params={"selector": "team in (("})
+        assert malformed.status_code == 400 and not rows(malformed.text)
         for path in ("/knowledgebases/hr", "/knowledgebases/data-handling-policy/diff?from=1&to=1"):
             page = support.get(path)
             assert page.status_code == 404 and "not found" in page.text, path

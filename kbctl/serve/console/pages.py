@@ -219,24 +219,22 @@ class Console:
             response.delete_cookie(COOKIE, path="/")
             return response
 
-        async def listed(request: Request, selector: str | None) -> tuple[list[Any], str | None]:
+        async def listed(request: Request, selector: str | None, template: str) -> Response:
+            """The knowledge bases in the person's scope matching `selector`, as the page or its rows."""
+            selector = (selector or "")[:1000] or None
+            parsed, problem = None, None
             try:
                 parsed = parse_selector(selector) if selector else None
             except ValueError as exc:
-                return [], f"not a label selector: {exc}"
+                problem = f"not a label selector: {exc}"
             reads = self._reads(request)
-            return await self._run(lambda: reads.knowledge_bases(parsed)), None
-
-        @router.get("/")
-        async def knowledge_bases(request: Request, selector: str | None = None) -> Response:
-            selector = (selector or "")[:1000] or None
             try:
-                kbs, problem = await listed(request, selector)
-            except KbctlError as exc:
+                kbs = [] if problem else await self._run(lambda: reads.knowledge_bases(parsed))
+            except (KbctlError, TimeoutError) as exc:
                 return self._failed(request, exc)
             return self._render(
                 request,
-                "kbs.html",
+                template,
                 400 if problem else 200,
                 heading="Knowledge bases",
                 section="kbs",
@@ -245,14 +243,13 @@ class Console:
                 problem=problem,
             )
 
+        @router.get("/")
+        async def knowledge_bases(request: Request, selector: str | None = None) -> Response:
+            return await listed(request, selector, "kbs.html")
+
         @router.get("/fragments/knowledgebases")
         async def knowledge_base_rows(request: Request, selector: str | None = None) -> Response:
-            selector = (selector or "")[:1000] or None
-            try:
-                kbs, problem = await listed(request, selector)
-            except KbctlError as exc:
-                return self._failed(request, exc)
-            return self._render(request, "_kb_rows.html", 400 if problem else 200, kbs=kbs, selector=selector)
+            return await listed(request, selector, "_kb_rows.html")
 
         @router.get("/knowledgebases/{name}")
         async def knowledge_base(request: Request, name: str) -> Response:
