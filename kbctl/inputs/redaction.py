@@ -15,6 +15,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Final
 
+from kbctl.errors import UsageError
+
 __all__ = [
     "DEFAULT_REDACTIONS",
     "REDACTED",
@@ -42,11 +44,11 @@ DEFAULT_REDACTIONS: Final[tuple[str, ...]] = (
 def compile_pattern(pattern: str) -> re.Pattern[str]:
     """One redaction pattern, compiled; ValueError naming what is wrong (too long, not a regular expression)."""
     if not pattern or len(pattern) > REDACT_PATTERN_MAX_CHARS:
-        raise ValueError(f"a redaction pattern must be 1-{REDACT_PATTERN_MAX_CHARS} characters, got {len(pattern)}")
+        raise UsageError(f"a redaction pattern must be 1-{REDACT_PATTERN_MAX_CHARS} characters, got {len(pattern)}")
     try:
         return re.compile(pattern)
     except re.error as exc:
-        raise ValueError(f"not a regular expression: {exc}") from None
+        raise UsageError(f"not a regular expression: {exc}") from None
 
 
 @dataclass(frozen=True)
@@ -59,7 +61,7 @@ class Redactor:
 
     def __post_init__(self) -> None:
         if len(self.extra) > REDACT_PATTERNS_MAX:
-            raise ValueError(f"at most {REDACT_PATTERNS_MAX} redaction patterns, got {len(self.extra)}")
+            raise UsageError(f"at most {REDACT_PATTERNS_MAX} redaction patterns, got {len(self.extra)}")
         patterns = (*(DEFAULT_REDACTIONS if self.defaults else ()), *self.extra)
         object.__setattr__(self, "_compiled", tuple(compile_pattern(p) for p in patterns))
 

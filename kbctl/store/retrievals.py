@@ -28,6 +28,7 @@ from typing import Any, Final, Literal
 from pydantic import BaseModel, ConfigDict
 from pydantic.alias_generators import to_camel
 
+from kbctl.errors import UsageError
 from kbctl.inputs.access import Reader, may_read
 from kbctl.store.database import Database, _store_errors
 
@@ -357,7 +358,7 @@ def list_retrievals(
     at or after `since` and before `until`, and only those that found nothing relevant with `nothing_relevant`.
     `scope` and `reader` as the module docstring says (None: every run, every hit)."""
     if not 1 <= limit <= RETRIEVALS_LIST_MAX:
-        raise ValueError(f"limit must be between 1 and {RETRIEVALS_LIST_MAX}, got {limit}")
+        raise UsageError(f"limit must be between 1 and {RETRIEVALS_LIST_MAX}, got {limit}")
     conditions: list[str] = []
     args: dict[str, Any] = {"limit": limit}
     if knowledge_base is not None:

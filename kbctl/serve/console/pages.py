@@ -404,7 +404,7 @@ def _form(body: bytes) -> dict[str, str]:
 
 def _version(value: str | None) -> int:
     if value is None or not value.isdigit() or len(value) > 9:
-        raise ValueError("give both versions to compare: ?from=N&to=M")
+        raise UsageError("give both versions to compare: ?from=N&to=M")
     return int(value)
 
 
@@ -424,7 +424,7 @@ def _options(form: Mapping[str, Any]) -> QueryOptions:
         try:
             return kind(text)
         except ValueError:
-            raise ValueError(f"{key} must be a number, got {text[:20]!r}") from None
+            raise UsageError(f"{key} must be a number, got {text[:20]!r}") from None
 
     return QueryOptions.build(
         top_k=number("topK", int),
