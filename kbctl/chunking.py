@@ -1,22 +1,13 @@
 """Structure-aware splitting of a document into retrieval chunks.
 
-`chunk_document` cuts a text into `Chunk`s of at most `max_chars` characters each.
-
-* Sections. With `markdown=True`, ATX headings (`#` .. `######` at line start, outside ``` and ~~~
-  fenced code) divide the text into sections that no chunk crosses; each chunk carries the path of
-  headings enclosing it. A heading line opens its section's text, and a section holding nothing but
-  its heading is merged into the next one.
-* Cuts. Inside a section a chunk ends at the latest boundary that fits, preferring, in this order:
-  the end of the section, a paragraph end (blank line), a line end, a sentence end, a word end; only
-  a single word longer than the window is cut hard at `max_chars`. The first chunk of a section is
-  not cut right after its heading line(s) when anything else fits.
-* Overlap. The next chunk of the same section starts at the earliest word start within the last
-  `overlap_chars` characters of the previous chunk, unless that would force a worse kind of cut than
-  starting afresh; then the start is pulled back only as far as the unchanged cut allows.
+`chunk_document` cuts a text into `Chunk`s of at most `max_chars` characters each: with `markdown=True` into
+sections that no chunk crosses (each chunk carries its heading path), cut at the latest boundary that fits (section,
+paragraph, line, sentence, word; a hard cut only inside a word longer than the window), the next chunk overlapping
+the previous one by up to `overlap_chars` characters from a word start.
 
 Every chunk's `text` is exactly `source[start:end]` with surrounding whitespace trimmed away, and
 every non-whitespace character of the source lies in at least one chunk. Pure standard library (the default
-sizes are kbctl.defaults') and deterministic.
+sizes are kbctl.defaults') and deterministic. The rules in full: docs/architecture.md#chunking.
 """
 
 from __future__ import annotations

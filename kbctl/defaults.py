@@ -1,17 +1,14 @@
 """Every default and tuning constant of kbctl, with what it is and why it has its value: the one place to read or
 change them.
 
-The manifest model (kbctl.manifest.models) takes the defaults of its fields from here, and so do the JSON Schema,
-`kbctl explain` and the stores' queries; a `spec.retrieval` field a manifest leaves unset (None, not written into
-stored manifests) is resolved from here when a query is planned (kbctl.query.retrieve.plan_query). The modules
-that use a constant import it under its name, so `kbctl.query.retrieve.RRF_K` and the like stay readable (and
-patchable in tests) where they are used. Bounds (what a manifest or an input may hold at most) are not defaults:
-they live with their checks (kbctl.manifest, kbctl.inputs, kbctl.sources.bounds).
+The manifest model, the JSON Schema, `kbctl explain` and the stores' queries take their defaults from here; a
+`spec.retrieval` field a manifest leaves unset is resolved here when a query is planned (plan_query). Modules
+import a constant under its name, so `kbctl.query.retrieve.RRF_K` stays readable (and patchable in tests) where it
+is used. Bounds are not defaults: they live with their checks (kbctl.manifest, kbctl.inputs, kbctl.sources.bounds).
 
 The table "Defaults and tuning constants" of docs/manifest.md is generated from this module, each constant's
 docstring being its row (`python -m kbctl.defaults --write docs/manifest.md`; a test fails when it is stale).
-Nothing from kbctl but its errors is imported here: every layer may read it, and `kbctl --help` loads it at no
-cost.
+Nothing from kbctl but its errors is imported here, so every layer may read it at no cost.
 """
 
 from __future__ import annotations

@@ -1,27 +1,14 @@
-"""The one exception hierarchy of kbctl.
+"""The one exception hierarchy of kbctl; what each error means: docs/python.md#errors.
 
-    KbctlError                 anything kbctl could not do; the CLI prints it as one line, exit code 1
-     ├── InputError            a file the user gave is invalid (carries path, line and field of every problem)
-     │    ├── ManifestError    a KnowledgeBase manifest
-     │    ├── EvalSetError     an eval set (`kbctl eval -f`)
-     │    └── BeirError        a BEIR-format dataset (`kbctl import beir`)
-     ├── SourceError           a source could not be read, fetched or extracted
-     ├── EmbeddingError        the embedding model could not be loaded or failed
-     ├── RerankError           the reranker could not be loaded or failed
-     ├── ChatError             the chat model (`kbctl ask`, answer evaluation) is not configured or failed
-     ├── JudgeError            the judge model's reply (`kbctl eval --answers`) could not be read as a judgement
-     ├── StoreError            PostgreSQL could not be reached, migrated, read or written
-     ├── NotFoundError         a named knowledge base (or version) does not exist
-     ├── LimitError            an apply would exceed one of the knowledge base's spec.limits
-     ├── RollbackError         a rollback that cannot be done as asked (that version already serves)
-     ├── ManagedError          a change by hand of a knowledge base a Sync manages, without force
-     ├── AuthError             a bearer (a JWT) could not be verified, or its claims are not in a known format
-     └── UsageError            the Python API was called wrong (a bad argument); also a ValueError
+    KbctlError
+     ├── InputError ── ManifestError, EvalSetError, BeirError
+     ├── SourceError, EmbeddingError, RerankError, ChatError, JudgeError, StoreError
+     ├── NotFoundError, LimitError, RollbackError, ManagedError, AuthError
+     └── UsageError (also a ValueError)
 
-"The world failed" and "you called it wrong" stay apart: a bad argument (QueryOptions(top_k=0), an unparsable
-label selector, a chunk size below 1) raises UsageError, which is both a KbctlError and a ValueError, so
-`except ValueError` keeps catching it; an argument of the wrong type is still a TypeError. No bare ValueError
-leaves kbctl's API (tests/test_errors.py checks).
+"The world failed" and "you called it wrong" stay apart: a bad argument raises UsageError, which is both a
+KbctlError and a ValueError; an argument of the wrong type is still a TypeError. No bare ValueError leaves
+kbctl's API (tests/test_errors.py checks).
 """
 
 from __future__ import annotations

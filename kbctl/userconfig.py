@@ -3,32 +3,12 @@
 Endpoints, key variable names and limits live here (`~/.config/kbctl/config.yaml`, or the file named
 by `KBCTL_CONFIG`), never in manifests, which a pull request can change. Keys themselves live in the
 environment: the file names the variable (`apiKeyEnv`, refused unless it looks like a variable name, so a key
-pasted there by mistake is never shown back).
-
-    allowPrivateNetworks: false      # true: loopback and private ranges (never link-local or cloud metadata)
-    allowNetworks: [10.0.0.0/8, 192.168.1.5, wiki.internal]    # CIDRs, addresses and host names
-    embedding:
-      providers:
-        openai:   {baseURL: https://api.openai.com/v1, apiKeyEnv: OPENAI_API_KEY}
-        voyage:   {baseURL: https://api.voyageai.com/v1, apiKeyEnv: VOYAGE_API_KEY,
-                   documentFields: {input_type: document}, queryFields: {input_type: query}}
-        gateway:  {baseURL: http://litellm.internal:4000/v1, apiKeyEnv: LITELLM_KEY, maxConcurrency: 8}
-      profiles:
-        corp-gateway: {provider: gateway, model: text-embedding-3-small, dimensions: 512}
-    rerank:
-      providers:
-        cohere:   {baseURL: https://api.cohere.com/v2, apiKeyEnv: COHERE_API_KEY}
-        tei:      {baseURL: http://reranker.internal:8080, api: tei}
-      localModels:
-        ms-marco-minilm: /opt/models/ms-marco-MiniLM-L-6-v2    # model.onnx + tokenizer.json
-    serve:
-      tokens:                         # bearer tokens of `kbctl serve`, each read-only within its scope
-        support-bot: {tokenEnv: SUPPORT_BOT_TOKEN, knowledgeBases: [client-service-policy]}
-        platform:    {tokenEnv: PLATFORM_TOKEN, selector: team=platform}
-        prometheus:  {tokenEnv: SCRAPE_TOKEN, metrics: true}
+pasted there by mistake is never shown back). The file also holds rerank providers and local models, chat
+providers and profiles, and `serve` (tokens, OIDC, the retrieval log).
 
 `redact` is the one function that hides secrets (passwords, keys, tokens) in whatever kbctl shows or echoes:
 `kbctl config view`, reprs and error messages.
+An example of the whole file: docs/architecture.md ("kbctl's configuration file").
 """
 
 from __future__ import annotations

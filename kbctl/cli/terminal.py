@@ -1,17 +1,13 @@
 """Data made inert for human output: the one way kbctl prints text for people, on a terminal or off it.
 
-A file name, a page title, a description, a label value or an error quoting them is data, and data must not
-drive the terminal (`ESC[2J` clears the screen, `ESC]0;...BEL` sets the window title) nor start a line of its
-own (a newline in a file name would forge a line of `describe`). So every control character of data is printed
-as a visible escape, as Python writes it: `\\n`, `\\r`, `\\t`, `\\x1b`, `\\x7f`, `\\x9b`, `\\u202e`.
-Escaped are the C0 controls, DEL and the C1 controls (Unicode category Cc), the line and paragraph separators
-(U+2028, U+2029) and the bidirectional embeddings, overrides and isolates (U+202A-U+202E, U+2066-U+2069), which
-reorder what a terminal shows. A backslash of the data is printed as it is: human output shows, `-o json|yaml`
-gives the exact characters.
+A file name, a page title, a label value or an error quoting them is data, and data must not drive the terminal
+(`ESC[2J`, `ESC]0;...BEL`) nor start a line of its own (a newline in a file name would forge a line of
+`describe`). So every control character of data (Cc, U+2028/U+2029, the bidirectional controls) is printed as a
+visible escape, as Python writes it (`\\n`, `\\x1b`, `\\u202e`); `-o json|yaml` gives the exact characters.
 
-`inert` is for one field on one line (a name, a title, a message: even its newlines are escaped); `say` prints
-what the renderers made (tables, describe, a chunk's text), keeping the newlines and tabs of the layout and of
-multi-line text while escaping every other control character, so data reaches no terminal raw by any path.
+`inert` is for one field on one line (even its newlines are escaped); `say` prints what the renderers made,
+keeping the newlines and tabs of the layout while escaping every other control character, so data reaches no
+terminal raw by any path. The characters escaped, and the tests: docs/reliability.md#output-is-inert.
 """
 
 from __future__ import annotations

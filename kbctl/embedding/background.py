@@ -1,24 +1,14 @@
 """The background questions, and the similarity threshold a version calibrated with them gets.
 
-A model's threshold alone (`calibrated_threshold`) is one line for every knowledge base, and how high an unrelated
-question scores depends on the knowledge base as much as on the model: on public data, MiniLM's 0.35 refused only
-26-38% of questions from another domain (docs/eval.md). So each version is calibrated when it is published:
-the background questions (background-questions.txt: 99 everyday questions written for no knowledge base, on
-cooking, travel, code, cars, pets, history, money, health...) are each searched in it, and the BACKGROUND_QUANTILE
-(0.9) of their best cosine similarities is stored with the version as its *background similarity*. A question's best
-evidence must then reach that plus BACKGROUND_MARGIN (0.05), never less than the model's threshold and never more
-than BACKGROUND_CEILING (0.25) above it (`version_threshold`), for anything to be returned; the chunks of an answer
-are cut at the model's threshold (kbctl.query.retrieve).
+At publish each version searches the background questions (background-questions.txt: 99 everyday questions
+written for no knowledge base) and stores the BACKGROUND_QUANTILE of their best cosine similarities as its
+*background similarity*. A question's best evidence must then reach that plus BACKGROUND_MARGIN, never less than
+the model's threshold (`calibrated_threshold`) nor more than BACKGROUND_CEILING above it (`version_threshold`),
+for anything to be returned; the chunks of an answer are cut at the model's threshold (kbctl.query.retrieve).
+A manifest's `spec.retrieval.similarityThreshold` keeps its own. A restricted version is calibrated per rule
+(kbctl.store.access), a caller's line being that of what it may read (`joint_similarity`).
 
-The quantile makes the line robust to a knowledge base about one everyday topic: the questions are spread over about
-25 topics, four a topic, so those of its own topic are the top 4%, above the 90th percentile. A knowledge base about
-many everyday topics at once answers more than a tenth of them, which are then no background for it: the ceiling
-stops its line (an almanac of everyday facts would get 0.86 with the default model, and gets 0.60). A manifest that
-sets `spec.retrieval.similarityThreshold` keeps its own.
-
-A version that restricts some sources (`access`) is calibrated per rule: the questions' best similarities among the
-chunks behind no rule, and among each rule's, are kept apart (kbctl.store.access), and a caller's line is that of
-what it may read (`joint_similarity` of its parts), so text it may not read moves no line it is shown or held to.
+Why a quantile and a ceiling, and the figures: docs/eval.md (refusal on public data), docs/access.md.
 """
 
 from __future__ import annotations

@@ -1,18 +1,14 @@
 """A local text-embedding model run directly by ONNX Runtime from its model.onnx and tokenizer.json.
 
-This is what fastembed's TextEmbedding does for a BERT-type model, step for step (the tokenizer truncated to the
-model's window and padded to the longest text of a batch, input_ids / attention_mask / token_type_ids, the first
-output, mean pooling over the real tokens accumulated in float64 or the [CLS] token, L2 normalization, float32),
-with the same session options (every graph optimization, the configured threads), so the vectors are the same.
-kbctl runs it itself for the model files it has on disk because importing fastembed costs 0.35-0.5 s (its
-package imports its image, sparse and model-hub modules), which was a third of every `kbctl query` a process
-makes; fastembed is still what downloads a model where a model hub is reachable (kbctl.embedding.local).
+This is what fastembed's TextEmbedding does for a BERT-type model, step for step (truncation to the model's window,
+padding to a batch's longest text, mean or [CLS] pooling, L2 normalization, the same session options), so the
+vectors are the same; kbctl runs it itself for the model files it has on disk because importing fastembed costs
+a third of a `kbctl query`. Given a cache folder, the first load saves the graph optimized to ONNX Runtime's
+portable level (EXTENDED) with its weights beside it, keyed by the model file and ONNX Runtime's version, and
+every load opens that copy (the same vectors to the bit: tests/test_local_models.py); one that fails to load is
+rebuilt. fastembed still downloads a model where a model hub is reachable (kbctl.embedding.local).
 
-Building a session spends ~0.15 s folding the int8 model's weights into float32 (ONNX Runtime's constant folding).
-Given a cache folder, the first load saves the graph as optimized up to ONNX Runtime's portable level (EXTENDED:
-nothing specific to this CPU) with its weights in a file beside it, and every load opens that copy with all
-optimizations on, as before: ~0.06 s instead of ~0.2, the same vectors to the bit (tests/test_local_models.py). The
-copy (~90 MB for MiniLM) is keyed by the model file and ONNX Runtime's version; one that fails to load is rebuilt.
+Why, and the figures: docs/architecture.md#embedding, bench/README.md (bench/startup.py).
 """
 
 from __future__ import annotations

@@ -1,17 +1,10 @@
 """Import a BEIR-format dataset as a knowledge base and an eval set, to measure ranking with `kbctl eval`.
 
-A BEIR dataset (the format of the BEIR benchmark's public downloads) is a folder with
-
-    corpus.jsonl      one document per line: {"_id": "MED-10", "title": "...", "text": "...", "metadata": {...}}
-    queries.jsonl     one query per line:    {"_id": "PLAIN-1", "text": "..."}
-    qrels/test.tsv    a header line `query-id<TAB>corpus-id<TAB>score`, then one judgement per line;
-                      the score is a graded relevance, 0 (or less) meaning "judged not relevant"
-
-`read_beir` reads and checks all of it (the first problem raises BeirError naming file:line);
-`plan_beir` turns it into a KnowledgeBase with one inline markdown source per document and an EvalSet
-with one query per question that has a relevant document; `import_beir` writes the eval set (JSON
-Lines, what `kbctl eval -f` reads) and applies the knowledge base. Relevance in an eval set is binary:
-every grade above 0 counts as relevant.
+`read_beir` reads and checks a BEIR folder (corpus.jsonl, queries.jsonl, qrels/test.tsv; the first problem raises
+BeirError naming file:line); `plan_beir` makes a KnowledgeBase of one inline markdown source per document and an
+EvalSet of one query per question that has a relevant document (relevance is binary: every grade above 0);
+`import_beir` writes the eval set (JSON Lines, what `kbctl eval -f` reads) and applies the knowledge base.
+The format, and what each part becomes: docs/eval.md#importing-a-beir-dataset.
 
     with KnowledgeBaseStore() as store:
         result = import_beir(store, "nfcorpus", "nfcorpus", eval_out="nfcorpus-test-eval.jsonl")

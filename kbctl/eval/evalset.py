@@ -1,29 +1,12 @@
 """An eval set: questions about a knowledge base with what a good retrieval returns, read from YAML or JSON Lines.
 
-An eval set is a YAML document (or JSON Lines, one query per line) of questions with what a good answer
-retrieves:
-
-    name: client-service-regressions            # optional; `kbctl eval --record` records it (else the file's name)
-    knowledgeBase: client-service-policy        # optional; the name given on the command line wins
-    queries:
-      - id: cancel-two-weeks
-        question: What share of the deposit comes back if we cancel two weeks before the start?
-        expectedSources: [refunds]              # relevant: a hit from one of these sources ...
-        expectedText: ["14 to 29 days"]         # ... or whose text contains one of these (any case)
-      - id: cafeteria
-        question: What is on the cafeteria menu on Fridays?
-        noAnswer: true                          # correct when nothing at all is returned
-      - id: arg-17
-        question: ...
-        expectedSources: [arg-12]
-        ignoredSources: [arg-17]                # hits from these are dropped before scoring
-      - id: invoices-kept
-        question: How long do we keep invoices?
-        expectedSources: [retention]
-        mustContain: ["ten years"]              # `kbctl eval --answers`: the answer must say this (any case)
-        expectedAnswer: Invoices are kept for ten years.  # for people (and the judge's report), not matched
+Each query has an `id` and a `question`, and says what a good retrieval returns (`expectedSources`,
+`expectedText`), or that nothing should be (`noAnswer`), which sources to leave out before scoring
+(`ignoredSources`) and, for `kbctl eval --answers`, what a good answer holds (`mustContain`, `expectedAnswer`).
+The set may carry a `name` (what `kbctl eval --record` records) and a `knowledgeBase` (the command line's wins).
 
 `load_evalset` and `parse_evalset` raise `kbctl.errors.EvalSetError` listing every problem with file:line.
+The format, with examples: docs/eval.md.
 """
 
 from __future__ import annotations

@@ -6,13 +6,9 @@
     remote = HTTPKnowledgeBaseRetriever("http://127.0.0.1:8080", "client-service-policy", token=token)
     nodes = retriever.retrieve("how long do we keep invoices?")     # NodeWithScore of TextNode, best first
 
-Each `TextNode` holds a chunk's text and character range (`start_char_idx`, `end_char_idx`), and in its metadata the
-knowledge base and version, source, title, origin, section (heading path), rank, score, similarity, character
-range and `citation` ("source | section | chars a-b"); of the metadata only the citation reaches an LLM's prompt,
-and none the embedding text. The node's score is kbctl's score of the hit, what ranks it, so it never rises from one
-node to the next and a postprocessor that sorts by score keeps kbctl's order; the cosine similarity to the question
-is the metadata's `similarity`. Nothing relevant is an empty list. Needs llama-index-core:
-pip install 'kbctl[llamaindex]'.
+Each `TextNode` holds a chunk's text, character range and metadata (only its `citation` reaches an LLM's prompt);
+the node's score is kbctl's score of the hit, so it never rises from one node to the next. Nothing relevant is an
+empty list. Needs llama-index-core: pip install 'kbctl[llamaindex]'. The metadata and scores: docs/agents.md.
 """
 
 from __future__ import annotations

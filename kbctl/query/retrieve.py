@@ -1,43 +1,14 @@
 """Query a knowledge base: BM25 keyword and vector candidates fused, cut by threshold and budget.
 
-Modes: `vector` ranks by cosine similarity (reading 2 x topK candidates first, and the rest of the pool only
-when those do not decide the answer: vector_candidates); `keyword` by Okapi BM25 over PostgreSQL full text
-(any word of the question, weighted by its rarity in the version: kbctl.store.bm25); `hybrid` (the default) takes the
-best `candidates` (default 100) of each and fuses them (`spec.retrieval.fusion`): by default weighted
-reciprocal rank fusion, 1/(10 + rank) in the vector list plus keywordWeight/(10 + rank) in the keyword
-list (keywordWeight 1); or a convex combination of each list's scores scaled to 0-1 within the list. The
-defaults were chosen on public BEIR datasets with bench/fusion.py (docs/eval.md).
+Modes: `vector` (cosine similarity), `keyword` (Okapi BM25 over PostgreSQL full text: kbctl.store.bm25) and
+`hybrid` (the default: both lists fused by `spec.retrieval.fusion`). The threshold applies to every candidate's
+cosine, except exact terms of a short question and, in hybrid mode, the chunk first in both lists; a reranker, when
+set, reorders what passes; then topK, near-duplicates and the token budget. A hit's `score` is what ordered it.
 
-The similarity threshold applies to every candidate's cosine similarity, with two exceptions that keep
-exact terms findable. In a question of at most EXACT_TERMS_MAX_WORDS (12) words, a chunk scoring down to
-EXACT_TERMS_MARGIN (0.2) below the threshold passes when it contains
-- an identifier of the question: a token with a digit or an underscore (ERR_4092, ISO-27001, form B12)
-  or an acronym of two or more capitals (SLA, DPO); or
-- every word of the question, as full-text search reads it (stemmed, stop words dropped), when there are
-  at least two such words ("What is the wind-down fee and what is its cap?": wind, down, fee, cap).
-In hybrid mode, the chunk first in both lists (nearest by meaning and best by BM25) passes with a similarity of
-at least the threshold minus AGREEMENT_MARGIN (0.1): two rankings agreeing on it are evidence the similarity
-alone misses ("Can consultants fly business class when travelling for a client?" scores its answer 0.298 with the
-default model). On examples/eval, with either local model at its calibrated threshold, it answers 2 or 3 of the 3
-answerable questions the threshold left empty, and lets no further no-answer question through (docs/eval.md).
-In keyword mode the threshold does not apply (a full-text match is the evidence).
-
-With `spec.retrieval.rerank`, the best `candidates` (default 30) of the fused list that pass the threshold
-rule are scored by the reranker and reordered by its score (the rest are cut); `minScore`, when set, cuts
-those scoring below it. Then topK, near-duplicates and the token budget apply, in the reranked order. If
-the reranker fails (endpoint down, model missing) the query still answers, in fused order, and says so in
-`rerank.error`.
-
-Each hit's `score` is what ordered it, so scores never increase with rank (`_score`): the reranker's when it
-reordered the hits, else the fused score in hybrid mode, BM25 in keyword mode, the cosine in vector mode. Its
-`similarity` is always the cosine, which the threshold reads.
-
-A query runs as named stages, each a function below and each a stage of the `--explain` trace:
-`embed question` (embed_question), `vector` (vector_candidates), `keyword` (keyword_candidates), `fuse`
-(fuse), `threshold` (apply_threshold), `rerank` (rerank_candidates, only with a reranker) and `select`
-(select_hits). `plan_query` first resolves the QueryOptions against the serving version's stored
-`spec.retrieval`, read through the manifest model; the defaults of its fields, set or left unset, and every tuning
-constant here (RRF_K, AGREEMENT_MARGIN, ...) are kbctl.defaults'.
+A query runs as named stages, each a function below and a stage of the `--explain` trace: embed_question,
+vector_candidates, keyword_candidates, fuse, apply_threshold, rerank_candidates and select_hits, after
+`plan_query` resolves the QueryOptions against the version's stored `spec.retrieval` (defaults: kbctl.defaults).
+Design and figures: docs/architecture.md#retrieval ("Stages, scores and exact terms"), docs/eval.md.
 """
 
 from __future__ import annotations

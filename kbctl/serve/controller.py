@@ -1,18 +1,13 @@
 """`kbctl controller` as a long-lived service: Prometheus metrics from the engine's events and the store, /healthz
 and /readyz.
 
-`--metrics-address HOST:PORT` serves, on a thread of its own:
-- `/metrics`: what this controller did, from the engine's events: reconciles by knowledge base, trigger and
-  outcome (the action when every source was read, `degraded` when one could not be, `failed`), their durations,
-  failures by knowledge base and reason (`FailureReason`), the last success per knowledge base (a reconcile whose
-  sources were all read), Sync passes by outcome, losses of the store; and what the store holds, read on a
-  connection of the scrape's own at each scrape: the queue depth (knowledge bases whose recorded generation is not
-  reconciled yet), per knowledge base whether it is Ready, its sources and those failing (stale or failed), its
-  serving version; per Sync whether its last pass failed, whether a fetched commit is not applied, when it last
-  applied, its interval and whether it is suspended. A knowledge base deleted from the store leaves every series:
-  the store's at once, this controller's own at the next scrape;
-Nothing else is served: every other path is 404, every method but GET 405, and no request body is read. A client
-that resets or closes its connection mid-request (a probe that timed out) is not logged.
+`--metrics-address HOST:PORT` serves, on a thread of its own, `/metrics`: what this controller did, from the
+engine's events (reconciles, their durations, failures by reason, the last success, Sync passes, losses of the
+store), and what the store holds, read on a connection of the scrape's own at each scrape (the queue depth, and
+per knowledge base and per Sync their state). Nothing else is served: every other path is 404, every method but
+GET 405, and no request body is read.
+
+Every series, and the alerts over them: docs/gitops.md#metrics-and-logs, docs/operations.md.
 """
 
 from __future__ import annotations

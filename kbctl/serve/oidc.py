@@ -1,20 +1,13 @@
 """JWT bearers of the organisation's identity provider (`serve.oidc`): verified, then read as a caller (`Reader`).
 
-A JWT is accepted when it is signed by one of the issuer's keys with an algorithm of `serve.oidc.algorithms`
-(asymmetric only: never `none`, never an HMAC whose secret could be the public key itself), when its issuer and
-(if configured) audience match, and when it has not expired (`exp` is required; `leeway` seconds of clock skew
-allowed on `exp` and `nbf`; `exp`, `nbf` and `iat` must be JSON numbers when present, never strings or bools).
-Its `groupsClaim` must be a list of strings (absent: no groups), and each of its `labelClaims` a string or a list
-of strings: a claim in any other shape refuses the token, rather than reading it as a caller without groups.
-Every refusal is an AuthError with a short reason that never quotes the token.
+A JWT is accepted when it is signed by one of the issuer's keys with an allowed asymmetric algorithm, its issuer
+and (if configured) audience match, and it has not expired (`exp` required, `leeway` of clock skew); its groups
+claim and label claims must have their documented shapes, or the token is refused. Every refusal is an AuthError
+with a short reason that never quotes the token. Keys come from a JWKS file, or a JWKS URL fetched over https and
+kept `cacheSeconds`; an unknown key id fetches them again at most once per REFETCH_SECONDS, and stale keys are not
+used while fetching fails (closed, not open). One lock guards the keys across the server's worker threads.
 
-The keys come from a JWKS file, read once at start, or a JWKS URL, fetched over https when first needed and kept
-`cacheSeconds`. A token whose key id (`kid`) is not among them makes the keys be fetched again (the identity
-provider rotated its keys), at most once per REFETCH_SECONDS, so tokens with made-up key ids cannot make kbctl
-hammer the identity provider; a failed fetch is not retried sooner either, and keys past `cacheSeconds` are not
-used while fetching fails (closed, not open). A key without `alg` serves each allowed algorithm of its type (an
-RSA key: RS256 and PS256 alike); a private, encryption or wrong-curve key serves none. Requests to `kbctl serve`
-run on worker threads: one lock guards the keys, and whoever holds it fetches for everyone.
+The rules in full: docs/access.md#an-identity-provider-oidc, docs/reliability.md.
 """
 
 from __future__ import annotations

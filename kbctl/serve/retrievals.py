@@ -2,16 +2,11 @@
 HTTP and MCP, and each federated /v1/query, recorded with its trace, the caller, the version, the latency and the
 result, or the problem it failed with.
 
-A request pays for a log entry only what `record` costs: a monotonic clock read and a put on a bounded queue, never a
-wait (a full queue drops the run and counts it). One writer thread does the rest: it redacts the question
-(kbctl.inputs.redaction, with the configuration's extra patterns), turns the result into its JSON with the
-question redacted in it too, and inserts the runs in batches through the store's pool, which cuts each result to
-maxRowBytes (its hit texts shortened first, then its trace entries dropped). It deletes the runs past the log's
-days and rows at start and every RETRIEVAL_LOG_PRUNE_SECONDS. `close` (the app's shutdown) writes what is queued,
-within a time limit.
-
-While the log is on, queries run with `explain`, so that each run keeps its trace; what a caller gets back has the
-trace only when it asked for it (`without_trace`).
+`record` costs a request a clock read and a put on a bounded queue, never a wait (a full queue drops the run and
+counts it). One writer thread redacts the question (kbctl.inputs.redaction), writes the runs in batches through the
+store's pool, and prunes past the log's days and rows every RETRIEVAL_LOG_PRUNE_SECONDS; `close` writes what is
+queued, within a time limit. While the log is on, queries run with `explain`; a caller gets the trace back only
+when it asked for it (`without_trace`). Configuration, bounds and figures: docs/serve.md#retrieval-log.
 """
 
 from __future__ import annotations

@@ -1,21 +1,12 @@
 """SSRF guard for URL fetching: refuse non-public addresses, and connect only to the address that was checked.
 
 Every TCP connection httpx opens goes through `GuardedBackend.connect_tcp`, which resolves the host once,
-refuses the whole host if ANY of its addresses is forbidden (a name that mixes public and private addresses
-is a DNS-rebinding trick, not a misconfiguration to work around), then connects to the checked IP itself.
-httpcore still uses the URL's hostname for the Host header, TLS SNI and certificate verification, because
-only the socket's destination changes; there is no second lookup an attacker's DNS could answer differently.
+refuses the whole host if ANY of its addresses is forbidden, then connects to the checked IP itself (the Host
+header, TLS SNI and certificate still use the hostname). `Guard.refusal` decides what an operator opened:
+exact (address, port) pairs and addresses; networks and host names; every non-public address (`allow_private`).
+Link-local and cloud metadata addresses are opened only by exact address.
 
-What an operator may open, from the narrowest to the widest (`Guard.refusal` decides):
-- exact (address, port) pairs (`allowed_addresses`, the Python API) and exact addresses (`allowed_networks`
-  entries such as `192.168.1.5`, `169.254.169.254` or `10.0.0.7/32`): any kind of address, on any port for the
-  latter;
-- networks in CIDR form (`10.0.0.0/8`) and host names (`wiki.internal`: whatever addresses it resolves to);
-- every private, loopback, shared, unspecified, multicast and reserved address (`allow_private`,
-  `KBCTL_ALLOW_PRIVATE_NETWORKS=1`).
-Link-local addresses (169.254.0.0/16, fe80::/10) and cloud metadata addresses (169.254.169.254, fd00:ec2::254,
-100.100.100.200), in any IPv6 form that carries them, are opened only by the first kind: by exact address, never
-by a network, a host name or `allow_private`.
+Design: docs/architecture.md#url-sources-and-refresh ("SSRF guard", "How the guard connects").
 """
 
 from __future__ import annotations

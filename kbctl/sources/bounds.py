@@ -2,22 +2,13 @@
 
 Every number is here, and each route applies the same ones, so a document is refused the same way however it
 comes (URL and crawl pages through `kbctl.sources.url`, path and git files through `kbctl.sources.files`):
-- bytes read: a download stops at MAX_FETCH_BYTES (decompressed), a file read at MAX_FILE_BYTES;
-- bytes handed to text extraction, per format (MAX_EXTRACT_BYTES, checked by `check_size` before the extractor
-  sees a byte): HTML's bound is the tight one, because trafilatura's time and memory grow much faster than its
-  input (a 29 MB page took minutes and gigabytes, to be refused later by the chunk limit);
-- what a format's reader may build, refused while it reads (`kbctl.sources.formats`): PDF pages (MAX_PAGES);
-  what a DOCX's zip expands to (MAX_UNZIPPED_BYTES) and its XML parts, parsed whole (MAX_UNZIPPED_XML_BYTES);
-  entries of a JSON / JSONL file and rows of a CSV (MAX_ENTRIES), columns of a CSV row (MAX_COLUMNS),
-  characters of one of their values (MAX_FIELD_CHARS) and of the text their entries are written to
-  (MAX_TEXT_CHARS), JSON nesting (the manifest's MAX_DEPTH);
-- time: the extraction of a format that is parsed (EXTRACTED) runs on a worker thread for at most
-  EXTRACT_TIMEOUT seconds (`within_time`). A thread cannot be stopped from outside, so the readers that loop
-  (PDF pages and the operators of each, DOCX blocks, JSON entries, CSV rows) call `on_time` as they go and stop
-  themselves once past it; HTML is one call into trafilatura, which its size bound keeps to seconds. An
-  extraction still running past its time has its result dropped, and the next one first waits for it to end,
-  so never more than one runs.
+bytes read (MAX_FETCH_BYTES, MAX_FILE_BYTES); bytes handed to text extraction, per format (MAX_EXTRACT_BYTES,
+`check_size`); what a format's reader may build, refused while it reads (`kbctl.sources.formats`: MAX_PAGES,
+MAX_UNZIPPED_BYTES, MAX_UNZIPPED_XML_BYTES, MAX_ENTRIES, MAX_COLUMNS, MAX_FIELD_CHARS, MAX_TEXT_CHARS); and the
+time of an extraction (EXTRACT_TIMEOUT: `within_time`, with `on_time` checked by the readers that loop).
 One document over a bound fails alone, with a reason naming the bound; the other documents of its source go on.
+
+Why, and figures: docs/reliability.md#bounded-work, docs/manifest.md (path sources), bench/html_bound.py.
 """
 
 from __future__ import annotations

@@ -1,18 +1,13 @@
 """File formats as markdown text: what a file says, with its structure kept as headings the chunker follows.
 
-- markdown, text: decoded as UTF-8 (a byte-order mark allowed); a NUL byte means a binary file;
-- html: the main text, as for URL sources (trafilatura);
-- pdf: the text of each page under a `## Page N` heading, so chunks never cross pages and every hit names
-  its page (pypdf); an encrypted PDF, or one without a text layer (scanned images), fails with that reason;
-- docx: headings (Heading 1-6, Title) as markdown headings, paragraphs, and tables as markdown tables
-  (python-docx);
-- json, jsonl: each object one entry under its own heading (the `titleField` value, else "Entry N"), each
-  field as a `key: value` line (nested objects dotted, lists joined), only `textFields` when given;
-- csv: each row one entry, titled by its first column, each column as a `header: value` line.
-Every reader gets bytes within its format's bound of text extraction (checked here first, the same bound on
-every route: `kbctl.sources.bounds`), refuses what it would produce past that module's bounds (pages, entries,
-unzipped bytes, depth) while it reads, and answers (markdown text, title or None) or raises SourceError with a
+Readers of markdown and text (UTF-8), html (trafilatura), pdf (a `## Page N` heading per page: pypdf), docx
+(headings, paragraphs and tables as markdown: python-docx), json / jsonl (one entry per object, `titleField`,
+`textFields`) and csv (one entry per row). Every reader gets bytes within its format's bound of text extraction
+(checked here first, the same bound on every route: `kbctl.sources.bounds`), refuses what it would produce past
+that module's bounds while it reads, and answers (markdown text, title or None) or raises SourceError with a
 reason a person can act on.
+
+What each format becomes: docs/manifest.md (`path` sources).
 """
 
 from __future__ import annotations

@@ -1,27 +1,14 @@
 """`git:` sources: a shallow fetch of one ref of a repository into kbctl's cache, its files read as `path:` files.
 
-The repository is fetched with the `git` program (`--depth 1`, no tags, no submodules, hooks off, no terminal
-prompt) into `<cache>/<sha256 of the URL>`, one checkout per URL under a file lock, then checked out at the
-commit fetched; the documents are the files of `paths` in it, read like those of a `path:` source (formats,
-include / exclude, hidden files skipped, nothing read outside the checkout), each named by its path in the
-repository. URLs are https, ssh (`ssh://`, `git@host:path`) or, only with KBCTL_ALLOW_LOCAL_GIT=1 (tests,
-local mirrors), absolute local folders and `file:///`; credentials never come from a manifest (a URL with a
-password is refused): git takes them from the environment as always (SSH agent, credential helpers, GIT_ASKPASS).
-The host of an https or ssh URL must pass the same network guard as URL sources before git runs.
+`git` runs with `--depth 1`, no tags, no submodules, hooks off and no terminal prompt, into one checkout per URL
+under a file lock; the documents are the files of `paths` in it, each named by its path in the repository.
+Credentials come from git's environment, never from a manifest, and the host must pass the URL sources' network
+guard. A manifest and a repository are both hostile input: the URL and ref are checked again and passed after
+`--`, protocols are allow-listed (GIT_ALLOW_PROTOCOL), redirects are not followed, a fetch is bounded
+(MAX_FETCH_BYTES) and a commit's tree is checked (MAX_REPOSITORY_FILES, MAX_REPOSITORY_BYTES) before checkout,
+which writes blobs as stored (no filters, no conversion).
 
-A manifest is hostile input, and its URL and ref reach the git program: both are checked again here (the
-manifest's own checks: nothing starting with '-', no `transport::` form), passed after `--`, and git may use
-only the protocols of the allow-list (`GIT_ALLOW_PROTOCOL`: https and ssh; file with KBCTL_ALLOW_LOCAL_GIT=1),
-without following HTTP redirects (which could lead past the network guard).
-
-A repository is hostile input too, and what git writes into the cache is bounded: a fetch may add at most
-MAX_FETCH_BYTES to the cache (watched while git runs, which is stopped past it), and the tree of the commit
-fetched is read (`git ls-tree -r -l`, streamed) before anything is checked out: more than MAX_REPOSITORY_FILES
-files, or files of more than MAX_REPOSITORY_BYTES in all, refuse the repository, so a blob that compresses to
-nothing in the pack is refused by its real size. A repository whose fetch fails or is refused is removed from
-the cache. The checkout
-writes blobs as they are: `$GIT_DIR/info/attributes` (which outranks the repository's own `.gitattributes`)
-turns off filters (a Git LFS smudge would download past the network guard), end-of-line and encoding conversion.
+Design and guarantees: docs/reliability.md ("No command runs from a manifest", "Bounded work"), docs/manifest.md.
 """
 
 from __future__ import annotations

@@ -1,21 +1,13 @@
 """Fetch URL sources concurrently and safely (SSRF guard, size and time limits, retries) and extract their text.
 
 `fetch_urls` never raises for one URL's failure: that URL maps to a SourceError with a one-line reason.
-Decisions the callers can rely on:
-- Concurrency is bounded overall (`concurrency`) and per host name (`per_host`); a request waits for its host
-  slot before taking an overall slot, so a slow host never holds overall slots while queued.
-- `total_timeout` runs from the moment a URL's first request gets its slots (time queued behind other URLs
-  before that does not count) and covers every redirect, retry and backoff after it. A retry whose backoff
-  would end past that deadline is not attempted: the URL fails with its last reason.
-- Only `gzip`/`deflate` (or no) content encoding is accepted, and it is decoded here with a bounded
-  inflater, so `max_bytes` caps the decompressed size without ever inflating more than the cap.
-- Environment proxies (HTTP_PROXY...) are ignored: the SSRF guard must see the real destination.
-- Text extraction (trafilatura) runs in one worker thread, outside the concurrency slots and the deadline, under
-  the bounds every route shares (`kbctl.sources.bounds`): HTML over `max_html_bytes` is not extracted, and an
-  extraction over `extract_timeout` fails its page.
-- What is retried (429/5xx, timeouts, connection errors), how long to wait (Retry-After / retry-after-ms, else
-  jittered backoff), status and transport-failure text (in the fetcher's words) and the User-Agent are
-  kbctl._http's, the policy the embedder and the reranker share.
+Concurrency is bounded overall and per host, `total_timeout` covers every redirect, retry and backoff of a URL,
+only gzip/deflate content is accepted (inflated within `max_bytes`), environment proxies are ignored (the SSRF
+guard, kbctl.sources._guard, must see the real destination), and text extraction (trafilatura) runs in one worker
+thread under the bounds every route shares (`kbctl.sources.bounds`). What is retried, the waits, status text and
+the User-Agent are kbctl._http's, the policy the embedder and the reranker share.
+
+What callers can rely on, in full: docs/architecture.md#url-sources-and-refresh.
 """
 
 from __future__ import annotations

@@ -1,27 +1,13 @@
 """Document-level access in SQL: the one filter every statement that selects a version's chunks for a caller adds.
 
-A version keeps, per source row (kb_version_sources), who may read it: `readers` (groups, any one suffices; NULL:
-no group rule) and `reader_labels` (`key=value` terms the caller's claims must all hold; NULL: none), written at
-publish from the manifest's `access` (kbctl.manifest.Access.columns). `kb_versions.restricted_chunks` counts the
-chunks behind a rule, so a query of a version without any (every knowledge base that sets no `access`) adds no
-filter at all.
+`READABLE` reads the per-source `readers` and `reader_labels` of kb_version_sources, written at publish from the
+manifest's `access`; a version without restricted chunks (`kb_versions.restricted_chunks` = 0) adds no filter.
+A restricted version keeps per rule its BM25 statistics (`kb_version_rules`, `kb_version_rule_terms`) and its
+background questions' best similarities (`background_bests`), so a caller's BM25 statistics and calibrated line
+(`readable_background`) are those of what it may read. The filter stands before any ranking or cut.
+Its Python form is kbctl.inputs.access.may_read.
 
-A version that restricts some sources also keeps, per rule (one (readers, reader_labels) pair), the statistics of
-the chunks behind it (`kb_version_rules`: chunks and analyzed length; `kb_version_rule_terms`: each lexeme's document
-frequency), written at publish. What a caller may read of a version is then the version's statistics minus those of
-the rules it does not pass: a few rows per question word, however many sources the version has.
-
-Calibration (kbctl.embedding.background) is kept the same way. A version keeps, per background question, its best
-similarity among the chunks behind no rule (`kb_versions.background_bests`), and each rule the same among its own
-chunks (`kb_version_rules.background_bests`), all searched at publish in the same order of questions. The chunks a
-caller reads are those behind no rule and those of the rules it passes, so a question's best among them is the
-largest of those arrays' entries, and the caller's background similarity their quantile (`readable_background`):
-exact, a few rows a version, and no number of it comes from a chunk the caller may not read.
-
-The filter stands in the statement that selects candidates (the vector search's join, BM25's selection and its
-statistics), before any ranking or cut, so what a caller may not read is never ranked, counted or scored: topK,
-the best score, "nothing relevant", `--explain` and BM25's idf are all of the readable documents alone. Its Python
-form, for checks, is kbctl.inputs.access.may_read.
+Design: docs/access.md#how-it-is-stored. Figures: docs/access.md#what-it-costs, bench/README.md (bench/access.py).
 """
 
 from __future__ import annotations

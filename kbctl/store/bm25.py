@@ -1,38 +1,13 @@
 """Keyword search: Okapi BM25 over PostgreSQL full text, with the term statistics of each version kept incrementally.
 
-BM25 scores a chunk d for a question q as the sum, over the question's words t (stemmed, stop words dropped, by
-the knowledge base's text search language: `spec.retrieval.language`), of
+Scores a version's chunks for a question by BM25 (Lucene's idf), reading N, df and avgdl from statistics written at
+publish: per source revision (`kb_revision_terms`, `kb_source_revisions.term_count`) and per version as the sums
+over its revisions, stored as a difference from a base version (`kb_version_terms`, `kb_versions.terms_base`,
+BASE_FRACTION, `rebase_terms`). Which chunks are scored: those holding the question's words, rarest first, within
+MATCH_POSTINGS postings (else the vector list's candidates, or the rarest word's chunks; LAST_RESORT_RANKED).
 
-    qtf(t) · idf(t) · tf(t, d) · (K1 + 1) / (tf(t, d) + K1 · (1 - B + B · |d| / avgdl))
-    idf(t) = ln(1 + (N - df(t) + 0.5) / (df(t) + 0.5))           (Lucene's form: never negative)
-
-where tf is how often t occurs in the chunk (its tsvector positions), |d| the chunk's analyzed length (every
-lexeme occurrence of its tsvector: `kb_chunks.term_count`), and N, df and avgdl are the serving version's: its
-chunks, those holding t, and their mean length.
-
-Statistics stay incremental. A source revision is stored once and shared by every version that serves it, and so
-are its statistics, written when it is published: its chunks' total length (`kb_source_revisions.term_count`) and,
-per lexeme, how many of its chunks hold it (`kb_revision_terms`). A version's statistics are the sums over its
-revisions (`kb_versions.term_count`, `kb_version_terms`), written when it is published from its predecessor's:
-plus the revisions it adds, minus those it drops. So publishing reads the chunks of new revisions alone, and a
-query reads at most two rows per word of the question.
-
-A version's document frequencies are stored as a difference. A *base* version holds one row per lexeme of its
-chunks; a version published after it holds only the lexemes whose counts differ from the base's (signed), and names
-it (`kb_versions.terms_base`): df = the base's row + its own. Copying a predecessor's rows whole cost a 1% change of
-909,090 chunks 66 s (~1.09 million rows, one per lexeme); the difference is about as large as the change. Once the
-difference outgrows an eighth of the base's rows (BASE_FRACTION), the version is written whole and becomes the base
-of those after it. A base pruned from the history hands its rows to the oldest version that used it
-(`rebase_terms`).
-
-Which chunks are scored: every chunk of the version holding a word of the question, while their postings (the
-sum of the words' df) stay within MATCH_POSTINGS. Beyond that, the most common words stop selecting chunks (they
-still score the chunks selected): words are taken rarest first while the postings fit, so the chunks left out
-hold only words whose idf is the lowest of the question (measured on NFCorpus: the same ranking with a budget of
-2,000 as of 20,000). When even the rarest word is in more than MATCH_POSTINGS chunks (every word of the question
-is common), any sample of them would be arbitrary: in hybrid mode the vector list's candidates are scored
-instead, and otherwise MATCH_POSTINGS of the rarest word's chunks. If that leaves fewer than the chunks asked for,
-the first LAST_RESORT_RANKED chunks holding any word are scored too.
+Formula and design: docs/architecture.md ("Keyword search: BM25").
+Figures: bench/README.md#bm25-statistics-by-difference and #the-keyword-search-2000-postings-and-pages-costed-as-cached.
 """
 
 from __future__ import annotations

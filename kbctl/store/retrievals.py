@@ -2,18 +2,12 @@
 with the caller's name, the question as redacted, the version read, the latency and the result with its trace.
 
 Written in batches by the server's writer thread (kbctl.serve.retrievals) and read by the console and the Python
-API (`KnowledgeBaseStore.retrievals`). A row's result is the QueryResult JSON (camelCase, with `trace`), or a
-federated query's FederatedResult with each member's trace, cut to fit a bound in bytes (`bounded_result`: the hit
-texts shortened first, then the trace entries dropped) and flagged when it was cut.
+API (`KnowledgeBaseStore.retrievals`). A row's result is the QueryResult JSON (with `trace`), or a federated
+query's FederatedResult, cut to a bound in bytes (`bounded_result`) and flagged when it was cut. Reading is scoped
+as every other read of a caller: a run by the knowledge bases it read, its hits and trace entries by the sources
+the viewer may read in the version the run read (kbctl.inputs.access.may_read), hidden when that cannot be checked.
 
-Reading is scoped as every other read of a caller: a viewer sees a run only when every knowledge base it read is in
-the viewer's scope (a deleted knowledge base has no labels; a failed federated query that named none, only the
-owner of the store sees), and within a run only the hits and trace entries of sources it may read in the version
-the run read (kbctl.store.access's rule, in its Python form kbctl.inputs.access.may_read). When that version is
-gone, or its knowledge base was deleted and created again since, no source can be checked, and every hit and trace
-entry is hidden (fail closed).
-A viewer who may not read every source of the version also loses the run's best similarity, which may have been a
-restricted chunk's: it is then the best of the hits it sees.
+What a run records, the bounds and who reads what: docs/serve.md#retrieval-log.
 """
 
 from __future__ import annotations

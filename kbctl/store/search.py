@@ -2,23 +2,14 @@
 
 Keyword search (BM25) is kbctl.store.bm25.
 
-Vectors live once per (model, text) in `kb_embeddings`, shared by every version and knowledge base, in a `vector`
-column of no fixed size (models differ). Each model gets its own partial HNSW index over a typed cast, on half
-precision (`(embedding::halfvec(D)) halfvec_cosine_ops WHERE model = '...'`): half the memory and build time of
-full precision, and the candidates it finds are re-ranked by the exact full-precision cosine.
+Vectors live once per (model, text) in `kb_embeddings`; each model gets its own partial HNSW index in half
+precision, its candidates re-ranked by the exact cosine. A version's nearest chunks come from an exact scan (at
+most EXACT_SCAN_MAX chunks, a few milliseconds; models without an index; the fallback) or from the index,
+over-fetched in proportion to the model's vectors the version holds (`index_candidates`), read again twice as deep
+when short, and answered exactly past MAX_OVERFETCH: the index never makes an answer shorter. `build_vector_index`
+builds it in one pass once a model has INDEX_MIN_VECTORS vectors.
 
-A version's nearest chunks come from one of two plans:
-- exact: every chunk of the version, sorted by cosine distance. Used for versions of at most EXACT_SCAN_MAX
-  chunks (a few milliseconds), for models without an index, and as the fallback below.
-- indexed: the index's nearest vectors of the model, over-fetched in proportion to how many of the model's
-  vectors the version holds (`index_candidates`: none beyond the chunks asked for when it holds them all), with
-  `hnsw.ef_search` raised to cover them, then joined to the version's chunks and re-ranked exactly. When that
-  leaves fewer chunks than asked, twice as many candidates are read; past MAX_OVERFETCH of them (a version that
-  holds few of the model's vectors) the exact plan answers instead, so the index never makes an answer shorter.
-
-The index is built in one pass (`build_vector_index`) once a model has INDEX_MIN_VECTORS vectors, after the
-apply that crossed the line published: one bulk build costs a fraction of maintaining the graph row by row
-during a large first apply. Later vectors join it as they are stored.
+Design and figures: docs/architecture.md#vector-index, bench/README.md (bench/hnsw_build.py, bench/ef_search.py).
 """
 
 from __future__ import annotations

@@ -2,21 +2,13 @@
 a bounded text diff of each changed source; and, for the version history, each version's counts against the one
 before it.
 
-Versions are immutable, and a version names per source the revision (content) it serves, so two versions compare
-by their sources' revisions alone: a source is changed when it serves another revision (its text, or only its
-chunking, changed: `sameText` tells). A revision's text is rebuilt from its chunks, which overlap: stitched in
-order of their place in the document (`char_start`, `char_end`), each adding what lies past the previous end. The
-whitespace between two chunks, which no chunk keeps, comes back as a line break (two for a wider gap), so a
-rebuilt text can differ from the document in blank lines, never in words.
+Two versions compare by the revision each serves per source (`sameText` tells a text change from a chunking one);
+a revision's text is rebuilt from its overlapping chunks (it may differ from the document in blank lines, never in
+words). Everything is bounded (`DiffBounds`, from kbctl.defaults: cut sources are flagged `diffTruncated`, the diff
+`truncated`); `version_changes` reads no text. With a `reader`, each version is what that caller may read of it
+(kbctl.inputs.access.may_read); without one, every source.
 
-Everything is bounded (`DiffBounds`, from kbctl.defaults): the text read per source and in all, and the diff's
-lines and bytes per source and in all; a source whose diff was cut (or not read at all, past a total) is flagged
-`diffTruncated`, and the diff `truncated`. The counts of `version_changes` read no text at all.
-
-With a `reader`, each version is what that caller may read of it (kbctl.inputs.access.may_read, the rule of
-kbctl.store.access.READABLE on the same columns): a source behind a rule it does not pass is left out of both
-sides, not named and not counted; one it may read in only one of the two versions is added or removed, as it
-sees them. Without one, every source (an operator's view, as `describe`).
+Design: docs/architecture.md#comparing-versions.
 """
 
 from __future__ import annotations
