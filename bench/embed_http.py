@@ -18,6 +18,7 @@ import httpx
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from kbctl._http import EMBEDDING_POLICY
 from kbctl.embedding.http import Encoding, HttpEmbedder, HttpEmbeddingConfig
 
 REPO = Path(__file__).resolve().parent.parent
@@ -124,7 +125,7 @@ def run(
         api_key_env=KEY_VAR,
         batch_size=batch,
         max_concurrency=concurrency,
-        timeout=300,
+        http=EMBEDDING_POLICY.with_(timeout=300),
         encoding_format=encoding,
     )
     embedder = HttpEmbedder(config, environ={KEY_VAR: KEY})

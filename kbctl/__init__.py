@@ -12,99 +12,121 @@ from kbctl._lazy import lazy_attributes
 from kbctl._version import __version__ as __version__
 
 if TYPE_CHECKING:
-    from kbctl.answer import AskResult
-    from kbctl.chat import ChatModel
-    from kbctl.client import DeleteResult, KnowledgeBaseStore, Overview, Readiness, Scope
-    from kbctl.config import Settings
-    from kbctl.embedding import Embedder
-    from kbctl.engine.controller import Controller, RolloutStatus
-    from kbctl.engine.diff import DiffReport
-    from kbctl.engine.events import (
-        ApplyResumed,
-        ControllerGone,
-        DocumentsRemoved,
-        DriftFound,
-        Event,
-        FailureReason,
-        HandedToController,
-        NullReporter,
-        ReconcileFailed,
-        ReconcileFinished,
-        ReconcileStarted,
-        Reporter,
-        SourceReconciled,
-        StoreUnavailable,
-        SyncFinished,
-        VectorIndexBuilt,
-        WorkProgress,
-    )
-    from kbctl.engine.prune import PruneScope
-    from kbctl.engine.results import ApplyReport, KnowledgeBaseResult, PendingResult, RecordedSync, SourceStatus
-    from kbctl.engine.settled import ManifestsToApply
-    from kbctl.engine.status import KnowledgeBaseDetail, KnowledgeBaseSummary, SyncDetail
-    from kbctl.errors import (
-        AuthError,
-        BeirError,
-        ChatError,
-        EmbeddingError,
-        EvalSetError,
-        InputError,
-        JudgeError,
-        KbctlError,
-        LimitError,
-        ManagedError,
-        ManifestError,
-        ManifestProblem,
-        NotFoundError,
-        RerankError,
-        RollbackError,
-        SourceError,
-        StoreError,
-        UsageError,
-    )
-    from kbctl.eval.run import EvalReport
-    from kbctl.inputs.access import Reader
-    from kbctl.manifest import (
-        KnowledgeBase,
-        LoadedManifest,
-        ManifestFile,
-        ManifestSet,
-        load_manifests,
-        parse_manifests,
-    )
-    from kbctl.manifest.load import ManifestFiles
-    from kbctl.manifest.selectors import Selector
-    from kbctl.query.context import GroundedContext, Passage
-    from kbctl.query.federated import FederatedHit, FederatedResult, SourceOutcome
-    from kbctl.query.options import Mode, QueryOptions, QueryOverrides
-    from kbctl.query.results import QueryHit, QueryResult, RerankInfo, TraceEntry, TraceStage
-    from kbctl.rerank import Reranker
-    from kbctl.sources.url import FetchPolicy
-    from kbctl.store.embedded import ServerStatus
-    from kbctl.store.evalruns import EvalRun
-    from kbctl.store.events import KnowledgeBaseEvent
-    from kbctl.store.history import GcResult, RollbackResult, VersionInfo
-    from kbctl.store.retrievals import NewRetrieval, Retrieval
-    from kbctl.store.syncs import SyncStatus
-    from kbctl.store.versiondiff import DiffBounds, VersionChange, VersionDiff
+    from kbctl.answer import AskResult as AskResult
+    from kbctl.chat import ChatModel as ChatModel
+    from kbctl.client import DeleteResult as DeleteResult
+    from kbctl.client import KnowledgeBaseStore as KnowledgeBaseStore
+    from kbctl.client import Overview as Overview
+    from kbctl.client import Readiness as Readiness
+    from kbctl.client import Scope as Scope
+    from kbctl.config import Settings as Settings
+    from kbctl.embedding import Embedder as Embedder
+    from kbctl.engine.controller import Controller as Controller
+    from kbctl.engine.controller import RolloutStatus as RolloutStatus
+    from kbctl.engine.diff import DiffReport as DiffReport
+    from kbctl.engine.events import ApplyResumed as ApplyResumed
+    from kbctl.engine.events import ControllerGone as ControllerGone
+    from kbctl.engine.events import DocumentsRemoved as DocumentsRemoved
+    from kbctl.engine.events import DriftFound as DriftFound
+    from kbctl.engine.events import Event as Event
+    from kbctl.engine.events import FailureReason as FailureReason
+    from kbctl.engine.events import HandedToController as HandedToController
+    from kbctl.engine.events import NullReporter as NullReporter
+    from kbctl.engine.events import ReconcileFailed as ReconcileFailed
+    from kbctl.engine.events import ReconcileFinished as ReconcileFinished
+    from kbctl.engine.events import ReconcileStarted as ReconcileStarted
+    from kbctl.engine.events import Reporter as Reporter
+    from kbctl.engine.events import SourceReconciled as SourceReconciled
+    from kbctl.engine.events import StoreUnavailable as StoreUnavailable
+    from kbctl.engine.events import SyncFinished as SyncFinished
+    from kbctl.engine.events import VectorIndexBuilt as VectorIndexBuilt
+    from kbctl.engine.events import WorkProgress as WorkProgress
+    from kbctl.engine.prune import PruneScope as PruneScope
+    from kbctl.engine.results import ApplyReport as ApplyReport
+    from kbctl.engine.results import KnowledgeBaseResult as KnowledgeBaseResult
+    from kbctl.engine.results import PendingResult as PendingResult
+    from kbctl.engine.results import RecordedSync as RecordedSync
+    from kbctl.engine.results import SourceStatus as SourceStatus
+    from kbctl.engine.settled import ManifestsToApply as ManifestsToApply
+    from kbctl.engine.status import KnowledgeBaseDetail as KnowledgeBaseDetail
+    from kbctl.engine.status import KnowledgeBaseSummary as KnowledgeBaseSummary
+    from kbctl.engine.status import SyncDetail as SyncDetail
+    from kbctl.errors import AuthError as AuthError
+    from kbctl.errors import BeirError as BeirError
+    from kbctl.errors import ChatError as ChatError
+    from kbctl.errors import EmbeddingError as EmbeddingError
+    from kbctl.errors import EvalSetError as EvalSetError
+    from kbctl.errors import InputError as InputError
+    from kbctl.errors import JudgeError as JudgeError
+    from kbctl.errors import KbctlError as KbctlError
+    from kbctl.errors import LimitError as LimitError
+    from kbctl.errors import ManagedError as ManagedError
+    from kbctl.errors import ManifestError as ManifestError
+    from kbctl.errors import ManifestProblem as ManifestProblem
+    from kbctl.errors import NotFoundError as NotFoundError
+    from kbctl.errors import RerankError as RerankError
+    from kbctl.errors import RollbackError as RollbackError
+    from kbctl.errors import SourceError as SourceError
+    from kbctl.errors import StoreError as StoreError
+    from kbctl.errors import UsageError as UsageError
+    from kbctl.eval.run import EvalReport as EvalReport
+    from kbctl.inputs.access import Reader as Reader
+    from kbctl.manifest import KnowledgeBase as KnowledgeBase
+    from kbctl.manifest import LoadedManifest as LoadedManifest
+    from kbctl.manifest import ManifestFile as ManifestFile
+    from kbctl.manifest import ManifestSet as ManifestSet
+    from kbctl.manifest import load_manifests as load_manifests
+    from kbctl.manifest import parse_manifests as parse_manifests
+    from kbctl.manifest.load import ManifestFiles as ManifestFiles
+    from kbctl.manifest.selectors import Selector as Selector
+    from kbctl.query.context import GroundedContext as GroundedContext
+    from kbctl.query.context import Passage as Passage
+    from kbctl.query.federated import FederatedHit as FederatedHit
+    from kbctl.query.federated import FederatedResult as FederatedResult
+    from kbctl.query.federated import SourceOutcome as SourceOutcome
+    from kbctl.query.options import Mode as Mode
+    from kbctl.query.options import QueryOptions as QueryOptions
+    from kbctl.query.options import QueryOverrides as QueryOverrides
+    from kbctl.query.results import QueryHit as QueryHit
+    from kbctl.query.results import QueryResult as QueryResult
+    from kbctl.query.results import RerankInfo as RerankInfo
+    from kbctl.query.results import TraceEntry as TraceEntry
+    from kbctl.query.results import TraceStage as TraceStage
+    from kbctl.rerank import Reranker as Reranker
+    from kbctl.sources.url import FetchPolicy as FetchPolicy
+    from kbctl.store.embedded import ServerStatus as ServerStatus
+    from kbctl.store.evalruns import EvalRun as EvalRun
+    from kbctl.store.events import KnowledgeBaseEvent as KnowledgeBaseEvent
+    from kbctl.store.history import GcResult as GcResult
+    from kbctl.store.history import RollbackResult as RollbackResult
+    from kbctl.store.history import VersionInfo as VersionInfo
+    from kbctl.store.retrievals import NewRetrieval as NewRetrieval
+    from kbctl.store.retrievals import Retrieval as Retrieval
+    from kbctl.store.syncs import SyncStatus as SyncStatus
+    from kbctl.store.versiondiff import DiffBounds as DiffBounds
+    from kbctl.store.versiondiff import VersionChange as VersionChange
+    from kbctl.store.versiondiff import VersionDiff as VersionDiff
 
+# The public API, one name per line (sorted): name -> the module that defines it. `__all__` and the lazy loader are
+# derived from it; the TYPE_CHECKING imports above repeat it for type checkers (`X as X`: an explicit re-export), and
+# tests/test_layers.py fails when the two disagree.
 _WHERE = {
     "ApplyReport": "kbctl.engine.results",
+    "ApplyResumed": "kbctl.engine.events",
     "AskResult": "kbctl.answer",
     "AuthError": "kbctl.errors",
     "BeirError": "kbctl.errors",
     "ChatError": "kbctl.errors",
     "ChatModel": "kbctl.chat",
     "Controller": "kbctl.engine.controller",
-    "ApplyResumed": "kbctl.engine.events",
     "ControllerGone": "kbctl.engine.events",
+    "DeleteResult": "kbctl.client",
+    "DiffBounds": "kbctl.store.versiondiff",
+    "DiffReport": "kbctl.engine.diff",
     "DocumentsRemoved": "kbctl.engine.events",
     "DriftFound": "kbctl.engine.events",
-    "DeleteResult": "kbctl.client",
-    "DiffReport": "kbctl.engine.diff",
     "Embedder": "kbctl.embedding",
     "EmbeddingError": "kbctl.errors",
-    "DiffBounds": "kbctl.store.versiondiff",
     "EvalReport": "kbctl.eval.run",
     "EvalRun": "kbctl.store.evalruns",
     "EvalSetError": "kbctl.errors",
@@ -138,6 +160,7 @@ _WHERE = {
     "NewRetrieval": "kbctl.store.retrievals",
     "NotFoundError": "kbctl.errors",
     "NullReporter": "kbctl.engine.events",
+    "Overview": "kbctl.client",
     "Passage": "kbctl.query.context",
     "PendingResult": "kbctl.engine.results",
     "PruneScope": "kbctl.engine.prune",
@@ -145,20 +168,20 @@ _WHERE = {
     "QueryOptions": "kbctl.query.options",
     "QueryOverrides": "kbctl.query.options",
     "QueryResult": "kbctl.query.results",
-    "Overview": "kbctl.client",
-    "Readiness": "kbctl.client",
     "Reader": "kbctl.inputs.access",
+    "Readiness": "kbctl.client",
     "ReconcileFailed": "kbctl.engine.events",
     "ReconcileFinished": "kbctl.engine.events",
     "ReconcileStarted": "kbctl.engine.events",
+    "RecordedSync": "kbctl.engine.results",
     "Reporter": "kbctl.engine.events",
     "RerankError": "kbctl.errors",
     "RerankInfo": "kbctl.query.results",
     "Reranker": "kbctl.rerank",
     "Retrieval": "kbctl.store.retrievals",
     "RollbackError": "kbctl.errors",
-    "RolloutStatus": "kbctl.engine.controller",
     "RollbackResult": "kbctl.store.history",
+    "RolloutStatus": "kbctl.engine.controller",
     "Scope": "kbctl.client",
     "Selector": "kbctl.manifest.selectors",
     "ServerStatus": "kbctl.store.embedded",
@@ -169,9 +192,8 @@ _WHERE = {
     "SourceStatus": "kbctl.engine.results",
     "StoreError": "kbctl.errors",
     "StoreUnavailable": "kbctl.engine.events",
-    "SyncFinished": "kbctl.engine.events",
-    "RecordedSync": "kbctl.engine.results",
     "SyncDetail": "kbctl.engine.status",
+    "SyncFinished": "kbctl.engine.events",
     "SyncStatus": "kbctl.store.syncs",
     "TraceEntry": "kbctl.query.results",
     "TraceStage": "kbctl.query.results",
@@ -185,102 +207,7 @@ _WHERE = {
     "parse_manifests": "kbctl.manifest",
 }
 
-__all__ = [
-    "ApplyReport",
-    "ApplyResumed",
-    "AskResult",
-    "AuthError",
-    "BeirError",
-    "ChatError",
-    "ChatModel",
-    "Controller",
-    "ControllerGone",
-    "DeleteResult",
-    "DiffBounds",
-    "DiffReport",
-    "DocumentsRemoved",
-    "DriftFound",
-    "Embedder",
-    "EmbeddingError",
-    "EvalReport",
-    "EvalRun",
-    "EvalSetError",
-    "Event",
-    "FailureReason",
-    "FederatedHit",
-    "FederatedResult",
-    "FetchPolicy",
-    "GcResult",
-    "GroundedContext",
-    "HandedToController",
-    "InputError",
-    "JudgeError",
-    "KbctlError",
-    "KnowledgeBase",
-    "KnowledgeBaseDetail",
-    "KnowledgeBaseEvent",
-    "KnowledgeBaseResult",
-    "KnowledgeBaseStore",
-    "KnowledgeBaseSummary",
-    "LimitError",
-    "LoadedManifest",
-    "ManagedError",
-    "ManifestError",
-    "ManifestFile",
-    "ManifestFiles",
-    "ManifestProblem",
-    "ManifestSet",
-    "ManifestsToApply",
-    "Mode",
-    "NewRetrieval",
-    "NotFoundError",
-    "NullReporter",
-    "Overview",
-    "Passage",
-    "PendingResult",
-    "PruneScope",
-    "QueryHit",
-    "QueryOptions",
-    "QueryOverrides",
-    "QueryResult",
-    "Reader",
-    "Readiness",
-    "ReconcileFailed",
-    "ReconcileFinished",
-    "ReconcileStarted",
-    "RecordedSync",
-    "Reporter",
-    "RerankError",
-    "RerankInfo",
-    "Reranker",
-    "Retrieval",
-    "RollbackError",
-    "RollbackResult",
-    "RolloutStatus",
-    "Scope",
-    "Selector",
-    "ServerStatus",
-    "Settings",
-    "SourceError",
-    "SourceOutcome",
-    "SourceReconciled",
-    "SourceStatus",
-    "StoreError",
-    "StoreUnavailable",
-    "SyncDetail",
-    "SyncFinished",
-    "SyncStatus",
-    "TraceEntry",
-    "TraceStage",
-    "UsageError",
-    "VectorIndexBuilt",
-    "VersionChange",
-    "VersionDiff",
-    "VersionInfo",
-    "WorkProgress",
-    "load_manifests",
-    "parse_manifests",
-]
+__all__ = sorted(_WHERE)
 
 
 __getattr__ = lazy_attributes(__name__, _WHERE, globals())

@@ -1,5 +1,7 @@
-"""kbctl's one HTTP client policy (URL fetcher, embedder, reranker): user agent, retry decisions, waits, error text.
+"""kbctl's one HTTP client policy (URL fetcher, embedder, reranker, chat): timeouts, retries, waits, error text.
 
+Every client takes an `HttpPolicy` (its timeouts, retry count, backoff and the statuses it retries); each client's
+own values are named in kbctl.defaults and built here (EMBEDDING_POLICY, RERANK_POLICY, CHAT_POLICY, URL_POLICY).
 A client sends its request, then hands an httpx exception to `transport_failure`, or the response to
 `retryable_response` / `check_response`. What is worth another attempt (timeouts, connection errors, 429 and
 5xx) becomes `Retryable`, which `retry_wait` waits for (the server's Retry-After / retry-after-ms, else
@@ -15,22 +17,28 @@ import json
 import os
 import ssl
 from collections.abc import Callable, Generator, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from typing import Any
 
 import httpx
 from tenacity import RetryCallState, retry_if_exception_type, stop_after_attempt, wait_exponential, wait_random
 
+from kbctl import defaults
 from kbctl._version import __version__
-from kbctl.errors import KbctlError
+from kbctl.errors import KbctlError, UsageError
 from kbctl.userconfig import redact
 
 __all__ = [
     "API_WORDING",
+    "CHAT_POLICY",
+    "EMBEDDING_POLICY",
     "FETCH_WORDING",
+    "RERANK_POLICY",
     "RETRY_STATUSES",
+    "URL_POLICY",
     "BearerAuth",
+    "HttpPolicy",
     "Retryable",
     "TransportWording",
     "bearer_auth",
@@ -151,6 +159,69 @@ def retry_policy(retries: int, wait: Callable[[RetryCallState], float]) -> dict[
     }
 
 
+@dataclass(frozen=True)
+class HttpPolicy:
+    """How one HTTP client waits and retries: the timeout of each request phase (seconds), how many attempts follow
+    the first (`retries`), the jittered exponential backoff between them (`backoff_base`, capped with the server's
+    Retry-After at `max_retry_after`) and the response statuses worth another attempt (timeouts and connection
+    errors always are; see `transport_failure`)."""
+
+    connect_timeout: float
+    read_timeout: float
+    write_timeout: float
+    pool_timeout: float
+    retries: int
+    backoff_base: float
+    max_retry_after: float
+    retry_statuses: frozenset[int] = RETRY_STATUSES
+
+    def __post_init__(self) -> None:
+        for name in ("connect_timeout", "read_timeout", "write_timeout", "pool_timeout"):
+            if not getattr(self, name) > 0:
+                raise UsageError(f"{name} must be positive")
+        for name in ("retries", "backoff_base", "max_retry_after"):
+            if getattr(self, name) < 0:
+                raise UsageError(f"{name} must not be negative")
+
+    @classmethod
+    def uniform(cls, timeout: float, *, retries: int, backoff_base: float, max_retry_after: float) -> HttpPolicy:
+        """A policy with one timeout for every phase (connect, read, write, pool)."""
+        if not timeout > 0:
+            raise UsageError("timeout must be positive")
+        return cls(timeout, timeout, timeout, timeout, retries, backoff_base, max_retry_after)
+
+    def with_(self, *, timeout: float | None = None, retries: int | None = None, **fields: Any) -> HttpPolicy:
+        """This policy with some values changed: `timeout` sets every phase's (a provider's `timeout`), other
+        keywords name fields (`retries`, `backoff_base`, `read_timeout`...)."""
+        if timeout is not None:
+            if not timeout > 0:
+                raise UsageError("timeout must be positive")
+            fields |= dict.fromkeys(("connect_timeout", "read_timeout", "write_timeout", "pool_timeout"), timeout)
+        if retries is not None:
+            fields["retries"] = retries
+        return replace(self, **fields)
+
+    @property
+    def timeout(self) -> httpx.Timeout:
+        """The timeouts as httpx takes them."""
+        return httpx.Timeout(
+            connect=self.connect_timeout, read=self.read_timeout, write=self.write_timeout, pool=self.pool_timeout
+        )
+
+    def wait(self) -> Callable[[RetryCallState], float]:
+        """The tenacity `wait` between attempts (see `retry_wait`)."""
+        return retry_wait(self.backoff_base, self.max_retry_after)
+
+    def retrying(self, wait: Callable[[RetryCallState], float] | None = None, **overrides: Any) -> dict[str, Any]:
+        """The arguments of a tenacity `Retrying` / `AsyncRetrying` (see `retry_policy`); `overrides` replace some
+        (e.g. `sleep`, or a `stop` that also watches a deadline)."""
+        return retry_policy(self.retries, wait or self.wait()) | overrides
+
+    def retryable(self, response: httpx.Response) -> Retryable | None:
+        """A Retryable naming the status (with the server's Retry-After) when this policy retries it, else None."""
+        return retryable_response(response, self.retry_statuses)
+
+
 def status_line(status: int, reason_phrase: str = "") -> str:
     """The status as text, e.g. "HTTP 404 Not Found": the standard phrase of the status, else the server's."""
     phrase = httpx.codes.get_reason_phrase(status) or reason_phrase
@@ -188,9 +259,10 @@ def _retry_after_seconds(value: str | None) -> float | None:
     return max(0.0, (when - datetime.now(UTC)).total_seconds())
 
 
-def retryable_response(response: httpx.Response) -> Retryable | None:
-    """A Retryable naming the status (with the server's Retry-After) for a 429 or 5xx response, else None."""
-    if response.status_code not in RETRY_STATUSES:
+def retryable_response(response: httpx.Response, statuses: frozenset[int] = RETRY_STATUSES) -> Retryable | None:
+    """A Retryable naming the status (with the server's Retry-After) for a status in `statuses` (429 and 5xx by
+    default), else None."""
+    if response.status_code not in statuses:
         return None
     return Retryable(status_line(response.status_code, response.reason_phrase), retry_after(response.headers))
 
@@ -327,14 +399,22 @@ def error_message(response: httpx.Response, auth: BearerAuth | None) -> str:
 
 
 def check_response(
-    response: httpx.Response, url: str, auth: BearerAuth | None, error: type[KbctlError], *, what: str, model: str
+    response: httpx.Response,
+    url: str,
+    auth: BearerAuth | None,
+    error: type[KbctlError],
+    *,
+    what: str,
+    model: str,
+    retry_statuses: frozenset[int] = RETRY_STATUSES,
 ) -> httpx.Response:
-    """`response` when it is a success; else raise Retryable (429, 5xx) or `error` naming the endpoint."""
+    """`response` when it is a success; else raise Retryable (a status in `retry_statuses`: 429, 5xx) or `error`
+    naming the endpoint."""
     url = redact(url)
     status = response.status_code
     if 200 <= status < 300:
         return response
-    retry = retryable_response(response)
+    retry = retryable_response(response, retry_statuses)
     if retry is not None:
         raise retry
     line = status_line(status, response.reason_phrase)
@@ -351,3 +431,34 @@ def check_response(
     if not message and 300 <= status < 400 and "location" in response.headers:
         message = f"redirects to {response.headers['location']} (set base_url to the final address)"
     raise error(f"{line} from {url}: {message}" if message else f"{line} from {url}")
+
+
+# ---- each client's policy (the values are kbctl.defaults') ----
+
+EMBEDDING_POLICY = HttpPolicy.uniform(
+    defaults.EMBEDDING_HTTP_TIMEOUT,
+    retries=defaults.EMBEDDING_HTTP_RETRIES,
+    backoff_base=defaults.HTTP_BACKOFF_BASE,
+    max_retry_after=defaults.EMBEDDING_MAX_RETRY_AFTER,
+)
+RERANK_POLICY = HttpPolicy.uniform(
+    defaults.RERANK_HTTP_TIMEOUT,
+    retries=defaults.RERANK_HTTP_RETRIES,
+    backoff_base=defaults.HTTP_BACKOFF_BASE,
+    max_retry_after=defaults.RERANK_MAX_RETRY_AFTER,
+)
+CHAT_POLICY = HttpPolicy.uniform(
+    defaults.CHAT_HTTP_TIMEOUT,
+    retries=defaults.CHAT_HTTP_RETRIES,
+    backoff_base=defaults.HTTP_BACKOFF_BASE,
+    max_retry_after=defaults.CHAT_MAX_RETRY_AFTER,
+)
+URL_POLICY = HttpPolicy(
+    connect_timeout=defaults.URL_CONNECT_TIMEOUT,
+    read_timeout=defaults.URL_READ_TIMEOUT,
+    write_timeout=defaults.URL_READ_TIMEOUT,
+    pool_timeout=defaults.URL_TOTAL_TIMEOUT,
+    retries=defaults.URL_RETRIES,
+    backoff_base=defaults.HTTP_BACKOFF_BASE,
+    max_retry_after=defaults.URL_MAX_RETRY_AFTER,
+)

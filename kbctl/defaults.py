@@ -349,6 +349,63 @@ TRACE_FIELD_CHARS: Final = 300
 """Characters of each title, heading and origin in a query span's document metadata (content only): a name, not a
 text."""
 
+# ---------------------------------------------------------------- HTTP clients: timeouts and retries
+
+HTTP_BACKOFF_BASE: Final = 0.5
+"""Seconds of the first wait between two attempts of every HTTP client (URL sources, embedding, rerank and chat
+endpoints): jittered exponential backoff waits base, 2x base, 4x base... plus up to base at random, unless the
+server's Retry-After says otherwise (kbctl._http.HttpPolicy)."""
+
+EMBEDDING_HTTP_TIMEOUT: Final = 60.0
+"""Seconds of each phase (connect, read, write, pool) of one request to an embedding endpoint; a provider's
+`timeout` in the kbctl configuration sets it. A batch of 64 long inputs on a busy server can take tens of seconds."""
+
+EMBEDDING_HTTP_RETRIES: Final = 4
+"""Attempts after the first of one embedding request (429, 5xx, timeouts, connection errors); a provider's `retries`
+sets it. An apply is not interactive: it rides out a rate limit rather than fail a sync."""
+
+EMBEDDING_MAX_RETRY_AFTER: Final = 60.0
+"""Seconds an embedding request waits at most between two attempts, the server's Retry-After included."""
+
+RERANK_HTTP_TIMEOUT: Final = 30.0
+"""Seconds of each phase of one request to a /rerank endpoint; a provider's `timeout` sets it."""
+
+RERANK_HTTP_RETRIES: Final = 2
+"""Attempts after the first of one rerank request; a provider's `retries` sets it. A query is interactive."""
+
+RERANK_MAX_RETRY_AFTER: Final = 10.0
+"""Seconds a rerank request waits at most between two attempts: a query is interactive, so a longer Retry-After
+fails sooner instead of holding the caller."""
+
+CHAT_HTTP_TIMEOUT: Final = 60.0
+"""Seconds of each phase of one request to a chat endpoint (a streamed answer: between two pieces); a provider's
+`timeout` sets it. A whole answer is bounded by kbctl.chat.http.MAX_SECONDS."""
+
+CHAT_HTTP_RETRIES: Final = 2
+"""Attempts after the first of one chat request, until the first piece of a streamed answer is passed on; a
+provider's `retries` sets it."""
+
+CHAT_MAX_RETRY_AFTER: Final = 30.0
+"""Seconds a chat request waits at most between two attempts: a question is interactive."""
+
+URL_CONNECT_TIMEOUT: Final = 10.0
+"""Seconds to connect to a URL source's host (FetchPolicy.connect_timeout)."""
+
+URL_READ_TIMEOUT: Final = 30.0
+"""Seconds a URL source's server may stay silent while a request is sent or its answer read
+(FetchPolicy.read_timeout)."""
+
+URL_TOTAL_TIMEOUT: Final = 60.0
+"""Seconds one URL may take in all, from its first request getting its slots, across redirects, retries and
+backoff (FetchPolicy.total_timeout); a retry whose wait would end past it is not attempted."""
+
+URL_RETRIES: Final = 3
+"""Attempts after the first of one URL's request (429, 5xx, timeouts, connection errors; FetchPolicy.retries)."""
+
+URL_MAX_RETRY_AFTER: Final = 30.0
+"""Seconds a URL's request waits at most between two attempts, the server's Retry-After included
+(FetchPolicy.max_retry_after)."""
+
 # ---------------------------------------------------------------- the table of docs/manifest.md
 
 BEGIN_TABLE: Final = "<!-- generated from kbctl/defaults.py by `python -m kbctl.defaults --write docs/manifest.md` -->"

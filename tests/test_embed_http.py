@@ -18,6 +18,7 @@ import numpy as np
 import pytest
 
 import kbctl
+from kbctl._http import EMBEDDING_POLICY
 from kbctl.config import Settings
 from kbctl.embedding import Vector
 from kbctl.embedding.http import HttpEmbedder, HttpEmbeddingConfig, estimate_tokens
@@ -55,6 +56,15 @@ def server(module_server: EmbeddingServer) -> EmbeddingServer:
     return module_server
 
 
+HTTP_FIELDS = ("timeout", "retries", "backoff_base", "max_retry_after")
+
+
+def config(**fields: Any) -> HttpEmbeddingConfig:
+    """A configuration of `fields`; timeout, retries, backoff_base and max_retry_after set its HTTP policy."""
+    policy = {name: fields.pop(name) for name in HTTP_FIELDS if name in fields}
+    return HttpEmbeddingConfig(**fields, http=EMBEDDING_POLICY.with_(**policy))
+
+
 def make(server: EmbeddingServer, environ: dict[str, str] | None = None, **overrides: Any) -> HttpEmbedder:
     """An embedder for `server` with test-friendly retries (tiny backoff) and the distinctive key. It asks for
     vectors as JSON numbers, so that `mangle_next` can edit them; the base64 tests below ask for the default."""
@@ -68,7 +78,7 @@ def make(server: EmbeddingServer, environ: dict[str, str] | None = None, **overr
         "encoding_format": "float",
     }
     fields.update(overrides)
-    return HttpEmbedder(HttpEmbeddingConfig(**fields), environ={VAR: KEY} if environ is None else environ)
+    return HttpEmbedder(config(**fields), environ={VAR: KEY} if environ is None else environ)
 
 
 def cosines(a: list[Vector], b: list[Vector]) -> list[float]:
@@ -515,7 +525,7 @@ def test_config_misuse_is_value_error(overrides: dict[str, Any], message: str) -
     """An invalid configuration is a ValueError naming the field."""
     fields: dict[str, Any] = {"base_url": "https://api.example.com/v1", "model": MODEL, "model_id": MODEL_ID}
     with pytest.raises(ValueError, match=message):
-        HttpEmbeddingConfig(**{**fields, **overrides})
+        config(**{**fields, **overrides})
 
 
 def test_embed_misuse(server: EmbeddingServer) -> None:

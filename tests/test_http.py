@@ -21,7 +21,9 @@ from tenacity import RetryCallState, Retrying
 import kbctl
 from kbctl._http import (
     API_WORDING,
+    EMBEDDING_POLICY,
     FETCH_WORDING,
+    RERANK_POLICY,
     RETRY_STATUSES,
     BearerAuth,
     Retryable,
@@ -368,7 +370,7 @@ def embed_failure(port: int, *, scheme: str = "http", key: str = KEY, timeout: f
     """The EmbeddingError of embedding through 127.0.0.1:port; one retry."""
     config = HttpEmbeddingConfig(
         base_url=f"{scheme}://127.0.0.1:{port}/v1", model="m", model_id="t/m", api_key_env=VAR,
-        retries=1, backoff_base=0.01, timeout=timeout,
+        http=EMBEDDING_POLICY.with_(retries=1, backoff_base=0.01, timeout=timeout),
     )  # fmt: skip
     with pytest.raises(EmbeddingError) as info:
         HttpEmbedder(config, environ={VAR: key}).embed(["some text"])
@@ -379,7 +381,7 @@ def rerank_failure(port: int, *, scheme: str = "http", key: str = KEY, timeout: 
     """The RerankError of reranking through 127.0.0.1:port; one retry."""
     config = HttpRerankConfig(
         base_url=f"{scheme}://127.0.0.1:{port}/v2", model="m", model_id="t/m", api_key_env=VAR,
-        retries=1, backoff_base=0.01, timeout=timeout,
+        http=RERANK_POLICY.with_(retries=1, backoff_base=0.01, timeout=timeout),
     )  # fmt: skip
     with pytest.raises(RerankError) as info:
         HttpReranker(config, environ={VAR: key}).rerank("question", ["a passage"])
@@ -497,3 +499,60 @@ def test_a_key_with_a_line_break_fails_before_any_request(raw: Callable[[str], R
     assert str(error).startswith(f"environment variable {VAR} holds control characters")
     assert server.connections == 0
     assert_secret_free(error)
+
+
+# ---- one policy type for every client ----
+
+
+def test_each_clients_policy_is_built_from_the_defaults() -> None:
+    """Every HTTP client's timeouts, retries and backoff are kbctl.defaults' (read through its HttpPolicy)."""
+    from kbctl import defaults
+    from kbctl._http import CHAT_POLICY, URL_POLICY, HttpPolicy
+    from kbctl.chat.http import HttpChatConfig
+    from kbctl.rerank.http import HttpRerankConfig
+
+    expected = {
+        EMBEDDING_POLICY: (
+            defaults.EMBEDDING_HTTP_TIMEOUT,
+            defaults.EMBEDDING_HTTP_RETRIES,
+            defaults.EMBEDDING_MAX_RETRY_AFTER,
+        ),
+        RERANK_POLICY: (defaults.RERANK_HTTP_TIMEOUT, defaults.RERANK_HTTP_RETRIES, defaults.RERANK_MAX_RETRY_AFTER),
+        CHAT_POLICY: (defaults.CHAT_HTTP_TIMEOUT, defaults.CHAT_HTTP_RETRIES, defaults.CHAT_MAX_RETRY_AFTER),
+    }
+    for policy, (timeout, retries, cap) in expected.items():
+        assert policy.timeout == httpx.Timeout(timeout)
+        assert (policy.retries, policy.backoff_base, policy.max_retry_after) == (
+            retries,
+            defaults.HTTP_BACKOFF_BASE,
+            cap,
+        )
+    assert FetchPolicy().http == URL_POLICY
+    assert URL_POLICY.timeout == httpx.Timeout(
+        connect=defaults.URL_CONNECT_TIMEOUT,
+        read=defaults.URL_READ_TIMEOUT,
+        write=defaults.URL_READ_TIMEOUT,
+        pool=defaults.URL_TOTAL_TIMEOUT,
+    )
+    assert (URL_POLICY.retries, URL_POLICY.max_retry_after) == (defaults.URL_RETRIES, defaults.URL_MAX_RETRY_AFTER)
+    assert HttpEmbeddingConfig("https://e.example/v1", "m", "p/m").http is EMBEDDING_POLICY
+    assert HttpRerankConfig("https://e.example/v1", "m", "p/m").http is RERANK_POLICY
+    assert HttpChatConfig("https://e.example/v1", "m", "p/m").http is CHAT_POLICY
+    assert isinstance(FetchPolicy(retries=0).http, HttpPolicy) and FetchPolicy(retries=0).http.retries == 0
+
+
+def test_a_policy_is_validated_and_changed_by_name() -> None:
+    """`with_` sets one timeout for every phase or single fields; nonsense values are UsageErrors naming them."""
+    policy = EMBEDDING_POLICY.with_(timeout=2, retries=0)
+    assert policy.timeout == httpx.Timeout(2) and policy.retries == 0
+    assert policy.backoff_base == EMBEDDING_POLICY.backoff_base
+    assert EMBEDDING_POLICY.with_(read_timeout=5).timeout.read == 5
+    with pytest.raises(kbctl.UsageError, match="timeout must be positive"):
+        EMBEDDING_POLICY.with_(timeout=0)
+    with pytest.raises(kbctl.UsageError, match="retries must not be negative"):
+        EMBEDDING_POLICY.with_(retries=-1)
+    only_429 = EMBEDDING_POLICY.with_(retry_statuses=frozenset({429}))
+    assert only_429.retryable(httpx.Response(503)) is None
+    assert only_429.retryable(httpx.Response(429)) is not None
+    args = EMBEDDING_POLICY.with_(retries=2).retrying()
+    assert args["reraise"] is True and set(args) == {"stop", "wait", "retry", "reraise"}

@@ -87,6 +87,24 @@ def test_public_api_is_complete_sorted_and_importable() -> None:
     assert not missing
 
 
+def test_the_facades_static_imports_are_its_list() -> None:
+    """kbctl/__init__.py's TYPE_CHECKING imports (what type checkers see) name exactly `_WHERE`'s names, each from
+    the module `_WHERE` gives it and re-exported explicitly (`X as X`); `_WHERE` is sorted and `__all__` is it."""
+    tree = ast.parse((PACKAGE / "__init__.py").read_text())
+    block = next(n for n in tree.body if isinstance(n, ast.If) and getattr(n.test, "id", "") == "TYPE_CHECKING")
+    static: dict[str, str] = {}
+    for node in block.body:
+        assert isinstance(node, ast.ImportFrom) and node.module, ast.unparse(node)
+        for alias in node.names:
+            assert alias.asname == alias.name, f"import {alias.name} as {alias.name} (an explicit re-export)"
+            assert alias.name not in static, f"{alias.name} imported twice"
+            static[alias.name] = node.module
+    where: dict[str, str] = kbctl._WHERE  # type: ignore[attr-defined]
+    assert list(where) == sorted(where), "kbctl._WHERE is kept sorted"
+    assert static == where, sorted(static.items() ^ where.items())
+    assert kbctl.__all__ == list(where)
+
+
 def _package(module: str) -> str:
     """`kbctl.X` for a module of the subpackage X, else the module itself (a top-level module is its own)."""
     return ".".join(module.split(".")[:2])

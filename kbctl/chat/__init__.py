@@ -96,6 +96,7 @@ def _local(name: str, settings: Settings) -> ChatModel:
 
 
 def _remote(ref: str, target: ModelRef, provider: ChatProvider) -> ChatModel:
+    from kbctl._http import CHAT_POLICY
     from kbctl.chat.http import HttpChatConfig, HttpChatModel
 
     options = ChatOptions()
@@ -106,8 +107,7 @@ def _remote(ref: str, target: ModelRef, provider: ChatProvider) -> ChatModel:
         model=target.model,
         model_id=f"{target.provider}/{target.model}",
         api_key_env=provider.api_key_env,
-        timeout=provider.timeout,
-        retries=provider.retries,
+        http=CHAT_POLICY.with_(timeout=provider.timeout, retries=provider.retries),
         request_fields=provider.request_fields,
         defaults=options,
     )

@@ -26,13 +26,13 @@ import httpx
 from tenacity import Retrying
 
 from kbctl._http import (
+    CHAT_POLICY,
     BearerAuth,
+    HttpPolicy,
     Retryable,
     bearer_auth,
     check_response,
     plural,
-    retry_policy,
-    retry_wait,
     tls_context,
     transport_failure,
     user_agent,
@@ -58,12 +58,10 @@ class HttpChatConfig:
     model: str  # sent as "model", e.g. "gpt-4o-mini"
     model_id: str  # e.g. "openai/gpt-4o-mini", for messages and results
     api_key_env: str | None = None
-    timeout: float = 60.0  # seconds per connect / read / write (a stream: between two pieces)
-    retries: int = 2  # extra attempts on 429 / 5xx / timeouts / connection errors
+    # Timeouts (a stream: between two pieces), retries and backoff (a provider's timeout and retries set them).
+    http: HttpPolicy = CHAT_POLICY
     request_fields: Mapping[str, Any] = field(default_factory=dict)  # merged into every body (never over ours)
     defaults: ChatOptions = field(default_factory=ChatOptions)  # the profile's temperature / max_tokens
-    backoff_base: float = 0.5
-    max_retry_after: float = 30.0  # a question is interactive: wait at most this long between attempts
 
     @property
     def url(self) -> str:
@@ -99,7 +97,7 @@ class HttpChatModel:
         self.model_id = config.model_id
         self.url = config.url
         self._environ: Mapping[str, str] = os.environ if environ is None else environ
-        self._wait = retry_wait(config.backoff_base, config.max_retry_after)
+        self._wait = config.http.wait()
         self._client: httpx.Client | None = None
         self._lock = threading.Lock()
 
@@ -109,7 +107,7 @@ class HttpChatModel:
             if self._client is None:
                 self._client = httpx.Client(
                     headers={"User-Agent": user_agent()},
-                    timeout=httpx.Timeout(self.config.timeout),
+                    timeout=self.config.http.timeout,
                     follow_redirects=False,
                     verify=tls_context(),
                 )
@@ -152,7 +150,7 @@ class HttpChatModel:
         auth = bearer_auth(self.config.api_key_env, self._environ, self.model_id, ChatError)
         body = self._body(messages, options or ChatOptions(), on_text is not None)
         headers = {"Accept": "text/event-stream" if on_text else "application/json"}
-        retrying = Retrying(**retry_policy(self.config.retries, self._wait))
+        retrying = Retrying(**self.config.http.retrying(self._wait))
         attempts = 0
         client = self._http()
         try:
@@ -196,7 +194,15 @@ class HttpChatModel:
                         k: v for k, v in response.headers.items() if k not in ("content-encoding", "content-length")
                     }
                     read = httpx.Response(response.status_code, headers=kept, content=content, request=response.request)
-                    check_response(read, self.url, auth, ChatError, what="chat", model=self.config.model)
+                    check_response(
+                        read,
+                        self.url,
+                        auth,
+                        ChatError,
+                        what="chat",
+                        model=self.config.model,
+                        retry_statuses=self.config.http.retry_statuses,
+                    )
                 media = response.headers.get("content-type", "").split(";")[0].strip().lower()
                 if media == "text/event-stream":
                     self._read_events(response, reading, deadline, on_text, auth)

@@ -72,6 +72,7 @@ def _local(name: str, settings: Settings) -> Embedder:
 
 
 def _remote(ref: str, target: ModelRef, provider: Provider) -> Embedder:
+    from kbctl._http import EMBEDDING_POLICY
     from kbctl.embedding.http import HttpEmbedder, HttpEmbeddingConfig
 
     dims = target.dimensions
@@ -87,8 +88,7 @@ def _remote(ref: str, target: ModelRef, provider: Provider) -> Embedder:
         max_input_tokens=provider.max_input_tokens,
         document_fields=provider.document_fields,
         query_fields=provider.query_fields,
-        timeout=provider.timeout,
-        retries=provider.retries,
+        http=EMBEDDING_POLICY.with_(timeout=provider.timeout, retries=provider.retries),
         encoding_format=provider.encoding_format,
     )
     return HttpEmbedder(config)

@@ -17,13 +17,13 @@ import numpy.typing as npt
 from tenacity import Retrying
 
 from kbctl._http import (
+    EMBEDDING_POLICY,
     BearerAuth,
+    HttpPolicy,
     Retryable,
     bearer_auth,
     check_response,
     plural,
-    retry_policy,
-    retry_wait,
     tls_context,
     transport_failure,
     user_agent,
@@ -66,10 +66,7 @@ class HttpEmbeddingConfig:
     max_input_tokens: int = 8191  # estimated tokens of one input; longer inputs fail before any request
     document_fields: Mapping[str, Any] = field(default_factory=dict, hash=False)  # extra body fields, documents
     query_fields: Mapping[str, Any] = field(default_factory=dict, hash=False)  # extra body fields, queries
-    timeout: float = 60.0  # per request phase: connect, read, write, pool
-    retries: int = 4  # extra attempts on 429 / 5xx / timeouts / connection errors
-    backoff_base: float = 0.5  # jittered exponential backoff: base, 2x base, 4x base... plus up to base at random
-    max_retry_after: float = 60.0  # cap on Retry-After and on the backoff between two attempts
+    http: HttpPolicy = EMBEDDING_POLICY  # timeouts, retries and backoff (a provider's timeout and retries set them)
     # Asked of the server; a response may use either. A server that refuses base64 (400/422) is asked again in
     # float, and float is kept for the embedder's lifetime.
     encoding_format: Encoding = "base64"
@@ -93,13 +90,8 @@ class HttpEmbeddingConfig:
         for name in ("batch_size", "max_batch_tokens", "max_concurrency", "max_input_tokens"):
             if getattr(self, name) < 1:
                 raise UsageError(f"{name} must be at least 1")
-        if self.timeout <= 0:
-            raise UsageError("timeout must be positive")
         if self.encoding_format not in ("base64", "float"):
             raise UsageError("encoding_format must be 'base64' or 'float'")
-        for name in ("retries", "backoff_base", "max_retry_after"):
-            if getattr(self, name) < 0:
-                raise UsageError(f"{name} must not be negative")
         for name in ("document_fields", "query_fields"):
             reserved = sorted(_RESERVED_FIELDS & set(getattr(self, name)))
             if reserved:
@@ -178,9 +170,9 @@ class HttpEmbedder:
       whose repr is masked; it is never put into a message (a server's or httpx's text that echoes it is redacted,
       and a key with control characters, which the HTTP stack would quote back, is refused before any request).
     - 429 / 500 / 502 / 503 / 504, timeouts and connection errors are retried with jittered exponential backoff,
-      or after the server's `Retry-After` / `retry-after-ms` (capped at `max_retry_after`); everything else fails
-      at once. When one batch fails for good, the call fails at once and no further batch is sent (a request
-      already in flight finishes in the background, and its answer is dropped).
+      or after the server's `Retry-After` / `retry-after-ms` (capped at `config.http.max_retry_after`); everything
+      else fails at once. When one batch fails for good, the call fails at once and no further batch is sent (a
+      request already in flight finishes in the background, and its answer is dropped).
     - Vectors are asked for as base64 float32 (`encoding_format`), which a server may ignore (lists of numbers are
       read too); a server that refuses base64 with 400/422 is asked again in float, and float is kept.
     - Every response is validated (shape, count, `index` order, dimensions, finite numbers) and every vector is
@@ -200,7 +192,7 @@ class HttpEmbedder:
         self._encoding: Encoding = config.encoding_format  # float once a server refused base64
         # Texts the engine hands over per call: enough batches for every request slot, twice over.
         self.texts_per_call = config.batch_size * config.max_concurrency * 2
-        self._wait = retry_wait(config.backoff_base, config.max_retry_after)
+        self._wait = config.http.wait()
 
     def __repr__(self) -> str:
         return f"HttpEmbedder(model_id={self.model_id!r}, url={self.url!r}, api_key_env={self.config.api_key_env!r})"
@@ -271,7 +263,7 @@ class HttpEmbedder:
                 config = self.config
                 self._client = httpx.Client(
                     headers={"User-Agent": user_agent(), "Accept": "application/json"},
-                    timeout=httpx.Timeout(config.timeout),
+                    timeout=config.http.timeout,
                     limits=httpx.Limits(
                         max_connections=config.max_concurrency, max_keepalive_connections=config.max_concurrency
                     ),
@@ -332,7 +324,7 @@ class HttpEmbedder:
             encoding = self._encoding
             body = self._body(inputs, purpose, encoding)
             attempts = 0
-            retrying = Retrying(**retry_policy(self.config.retries, self._wait), sleep=_waiter(stop))
+            retrying = Retrying(**self.config.http.retrying(self._wait, sleep=_waiter(stop)))
             try:
                 for attempt in retrying:
                     with attempt:
@@ -358,7 +350,15 @@ class HttpEmbedder:
             raise transport_failure(exc, self.url, client.timeout, EmbeddingError, what="embedding", auth=auth) from exc
         if response.status_code in _REFUSALS and body["encoding_format"] == "base64":
             raise _Base64Refused
-        return check_response(response, self.url, auth, EmbeddingError, what="embedding", model=self.config.model)
+        return check_response(
+            response,
+            self.url,
+            auth,
+            EmbeddingError,
+            what="embedding",
+            model=self.config.model,
+            retry_statuses=self.config.http.retry_statuses,
+        )
 
     # ---- responses ----
 

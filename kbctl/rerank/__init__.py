@@ -42,6 +42,7 @@ def _local(name: str, settings: Settings) -> Reranker:
 
 
 def _remote(ref: str, target: ModelRef, provider: RerankProvider) -> Reranker:
+    from kbctl._http import RERANK_POLICY
     from kbctl.rerank.http import HttpRerankConfig, HttpReranker
 
     config = HttpRerankConfig(
@@ -50,8 +51,7 @@ def _remote(ref: str, target: ModelRef, provider: RerankProvider) -> Reranker:
         model_id=ref,
         api=provider.api,
         api_key_env=provider.api_key_env,
-        timeout=provider.timeout,
-        retries=provider.retries,
+        http=RERANK_POLICY.with_(timeout=provider.timeout, retries=provider.retries),
     )
     return HttpReranker(config)
 

@@ -16,18 +16,16 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 import httpx
-from tenacity import (
-    Retrying,
-)
+from tenacity import Retrying
 
 from kbctl._http import (
+    RERANK_POLICY,
     BearerAuth,
+    HttpPolicy,
     Retryable,
     bearer_auth,
     check_response,
     plural,
-    retry_policy,
-    retry_wait,
     tls_context,
     transport_failure,
     user_agent,
@@ -46,10 +44,7 @@ class HttpRerankConfig:
     model_id: str  # e.g. "cohere/rerank-v3.5", for messages
     api: Literal["cohere", "tei"] = "cohere"
     api_key_env: str | None = None
-    timeout: float = 30.0
-    retries: int = 2  # extra attempts on 429 / 5xx / timeouts / connection errors
-    backoff_base: float = 0.5
-    max_retry_after: float = 10.0  # a query is interactive: wait at most this long between attempts
+    http: HttpPolicy = RERANK_POLICY  # timeouts, retries and backoff (a provider's timeout and retries set them)
 
     @property
     def url(self) -> str:
@@ -62,7 +57,7 @@ class HttpReranker:
 
     The key is read from the environment at each call and never appears in a message; 429, 5xx, timeouts
     and connection errors are retried (jittered backoff, or the server's Retry-After up to
-    `max_retry_after`); every response is validated before its scores are used.
+    the policy's `max_retry_after`); every response is validated before its scores are used.
     """
 
     def __init__(self, config: HttpRerankConfig, *, environ: Mapping[str, str] | None = None) -> None:
@@ -70,7 +65,7 @@ class HttpReranker:
         self.model_id = config.model_id
         self.url = config.url
         self._environ: Mapping[str, str] = os.environ if environ is None else environ
-        self._wait = retry_wait(config.backoff_base, config.max_retry_after)
+        self._wait = config.http.wait()
 
     def __repr__(self) -> str:
         return f"HttpReranker(model_id={self.model_id!r}, url={self.url!r}, api={self.config.api!r})"
@@ -87,11 +82,11 @@ class HttpReranker:
             body = {"model": self.config.model, "query": query, "documents": items, "top_n": len(items)}
         headers = {"User-Agent": user_agent(), "Accept": "application/json"}
         attempts = 0
-        retrying = Retrying(**retry_policy(self.config.retries, self._wait))
+        retrying = Retrying(**self.config.http.retrying(self._wait))
         with httpx.Client(
             auth=auth,
             headers=headers,
-            timeout=httpx.Timeout(self.config.timeout),
+            timeout=self.config.http.timeout,
             follow_redirects=False,
             verify=tls_context(),
         ) as client:
@@ -111,7 +106,15 @@ class HttpReranker:
             response = client.post(self.url, json=body)
         except httpx.HTTPError as exc:
             raise transport_failure(exc, self.url, client.timeout, RerankError, what="rerank", auth=auth) from exc
-        return check_response(response, self.url, auth, RerankError, what="rerank", model=self.config.model)
+        return check_response(
+            response,
+            self.url,
+            auth,
+            RerankError,
+            what="rerank",
+            model=self.config.model,
+            retry_statuses=self.config.http.retry_statuses,
+        )
 
     def _scores(self, response: httpx.Response, expected: int) -> list[float]:
         """The validated scores of a response, in input order."""

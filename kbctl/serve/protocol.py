@@ -6,6 +6,11 @@ as the client likes. Here every request's line and headers must arrive within `h
 connection's opening, or of the request's first byte on a kept-alive connection; then a partial request is
 answered 408 and the connection closed (a silent one is just closed). The body's deadline is
 `kbctl.serve.limits.BodyLimit`'s.
+
+uvicorn offers no setting for this, so the class below subclasses its private `H11Protocol`. An upgrade could
+break that silently; instead it fails loudly: pyproject.toml bounds uvicorn to the versions checked
+(`CHECKED_UVICORN`), importing this module checks the private surface it relies on (`private_surface_problems`)
+and raises naming the installed version, and tests/test_serve_protocol.py exercises the deadline (docs/serve.md).
 """
 
 from __future__ import annotations
@@ -16,14 +21,54 @@ import logging
 from typing import cast
 
 import h11
+import uvicorn
 from uvicorn.protocols.http.h11_impl import H11Protocol
 
+from kbctl.errors import KbctlError
 from kbctl.serve.limits import DEFAULT_HEADER_TIMEOUT
 from kbctl.serve.problems import problem_body
 
-__all__ = ["HeaderDeadlineProtocol", "with_header_timeout"]
+__all__ = ["CHECKED_UVICORN", "HeaderDeadlineProtocol", "private_surface_problems", "with_header_timeout"]
 
 log = logging.getLogger("kbctl.serve")
+
+# The uvicorn versions whose H11Protocol this module was checked against (pyproject.toml's bound says the same).
+CHECKED_UVICORN = ">=0.30,<0.55"
+
+# What of H11Protocol the subclass relies on: each method it overrides, and the attributes it reads (set there).
+_PRIVATE_SURFACE: dict[str, tuple[str, ...]] = {
+    "__init__": ("conn", "loop"),  # self.conn: the h11.Connection; self.loop: the event loop
+    "connection_made": ("transport", "client"),
+    "data_received": (),
+    "connection_lost": (),
+}
+
+
+def private_surface_problems(protocol: type = H11Protocol) -> list[str]:
+    """What `protocol` (uvicorn's H11Protocol) lacks of what HeaderDeadlineProtocol relies on (empty: nothing)."""
+    problems: list[str] = []
+    for method, attributes in _PRIVATE_SURFACE.items():
+        code = getattr(getattr(protocol, method, None), "__code__", None)
+        if code is None:
+            problems.append(f"H11Protocol.{method} is gone")
+            continue
+        missing = [f"self.{name}" for name in attributes if name not in code.co_names]
+        if missing:
+            problems.append(f"H11Protocol.{method} no longer sets {', '.join(missing)}")
+    return problems
+
+
+def _check_private_surface() -> None:
+    problems = private_surface_problems()
+    if problems:
+        raise KbctlError(
+            f"kbctl serve's header deadline extends uvicorn's private H11Protocol, checked with uvicorn "
+            f"{CHECKED_UVICORN}, but uvicorn {uvicorn.__version__} is installed and {'; '.join(problems)}: install "
+            f"a uvicorn the constraints allow"
+        )
+
+
+_check_private_surface()
 
 
 class HeaderDeadlineProtocol(H11Protocol):

@@ -5,7 +5,7 @@ Concurrency is bounded overall and per host, `total_timeout` covers every redire
 only gzip/deflate content is accepted (inflated within `max_bytes`), environment proxies are ignored (the SSRF
 guard, kbctl.sources._guard, must see the real destination), and text extraction (trafilatura) runs in one worker
 thread under the bounds every route shares (`kbctl.sources.bounds`). What is retried, the waits, status text and
-the User-Agent are kbctl._http's, the policy the embedder and the reranker share.
+the User-Agent are kbctl._http's: the fetcher runs on `FetchPolicy.http`, the HttpPolicy every HTTP client takes.
 
 What callers can rely on, in full: docs/architecture.md#url-sources-and-refresh.
 """
@@ -27,13 +27,13 @@ from typing import Any
 from urllib.parse import urljoin
 
 import httpx
-from tenacity import AsyncRetrying, RetryCallState, retry_if_exception_type
+from tenacity import AsyncRetrying, RetryCallState
 
 from kbctl._http import (
     FETCH_WORDING,
+    URL_POLICY,
+    HttpPolicy,
     Retryable,
-    retry_wait,
-    retryable_response,
     status_line,
     transport_failure,
     user_agent,
@@ -77,13 +77,14 @@ class FetchPolicy:
     max_bytes: int = MAX_FETCH_BYTES  # cap on the decompressed body, enforced while streaming
     max_html_bytes: int = MAX_EXTRACT_BYTES["html"]  # an HTML body larger than this is not handed to the extractor
     extract_timeout: float = EXTRACT_TIMEOUT  # seconds one page's text extraction may take
-    connect_timeout: float = 10.0
-    read_timeout: float = 30.0
-    total_timeout: float = 60.0  # per URL, across retries and redirects
+    # The HTTP policy's values (`http`), public here as plain fields; the defaults are kbctl._http.URL_POLICY's.
+    connect_timeout: float = URL_POLICY.connect_timeout
+    read_timeout: float = URL_POLICY.read_timeout  # also the write timeout
+    total_timeout: float = URL_POLICY.pool_timeout  # per URL, across retries and redirects; also the pool timeout
     max_redirects: int = 5
-    retries: int = 3  # extra attempts on 429 / 5xx / timeouts / connection errors
-    backoff_base: float = 0.5  # exponential backoff with jitter
-    max_retry_after: float = 30.0  # Retry-After is honoured up to this many seconds
+    retries: int = URL_POLICY.retries  # extra attempts on 429 / 5xx / timeouts / connection errors
+    backoff_base: float = URL_POLICY.backoff_base  # exponential backoff with jitter
+    max_retry_after: float = URL_POLICY.max_retry_after  # Retry-After is honoured up to this many seconds
     concurrency: int = 8  # overall
     per_host: int = 2  # per host name
     # Every non-public address except link-local and cloud metadata ones; KBCTL_ALLOW_PRIVATE_NETWORKS=1 sets it.
@@ -113,6 +114,19 @@ class FetchPolicy:
         for name in ("connect_timeout", "read_timeout", "total_timeout", "extract_timeout"):
             if getattr(self, name) <= 0:
                 raise UsageError(f"FetchPolicy.{name} must be positive")
+
+    @property
+    def http(self) -> HttpPolicy:
+        """The HTTP policy of these values: the fetcher's timeouts, retries, backoff and retried statuses."""
+        return URL_POLICY.with_(
+            connect_timeout=self.connect_timeout,
+            read_timeout=self.read_timeout,
+            write_timeout=self.read_timeout,
+            pool_timeout=self.total_timeout,
+            retries=self.retries,
+            backoff_base=self.backoff_base,
+            max_retry_after=self.max_retry_after,
+        )
 
     def guard(self) -> Guard:
         """The network guard of these rules (URL sources, and the hosts of git sources)."""
@@ -455,12 +469,13 @@ class _Job:
 class _Fetcher:
     def __init__(self, policy: FetchPolicy, client: httpx.AsyncClient, guard: Guard) -> None:
         self._policy = policy
+        self._http = policy.http
         self._client = client
         self._guard = guard
         self._overall = asyncio.Semaphore(policy.concurrency)
         self._hosts: dict[str, asyncio.Semaphore] = {}
         self._extractor = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="kbctl-extract")
-        self._wait = retry_wait(policy.backoff_base, policy.max_retry_after)
+        self._wait = self._http.wait()
 
     def close(self) -> None:
         self._extractor.shutdown(wait=True)
@@ -477,12 +492,7 @@ class _Fetcher:
 
     async def _fetch(self, request: FetchRequest) -> FetchResult | SourceError:
         job = _Job(request)
-        retrying = AsyncRetrying(
-            stop=lambda state: self._stop(state, job),
-            wait=self._wait,
-            retry=retry_if_exception_type(Retryable),
-            reraise=True,
-        )
+        retrying = AsyncRetrying(**self._http.retrying(self._wait, stop=lambda state: self._stop(state, job)))
         try:
             async for attempt in retrying:
                 with attempt:
@@ -500,7 +510,7 @@ class _Fetcher:
         return error
 
     def _stop(self, state: RetryCallState, job: _Job) -> bool:
-        if state.attempt_number > self._policy.retries:
+        if state.attempt_number > self._http.retries:
             return True
         loop = asyncio.get_running_loop()
         return job.deadline is not None and loop.time() + state.upcoming_sleep >= job.deadline
@@ -572,7 +582,7 @@ class _Fetcher:
             if not _sent_validators(response):
                 raise _Failure("HTTP 304 Not Modified to a request that had no cache validators")
             return _Hop(status, url, validators=validators)
-        retry = retryable_response(response)
+        retry = self._http.retryable(response)
         if retry is not None:
             raise retry
         if not 200 <= status < 300:
@@ -654,9 +664,7 @@ async def _fetch_all(
 ) -> dict[str, FetchResult | SourceError]:
     guard = policy.guard()
     limits = httpx.Limits(max_connections=policy.concurrency, max_keepalive_connections=policy.concurrency)
-    timeout = httpx.Timeout(
-        connect=policy.connect_timeout, read=policy.read_timeout, write=policy.read_timeout, pool=policy.total_timeout
-    )
+    timeout = policy.http.timeout
     transport = guarded_transport(guard, limits=limits, http2=_HTTP2)
     async with httpx.AsyncClient(
         transport=transport,
