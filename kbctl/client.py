@@ -14,6 +14,7 @@ from pydantic.alias_generators import to_camel
 
 from kbctl import telemetry
 from kbctl.config import Settings
+from kbctl.defaults import APPLY_WAIT_SECONDS, WAIT_SECONDS
 from kbctl.errors import KbctlError, NotFoundError, StoreError, UsageError
 from kbctl.store.database import Database
 from kbctl.store.embedded import embedded_url, running_url
@@ -272,7 +273,7 @@ class KnowledgeBaseStore:
         *,
         wait: bool = True,
         controller: bool = False,
-        timeout: float = 600.0,
+        timeout: float = APPLY_WAIT_SECONDS,
         applyset: str | None = None,
         prune: PruneScope | None = None,
         reporter: Reporter | None = None,
@@ -411,7 +412,7 @@ class KnowledgeBaseStore:
         value: bool = True,
         generation: int | None = None,
         deleted: bool = False,
-        timeout: float = 300.0,
+        timeout: float = WAIT_SECONDS,
         on_met: Callable[[str], None] | None = None,
     ) -> bool:
         """Wait until a knowledge base (or each of several) has a condition (default Ready=True, for the latest
@@ -436,7 +437,7 @@ class KnowledgeBaseStore:
         name: str,
         *,
         watch: bool = True,
-        timeout: float | None = 300.0,
+        timeout: float | None = WAIT_SECONDS,
         progress_deadline: float | None = None,
         on_progress: Callable[[RolloutStatus], None] | None = None,
     ) -> RolloutStatus:

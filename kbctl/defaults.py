@@ -282,6 +282,14 @@ EVENT_MESSAGE_CHARS: Final = 1_000
 """Characters of an event's message kept (the rest cut, marked with …): a message names a cause (a source's error,
 a file and line), not a document's text."""
 
+APPLY_WAIT_SECONDS: Final = 600.0
+"""How long an apply that hands its work to a controller waits for it unless told (`apply --wait`'s --timeout,
+10m): the reconcile fetches and embeds, which takes minutes."""
+
+WAIT_SECONDS: Final = 300.0
+"""How long the Python API's waits last unless told (`KnowledgeBaseStore.wait` for a condition or a deletion,
+`rollout_status` for a rollout): five minutes, then they report what was not met."""
+
 # ---------------------------------------------------------------- kbctl import beir
 
 BEIR_SPLIT: Final = "test"
