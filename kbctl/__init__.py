@@ -62,6 +62,8 @@ if TYPE_CHECKING:
         StoreError,
         UsageError,
     )
+    from kbctl.eval.beir import BeirImport
+    from kbctl.eval.evalset import EvalSet
     from kbctl.eval.run import EvalReport
     from kbctl.inputs.access import Reader
     from kbctl.manifest import (
@@ -72,6 +74,7 @@ if TYPE_CHECKING:
         load_manifests,
         parse_manifests,
     )
+    from kbctl.manifest.explain import FieldDoc
     from kbctl.manifest.load import ManifestFiles
     from kbctl.manifest.selectors import Selector
     from kbctl.query.context import GroundedContext, Passage
@@ -93,6 +96,7 @@ _WHERE = {
     "AskResult": "kbctl.answer",
     "AuthError": "kbctl.errors",
     "BeirError": "kbctl.errors",
+    "BeirImport": "kbctl.eval.beir",
     "ChatError": "kbctl.errors",
     "ChatModel": "kbctl.chat",
     "Controller": "kbctl.engine.controller",
@@ -107,10 +111,12 @@ _WHERE = {
     "DiffBounds": "kbctl.store.versiondiff",
     "EvalReport": "kbctl.eval.run",
     "EvalRun": "kbctl.store.evalruns",
+    "EvalSet": "kbctl.eval.evalset",
     "EvalSetError": "kbctl.errors",
     "Event": "kbctl.engine.events",
     "FailureReason": "kbctl.engine.events",
     "FederatedHit": "kbctl.query.federated",
+    "FieldDoc": "kbctl.manifest.explain",
     "FederatedResult": "kbctl.query.federated",
     "FetchPolicy": "kbctl.sources.url",
     "GcResult": "kbctl.store.history",
@@ -191,6 +197,7 @@ __all__ = [
     "AskResult",
     "AuthError",
     "BeirError",
+    "BeirImport",
     "ChatError",
     "ChatModel",
     "Controller",
@@ -204,12 +211,14 @@ __all__ = [
     "EmbeddingError",
     "EvalReport",
     "EvalRun",
+    "EvalSet",
     "EvalSetError",
     "Event",
     "FailureReason",
     "FederatedHit",
     "FederatedResult",
     "FetchPolicy",
+    "FieldDoc",
     "GcResult",
     "GroundedContext",
     "HandedToController",

@@ -336,6 +336,17 @@ DIFF_TOTAL_CHARS: Final = 2_000_000
 """Characters of revision text one version diff reads in all; the changed sources past it are listed without their
 diff and flagged, so the diff's time and memory stay bounded however many sources changed."""
 
+MRR_DEPTH: Final = 10
+"""The depth of the mean reciprocal rank `kbctl eval` reports (MRR@10, as MS MARCO reports it): a first relevant
+hit below rank 10 counts 0."""
+
+NDCG_DEPTH: Final = 10
+"""The depth of the nDCG `kbctl eval` reports and --min-ndcg gates on (nDCG@10), the figure BEIR publishes."""
+
+EVAL_SET_NAME_CHARS: Final = 200
+"""Characters of an eval set's `name:`, which `kbctl eval --record` keeps with each run (an eval set without one is
+recorded under its file's name, which must fit too)."""
+
 
 # ---------------------------------------------------------------- Exported query spans
 

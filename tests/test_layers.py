@@ -227,6 +227,7 @@ BEHIND_THE_FACADE = (
     "kbctl.store",
     "kbctl.query",
     "kbctl.answer",
+    "kbctl.eval",
     "kbctl.sources",
     "kbctl.chunking",
     "kbctl.embedding",
