@@ -69,6 +69,8 @@ if TYPE_CHECKING:
     from kbctl.errors import SourceError as SourceError
     from kbctl.errors import StoreError as StoreError
     from kbctl.errors import UsageError as UsageError
+    from kbctl.eval.beir import BeirImport as BeirImport
+    from kbctl.eval.evalset import EvalSet as EvalSet
     from kbctl.eval.run import EvalReport as EvalReport
     from kbctl.inputs.access import Reader as Reader
     from kbctl.manifest import KnowledgeBase as KnowledgeBase
@@ -77,6 +79,7 @@ if TYPE_CHECKING:
     from kbctl.manifest import ManifestSet as ManifestSet
     from kbctl.manifest import load_manifests as load_manifests
     from kbctl.manifest import parse_manifests as parse_manifests
+    from kbctl.manifest.explain import FieldDoc as FieldDoc
     from kbctl.manifest.load import ManifestFiles as ManifestFiles
     from kbctl.manifest.selectors import Selector as Selector
     from kbctl.query.context import GroundedContext as GroundedContext
@@ -116,6 +119,7 @@ _WHERE = {
     "AskResult": "kbctl.answer",
     "AuthError": "kbctl.errors",
     "BeirError": "kbctl.errors",
+    "BeirImport": "kbctl.eval.beir",
     "ChatError": "kbctl.errors",
     "ChatModel": "kbctl.chat",
     "Controller": "kbctl.engine.controller",
@@ -129,12 +133,14 @@ _WHERE = {
     "EmbeddingError": "kbctl.errors",
     "EvalReport": "kbctl.eval.run",
     "EvalRun": "kbctl.store.evalruns",
+    "EvalSet": "kbctl.eval.evalset",
     "EvalSetError": "kbctl.errors",
     "Event": "kbctl.engine.events",
     "FailureReason": "kbctl.engine.events",
     "FederatedHit": "kbctl.query.federated",
     "FederatedResult": "kbctl.query.federated",
     "FetchPolicy": "kbctl.sources.url",
+    "FieldDoc": "kbctl.manifest.explain",
     "GcResult": "kbctl.store.history",
     "GroundedContext": "kbctl.query.context",
     "HandedToController": "kbctl.engine.events",

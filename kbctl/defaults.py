@@ -279,6 +279,14 @@ EVENT_MESSAGE_CHARS: Final = 1_000
 """Characters of an event's message kept (the rest cut, marked with …): a message names a cause (a source's error,
 a file and line), not a document's text."""
 
+APPLY_WAIT_SECONDS: Final = 600.0
+"""How long an apply that hands its work to a controller waits for it unless told (`apply --wait`'s --timeout,
+10m): the reconcile fetches and embeds, which takes minutes."""
+
+WAIT_SECONDS: Final = 300.0
+"""How long the Python API's waits last unless told (`KnowledgeBaseStore.wait` for a condition or a deletion,
+`rollout_status` for a rollout): five minutes, then they report what was not met."""
+
 # ---------------------------------------------------------------- kbctl import beir
 
 BEIR_SPLIT: Final = "test"
@@ -324,6 +332,17 @@ source: the diff of a longer document is of its beginning, flagged; it bounds th
 DIFF_TOTAL_CHARS: Final = 2_000_000
 """Characters of revision text one version diff reads in all; the changed sources past it are listed without their
 diff and flagged, so the diff's time and memory stay bounded however many sources changed."""
+
+MRR_DEPTH: Final = 10
+"""The depth of the mean reciprocal rank `kbctl eval` reports (MRR@10, as MS MARCO reports it): a first relevant
+hit below rank 10 counts 0."""
+
+NDCG_DEPTH: Final = 10
+"""The depth of the nDCG `kbctl eval` reports and --min-ndcg gates on (nDCG@10), the figure BEIR publishes."""
+
+EVAL_SET_NAME_CHARS: Final = 200
+"""Characters of an eval set's `name:`, which `kbctl eval --record` keeps with each run (an eval set without one is
+recorded under its file's name, which must fit too)."""
 
 
 # ---------------------------------------------------------------- Exported query spans

@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from kbctl._clidocs import render
 from kbctl.cli import app
+from kbctl.cli.docs import render
 from kbctl.client import KnowledgeBaseStore
 from kbctl.manifest import json_schema
 from kbctl.store.migrations import migrate
@@ -22,7 +22,7 @@ EXAMPLES = ROOT / "examples" / "kb"
 
 
 def test_cli_reference_is_current() -> None:
-    """docs/cli.md is exactly what --help prints (regenerate: python -m kbctl._clidocs > docs/cli.md)."""
+    """docs/cli.md is exactly what --help prints (regenerate: python -m kbctl.cli.docs > docs/cli.md)."""
     assert (ROOT / "docs" / "cli.md").read_text() == render()
 
 

@@ -10,7 +10,7 @@ import pytest
 from typer.testing import CliRunner
 
 from kbctl.cli import app
-from kbctl.cli import commands as get_command
+from kbctl.cli import get as get_command
 from kbctl.cli.render import headed_table, label_column_title
 from kbctl.client import KnowledgeBaseStore
 from kbctl.manifest import parse_manifests

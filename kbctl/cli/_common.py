@@ -384,6 +384,9 @@ def open_store_for(files: ManifestFiles) -> KnowledgeBaseStore:
 KB_TYPES = "knowledgebase (kb)"
 """The resource types of a command that takes knowledge bases alone, as its error for another one lists them."""
 
+DESCRIBE_TYPES = "knowledgebase (kb), syncs (sync)"
+"""The resource types `kbctl describe` and `kbctl delete` take."""
+
 
 def check_resource(resource: str, known: str = KB_TYPES) -> None:
     """A usage error unless `resource` spells knowledgebase; it lists `known`, every type the command takes."""

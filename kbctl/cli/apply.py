@@ -27,7 +27,9 @@ from kbctl.cli._common import (
     say_warnings,
 )
 from kbctl.cli.diff import ApplySetOpt, PruneOpt, SelectorOpt, applyset_name, plan_apply, prune_scope
+from kbctl.cli.render import span
 from kbctl.cli.terminal import say
+from kbctl.defaults import APPLY_WAIT_SECONDS
 
 if TYPE_CHECKING:
     from kbctl import ApplyReport, ManifestsToApply, PendingResult, PruneScope
@@ -47,7 +49,7 @@ def apply(
     ] = False,
     timeout: Annotated[
         str, duration_option("--timeout", minimum=1, help="With --wait and a controller: how long to wait for it.")
-    ] = "10m",
+    ] = span(APPLY_WAIT_SECONDS),
     dry_run: DryRunOpt = None,
     prune: PruneOpt = False,
     applyset: ApplySetOpt = None,

@@ -1,8 +1,8 @@
-"""`kbctl eval`: measure a knowledge base's retrieval against an eval set (logic in kbctl.eval)."""
+"""`kbctl eval`: measure a knowledge base's retrieval against an eval set (KnowledgeBaseStore.evaluate; the
+logic in kbctl.eval, the wording in kbctl.cli.render)."""
 
 from __future__ import annotations
 
-import sys
 from enum import StrEnum
 from typing import TYPE_CHECKING, Annotated
 
@@ -23,12 +23,11 @@ from kbctl.cli._common import (
 )
 from kbctl.cli.completion import kb_names
 from kbctl.cli.terminal import inert, say
+from kbctl.defaults import EVAL_SET_NAME_CHARS
 from kbctl.errors import KbctlError
 
 if TYPE_CHECKING:
     from kbctl import EvalRun
-    from kbctl.eval.answers import AnswerReport
-    from kbctl.eval.run import EvalReport
 
 
 class Mode(StrEnum):
@@ -42,137 +41,18 @@ class Mode(StrEnum):
     keyword_rerank = "keyword+rerank"
 
 
-def _num(value: float | None) -> str:
-    return "-" if value is None else f"{value:.2f}"
-
-
-def _print(report: EvalReport, verbose: bool) -> None:
-    from kbctl.cli.render import table
-    from kbctl.eval.metrics import MRR_DEPTH, NDCG_DEPTH
-
-    k = report.k
-    headers = [
-        "MODE",
-        "QUERIES",
-        f"RECALL@{k}",
-        f"MRR@{MRR_DEPTH}",
-        f"NDCG@{NDCG_DEPTH}",
-        f"HIT@{k}",
-        "NO-ANSWER",
-        f"DOC-RECALL@{k}",
-        f"DOC-NDCG@{NDCG_DEPTH}",
-    ]
-    rows = [
-        [
-            m.label,
-            m.queries,
-            _num(m.recall),
-            _num(m.mrr),
-            _num(m.ndcg),
-            _num(m.hit_rate),
-            _num(m.no_answer_accuracy),
-            _num(m.document_recall),
-            _num(m.document_ndcg),
-        ]
-        for m in report.modes
-    ]
-    say(table(headers, rows))
-    first = report.modes[0]
-    say(
-        f"KnowledgeBase/{report.knowledge_base}: {first.queries} queries "
-        f"({first.answerable} with an answer, {first.no_answer_queries} without)"
-    )
-    if not verbose:
-        return
-    for m in report.modes:
-        misses = m.misses
-        say(f"\nmisses in mode {m.label}: {len(misses) or 'none'}")
-        for r in misses:
-            got = ", ".join(r.retrieved) or "nothing"
-            if r.no_answer:
-                say(inert(f"  {r.id}: expected no answer, got {got}"))
-            else:
-                rank = f"first relevant at rank {r.relevant_ranks[0]}" if r.relevant_ranks else "no relevant hit"
-                missing = ", ".join(r.missing_sources) or "-"
-                say(inert(f"  {r.id}: recall@{k} {_num(r.recall)}, {rank}; missing {missing}; got {got}"))
-            say("    " + inert(r.question))
-
-
-def _print_answers(reports: list[AnswerReport], verbose: bool) -> None:
-    from kbctl.cli.render import table
-
-    headers = [
-        "CHAT MODEL",
-        "ANSWERED",
-        "REFUSED",
-        "CITATIONS-VALID",
-        "UNCITED",
-        "MUST-CONTAIN",
-        "FAITHFUL",
-        "UNSUPPORTED",
-        "CONTRADICTED",
-        "ERRORS",
-    ]
-    rows = [
-        [
-            r.label,
-            _num(r.answered),
-            _num(r.refused),
-            _num(r.citation_validity),
-            r.uncited_answers,
-            _num(r.must_contain),
-            _num(r.faithfulness),
-            r.unsupported_claims if r.judge else "-",
-            r.contradicted_claims if r.judge else "-",
-            r.errors,
-        ]
-        for r in reports
-    ]
-    say("")
-    say(table(headers, rows))
-    judge = reports[0].judge
-    say(f"answers judged by {judge}" if judge else "faithfulness not measured: no --judge-model (chat.judgeModel)")
-    if not verbose:
-        return
-    for r in reports:
-        misses = r.misses
-        say(f"\nanswer misses with {r.label}: {len(misses) or 'none'}")
-        for o in misses:
-            if o.error is not None:
-                why = f"error: {o.error}"
-            elif o.no_answer:
-                why = "expected 'not covered', got an answer"
-            elif o.refused:
-                why = f"answered 'not covered' ({o.reason})"
-            else:
-                parts = []
-                if o.invalid_citations:
-                    parts.append("cites " + ", ".join(f"[{i}]" for i in o.invalid_citations) + " (not given)")
-                if o.uncited:
-                    parts.append("cites nothing")
-                if o.must_contain_missing:
-                    parts.append("lacks " + ", ".join(repr(m) for m in o.must_contain_missing))
-                bad = [c for c in o.claims or [] if c.verdict != "supported"]
-                parts.extend(f"{c.verdict}: {c.claim}" for c in bad)
-                why = "; ".join(parts)
-            say(inert(f"  {o.id}: {why}"))
-            say("    " + inert(o.question))
-
-
 def _recorded_name(filename: str, name: str | None) -> str:
     """The name --record keeps: the eval set's name:, else its file's name (never the path to it)."""
     from pathlib import PurePath
-
-    from kbctl.eval.evalset import NAME_MAX_CHARS
 
     if name is not None:
         return name
     if filename == "-":
         raise typer.BadParameter("an eval set read from stdin needs a name: to be recorded", param_hint="--record")
     base = PurePath(filename).name.rsplit("\\", 1)[-1]
-    if len(base) > NAME_MAX_CHARS:
+    if len(base) > EVAL_SET_NAME_CHARS:
         raise typer.BadParameter(
-            f"the eval set's file name is longer than {NAME_MAX_CHARS} characters: set a name: to record it",
+            f"the eval set's file name is longer than {EVAL_SET_NAME_CHARS} characters: set a name: to record it",
             param_hint="--record",
         )
     return base
@@ -289,41 +169,31 @@ def evaluate(
 
     Example: kbctl eval client-service-policy -f examples/eval/client-service-policy.yaml -m hybrid -m vector
     """
-    from kbctl import QueryOptions
-    from kbctl.eval.answers import answer_shortfalls, evaluate_answers
-    from kbctl.eval.evalset import load_evalset
-    from kbctl.eval.run import evaluate_store
+    from kbctl import KnowledgeBaseStore, QueryOptions
+    from kbctl.cli.render import eval_answers_text, eval_recorded_line, eval_text
 
     if not answers and (chat_model or judge_model or min_faithfulness is not None or min_refusal is not None):
         raise typer.BadParameter(
             "--chat-model, --judge-model, --min-faithfulness and --min-refusal need --answers", param_hint="--answers"
         )
-    evalset = load_evalset(filename, stdin=sys.stdin)
+    evalset = KnowledgeBaseStore.load_evalset(filename)
     recorded_as = _recorded_name(filename, evalset.name) if record else None
     target = name or evalset.knowledge_base
     if target is None:
         raise typer.BadParameter("give a knowledge base NAME or set knowledgeBase in the eval set", param_hint="NAME")
     reader = reader_of(as_group, as_claim)
     with open_store() as store:
-        report = evaluate_store(
-            store,
+        report = store.evaluate(
             target,
             evalset,
             k=k,
             modes=[m.value for m in mode] if mode else [None],
             options=QueryOptions(threshold=threshold, max_tokens=max_tokens),
             reader=reader,
+            answers=answers,
+            chat_models=chat_model or [None],
+            judge=judge_model,
         )
-        if answers:
-            report.answers = evaluate_answers(
-                store,
-                target,
-                evalset,
-                models=chat_model or [None],
-                judge=judge_model or store.settings.config.chat.judge_model,
-                options=QueryOptions(threshold=threshold, max_tokens=max_tokens),
-                reader=reader,
-            )
         runs: list[EvalRun] = []
         unrecorded: KbctlError | None = None
         if recorded_as is not None:
@@ -334,20 +204,17 @@ def evaluate(
     if output:
         emit(report, output)
     else:
-        _print(report, verbose)
+        say(eval_text(report, verbose))
         if report.answers:
-            _print_answers(report.answers, verbose)
+            say(eval_answers_text(report, verbose))
     if runs:
-        versions = ", ".join(str(v) for v in dict.fromkeys(r.version for r in runs))
-        what = f"{len(runs)} run{'s' if len(runs) != 1 else ''} of eval set {recorded_as}"
-        say(inert(f"recorded {what} against KnowledgeBase/{target} version {versions}"), err=output is not None)
+        say(eval_recorded_line(runs, recorded_as or "", target), err=output is not None)
     if unrecorded is not None:
         raise unrecorded
-    messages = [s.message for s in report.shortfalls(min_recall=min_recall, min_ndcg=min_ndcg)]
-    if report.answers:
-        gates = answer_shortfalls(report.answers, min_faithfulness=min_faithfulness, min_refusal=min_refusal)
-        messages += [s.message for s in gates]
-    for message in messages:
-        say(inert(message), err=True)
-    if messages:
+    gates = report.shortfalls(
+        min_recall=min_recall, min_ndcg=min_ndcg, min_faithfulness=min_faithfulness, min_refusal=min_refusal
+    )
+    for gate in gates:
+        say(inert(gate.message), err=True)
+    if gates:
         raise typer.Exit(1)

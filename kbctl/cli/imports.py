@@ -1,46 +1,19 @@
-"""`kbctl import beir`: a BEIR-format dataset as a knowledge base plus an eval set (logic in kbctl.eval.beir)."""
+"""`kbctl import beir`: a BEIR-format dataset as a knowledge base plus an eval set (KnowledgeBaseStore.import_beir;
+the logic in kbctl.eval.beir)."""
 
 from __future__ import annotations
 
-import shlex
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated
+from typing import Annotated
 
 import typer
 
 from kbctl.cli._common import OutputOpt, command_group, emit, handles_errors, open_store
-from kbctl.cli.terminal import inert, say
-from kbctl.defaults import BEIR_SPLIT, RANKING_MAX_TOKENS, RANKING_THRESHOLD, RANKING_TOP_K
+from kbctl.cli.terminal import say
+from kbctl.defaults import BEIR_SPLIT, RANKING_MAX_TOKENS, RANKING_THRESHOLD
 from kbctl.manifest import CONTEXT_TOKENS_MAX
 
-if TYPE_CHECKING:
-    from kbctl.eval.beir import BeirImport
-
 import_app = command_group("import", "Import a public dataset as a knowledge base with its eval set.")
-
-
-def _plural(count: int, word: str, plural: str | None = None) -> str:
-    return f"{count} {word if count == 1 else plural or word + 's'}"
-
-
-def _print(result: BeirImport) -> None:
-    version = result.report.results[0].version
-    say(
-        f"BEIR dataset {inert(result.folder)} ({inert(result.split)}): {result.documents} of "
-        f"{_plural(result.corpus_documents, 'document')} in KnowledgeBase/{result.name}"
-        f"{'' if version is None else f' version {version}'}, {result.report.embedded} embedded"
-    )
-    skipped = f"; {result.skipped_queries} without a relevant document skipped" if result.skipped_queries else ""
-    if result.unknown_documents:
-        skipped += f"; {_plural(result.unknown_documents, 'judgement')} of documents not in the corpus skipped"
-    say(
-        f"eval set {inert(result.eval_file)}: {_plural(result.queries, 'query', 'queries')}, "
-        f"{_plural(result.judgements, 'relevant judgement')}{skipped}"
-    )
-    if result.manifest_file:
-        say(f"manifest {inert(result.manifest_file)}")
-    modes = "-m hybrid -m vector -m keyword"
-    say(f"next: kbctl eval {result.name} -f {inert(shlex.quote(result.eval_file))} -k 10 {modes}")
 
 
 @import_app.command("beir")
@@ -129,15 +102,12 @@ def beir(
         kbctl eval nfcorpus -f nfcorpus-test-eval.jsonl -k 10 -m hybrid -m vector -m keyword
     """
     from kbctl.cli.progress import CliReporter
-    from kbctl.eval.beir import import_beir
-    from kbctl.manifest import Embedding, Retrieval
+    from kbctl.cli.render import beir_import_text
 
-    retrieval = Retrieval(top_k=RANKING_TOP_K, similarity_threshold=threshold, max_context_tokens=max_tokens)
     reporter = CliReporter(log=output is None)
     with open_store() as store:
         try:
-            result = import_beir(
-                store,
+            result = store.import_beir(
                 directory,
                 name,
                 split=split,
@@ -145,8 +115,9 @@ def beir(
                 manifest_out=manifest,
                 limit_docs=limit_docs,
                 limit_queries=limit_queries,
-                retrieval=retrieval,
-                embedding=Embedding(model=model) if model else None,
+                threshold=threshold,
+                max_tokens=max_tokens,
+                model=model,
                 reporter=reporter,
             )
         finally:
@@ -154,6 +125,6 @@ def beir(
     if output:
         emit(result, output)
     else:
-        _print(result)
+        say(beir_import_text(result))
     if result.report.failed:
         raise typer.Exit(1)

@@ -9,21 +9,30 @@ lines the README shows are made in one place. Every table cell, describe value a
 from __future__ import annotations
 
 import json
+import shlex
 from collections.abc import Iterator, Mapping, Sequence
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 from kbctl.cli.terminal import inert
-from kbctl.defaults import BACKGROUND_CEILING, BACKGROUND_MARGIN
+from kbctl.defaults import BACKGROUND_CEILING, BACKGROUND_MARGIN, MRR_DEPTH, NDCG_DEPTH
 
 if TYPE_CHECKING:  # imported by the commands that print them (a command's start-up pays only for its own)
     from kbctl import (
         ApplyReport,
+        BeirImport,
+        DeleteResult,
         DiffReport,
+        EvalReport,
+        EvalRun,
+        FederatedResult,
         GcResult,
         KnowledgeBaseDetail,
         KnowledgeBaseEvent,
         KnowledgeBaseSummary,
+        ManifestSet,
+        QueryResult,
+        ServerStatus,
         SourceStatus,
         SyncDetail,
         SyncStatus,
@@ -34,24 +43,41 @@ if TYPE_CHECKING:  # imported by the commands that print them (a command's start
 
 __all__ = [
     "age",
+    "all_tables",
     "applied_line",
+    "beir_import_text",
     "count",
+    "deleted_line",
     "describe_sync_text",
     "describe_text",
     "diff_lines",
+    "error_line",
+    "eval_answers_text",
+    "eval_recorded_line",
+    "eval_text",
     "events_table",
     "explain_text",
+    "fused_hit_lines",
     "headed_table",
     "history_table",
+    "hits_text",
     "knowledge_base_rows",
     "knowledge_base_table",
     "label_column_title",
     "label_text",
     "no_versions_line",
+    "not_found_line",
+    "not_queried_lines",
+    "nothing_found_line",
+    "object_name",
+    "server_status_line",
+    "server_stopped_line",
     "syncs_table",
     "table",
     "table_body",
+    "valid_lines",
     "version_diff_text",
+    "version_line",
     "would_fail_lines",
 ]
 
@@ -468,3 +494,275 @@ def explain_text(doc: FieldDoc) -> str:
         lines += ["", "FIELDS:"]
         _field_tree(doc.fields, "  ", lines)
     return "\n".join(lines)
+
+
+def _num(value: float | None) -> str:
+    return "-" if value is None else f"{value:.2f}"
+
+
+def eval_text(report: EvalReport, verbose: bool) -> str:
+    """`kbctl eval`: a row of metrics per mode, the count of queries, and with `verbose` each mode's misses."""
+    k = report.k
+    headers = [
+        "MODE",
+        "QUERIES",
+        f"RECALL@{k}",
+        f"MRR@{MRR_DEPTH}",
+        f"NDCG@{NDCG_DEPTH}",
+        f"HIT@{k}",
+        "NO-ANSWER",
+        f"DOC-RECALL@{k}",
+        f"DOC-NDCG@{NDCG_DEPTH}",
+    ]
+    rows = [
+        [
+            m.label,
+            m.queries,
+            _num(m.recall),
+            _num(m.mrr),
+            _num(m.ndcg),
+            _num(m.hit_rate),
+            _num(m.no_answer_accuracy),
+            _num(m.document_recall),
+            _num(m.document_ndcg),
+        ]
+        for m in report.modes
+    ]
+    first = report.modes[0]
+    lines = [
+        table(headers, rows),
+        f"KnowledgeBase/{report.knowledge_base}: {first.queries} queries "
+        f"({first.answerable} with an answer, {first.no_answer_queries} without)",
+    ]
+    if not verbose:
+        return "\n".join(lines)
+    for m in report.modes:
+        misses = m.misses
+        lines.append(f"\nmisses in mode {m.label}: {len(misses) or 'none'}")
+        for r in misses:
+            got = ", ".join(r.retrieved) or "nothing"
+            if r.no_answer:
+                lines.append(inert(f"  {r.id}: expected no answer, got {got}"))
+            else:
+                rank = f"first relevant at rank {r.relevant_ranks[0]}" if r.relevant_ranks else "no relevant hit"
+                missing = ", ".join(r.missing_sources) or "-"
+                lines.append(inert(f"  {r.id}: recall@{k} {_num(r.recall)}, {rank}; missing {missing}; got {got}"))
+            lines.append("    " + inert(r.question))
+    return "\n".join(lines)
+
+
+def eval_answers_text(report: EvalReport, verbose: bool) -> str:
+    """`kbctl eval --answers`: after a blank line, a row per chat model, who judged, and with `verbose` the misses."""
+    reports = report.answers or []
+    headers = [
+        "CHAT MODEL",
+        "ANSWERED",
+        "REFUSED",
+        "CITATIONS-VALID",
+        "UNCITED",
+        "MUST-CONTAIN",
+        "FAITHFUL",
+        "UNSUPPORTED",
+        "CONTRADICTED",
+        "ERRORS",
+    ]
+    rows = [
+        [
+            r.label,
+            _num(r.answered),
+            _num(r.refused),
+            _num(r.citation_validity),
+            r.uncited_answers,
+            _num(r.must_contain),
+            _num(r.faithfulness),
+            r.unsupported_claims if r.judge else "-",
+            r.contradicted_claims if r.judge else "-",
+            r.errors,
+        ]
+        for r in reports
+    ]
+    judge = reports[0].judge
+    lines = [
+        "",
+        table(headers, rows),
+        f"answers judged by {judge}" if judge else "faithfulness not measured: no --judge-model (chat.judgeModel)",
+    ]
+    if not verbose:
+        return "\n".join(lines)
+    for r in reports:
+        misses = r.misses
+        lines.append(f"\nanswer misses with {r.label}: {len(misses) or 'none'}")
+        for o in misses:
+            if o.error is not None:
+                why = f"error: {o.error}"
+            elif o.no_answer:
+                why = "expected 'not covered', got an answer"
+            elif o.refused:
+                why = f"answered 'not covered' ({o.reason})"
+            else:
+                parts = []
+                if o.invalid_citations:
+                    parts.append("cites " + ", ".join(f"[{i}]" for i in o.invalid_citations) + " (not given)")
+                if o.uncited:
+                    parts.append("cites nothing")
+                if o.must_contain_missing:
+                    parts.append("lacks " + ", ".join(repr(m) for m in o.must_contain_missing))
+                bad = [c for c in o.claims or [] if c.verdict != "supported"]
+                parts.extend(f"{c.verdict}: {c.claim}" for c in bad)
+                why = "; ".join(parts)
+            lines.append(inert(f"  {o.id}: {why}"))
+            lines.append("    " + inert(o.question))
+    return "\n".join(lines)
+
+
+def eval_recorded_line(runs: Sequence[EvalRun], eval_set: str, name: str) -> str:
+    """What `kbctl eval --record` kept: how many runs of which eval set, against which versions."""
+    versions = ", ".join(str(v) for v in dict.fromkeys(r.version for r in runs))
+    what = f"{len(runs)} run{'s' if len(runs) != 1 else ''} of eval set {eval_set}"
+    return inert(f"recorded {what} against KnowledgeBase/{name} version {versions}")
+
+
+def _plural(n: int, word: str, plural: str | None = None) -> str:
+    return f"{n} {word if n == 1 else plural or word + 's'}"
+
+
+def beir_import_text(result: BeirImport) -> str:
+    """`kbctl import beir`: what became of the dataset, where the eval set (and the manifest) went, and what to run
+    next."""
+    version = result.report.results[0].version
+    skipped = f"; {result.skipped_queries} without a relevant document skipped" if result.skipped_queries else ""
+    if result.unknown_documents:
+        skipped += f"; {_plural(result.unknown_documents, 'judgement')} of documents not in the corpus skipped"
+    lines = [
+        f"BEIR dataset {inert(result.folder)} ({inert(result.split)}): {result.documents} of "
+        f"{_plural(result.corpus_documents, 'document')} in KnowledgeBase/{result.name}"
+        f"{'' if version is None else f' version {version}'}, {result.report.embedded} embedded",
+        f"eval set {inert(result.eval_file)}: {_plural(result.queries, 'query', 'queries')}, "
+        f"{_plural(result.judgements, 'relevant judgement')}{skipped}",
+    ]
+    if result.manifest_file:
+        lines.append(f"manifest {inert(result.manifest_file)}")
+    modes = "-m hybrid -m vector -m keyword"
+    lines.append(f"next: kbctl eval {result.name} -f {inert(shlex.quote(result.eval_file))} -k 10 {modes}")
+    return "\n".join(lines)
+
+
+# ---------------------------------------------------------------- the lines of get, describe, delete, query, validate
+
+
+def object_name(kind: str, name: str) -> str:
+    """kubectl's `-o name`: KIND/NAME (knowledgebase/NAME, sync/NAME)."""
+    return inert(f"{kind}/{name}")
+
+
+def nothing_found_line(what: str) -> str:
+    """What a list with nothing to show says on stderr: `No knowledge bases found.`"""
+    return f"No {what} found."
+
+
+def not_found_line(kind: str, name: str) -> str:
+    """kubectl's error for a name that does not exist: `Error: knowledgebase "NAME" not found`."""
+    return f'Error: {kind} "{inert(name)}" not found'
+
+
+def error_line(message: str) -> str:
+    """An error a command reports and goes on past: `Error: MESSAGE`."""
+    return f"Error: {inert(message)}"
+
+
+def all_tables(kbs: Sequence[KnowledgeBaseSummary], syncs: Sequence[SyncStatus], *, no_headers: bool = False) -> str:
+    """`kbctl get all`: a table per kind (knowledge bases, then Syncs), each object named KIND/NAME, a blank line
+    between two tables; "" when there is nothing."""
+    tables = []
+    if kbs:
+        headers, rows = knowledge_base_rows(kbs)
+        tables.append(headed_table(headers, [[f"knowledgebase/{r[0]}", *r[1:]] for r in rows], no_headers=no_headers))
+    if syncs:
+        named = [s.model_copy(update={"name": f"sync/{s.name}"}) for s in syncs]
+        tables.append(syncs_table(named, no_headers=no_headers))
+    return "\n\n".join(tables)
+
+
+def valid_lines(loaded: ManifestSet) -> Iterator[str]:
+    """`kbctl validate`: FILE:LINE: KIND/NAME valid, for each object the files hold."""
+    for m in loaded.manifests:
+        yield inert(f"{m.path}:{m.line}: KnowledgeBase/{m.kb.name} valid")
+    for s in loaded.syncs:
+        yield inert(f"{s.path}:{s.line}: Sync/{s.sync.name} valid")
+
+
+def deleted_line(
+    kind: str, name: str, *, result: DeleteResult | None = None, dry_run: bool = False, consulted: bool = True
+) -> str:
+    """`kbctl delete`: KIND/NAME deleted, with what it removed, or that it was a dry run (one that named what to
+    delete without a store: not `consulted`)."""
+    if dry_run and not consulted:
+        return f"{kind}/{name} deleted (dry run: client, the store was not consulted)"
+    if dry_run:
+        return f"{kind}/{name} deleted (dry run)"
+    if result is not None:
+        return f"{kind}/{name} deleted ({result.chunks} chunks, {result.vectors} vectors)"
+    return f"{kind}/{name} deleted"
+
+
+def _hit_lines(head: str, text: str) -> list[str]:
+    """A hit as query prints it: its head line, its text indented, a blank line."""
+    return [inert(head), "   " + text.replace("\n", "\n   "), ""]
+
+
+def hits_text(result: QueryResult) -> str:
+    """`kbctl query NAME`: each hit (rank, source, section, chunk, scores, tokens) and its text, the result's
+    message, then with --explain each stage's first 15 candidates."""
+    lines = []
+    for hit in result.hits:
+        where = " > ".join(hit.heading_path) or "(no heading)"
+        rerank_score = "" if hit.rerank_score is None else f" | rerank {hit.rerank_score:.3f}"
+        head = (
+            f"{hit.rank}. {hit.source} | {where} | chunk {hit.position} | "
+            f"similarity {hit.similarity:.3f}{rerank_score} | {hit.tokens} tokens"
+        )
+        lines += _hit_lines(head, hit.text)
+    lines.append(inert(result.message))
+    for stage in result.trace or []:
+        lines.append(f"\n{stage.stage} ({stage.ms:.1f} ms)")
+        for e in stage.entries[:15]:
+            entry = f"  {e.rank:>3}. {e.source} chunk {e.position}  score {e.score:.3f}  {e.detail}"
+            lines.append(inert(entry.rstrip()))
+        if len(stage.entries) > 15:
+            lines.append(f"  ... {len(stage.entries) - 15} more (all of them with -o json)")
+    return "\n".join(lines)
+
+
+def fused_hit_lines(result: FederatedResult) -> Iterator[str]:
+    """`kbctl query NAME,NAME`: each fused hit, naming its knowledge base, and its text (the message apart)."""
+    for hit in result.hits:
+        where = " > ".join(hit.heading_path) or "(no heading)"
+        head = (
+            f"{hit.rank}. {hit.knowledge_base} | {hit.source} | {where} | chunk {hit.position} | "
+            f"similarity {hit.similarity:.3f} | {hit.tokens} tokens"
+        )
+        yield from _hit_lines(head, hit.text)
+
+
+def not_queried_lines(result: FederatedResult) -> Iterator[str]:
+    """The knowledge bases a fused query could not read (no published version), each with why (for stderr)."""
+    for outcome in result.results:
+        if outcome.version is None:
+            yield inert(f"{outcome.knowledge_base}: {outcome.message}")
+
+
+def server_status_line(status: ServerStatus) -> str:
+    """`kbctl server status`: running (its pid, data folder and URL), or not."""
+    if status.running:
+        return f"running (pid {status.pid}) in {status.pgdata}: {status.url}"
+    return f"not running ({status.pgdata})"
+
+
+def server_stopped_line(stopped: bool, pgdata: object) -> str:
+    """`kbctl server stop`: stopped, or it was not running."""
+    return "stopped" if stopped else f"not running ({pgdata})"
+
+
+def version_line(version: str) -> str:
+    """`kbctl version`: kbctl VERSION."""
+    return f"kbctl {version}"

@@ -24,12 +24,14 @@ from pathlib import Path
 from typing import Literal
 
 from kbctl.defaults import (
+    APPLY_WAIT_SECONDS,
     HEARTBEAT_SECONDS,
     HEARTBEAT_TTL_SECONDS,
     LEASE_SECONDS,
     RECONNECT_MAX_SECONDS,
     RETRY_SECONDS,
     STALL_SECONDS,
+    WAIT_SECONDS,
 )
 from kbctl.embedding import Embedder
 from kbctl.engine.apply import apply_knowledge_bases, refresh_knowledge_bases
@@ -335,7 +337,7 @@ def wait_for(
     condition: str = "Ready",
     value: bool = True,
     generation: int | None = None,
-    timeout: float = 300.0,
+    timeout: float = WAIT_SECONDS,
     poll_seconds: float = 0.5,
 ) -> bool:
     """Wait until `name` has `condition` with status `value` (and has observed `generation`, if given).
@@ -357,7 +359,7 @@ def wait_for_all(
     condition: str = "Ready",
     value: bool = True,
     generation: int | None = None,
-    timeout: float = 300.0,
+    timeout: float = WAIT_SECONDS,
     poll_seconds: float = WAIT_POLL_SECONDS,
     on_met: Callable[[str], None] | None = None,
 ) -> list[str]:
@@ -378,7 +380,7 @@ def wait_for_deletion(
     db: Database,
     names: Sequence[str],
     *,
-    timeout: float = 300.0,
+    timeout: float = WAIT_SECONDS,
     poll_seconds: float = WAIT_POLL_SECONDS,
     on_deleted: Callable[[str], None] | None = None,
 ) -> list[str]:
@@ -504,7 +506,7 @@ def wait_for_rollout(
     db: Database,
     name: str,
     *,
-    timeout: float | None = 300.0,
+    timeout: float | None = WAIT_SECONDS,
     progress_deadline: float | None = None,
     poll_seconds: float = WAIT_POLL_SECONDS,
     on_progress: Callable[[RolloutStatus], None] | None = None,
@@ -546,7 +548,7 @@ def wait_for_controller(
     pending: Sequence[PendingResult],
     *,
     reporter: Reporter | None = None,
-    timeout: float = 600.0,
+    timeout: float = APPLY_WAIT_SECONDS,
     in_process: Callable[[PendingResult], KnowledgeBaseResult] | None = None,
     poll_seconds: float = 0.5,
 ) -> ApplyReport:

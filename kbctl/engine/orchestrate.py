@@ -16,6 +16,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
+from kbctl.defaults import APPLY_WAIT_SECONDS
 from kbctl.embedding import Embedder
 from kbctl.engine.apply import apply_knowledge_bases
 from kbctl.engine.controller import controller_alive, record_pending, wait_for_controller
@@ -43,7 +44,7 @@ class ApplyOptions:
     controller: bool = False
     """With `wait`: hand the work to a running controller and wait for it (reconciling here when none runs, or
     when a knowledge base reads files); False reconciles here."""
-    timeout: float = 600.0
+    timeout: float = APPLY_WAIT_SECONDS
     """With `wait` and a controller: how long to wait for it, in seconds."""
     applyset: str | None = None
     """Record the knowledge bases as members of this apply set (one that belongs to another is refused first)."""

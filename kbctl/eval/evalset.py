@@ -19,6 +19,7 @@ from typing import Any, Final, Protocol, TextIO
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 from pydantic.alias_generators import to_camel
 
+from kbctl.defaults import EVAL_SET_NAME_CHARS
 from kbctl.errors import EvalSetError, ManifestProblem
 from kbctl.inputs.bounds import (
     MAX_DEPTH,
@@ -45,7 +46,7 @@ __all__ = [
 STDIN_PATH: Final = "<stdin>"
 JSONL_SUFFIXES: Final = (".jsonl", ".ndjson")
 _TOP_LEVEL_KEYS: Final = ("queries", "knowledgeBase", "knowledge_base", "name")
-NAME_MAX_CHARS: Final = 200  # an eval set's `name:`, which `kbctl eval --record` keeps with each run
+NAME_MAX_CHARS: Final = EVAL_SET_NAME_CHARS  # an eval set's `name:`, which `kbctl eval --record` keeps with each run
 
 
 class HitLike(Protocol):

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from typing import Final
 
+from kbctl.defaults import MRR_DEPTH, NDCG_DEPTH
 from kbctl.errors import UsageError
 from kbctl.eval.evalset import EvalQuery, HitLike
 
@@ -19,9 +19,6 @@ __all__ = [
     "recall_at_k",
     "reciprocal_rank",
 ]
-
-MRR_DEPTH: Final = 10
-NDCG_DEPTH: Final = 10
 
 
 def check_k(k: int) -> None:

@@ -16,7 +16,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from pydantic.alias_generators import to_camel
 
 from kbctl.errors import KbctlError, UsageError
-from kbctl.eval.answers import AnswerReport
+from kbctl.eval.answers import AnswerReport, answer_shortfalls
 from kbctl.eval.evalset import EvalQuery, EvalSet, HitLike
 from kbctl.eval.gates import Shortfall, shortfall
 from kbctl.eval.metrics import (
@@ -137,8 +137,16 @@ class EvalReport(BaseModel):
     )
     answers: list[AnswerReport] | None = None  # `--answers`: the generation half, one report per chat model
 
-    def shortfalls(self, *, min_recall: float | None = None, min_ndcg: float | None = None) -> list[Shortfall]:
-        """Every mode's recall@k below min_recall and nDCG@10 below min_ndcg (unmeasurable counts as below)."""
+    def shortfalls(
+        self,
+        *,
+        min_recall: float | None = None,
+        min_ndcg: float | None = None,
+        min_faithfulness: float | None = None,
+        min_refusal: float | None = None,
+    ) -> list[Shortfall]:
+        """Every mode's recall@k below min_recall and nDCG@10 below min_ndcg (unmeasurable counts as below), then,
+        when the answers were measured, every chat model's faithfulness and refusal rate below theirs."""
         found = []
         for m in self.modes:
             scope = f"in mode {m.mode}" if m.mode is not None else ""
@@ -146,7 +154,10 @@ class EvalReport(BaseModel):
                 shortfall(f"recall@{self.k}", "--min-recall", m.recall, min_recall, scope=scope),
                 shortfall(f"nDCG@{NDCG_DEPTH}", "--min-ndcg", m.ndcg, min_ndcg, scope=scope),
             ]
-        return [s for s in found if s is not None]
+        gates = [s for s in found if s is not None]
+        if self.answers:
+            gates += answer_shortfalls(self.answers, min_faithfulness=min_faithfulness, min_refusal=min_refusal)
+        return gates
 
 
 def _mean(values: Sequence[float]) -> float | None:

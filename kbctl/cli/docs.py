@@ -1,6 +1,6 @@
 """Render docs/cli.md from the CLI's own --help, so the reference cannot drift from the code.
 
-python -m kbctl._clidocs > docs/cli.md
+python -m kbctl.cli.docs > docs/cli.md
 """
 
 from __future__ import annotations
@@ -41,7 +41,7 @@ COMMANDS: list[list[str]] = [
 
 HEADER = """# kbctl command reference
 
-Generated from `kbctl <command> --help` by `python -m kbctl._clidocs > docs/cli.md`; a test fails when
+Generated from `kbctl <command> --help` by `python -m kbctl.cli.docs > docs/cli.md`; a test fails when
 this file is stale.
 
 ## Exit codes
