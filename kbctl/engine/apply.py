@@ -1,7 +1,7 @@
 """Apply manifests and refresh sources: read the stored state, fetch, plan, ingest, publish one new version.
 
 Per knowledge base, under its advisory lock: record the desired manifest (apply), read the stored state
-once, fetch the URL sources the trigger asks for, build the frozen plan, then either record "unchanged"
+once, fetch what the trigger asks for (kbctl.engine.fetch), build the frozen plan, then either record "unchanged"
 or ingest the new content and publish the version and the live source statuses in one transaction. A
 version in which no source serves any content is not published. Progress goes out as typed events.
 """
@@ -32,29 +32,16 @@ from kbctl.engine.events import (
     failure_reason,
     report_sources,
 )
+from kbctl.engine.fetch import fetch_sources
 from kbctl.engine.ingest import IngestRun, ingest
-from kbctl.engine.plan import (
-    Fail,
-    KnowledgeBasePlan,
-    ReadOutcome,
-    Reuse,
-    SourcePlan,
-    build_plan,
-    fetch_requests,
-    file_stamps,
-    served_validators,
-    serves_spec,
-)
+from kbctl.engine.plan import Fail, KnowledgeBasePlan, Reuse, SourcePlan, build_plan
 from kbctl.engine.results import ApplyReport, KnowledgeBaseResult, SourceStatus
-from kbctl.errors import KbctlError, NotFoundError, SourceError, StoreError, UsageError
+from kbctl.errors import KbctlError, NotFoundError, StoreError, UsageError
 from kbctl.manifest import Access, KnowledgeBase
 from kbctl.manifest.changes import access_changes, field_changes
 from kbctl.manifest.digest import manifest_digests, source_sha256
 from kbctl.sources import source_of
-from kbctl.sources.crawl import crawl_site
-from kbctl.sources.files import read_paths
-from kbctl.sources.git import read_repository
-from kbctl.sources.url import FetchPolicy, fetch_urls
+from kbctl.sources.url import FetchPolicy
 from kbctl.store import claims
 from kbctl.store.applied import record_applied_from
 from kbctl.store.database import Database, KnowledgeBaseRow, NewRevision, SourceRow, WrittenRevision
@@ -256,29 +243,25 @@ class _Reconciler:
         if state.row is None:
             raise NotFoundError(f'knowledgebase "{name}" not found')
         done = self.generation if self.generation is not None else state.row.generation
-        requests = fetch_requests(kb, state, self.trigger, self.only)
-        fetched = (
-            fetch_urls(
-                requests,
-                self.policy or FetchPolicy.from_env(),
-                on_done=lambda done, total: self.reporter.report(WorkProgress(name, "fetching", done, total)),
-            )
-            if requests
-            else {}
-        )
-        files = read_paths(kb, file_stamps(kb, state, embedder.model_id))
-        if files and kb.base_dir is not None and not any(isinstance(f, SourceError) for f in files.values()):
-            record_applied_from(db, state.row.id, str(kb.base_dir))  # every path source listed there: vouch for it
-        now = datetime.now(UTC)
-        plan = build_plan(
+        fetched = fetch_sources(
             kb,
             state,
             model_id=embedder.model_id,
             trigger=self.trigger,
+            only=self.only,
+            policy=self.policy,
+            on_progress=lambda done, total: self.reporter.report(WorkProgress(name, "fetching", done, total)),
+        )
+        if fetched.read_from is not None:
+            record_applied_from(db, state.row.id, str(fetched.read_from))  # every path source listed there: vouch
+        now = datetime.now(UTC)
+        plan = build_plan(
+            kb,
+            state,
+            fetched.records,
+            model_id=embedder.model_id,
+            trigger=self.trigger,
             now=now,
-            requested={r.key for r in requests},
-            fetched=fetched,
-            read={**files, **self._remote_sources(kb, state)},
             known=known,
             source_sha256s=digests.sources,
             packed=packed,
@@ -331,30 +314,6 @@ class _Reconciler:
             claims.mark_applying(self.db, recorded.name, _HOLDER)
             self._marked.add(recorded.name)
         return recorded.generation
-
-    def _remote_sources(self, kb: KnowledgeBase, state: StoredState) -> dict[str, ReadOutcome]:
-        """The documents of the git and crawl sources to fetch now: every one (or those in `only`) on refresh; on
-        apply, those new or whose spec changed (the others keep what they serve, as URL sources do)."""
-        policy = self.policy or FetchPolicy.from_env()
-        read: dict[str, ReadOutcome] = {}
-        for source in kb.spec.sources:
-            if source.git is None and source.crawl is None:
-                continue
-            same_spec = serves_spec(state, source)
-            wanted = (not self.only or source.name in self.only) if self.trigger == "refresh" else not same_spec
-            if not wanted:
-                continue
-            try:
-                if source.crawl is not None:  # conditional requests only for pages served under this spec
-                    known = served_validators(state, source) if same_spec else {}
-                    read[source.name] = crawl_site(source, policy, known)
-                elif policy.cache_dir is None:
-                    read[source.name] = SourceError("git sources need a cache folder (FetchPolicy.cache_dir)")
-                else:
-                    _, read[source.name] = read_repository(source, policy.cache_dir, policy.guard())
-            except SourceError as exc:
-                read[source.name] = exc
-        return read
 
     def _index(self, name: str, model: str) -> None:
         """Build the model's vector index once it has enough vectors; the published version serves meanwhile. A build

@@ -11,17 +11,16 @@ from pydantic import BaseModel, ConfigDict, computed_field, model_validator
 from pydantic.alias_generators import to_camel
 
 from kbctl.embedding import Embedder
+from kbctl.engine.fetch import fetch_sources, kind_of
 from kbctl.engine.ingest import Chunked, TokenCounts, chunk_source
 from kbctl.engine.located import honour_applied_from
-from kbctl.engine.plan import Fail, Ingest, SourcePlan, build_plan, fetch_requests, file_stamps
+from kbctl.engine.plan import Fail, Ingest, SourcePlan, build_plan
 from kbctl.engine.prune import PruneScope
 from kbctl.engine.results import DIFFED, SourceStatus
 from kbctl.engine.settled import in_file_order
 from kbctl.manifest import KnowledgeBase
 from kbctl.manifest.changes import access_changes, field_changes
-from kbctl.manifest.models import SourceKind
 from kbctl.sources import source_of
-from kbctl.sources.files import read_paths
 from kbctl.store.applied import SettledKnowledgeBase
 from kbctl.store.database import Database
 from kbctl.store.state import StoredState, read_state
@@ -98,16 +97,6 @@ class DiffReport(_Frozen):
         return sum(s.tokens_to_embed or 0 for r in self.results for s in r.sources)
 
 
-def _old_kind(source: dict[str, Any]) -> SourceKind:
-    if source.get("crawl") is not None:
-        return "crawl"
-    if source.get("git") is not None:
-        return "git"
-    if source.get("path") is not None:
-        return "path"
-    return "url" if source.get("url") else "text"
-
-
 class _Differ:
     """Explains knowledge bases one by one; remembers the texts already counted, so each is billed once."""
 
@@ -119,17 +108,10 @@ class _Differ:
     def diff(self, kb: KnowledgeBase) -> KnowledgeBaseDiff:
         embedder = self.embedder_for(kb.spec.embedding.ref)
         state = read_state(self.db, kb.name)
-        # The plan apply would build, except that no URL is fetched (each keeps what the store serves).
-        requested = {r.key for r in fetch_requests(kb, state, "diff")}
-        plan = build_plan(
-            kb,
-            state,
-            model_id=embedder.model_id,
-            trigger="diff",
-            now=datetime.now(UTC),
-            requested=requested,
-            read=read_paths(kb, file_stamps(kb, state, embedder.model_id)),  # local files: diff reads them
-        )
+        # The plan apply would build, except that nothing is fetched (each URL, git or crawl source keeps what the
+        # store serves); local files are read.
+        fetched = fetch_sources(kb, state, model_id=embedder.model_id, trigger="diff")
+        plan = build_plan(kb, state, fetched.records, model_id=embedder.model_id, trigger="diff", now=datetime.now(UTC))
         old = plan.previous_manifest
         added, removed, respec = plan.source_changes()
         chunked = {p.name: chunk_source(p, kb) for p in plan.to_ingest}
@@ -140,7 +122,7 @@ class _Differ:
         sources += [
             SourceStatus(
                 name=n,
-                kind=_old_kind(_old_source(old, n) if old else {}),
+                kind=kind_of(_old_source(old, n) if old else {}),
                 change="removed",
                 # A path source serves its documents as units named SOURCE/ID.
                 chunks_removed=sum(r.chunk_count for u, r in state.served.items() if u == n or u.startswith(n + "/")),
