@@ -39,7 +39,16 @@ if TYPE_CHECKING:
         WorkProgress,
     )
     from kbctl.engine.prune import PruneScope
-    from kbctl.engine.results import ApplyReport, KnowledgeBaseResult, PendingResult, RecordedSync, SourceStatus
+    from kbctl.engine.results import (
+        AppliedSource,
+        ApplyReport,
+        DescribedSource,
+        DiffedSource,
+        KnowledgeBaseResult,
+        PendingResult,
+        RecordedSync,
+        SourceStatus,
+    )
     from kbctl.engine.settled import ManifestsToApply
     from kbctl.engine.status import KnowledgeBaseDetail, KnowledgeBaseSummary, SyncDetail
     from kbctl.errors import (
@@ -89,6 +98,7 @@ if TYPE_CHECKING:
     from kbctl.store.versiondiff import DiffBounds, VersionChange, VersionDiff
 
 _WHERE = {
+    "AppliedSource": "kbctl.engine.results",
     "ApplyReport": "kbctl.engine.results",
     "AskResult": "kbctl.answer",
     "AuthError": "kbctl.errors",
@@ -101,7 +111,9 @@ _WHERE = {
     "DocumentsRemoved": "kbctl.engine.events",
     "DriftFound": "kbctl.engine.events",
     "DeleteResult": "kbctl.client",
+    "DescribedSource": "kbctl.engine.results",
     "DiffReport": "kbctl.engine.diff",
+    "DiffedSource": "kbctl.engine.results",
     "Embedder": "kbctl.embedding",
     "EmbeddingError": "kbctl.errors",
     "DiffBounds": "kbctl.store.versiondiff",
@@ -166,7 +178,7 @@ _WHERE = {
     "SourceError": "kbctl.errors",
     "SourceOutcome": "kbctl.query.federated",
     "SourceReconciled": "kbctl.engine.events",
-    "SourceStatus": "kbctl.engine.results",
+    "SourceStatus": "kbctl.engine.results",  # deprecated: DescribedSource (AppliedSource, DiffedSource)
     "StoreError": "kbctl.errors",
     "StoreUnavailable": "kbctl.engine.events",
     "SyncFinished": "kbctl.engine.events",
@@ -186,6 +198,7 @@ _WHERE = {
 }
 
 __all__ = [
+    "AppliedSource",
     "ApplyReport",
     "ApplyResumed",
     "AskResult",
@@ -196,8 +209,10 @@ __all__ = [
     "Controller",
     "ControllerGone",
     "DeleteResult",
+    "DescribedSource",
     "DiffBounds",
     "DiffReport",
+    "DiffedSource",
     "DocumentsRemoved",
     "DriftFound",
     "Embedder",

@@ -19,12 +19,12 @@ from kbctl.defaults import BACKGROUND_CEILING, BACKGROUND_MARGIN
 if TYPE_CHECKING:  # imported by the commands that print them (a command's start-up pays only for its own)
     from kbctl import (
         ApplyReport,
+        DiffedSource,
         DiffReport,
         GcResult,
         KnowledgeBaseDetail,
         KnowledgeBaseEvent,
         KnowledgeBaseSummary,
-        SourceStatus,
         SyncDetail,
         SyncStatus,
         VersionDiff,
@@ -69,7 +69,7 @@ def gc_line(result: GcResult) -> str:
     return line + (f", {count(result.texts_removed, 'unused source text')}" if result.texts_removed else "")
 
 
-def _diff_source_line(s: SourceStatus) -> str:
+def _diff_source_line(s: DiffedSource) -> str:
     head = f"source {s.name}" if s.change == "unchanged" else f"source {s.name} {s.change}"
     if s.fetch:
         return f"{head} would be fetched" if s.change == "unchanged" else f"{head}: would be fetched"

@@ -35,7 +35,7 @@ from kbctl.engine.fetch import fetch_sources
 from kbctl.engine.ingest import IngestRun, ingest
 from kbctl.engine.plan import Fail, KnowledgeBasePlan, Reuse, SourcePlan, build_plan
 from kbctl.engine.publish import Outcome, live_status, publish_version, write_live_statuses
-from kbctl.engine.results import ApplyReport, KnowledgeBaseResult, SourceStatus
+from kbctl.engine.results import AppliedSource, ApplyReport, KnowledgeBaseResult
 from kbctl.errors import KbctlError, NotFoundError, StoreError, UsageError
 from kbctl.manifest import KnowledgeBase
 from kbctl.manifest.digest import manifest_digests
@@ -63,7 +63,7 @@ EmbedderFor = Callable[[str], Embedder]
 _HOLDER = f"{socket.gethostname()}-{os.getpid()}"
 
 
-def source_result(p: SourcePlan, outcome: Outcome | None = None) -> SourceStatus:
+def source_result(p: SourcePlan, outcome: Outcome | None = None) -> AppliedSource:
     """What happened to one source: its plan, and for new content what ingesting it gave."""
     decision = outcome if isinstance(outcome, Fail) else p.decision
     chunks = embedded = truncated = 0
@@ -75,7 +75,7 @@ def source_result(p: SourcePlan, outcome: Outcome | None = None) -> SourceStatus
     elif isinstance(decision, Reuse):
         chunks = decision.chunk_count
     kept = decision.keep if isinstance(decision, Fail) else None
-    return SourceStatus(
+    return AppliedSource(
         name=p.name,
         state=source_state(read=not isinstance(decision, Fail), serving=kept is not None),
         fetched=p.fetch,
@@ -250,7 +250,7 @@ class _Reconciler:
         self,
         plan: KnowledgeBasePlan,
         state: StoredState,
-        results: Sequence[SourceStatus],
+        results: Sequence[AppliedSource],
         statuses: list[SourceRow],
         model: str,
         done: int,

@@ -7,7 +7,7 @@ from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, computed_field, model_validator
+from pydantic import BaseModel, ConfigDict, computed_field
 from pydantic.alias_generators import to_camel
 
 from kbctl.embedding import Embedder
@@ -16,7 +16,7 @@ from kbctl.engine.ingest import Chunked, TokenCounts, chunk_source
 from kbctl.engine.located import honour_applied_from
 from kbctl.engine.plan import Fail, Ingest, SourcePlan, build_plan
 from kbctl.engine.prune import PruneScope
-from kbctl.engine.results import DIFFED, SourceStatus
+from kbctl.engine.results import DiffedSource
 from kbctl.engine.settled import in_file_order
 from kbctl.manifest import KnowledgeBase
 from kbctl.manifest.changes import access_changes, field_changes
@@ -52,15 +52,9 @@ class KnowledgeBaseDiff(_Frozen):
     action: Literal["created", "configured", "unchanged", "pruned"]
     version: int | None
     fields: list[FieldDiff] = []
-    sources: list[SourceStatus] = []
+    sources: list[DiffedSource] = []
     over_limits: list[str] = []  # the spec.limits apply would exceed (it would fail), one sentence each
     unreadable: list[str] = []  # the sources and documents apply could not read (each would fail alone)
-
-    @model_validator(mode="after")
-    def _diff_fields(self) -> KnowledgeBaseDiff:
-        for source in self.sources:
-            source.shown_as(DIFFED)
-        return self
 
     @property
     def differs(self) -> bool:
@@ -120,7 +114,7 @@ class _Differ:
         cut = _truncated(embedder, chunked, sizes)
         sources = [self._source(p, state, added, respec, chunked, tokens, cut) for p in plan.sources]
         sources += [
-            SourceStatus(
+            DiffedSource(
                 name=n,
                 kind=kind_of(_old_source(old, n) if old else {}),
                 change="removed",
@@ -131,7 +125,7 @@ class _Differ:
         ]
         kinds = {s.name: s.kind for s in kb.spec.sources}
         sources += [  # documents gone from a path or git source that stays (a file deleted)
-            SourceStatus(
+            DiffedSource(
                 name=n,
                 kind=kinds.get(source_of(n), "path"),
                 change="removed",
@@ -182,7 +176,7 @@ class _Differ:
         chunked: dict[str, Chunked],
         tokens: dict[str, int],
         cut: set[bytes],
-    ) -> SourceStatus:
+    ) -> DiffedSource:
         name, kind = plan.name, plan.source.kind
         prev = state.served.get(name)
         before = prev.revision_id if prev else None
@@ -193,7 +187,7 @@ class _Differ:
             "added" if name in added or new_unit else "changed" if name in respec or moved else "unchanged"
         )
         if plan.fetch:
-            return SourceStatus(
+            return DiffedSource(
                 name=name,
                 kind=kind,
                 change=change,
@@ -203,7 +197,7 @@ class _Differ:
                 tokens_to_embed=None,
             )
         if not moved:
-            return SourceStatus(name=name, kind=kind, change=change)
+            return DiffedSource(name=name, kind=kind, change=change)
         new = (
             list(chunked[name].hashes)
             if name in chunked
@@ -211,7 +205,7 @@ class _Differ:
         )
         old = self._revision_hashes(before)
         fresh = Counter(new) - Counter(old)
-        return SourceStatus(
+        return DiffedSource(
             name=name,
             kind=kind,
             change=change,
@@ -259,7 +253,7 @@ def _old_source(manifest: dict[str, Any], name: str) -> dict[str, Any]:
 
 def _settled_diff(kb: SettledKnowledgeBase) -> KnowledgeBaseDiff:
     """The diff of a knowledge base of a settled file: unchanged, and so is each of its (inline) sources."""
-    sources = [SourceStatus(name=name, kind="text", change="unchanged") for name, _ in kb.sources]
+    sources = [DiffedSource(name=name, kind="text", change="unchanged") for name, _ in kb.sources]
     return KnowledgeBaseDiff(name=kb.name, action="unchanged", version=kb.version, sources=sources)
 
 

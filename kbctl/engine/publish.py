@@ -15,7 +15,7 @@ from typing import Any, TypeVar
 
 from kbctl.engine.ingest import IngestRun
 from kbctl.engine.plan import Fail, KnowledgeBasePlan, SourcePlan
-from kbctl.engine.results import SourceStatus
+from kbctl.engine.results import AppliedSource
 from kbctl.manifest import Access
 from kbctl.manifest.changes import access_changes, field_changes
 from kbctl.manifest.digest import source_sha256
@@ -37,7 +37,7 @@ def publish_version(
     db: Database,
     plan: KnowledgeBasePlan,
     run: IngestRun,
-    results: Sequence[SourceStatus],
+    results: Sequence[AppliedSource],
     statuses: list[SourceRow],
     stored: Mapping[str, SourceRow],
 ) -> None:
@@ -71,7 +71,7 @@ def write_live_statuses(
 
 
 def _version_row(
-    position: int, p: SourcePlan, outcome: Outcome | None, result: SourceStatus, access: Access | None
+    position: int, p: SourcePlan, outcome: Outcome | None, result: AppliedSource, access: Access | None
 ) -> SourceRow:
     """The row a published version keeps for a source: it points at its new revision (by key when the version
     inserts it, by id when it was written ahead), at the stored revision it keeps serving, or at nothing, and says
