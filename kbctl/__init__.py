@@ -84,7 +84,7 @@ if TYPE_CHECKING:
     from kbctl.manifest.load import ManifestFiles
     from kbctl.manifest.selectors import Selector
     from kbctl.query.context import GroundedContext, Passage
-    from kbctl.query.federated import FederatedHit, FederatedResult, SourceOutcome
+    from kbctl.query.federated import FederatedHit, FederatedResult, MemberOutcome, SourceOutcome
     from kbctl.query.options import Mode, QueryOptions, QueryOverrides
     from kbctl.query.results import QueryHit, QueryResult, RerankInfo, TraceEntry, TraceStage
     from kbctl.rerank import Reranker
@@ -146,6 +146,7 @@ _WHERE = {
     "ManifestProblem": "kbctl.errors",
     "ManifestSet": "kbctl.manifest",
     "ManifestsToApply": "kbctl.engine.settled",
+    "MemberOutcome": "kbctl.query.federated",
     "Mode": "kbctl.query.options",
     "NewRetrieval": "kbctl.store.retrievals",
     "NotFoundError": "kbctl.errors",
@@ -176,7 +177,7 @@ _WHERE = {
     "ServerStatus": "kbctl.store.embedded",
     "Settings": "kbctl.config",
     "SourceError": "kbctl.errors",
-    "SourceOutcome": "kbctl.query.federated",
+    "SourceOutcome": "kbctl.query.federated",  # deprecated: MemberOutcome
     "SourceReconciled": "kbctl.engine.events",
     "SourceStatus": "kbctl.engine.results",  # deprecated: DescribedSource (AppliedSource, DiffedSource)
     "StoreError": "kbctl.errors",
@@ -246,6 +247,7 @@ __all__ = [
     "ManifestProblem",
     "ManifestSet",
     "ManifestsToApply",
+    "MemberOutcome",
     "Mode",
     "NewRetrieval",
     "NotFoundError",
