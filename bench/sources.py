@@ -32,7 +32,7 @@ from apply import sentence, source_text
 from scale import run_cli
 
 from kbctl.manifest import load_manifests
-from kbctl.sources.files import read_paths
+from kbctl.sources.files import read_path
 from kbctl.store.embedded import stop_server
 from tests.support.documents import make_pdf
 
@@ -137,7 +137,8 @@ def main() -> None:
     try:
         [loaded] = load_manifests([manifest])
         start = time.perf_counter()
-        read = read_paths(loaded.kb)["docs"]
+        assert loaded.kb.base_dir is not None
+        read = read_path(next(s for s in loaded.kb.spec.sources if s.name == "docs"), loaded.kb.base_dir)
         read_s = time.perf_counter() - start
         assert isinstance(read, list)
         wall, rss, out = run_cli(env, "apply", "-f", manifest, "--wait", "-o", "json")

@@ -42,7 +42,10 @@ if TYPE_CHECKING:
     from kbctl.engine.events import VectorIndexBuilt as VectorIndexBuilt
     from kbctl.engine.events import WorkProgress as WorkProgress
     from kbctl.engine.prune import PruneScope as PruneScope
+    from kbctl.engine.results import AppliedSource as AppliedSource
     from kbctl.engine.results import ApplyReport as ApplyReport
+    from kbctl.engine.results import DescribedSource as DescribedSource
+    from kbctl.engine.results import DiffedSource as DiffedSource
     from kbctl.engine.results import KnowledgeBaseResult as KnowledgeBaseResult
     from kbctl.engine.results import PendingResult as PendingResult
     from kbctl.engine.results import RecordedSync as RecordedSync
@@ -86,6 +89,7 @@ if TYPE_CHECKING:
     from kbctl.query.context import Passage as Passage
     from kbctl.query.federated import FederatedHit as FederatedHit
     from kbctl.query.federated import FederatedResult as FederatedResult
+    from kbctl.query.federated import MemberOutcome as MemberOutcome
     from kbctl.query.federated import SourceOutcome as SourceOutcome
     from kbctl.query.options import Mode as Mode
     from kbctl.query.options import QueryOptions as QueryOptions
@@ -114,6 +118,7 @@ if TYPE_CHECKING:
 # derived from it; the TYPE_CHECKING imports above repeat it for type checkers (`X as X`: an explicit re-export), and
 # tests/test_layers.py fails when the two disagree.
 _WHERE = {
+    "AppliedSource": "kbctl.engine.results",
     "ApplyReport": "kbctl.engine.results",
     "ApplyResumed": "kbctl.engine.events",
     "AskResult": "kbctl.answer",
@@ -125,8 +130,10 @@ _WHERE = {
     "Controller": "kbctl.engine.controller",
     "ControllerGone": "kbctl.engine.events",
     "DeleteResult": "kbctl.client",
+    "DescribedSource": "kbctl.engine.results",
     "DiffBounds": "kbctl.store.versiondiff",
     "DiffReport": "kbctl.engine.diff",
+    "DiffedSource": "kbctl.engine.results",
     "DocumentsRemoved": "kbctl.engine.events",
     "DriftFound": "kbctl.engine.events",
     "Embedder": "kbctl.embedding",
@@ -162,6 +169,7 @@ _WHERE = {
     "ManifestProblem": "kbctl.errors",
     "ManifestSet": "kbctl.manifest",
     "ManifestsToApply": "kbctl.engine.settled",
+    "MemberOutcome": "kbctl.query.federated",
     "Mode": "kbctl.query.options",
     "NewRetrieval": "kbctl.store.retrievals",
     "NotFoundError": "kbctl.errors",
@@ -193,9 +201,9 @@ _WHERE = {
     "ServerStatus": "kbctl.store.embedded",
     "Settings": "kbctl.config",
     "SourceError": "kbctl.errors",
-    "SourceOutcome": "kbctl.query.federated",
+    "SourceOutcome": "kbctl.query.federated",  # deprecated: MemberOutcome
     "SourceReconciled": "kbctl.engine.events",
-    "SourceStatus": "kbctl.engine.results",
+    "SourceStatus": "kbctl.engine.results",  # deprecated: DescribedSource (AppliedSource, DiffedSource)
     "StoreError": "kbctl.errors",
     "StoreUnavailable": "kbctl.engine.events",
     "SyncDetail": "kbctl.engine.status",

@@ -25,7 +25,7 @@ from kbctl.engine.events import (
     SourceReconciled,
     SyncFinished,
 )
-from kbctl.engine.results import SourceStatus
+from kbctl.engine.results import AppliedSource
 from kbctl.engine.status import KnowledgeBaseSummary
 from kbctl.manifest import parse_manifests
 from kbctl.serve.controller import ControllerMetrics, HealthServer
@@ -71,11 +71,11 @@ def test_a_reconcile_that_could_not_read_a_source_is_a_failure_and_not_a_success
     now = [100.0]
     metrics = ControllerMetrics(NullReporter(), clock=lambda: now[0])
     metrics.report(ReconcileStarted("faq", "refresh", "unchanged", 1, 0))
-    metrics.report(SourceReconciled("faq", "refresh", SourceStatus(name="hours", fetched=True), "local/x"))
+    metrics.report(SourceReconciled("faq", "refresh", AppliedSource(name="hours", fetched=True), "local/x"))
     metrics.report(ReconcileFinished("faq", "refresh", "unchanged", 1))
     now[0] = 160.0
     metrics.report(ReconcileStarted("faq", "refresh", "unchanged", 1, 0))
-    stale = SourceStatus(name="hours", state="stale", message="connection refused")
+    stale = AppliedSource(name="hours", state="stale", message="connection refused")
     metrics.report(SourceReconciled("faq", "refresh", stale, "local/x"))
     metrics.report(ReconcileFinished("faq", "refresh", "unchanged", 1))
     metrics.report(ReconcileStarted("faq", "apply", "configured", 2, 1))

@@ -22,6 +22,7 @@ if TYPE_CHECKING:  # imported by the commands that print them (a command's start
         ApplyReport,
         BeirImport,
         DeleteResult,
+        DiffedSource,
         DiffReport,
         EvalReport,
         EvalRun,
@@ -33,7 +34,6 @@ if TYPE_CHECKING:  # imported by the commands that print them (a command's start
         ManifestSet,
         QueryResult,
         ServerStatus,
-        SourceStatus,
         SyncDetail,
         SyncStatus,
         VersionDiff,
@@ -95,7 +95,7 @@ def gc_line(result: GcResult) -> str:
     return line + (f", {count(result.texts_removed, 'unused source text')}" if result.texts_removed else "")
 
 
-def _diff_source_line(s: SourceStatus) -> str:
+def _diff_source_line(s: DiffedSource) -> str:
     head = f"source {s.name}" if s.change == "unchanged" else f"source {s.name} {s.change}"
     if s.fetch:
         return f"{head} would be fetched" if s.change == "unchanged" else f"{head}: would be fetched"

@@ -1,9 +1,10 @@
 """Apply manifests and refresh sources: read the stored state, fetch, plan, ingest, publish one new version.
 
 Per knowledge base, under its advisory lock: record the desired manifest (apply), read the stored state
-once, fetch the URL sources the trigger asks for, build the frozen plan, then either record "unchanged"
-or ingest the new content and publish the version and the live source statuses in one transaction. A
-version in which no source serves any content is not published. Progress goes out as typed events.
+once, fetch what the trigger asks for (kbctl.engine.fetch), build the frozen plan (kbctl.engine.plan), then
+either record "unchanged" or ingest the new content (kbctl.engine.ingest) and publish the version and the live
+source statuses in one transaction (kbctl.engine.publish). A version in which no source serves any content is
+not published. Progress goes out as typed events.
 """
 
 from __future__ import annotations
@@ -13,9 +14,7 @@ import os
 import socket
 import time
 from collections.abc import Callable, Collection, Mapping, Sequence
-from dataclasses import replace
 from datetime import UTC, datetime
-from typing import Any, TypeVar
 
 from kbctl.defaults import ANALYZE_AFTER_CHUNKS, ANALYZE_CHUNK_SHARE
 from kbctl.embedding import Embedder
@@ -32,29 +31,15 @@ from kbctl.engine.events import (
     failure_reason,
     report_sources,
 )
+from kbctl.engine.fetch import fetch_sources
 from kbctl.engine.ingest import IngestRun, ingest
-from kbctl.engine.plan import (
-    Fail,
-    KnowledgeBasePlan,
-    ReadOutcome,
-    Reuse,
-    SourcePlan,
-    build_plan,
-    fetch_requests,
-    file_stamps,
-    served_validators,
-    serves_spec,
-)
-from kbctl.engine.results import ApplyReport, KnowledgeBaseResult, SourceStatus
-from kbctl.errors import KbctlError, NotFoundError, SourceError, StoreError, UsageError
-from kbctl.manifest import Access, KnowledgeBase
-from kbctl.manifest.changes import access_changes, field_changes
-from kbctl.manifest.digest import manifest_digests, source_sha256
-from kbctl.sources import source_of
-from kbctl.sources.crawl import crawl_site
-from kbctl.sources.files import read_paths
-from kbctl.sources.git import read_repository
-from kbctl.sources.url import FetchPolicy, fetch_urls
+from kbctl.engine.plan import Fail, KnowledgeBasePlan, Reuse, SourcePlan, build_plan
+from kbctl.engine.publish import Outcome, live_status, publish_version, write_live_statuses
+from kbctl.engine.results import AppliedSource, ApplyReport, KnowledgeBaseResult
+from kbctl.errors import KbctlError, NotFoundError, StoreError, UsageError
+from kbctl.manifest import KnowledgeBase
+from kbctl.manifest.digest import manifest_digests
+from kbctl.sources.url import FetchPolicy
 from kbctl.store import claims
 from kbctl.store.applied import record_applied_from
 from kbctl.store.database import Database, KnowledgeBaseRow, NewRevision, SourceRow, WrittenRevision
@@ -63,7 +48,7 @@ from kbctl.store.history import applying, prune_history
 from kbctl.store.rows import source_state
 from kbctl.store.schedule import set_schedule
 from kbctl.store.state import StoredState, read_state
-from kbctl.store.texts import pack, packing
+from kbctl.store.texts import packing
 
 __all__ = [
     "ApplyReport",
@@ -73,18 +58,12 @@ __all__ = [
 ]
 
 EmbedderFor = Callable[[str], Embedder]
-CAUSE_ITEMS = 3  # changes named per kind in a version's change cause (`rollout history`'s CHANGE column)
-_T = TypeVar("_T")
-
-
-Outcome = NewRevision | WrittenRevision | Fail  # what ingesting a source gave (kbctl.engine.ingest)
-
 
 # How this process names itself when it marks the generation it reconciles in-process (kbctl.store.claims).
 _HOLDER = f"{socket.gethostname()}-{os.getpid()}"
 
 
-def source_result(p: SourcePlan, outcome: Outcome | None = None) -> SourceStatus:
+def source_result(p: SourcePlan, outcome: Outcome | None = None) -> AppliedSource:
     """What happened to one source: its plan, and for new content what ingesting it gave."""
     decision = outcome if isinstance(outcome, Fail) else p.decision
     chunks = embedded = truncated = 0
@@ -96,7 +75,7 @@ def source_result(p: SourcePlan, outcome: Outcome | None = None) -> SourceStatus
     elif isinstance(decision, Reuse):
         chunks = decision.chunk_count
     kept = decision.keep if isinstance(decision, Fail) else None
-    return SourceStatus(
+    return AppliedSource(
         name=p.name,
         state=source_state(read=not isinstance(decision, Fail), serving=kept is not None),
         fetched=p.fetch,
@@ -107,83 +86,6 @@ def source_result(p: SourcePlan, outcome: Outcome | None = None) -> SourceStatus
         message=message,
         truncated=truncated,
     )
-
-
-def _entry(
-    position: int, p: SourcePlan, outcome: Outcome | None, result: SourceStatus, access: Access | None
-) -> SourceRow:
-    """The row a published version keeps for a source: it points at its new revision (by key when the version
-    inserts it, by id when it was written ahead), at the stored revision it keeps serving, or at nothing, and says
-    who may read it (`access`: the source's, else the spec's)."""
-    key = outcome.revision_key if isinstance(outcome, NewRevision) else None
-    if isinstance(outcome, WrittenRevision):
-        kept: int | None = outcome.revision_id
-    else:
-        kept = p.serving.revision_id if key is None and p.serving is not None else None
-    serves = key is not None or kept is not None
-    readers, reader_labels = access.columns() if access is not None else (None, None)
-    return SourceRow(
-        readers=readers,
-        reader_labels=reader_labels,
-        source_name=p.name,
-        state=result.state,
-        message=result.message,
-        position=position,
-        source_sha256=p.source_sha256,
-        revision_id=kept,
-        revision_key=key,
-        chunk_count=result.chunks,
-        embedded_count=result.embedded,
-        reused_count=result.chunks - result.embedded if serves else 0,
-    )
-
-
-def _status(p: SourcePlan, outcome: Outcome | None, state: StoredState, now: datetime) -> SourceRow:
-    """The live status row a source leaves: the plan's, the ingest failure's, or the stored one kept."""
-    status = p.status or state.statuses.get(p.name) or SourceRow(source_name=p.name, state="ready", checked_at=now)
-    if isinstance(outcome, Fail):  # fetched (or read) fine, but its content could not be ingested
-        serving = source_state(read=False, serving=outcome.keep is not None)
-        return replace(status, state=serving, message=outcome.message, checked_at=now)
-    return status
-
-
-def _change_cause(plan: KnowledgeBasePlan) -> str:
-    """One line for `rollout history`: what made this version."""
-    old, new = plan.previous_manifest, plan.manifest
-    if old is None:
-        return "created"
-    added, removed, changed = plan.source_changes()
-    fields = field_changes(old, new)
-    parts = [f"{p.path.removeprefix('spec.')} changed" for p in _first(fields)]
-    parts += [f"source {n} added" for n in _first(added)] + [f"source {n} removed" for n in _first(removed)]
-    access = {c.path.removeprefix("spec.sources[").removesuffix("].access") for c in access_changes(old, new)}
-    packed_old, packed_new = pack(old)[0], plan.packed()[0]  # compared as source_changes compares them
-    reread = [n for n in changed if n not in access or _differs_beyond_access(packed_old, packed_new, n)]
-    parts += [f"source {n} changed" for n in _first(reread)]
-    parts += [f"access of {n} changed" for n in _first([n for n in changed if n in access])]
-    respec = set(added) | set(changed)
-    fresh = [p.name for p in plan.to_ingest if p.name not in respec]
-    if fresh:
-        parts.append(("refreshed: " if plan.trigger == "refresh" else "new content: ") + ", ".join(_first(fresh)))
-    gone = [n for n in plan.documents_removed if source_of(n) not in respec]
-    if gone:
-        parts.append("removed: " + ", ".join(_first(gone)))
-    hidden = sum(max(0, len(x) - CAUSE_ITEMS) for x in (fields, added, removed, changed, fresh, gone))
-    if hidden:
-        parts.append(f"and {hidden} more")
-    return "; ".join(parts) or "no content change"
-
-
-def _differs_beyond_access(old: dict[str, Any], new: dict[str, Any], name: str) -> bool:
-    """Whether source `name` differs between two manifests in more than its `access`."""
-    [before] = [s for s in old["spec"]["sources"] if s["name"] == name]
-    [after] = [s for s in new["spec"]["sources"] if s["name"] == name]
-    return source_sha256(before) != source_sha256(after)
-
-
-def _first(items: Sequence[_T]) -> Sequence[_T]:
-    """The first CAUSE_ITEMS of a list of changes: a change cause stays one readable line."""
-    return items[:CAUSE_ITEMS]
 
 
 class _Reconciler:
@@ -256,29 +158,25 @@ class _Reconciler:
         if state.row is None:
             raise NotFoundError(f'knowledgebase "{name}" not found')
         done = self.generation if self.generation is not None else state.row.generation
-        requests = fetch_requests(kb, state, self.trigger, self.only)
-        fetched = (
-            fetch_urls(
-                requests,
-                self.policy or FetchPolicy.from_env(),
-                on_done=lambda done, total: self.reporter.report(WorkProgress(name, "fetching", done, total)),
-            )
-            if requests
-            else {}
-        )
-        files = read_paths(kb, file_stamps(kb, state, embedder.model_id))
-        if files and kb.base_dir is not None and not any(isinstance(f, SourceError) for f in files.values()):
-            record_applied_from(db, state.row.id, str(kb.base_dir))  # every path source listed there: vouch for it
-        now = datetime.now(UTC)
-        plan = build_plan(
+        fetched = fetch_sources(
             kb,
             state,
             model_id=embedder.model_id,
             trigger=self.trigger,
+            only=self.only,
+            policy=self.policy,
+            on_progress=lambda done, total: self.reporter.report(WorkProgress(name, "fetching", done, total)),
+        )
+        if fetched.read_from is not None:
+            record_applied_from(db, state.row.id, str(fetched.read_from))  # every path source listed there: vouch
+        now = datetime.now(UTC)
+        plan = build_plan(
+            kb,
+            state,
+            fetched.records,
+            model_id=embedder.model_id,
+            trigger=self.trigger,
             now=now,
-            requested={r.key for r in requests},
-            fetched=fetched,
-            read={**files, **self._remote_sources(kb, state)},
             known=known,
             source_sha256s=digests.sources,
             packed=packed,
@@ -294,14 +192,14 @@ class _Reconciler:
         run = IngestRun({}) if plan.unchanged else ingest(db, plan, embedder, self.reporter, state.row.id)
         outcomes: Mapping[str, Outcome] = run.outcomes
         results = [source_result(p, outcomes.get(p.name)) for p in plan.sources]
-        statuses = [_status(p, outcomes.get(p.name), state, now) for p in plan.sources]
+        statuses = [live_status(p, outcomes.get(p.name), state, now) for p in plan.sources]
         if plan.unchanged:
-            db.write_statuses(state.row.id, statuses, state.statuses)
+            write_live_statuses(db, state.row.id, statuses, state.statuses)
             observe(db, state.row, finished=done)
         elif not any(r.chunks for r in results):
             return self._nothing_to_serve(plan, state, results, statuses, embedder.model_id, done)
         else:
-            self._publish(plan, run, results, statuses, state.statuses)
+            publish_version(db, plan, run, results, statuses, state.statuses)
             prune_history(db, state.row.id, kb.spec.version_history)
             observe(db, state.row, finished=done)
         refresh = kb.spec.refresh
@@ -332,30 +230,6 @@ class _Reconciler:
             self._marked.add(recorded.name)
         return recorded.generation
 
-    def _remote_sources(self, kb: KnowledgeBase, state: StoredState) -> dict[str, ReadOutcome]:
-        """The documents of the git and crawl sources to fetch now: every one (or those in `only`) on refresh; on
-        apply, those new or whose spec changed (the others keep what they serve, as URL sources do)."""
-        policy = self.policy or FetchPolicy.from_env()
-        read: dict[str, ReadOutcome] = {}
-        for source in kb.spec.sources:
-            if source.git is None and source.crawl is None:
-                continue
-            same_spec = serves_spec(state, source)
-            wanted = (not self.only or source.name in self.only) if self.trigger == "refresh" else not same_spec
-            if not wanted:
-                continue
-            try:
-                if source.crawl is not None:  # conditional requests only for pages served under this spec
-                    known = served_validators(state, source) if same_spec else {}
-                    read[source.name] = crawl_site(source, policy, known)
-                elif policy.cache_dir is None:
-                    read[source.name] = SourceError("git sources need a cache folder (FetchPolicy.cache_dir)")
-                else:
-                    _, read[source.name] = read_repository(source, policy.cache_dir, policy.guard())
-            except SourceError as exc:
-                read[source.name] = exc
-        return read
-
     def _index(self, name: str, model: str) -> None:
         """Build the model's vector index once it has enough vectors; the published version serves meanwhile. A build
         that fails leaves no index (queries search exactly) and does not fail the apply, whose version is published:
@@ -372,45 +246,18 @@ class _Reconciler:
         if index is not None:
             self.reporter.report(VectorIndexBuilt(name, model, index.vectors, time.perf_counter() - started))
 
-    def _publish(
-        self,
-        plan: KnowledgeBasePlan,
-        run: IngestRun,
-        results: Sequence[SourceStatus],
-        statuses: list[SourceRow],
-        stored: Mapping[str, SourceRow],
-    ) -> None:
-        entries = [
-            _entry(position, p, run.outcomes.get(p.name), r, plan.kb.spec.access_of(p.source))
-            for position, (p, r) in enumerate(zip(plan.sources, results, strict=True))
-        ]
-        self.db.publish(
-            name=plan.name,
-            manifest=plan.manifest,
-            manifest_sha256=plan.manifest_sha256,
-            model=plan.model_id,
-            number=plan.next_version,
-            new_revisions=[o for o in run.outcomes.values() if isinstance(o, NewRevision)],
-            sources=entries,
-            statuses=statuses,
-            change_cause=_change_cause(plan),
-            stored_statuses=stored,
-            packed=plan.packed,
-            background=run.background,
-        )
-
     def _nothing_to_serve(
         self,
         plan: KnowledgeBasePlan,
         state: StoredState,
-        results: Sequence[SourceStatus],
+        results: Sequence[AppliedSource],
         statuses: list[SourceRow],
         model: str,
         done: int,
     ) -> KnowledgeBaseResult:
         """No source would serve any content: publish nothing, keep what serves, say which sources failed."""
         assert state.row is not None
-        self.db.write_statuses(state.row.id, statuses)
+        write_live_statuses(self.db, state.row.id, statuses)
         failed = [f"{r.name}: {r.message}" for r in results if r.message] or [r.name for r in results]
         message = "no source could be read (" + "; ".join(failed) + ")"
         # The generation `done` is reconciled (its outcome is known); the controller does not retry it.

@@ -52,7 +52,7 @@ class Facts:
 
     serving: int | None  # the version that serves queries
     pending: int | None  # the desired generation waiting to be reconciled, if any
-    failing_sources: Sequence[tuple[str, str]] = ()  # (name, reason) of stale or failed sources
+    failed_sources: Sequence[tuple[str, str]] = ()  # (name, reason) of stale or failed sources
     failure: PublishedNothing | None = None
     sources: int = 0  # the serving version's sources, counted as `get` counts them
     ready_sources: int = 0  # of those, the ready ones: none, and the version serves only stale content
@@ -99,8 +99,8 @@ def _progressing(f: Facts) -> tuple[Status, str, str]:
 
 
 def _degraded(f: Facts) -> tuple[Status, str, str]:
-    if f.failing_sources:
-        return "True", "SourcesFailing", "; ".join(f"{name}: {reason}" for name, reason in f.failing_sources)
+    if f.failed_sources:
+        return "True", "SourcesFailing", "; ".join(f"{name}: {reason}" for name, reason in f.failed_sources)
     if f.failure is not None and f.serving is None:
         return "Unknown", "NotReconciled", "no source has been read yet"
     return "False", "AllSourcesReady", ""
@@ -133,14 +133,12 @@ def observe(
     """
     latest = db.get_kb(row.name) or row
     observed = max(latest.observed_generation, finished or 0)
-    failing = [
-        (n, s.message or s.state) for n, s in sorted(db.source_statuses(latest.id).items()) if s.state != "ready"
-    ]
+    failed = [(n, s.message or s.state) for n, s in sorted(db.source_statuses(latest.id).items()) if s.state != "ready"]
     sources, ready = db.source_counts(latest.id)
     facts = Facts(
         serving=latest.current_version,
         pending=latest.generation if latest.generation > observed else None,
-        failing_sources=failing,
+        failed_sources=failed,
         failure=failure,
         sources=sources,
         ready_sources=ready,

@@ -7,21 +7,20 @@ from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, computed_field, model_validator
+from pydantic import BaseModel, ConfigDict, computed_field
 from pydantic.alias_generators import to_camel
 
 from kbctl.embedding import Embedder
+from kbctl.engine.fetch import fetch_sources, kind_of
 from kbctl.engine.ingest import Chunked, TokenCounts, chunk_source
 from kbctl.engine.located import honour_applied_from
-from kbctl.engine.plan import Fail, Ingest, SourcePlan, build_plan, fetch_requests, file_stamps
+from kbctl.engine.plan import Fail, Ingest, SourcePlan, build_plan
 from kbctl.engine.prune import PruneScope
-from kbctl.engine.results import DIFFED, SourceStatus
+from kbctl.engine.results import DiffedSource
 from kbctl.engine.settled import in_file_order
 from kbctl.manifest import KnowledgeBase
 from kbctl.manifest.changes import access_changes, field_changes
-from kbctl.manifest.models import SourceKind
 from kbctl.sources import source_of
-from kbctl.sources.files import read_paths
 from kbctl.store.applied import SettledKnowledgeBase
 from kbctl.store.database import Database
 from kbctl.store.state import StoredState, read_state
@@ -53,15 +52,9 @@ class KnowledgeBaseDiff(_Frozen):
     action: Literal["created", "configured", "unchanged", "pruned"]
     version: int | None
     fields: list[FieldDiff] = []
-    sources: list[SourceStatus] = []
+    sources: list[DiffedSource] = []
     over_limits: list[str] = []  # the spec.limits apply would exceed (it would fail), one sentence each
     unreadable: list[str] = []  # the sources and documents apply could not read (each would fail alone)
-
-    @model_validator(mode="after")
-    def _diff_fields(self) -> KnowledgeBaseDiff:
-        for source in self.sources:
-            source.shown_as(DIFFED)
-        return self
 
     @property
     def differs(self) -> bool:
@@ -98,16 +91,6 @@ class DiffReport(_Frozen):
         return sum(s.tokens_to_embed or 0 for r in self.results for s in r.sources)
 
 
-def _old_kind(source: dict[str, Any]) -> SourceKind:
-    if source.get("crawl") is not None:
-        return "crawl"
-    if source.get("git") is not None:
-        return "git"
-    if source.get("path") is not None:
-        return "path"
-    return "url" if source.get("url") else "text"
-
-
 class _Differ:
     """Explains knowledge bases one by one; remembers the texts already counted, so each is billed once."""
 
@@ -119,17 +102,10 @@ class _Differ:
     def diff(self, kb: KnowledgeBase) -> KnowledgeBaseDiff:
         embedder = self.embedder_for(kb.spec.embedding.ref)
         state = read_state(self.db, kb.name)
-        # The plan apply would build, except that no URL is fetched (each keeps what the store serves).
-        requested = {r.key for r in fetch_requests(kb, state, "diff")}
-        plan = build_plan(
-            kb,
-            state,
-            model_id=embedder.model_id,
-            trigger="diff",
-            now=datetime.now(UTC),
-            requested=requested,
-            read=read_paths(kb, file_stamps(kb, state, embedder.model_id)),  # local files: diff reads them
-        )
+        # The plan apply would build, except that nothing is fetched (each URL, git or crawl source keeps what the
+        # store serves); local files are read.
+        fetched = fetch_sources(kb, state, model_id=embedder.model_id, trigger="diff")
+        plan = build_plan(kb, state, fetched.records, model_id=embedder.model_id, trigger="diff", now=datetime.now(UTC))
         old = plan.previous_manifest
         added, removed, respec = plan.source_changes()
         chunked = {p.name: chunk_source(p, kb) for p in plan.to_ingest}
@@ -138,9 +114,9 @@ class _Differ:
         cut = _truncated(embedder, chunked, sizes)
         sources = [self._source(p, state, added, respec, chunked, tokens, cut) for p in plan.sources]
         sources += [
-            SourceStatus(
+            DiffedSource(
                 name=n,
-                kind=_old_kind(_old_source(old, n) if old else {}),
+                kind=kind_of(_old_source(old, n) if old else {}),
                 change="removed",
                 # A path source serves its documents as units named SOURCE/ID.
                 chunks_removed=sum(r.chunk_count for u, r in state.served.items() if u == n or u.startswith(n + "/")),
@@ -149,7 +125,7 @@ class _Differ:
         ]
         kinds = {s.name: s.kind for s in kb.spec.sources}
         sources += [  # documents gone from a path or git source that stays (a file deleted)
-            SourceStatus(
+            DiffedSource(
                 name=n,
                 kind=kinds.get(source_of(n), "path"),
                 change="removed",
@@ -200,7 +176,7 @@ class _Differ:
         chunked: dict[str, Chunked],
         tokens: dict[str, int],
         cut: set[bytes],
-    ) -> SourceStatus:
+    ) -> DiffedSource:
         name, kind = plan.name, plan.source.kind
         prev = state.served.get(name)
         before = prev.revision_id if prev else None
@@ -211,7 +187,7 @@ class _Differ:
             "added" if name in added or new_unit else "changed" if name in respec or moved else "unchanged"
         )
         if plan.fetch:
-            return SourceStatus(
+            return DiffedSource(
                 name=name,
                 kind=kind,
                 change=change,
@@ -221,7 +197,7 @@ class _Differ:
                 tokens_to_embed=None,
             )
         if not moved:
-            return SourceStatus(name=name, kind=kind, change=change)
+            return DiffedSource(name=name, kind=kind, change=change)
         new = (
             list(chunked[name].hashes)
             if name in chunked
@@ -229,7 +205,7 @@ class _Differ:
         )
         old = self._revision_hashes(before)
         fresh = Counter(new) - Counter(old)
-        return SourceStatus(
+        return DiffedSource(
             name=name,
             kind=kind,
             change=change,
@@ -277,7 +253,7 @@ def _old_source(manifest: dict[str, Any], name: str) -> dict[str, Any]:
 
 def _settled_diff(kb: SettledKnowledgeBase) -> KnowledgeBaseDiff:
     """The diff of a knowledge base of a settled file: unchanged, and so is each of its (inline) sources."""
-    sources = [SourceStatus(name=name, kind="text", change="unchanged") for name, _ in kb.sources]
+    sources = [DiffedSource(name=name, kind="text", change="unchanged") for name, _ in kb.sources]
     return KnowledgeBaseDiff(name=kb.name, action="unchanged", version=kb.version, sources=sources)
 
 

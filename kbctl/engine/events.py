@@ -6,7 +6,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Literal, Protocol
 
-from kbctl.engine.results import APPLIED, SourceStatus
+from kbctl.engine.results import AppliedSource
 from kbctl.errors import ChatError, EmbeddingError, InputError, RerankError, SourceError, StoreError
 
 __all__ = [
@@ -54,7 +54,7 @@ class SourceReconciled:
 
     name: str
     trigger: Trigger
-    source: SourceStatus
+    source: AppliedSource
     model: str
 
 
@@ -202,7 +202,7 @@ def report_sources(
     reporter: Reporter,
     name: str,
     trigger: Trigger,
-    sources: Sequence[SourceStatus],
+    sources: Sequence[AppliedSource],
     model: str,
     *,
     finished: tuple[Action, int] | None = None,
@@ -213,7 +213,7 @@ def report_sources(
     read back, a settled file): one SourceReconciled per source, DocumentsRemoved when documents are gone, then
     ReconcileFinished (`finished`: action and version) or ReconcileFailed (`failed`: why), when given."""
     for source in sources:
-        reporter.report(SourceReconciled(name, trigger, source.shown_as(APPLIED), model))
+        reporter.report(SourceReconciled(name, trigger, source, model))
     if removed:
         reporter.report(DocumentsRemoved(name, trigger, tuple(removed)))
     if failed is not None:  # reported with its sources: none of them could be read

@@ -60,9 +60,7 @@ def chunk_source(plan: SourcePlan, kb: KnowledgeBase) -> Chunked:
         document.text,
         max_chars=kb.spec.chunking.max_chars,
         overlap_chars=kb.spec.chunking.overlap_chars,
-        markdown=document.markdown
-        if document.markdown is not None
-        else plan.source.url is not None or plan.source.format == "markdown",
+        markdown=plan.decision.markdown,
     )
     if document.title:
         chunks = [titled(c, document.title) for c in chunks]

@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from pathlib import Path
 
-from kbctl.engine.plan import serves_spec
+from kbctl.engine.fetch import path_sources, serves_spec
 from kbctl.manifest import KnowledgeBase
 from kbctl.store.applied import applied_from
 from kbctl.store.database import Database
@@ -35,6 +35,6 @@ def _located(db: Database, kb: KnowledgeBase) -> KnowledgeBase:
     if recorded is None or Path(recorded) != hint:
         return kb
     state = read_state(db, kb.name)
-    if not all(serves_spec(state, s) for s in kb.spec.sources if s.path is not None):
+    if not all(serves_spec(state, s) for s in path_sources(kb)):
         return kb
     return kb.located(hint)

@@ -1,7 +1,8 @@
-"""Plan one knowledge base: from its manifest, the stored state and what was fetched, decide per source what it serves.
+"""Plan one knowledge base: from the stored state and what the fetch stage gave, decide per source what it serves.
 
-The plan is frozen data built without any database or network call, so `apply`, `apply --dry-run` and
-`diff` consume the same object. Each source gets one decision:
+The plan is frozen data built without any database or network call from one fetched record per source
+(kbctl.engine.fetch), so `apply`, `apply --dry-run` and `diff` consume the same object. Each source gets one
+decision:
 
 - `Reuse`: serve a stored revision as it is (nothing to chunk or embed);
 - `Ingest`: new content to chunk and embed into a new revision;
@@ -21,19 +22,20 @@ keeps what it serves.
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Callable, Collection, Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Literal
 
+from kbctl.engine.fetch import FetchedSource, FetchedUrl, InlineText, ListedDocuments, PlanFor, UnfetchedUrl
+from kbctl.engine.keys import CHUNKER_VERSION, file_context, unit_sha256, units
 from kbctl.errors import SourceError
 from kbctl.manifest import KnowledgeBase, Source
 from kbctl.manifest.changes import source_changes
-from kbctl.manifest.digest import manifest_digests, sha256_json, source_sha256
-from kbctl.sources import Document, read_inline, source_of
-from kbctl.sources.files import NotModified
-from kbctl.sources.files import ReadOutcome as FilesRead
-from kbctl.sources.url import FetchRequest, FetchResult, Validators
+from kbctl.manifest.digest import manifest_digests, sha256_json
+from kbctl.sources import Document, source_of
+from kbctl.sources.files import DocumentsRead, NotModified
+from kbctl.sources.url import FetchResult, Validators
 from kbctl.store.database import SourceRow
 from kbctl.store.rows import source_state
 from kbctl.store.state import StoredState
@@ -47,26 +49,12 @@ __all__ = [
     "KnowledgeBasePlan",
     "NotFetched",
     "PlanFor",
-    "ReadFiles",
-    "ReadOutcome",
     "Reuse",
     "SourcePlan",
     "build_plan",
-    "fetch_requests",
-    "file_stamps",
-    "served_validators",
-    "serves_spec",
     "sha256_json",
     "text_sha256",
 ]
-
-# Bump when the chunker's output for the same input changes, so stored revisions are rebuilt.
-CHUNKER_VERSION = 1
-
-PlanFor = Literal["apply", "refresh", "diff"]  # what the plan is for: an apply, a refresh, or `kbctl diff`
-Fetched = Mapping[str, FetchResult | SourceError]
-ReadOutcome = FilesRead | SourceError  # a path or git source's files, or why they could not be listed
-ReadFiles = Mapping[str, ReadOutcome]  # by source name
 
 
 def text_sha256(text: str) -> bytes:
@@ -84,10 +72,12 @@ class Reuse:
 
 @dataclass(frozen=True)
 class Ingest:
-    """New content: chunk and embed it into a new revision keyed by `revision_key`."""
+    """New content: chunk and embed it into a new revision keyed by `revision_key`, split as markdown (headings)
+    or as plain text."""
 
     document: Document
     revision_key: str
+    markdown: bool
 
 
 @dataclass(frozen=True)
@@ -198,16 +188,11 @@ class KnowledgeBasePlan:
         return sum(1 for p in self.sources if isinstance(p.decision, Ingest | Fail))
 
 
-def _source_sha256(source: Source) -> str:
-    return source_sha256(source.model_dump(by_alias=True, mode="json"))
-
-
-def _revision_key(kb: KnowledgeBase, source: Source, doc: Document, model_id: str) -> str:
+def _revision_key(kb: KnowledgeBase, doc: Document, fmt: str, model_id: str) -> str:
     c = kb.spec.chunking
-    fmt = source.format if doc.markdown is None else "markdown" if doc.markdown else "text"
     key: dict[str, object] = {
         "content": doc.content_sha256,
-        "format": "markdown" if source.url else fmt,
+        "format": fmt,
         "maxChars": c.max_chars,
         "overlapChars": c.overlap_chars,
         "model": model_id,
@@ -219,92 +204,11 @@ def _revision_key(kb: KnowledgeBase, source: Source, doc: Document, model_id: st
     return sha256_json(key)
 
 
-def _units(served: Mapping[str, SourceRow], source: Source) -> dict[str, tuple[str, SourceRow]]:
-    """The units of a many-document source the current version serves: unit name -> (document id, row)."""
-    prefix = f"{source.name}/"
-    return {name: (name[len(prefix) :], row) for name, row in served.items() if name.startswith(prefix)}
-
-
-def _unit_sha256(source_sha256: str, doc_id: str) -> str:
-    """The spec hash of one document of a path, git or crawl source: its source's, and its id."""
-    return sha256_json({"source": source_sha256, "document": doc_id})
-
-
-def _file_context(kb: KnowledgeBase, model_id: str, unit_sha256: str) -> str:
-    """What else than its bytes makes a file's revision: a file is not re-read only under the same context."""
-    c = kb.spec.chunking
-    settings = [unit_sha256, c.max_chars, c.overlap_chars, model_id, kb.spec.retrieval.language, CHUNKER_VERSION]
-    return sha256_json(settings)[:16]
-
-
-def file_stamps(kb: KnowledgeBase, state: StoredState, model_id: str) -> Callable[[Source], dict[str, str]]:
-    """For a path source, the stamp ("size:mtime_ns") of each of its files the current version serves as read
-    under the same spec, chunking and model: a file listed with that stamp is not read again."""
-
-    def stamps(source: Source) -> dict[str, str]:
-        sha, found = _source_sha256(source), {}
-        for name, (doc_id, row) in _units(state.served, source).items():
-            status = state.statuses.get(name)
-            if row.revision_id is None or status is None or not status.etag:
-                continue
-            stamp, _, context = status.etag.rpartition("@")
-            if stamp and context == _file_context(kb, model_id, _unit_sha256(sha, doc_id)):
-                found[doc_id] = stamp
-        return found
-
-    return stamps
-
-
-def served_validators(state: StoredState, source: Source) -> dict[str, Validators]:
-    """The HTTP validators of each page a crawl source serves now, by page id (what its conditional requests
-    send)."""
-    found = {}
-    for name, (doc_id, row) in _units(state.served, source).items():
-        status = state.statuses.get(name)
-        if row.revision_id is not None and status is not None:
-            found[doc_id] = Validators(status.etag, status.last_modified)
-    return found
-
-
-def serves_spec(state: StoredState, source: Source) -> bool:
-    """Whether the current version serves documents of this many-document source under its spec as it is now."""
-    sha = _source_sha256(source)
-    return any(row.source_sha256 == _unit_sha256(sha, doc_id) for doc_id, row in _units(state.served, source).values())
-
-
-def _same_spec(prev: SourceRow | None, sha: str) -> bool:
-    """The current version serves content for this source under the same spec."""
-    return prev is not None and prev.source_sha256 == sha and prev.revision_id is not None
-
-
 def _kept(prev: SourceRow | None, sha: str) -> Reuse | None:
     """The revision the current version serves for this source, if its spec is unchanged."""
     if prev is None or prev.revision_id is None or prev.source_sha256 != sha:
         return None
     return Reuse(prev.revision_id, prev.chunk_count)
-
-
-def fetch_requests(
-    kb: KnowledgeBase, state: StoredState, trigger: PlanFor, only: Collection[str] = ()
-) -> list[FetchRequest]:
-    """The URL sources to fetch, with the HTTP validators of the content they serve.
-
-    apply (and diff, which only reports it) fetches a URL source that is new, whose spec changed, or that
-    never had content; refresh fetches every URL source, or those named in `only`.
-    """
-    requests = []
-    for source in kb.spec.sources:
-        if source.url is None:
-            continue
-        sha, prev = _source_sha256(source), state.served.get(source.name)
-        wanted = (not only or source.name in only) if trigger == "refresh" else not _same_spec(prev, sha)
-        if not wanted:
-            continue
-        status = state.statuses.get(source.name)
-        # Validators only make sense when a 304 lets us keep content we still serve.
-        validators = Validators(status.etag, status.last_modified) if _same_spec(prev, sha) and status else None
-        requests.append(FetchRequest(source.name, str(source.url), validators))
-    return requests
 
 
 class _Planner:
@@ -338,15 +242,21 @@ class _Planner:
             checked_at=self.now,
         )
 
-    def document(self, source: Source, doc: Document, name: str | None = None) -> Reuse | Ingest:
-        key = _revision_key(self.kb, source, doc, self.model_id)
+    def document(self, source: Source, doc: Document, name: str | None = None, *, page: bool = False) -> Reuse | Ingest:
+        """Reuse the stored revision of this content, else ingest it. A URL's `page` is split as markdown, and its
+        key says so; a document that does not say how to split it (`markdown` None) goes by the source's format."""
+        fmt = "markdown" if page else source.format if doc.markdown is None else "markdown" if doc.markdown else "text"
+        key = _revision_key(self.kb, doc, fmt, self.model_id)
         stored = self.state.revisions.get((name or source.name, key))
-        return Reuse(stored.id, stored.chunk_count) if stored is not None else Ingest(doc, key)
+        if stored is not None:
+            return Reuse(stored.id, stored.chunk_count)
+        markdown = doc.markdown if doc.markdown is not None else page or source.format == "markdown"
+        return Ingest(doc, key, markdown)
 
-    def files(self, source: Source, sha: str, read: ReadOutcome | None) -> list[SourcePlan]:
+    def files(self, source: Source, sha: str, read: DocumentsRead | SourceError | None) -> list[SourcePlan]:
         """The units of a many-document source: one per document read; when it was not read (None) or could not
         be listed, each unit it serves keeps serving (stale when listing failed)."""
-        served = {name: row for name, (_, row) in _units(self.state.served, source).items()}
+        served = {name: row for name, (_, row) in units(self.state.served, source).items()}
         if read is None or isinstance(read, SourceError):
             plans = []
             for name, row in served.items():
@@ -366,10 +276,10 @@ class _Planner:
         plans = []
         for entry, outcome in read:
             name = f"{source.name}/{entry.doc_id}"
-            unit_sha = _unit_sha256(sha, entry.doc_id)
+            unit_sha = unit_sha256(sha, entry.doc_id)
             stamp = entry.validators  # a page's HTTP validators; a file's size, time and reading context
             if entry.stamp:
-                stamp = Validators(f"{entry.stamp}@{_file_context(self.kb, self.model_id, unit_sha)}")
+                stamp = Validators(f"{entry.stamp}@{file_context(self.kb, self.model_id, unit_sha)}")
             kept = _kept(served.get(name), unit_sha)
             if isinstance(outcome, NotModified) and kept is not None:
                 stored = self.state.statuses.get(name)
@@ -390,8 +300,7 @@ class _Planner:
                 plans.append(SourcePlan(source, unit_sha, self.document(source, outcome, name), False, status, name))
         return plans
 
-    def inline(self, source: Source, sha: str) -> SourcePlan:
-        doc = read_inline(source)
+    def inline(self, source: Source, sha: str, doc: Document) -> SourcePlan:
         status = self.status(source.name, read=True, origin=doc.origin)
         return SourcePlan(source, sha, self.document(source, doc), False, status)
 
@@ -424,44 +333,41 @@ class _Planner:
         assert outcome.document is not None
         doc = outcome.document
         status = self.status(name, read=True, origin=doc.origin, validators=outcome.validators, fetched_at=self.now)
-        return SourcePlan(source, sha, self.document(source, doc), True, status)
+        return SourcePlan(source, sha, self.document(source, doc, page=True), True, status)
 
 
 def build_plan(
     kb: KnowledgeBase,
     state: StoredState,
+    fetched: Sequence[FetchedSource],
     *,
     model_id: str,
     trigger: PlanFor,
     now: datetime,
-    requested: Collection[str] = (),
-    fetched: Fetched | None = None,
-    read: ReadFiles | None = None,
     known: tuple[str, dict[str, Any]] | None = None,
     source_sha256s: Sequence[str] | None = None,
     packed: Packing | None = None,
 ) -> KnowledgeBasePlan:
-    """The plan of `kb` against `state`; `requested` names the URL sources fetched (or, for diff, that would
-    be), `fetched` holds their outcomes (absent for diff). `read` holds the files of each path source read (or
-    why it could not be listed); a path source not in it keeps what it serves. `model_id` is part of every
-    revision key. `known` is (sha256_json(manifest), manifest) of `kb.to_manifest()`, and `source_sha256s` each
-    source's digest in order (`manifest_digests`), and `packed` its `packing`, when the caller has them already."""
+    """The plan of `kb` against `state` from `fetched`, the fetch stage's record of each source of `kb` in manifest
+    order (kbctl.engine.fetch.fetch_sources). `model_id` is part of every revision key. `known` is
+    (sha256_json(manifest), manifest) of `kb.to_manifest()`, and `source_sha256s` each source's digest in order
+    (`manifest_digests`), and `packed` its `packing`, when the caller has them already."""
     if known is None or source_sha256s is None:
         manifest = known[1] if known is not None else kb.to_manifest()
         digests = manifest_digests(manifest)
         known, source_sha256s = (digests.manifest, manifest), digests.sources
     planner = _Planner(kb, state, model_id, now)
-    outcomes = fetched or {}
     plans: list[SourcePlan] = []
-    for source, sha in zip(kb.spec.sources, source_sha256s, strict=True):
-        if source.path is not None or source.git is not None or source.crawl is not None:
-            plans.extend(planner.files(source, sha, (read or {}).get(source.name)))
-        elif source.url is None:
-            plans.append(planner.inline(source, sha))
-        elif source.name in outcomes:
-            plans.append(planner.fetched(source, sha, outcomes[source.name]))
-        else:
-            plans.append(planner.not_fetched(source, sha, source.name in requested))
+    for record, sha in zip(fetched, source_sha256s, strict=True):
+        match record:
+            case ListedDocuments():
+                plans.extend(planner.files(record.source, sha, record.read))
+            case InlineText():
+                plans.append(planner.inline(record.source, sha, record.document))
+            case FetchedUrl():
+                plans.append(planner.fetched(record.source, sha, record.outcome))
+            case UnfetchedUrl():
+                plans.append(planner.not_fetched(record.source, sha, record.requested))
     served = state.served
     now_serving = [(p.name, p.source_sha256, p.serving.revision_id if p.serving else None) for p in plans]
     before = [(s.source_name, s.source_sha256, s.revision_id) for s in served.values()]

@@ -1,21 +1,13 @@
-"""What apply and refresh report: per source, per knowledge base, and for the whole run (the public results)."""
+"""What the engine reports: per source one type per command (apply and refresh, describe, diff); per knowledge base
+and for the whole run, what apply and refresh did (the public results)."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any, Final, Literal
+from typing import Final, Literal
 
-from pydantic import (
-    BaseModel,
-    ConfigDict,
-    Field,
-    PrivateAttr,
-    SerializationInfo,
-    SerializerFunctionWrapHandler,
-    model_serializer,
-    model_validator,
-)
+from pydantic import BaseModel, ConfigDict, Field
 from pydantic.alias_generators import to_camel
 
 from kbctl.store.rows import SourceRow, SourceState
@@ -24,108 +16,115 @@ __all__ = [
     "APPLIED",
     "DESCRIBED",
     "DIFFED",
+    "AppliedSource",
     "ApplyReport",
+    "DescribedSource",
+    "DiffedSource",
     "KnowledgeBaseResult",
     "PendingResult",
     "RecordedSync",
     "SourceChange",
+    "SourceReport",
     "SourceStatus",
     "reported",
 ]
 
 
 SourceChange = Literal["added", "changed", "removed", "unchanged"]
-APPLIED: Final = ("name", "state", "fetched", "ingested", "chunks", "embedded", "reused", "message", "truncated")
-"""The fields of a source in what apply and refresh report (`KnowledgeBaseResult.sources`), in that order."""
-DESCRIBED: Final = (
-    "name",
-    "kind",
-    "state",
-    "message",
-    "origin",
-    "title",
-    "chunks",
-    "embedded",
-    "reused",
-    "content_sha256",
-    "updated_at",
-    "fetched_at",
-    "checked_at",
-)
-"""The fields of a source in `describe` (`KnowledgeBaseDetail.source_status`), in that order."""
-DIFFED: Final = ("name", "kind", "change", "fetch", "chunks_added", "chunks_removed", "tokens_to_embed", "truncated")
-"""The fields of a source in `diff` (`KnowledgeBaseDiff.sources`), in that order."""
+TRUNCATED: Final = "Chunks longer than the embedding model reads: their ends reach no vector."
 
 
-class SourceStatus(BaseModel):
-    """One source as kbctl reports it: what apply or refresh did with it, what serves now (`describe`), or what
-    apply would do (`diff`). Each report fills its own fields and shows only those (`APPLIED`, `DESCRIBED`,
-    `DIFFED`: `shown_as`), so each keeps its JSON shape; the others keep their defaults.
-
-    state is `ready`, `stale` (the last read failed; the last good content still serves, see message) or `failed`
-    (nothing serves). In a diff, `fetch` is True for a URL source that apply would fetch (new, its spec changed, or
-    it never had content); diff never fetches, so the chunk and token counts of such a source are None (unknown).
-    Chunks are compared by the sha256 of the text embedded for them: `chunks_added` are chunks of the new content
-    absent from the content served now, `chunks_removed` the reverse. `tokens_to_embed` counts (with the model's
-    tokenizer, as ingest does) the text of the new chunks whose vectors the cache lacks: an estimate of the
-    embedding bill.
-    """
+class SourceReport(BaseModel):
+    """One source (or one document SOURCE/ID of a path, git or crawl source) in a report of kbctl: each command
+    has its own type, with only the fields it shows, in the order it shows them. `state` (where there is one) is
+    `ready`, `stale` (the last read failed; the last good content still serves, see message) or `failed`
+    (nothing serves); `failed` says "not ready" (stale or failed)."""
 
     model_config = ConfigDict(frozen=True, alias_generator=to_camel, populate_by_name=True)
 
     name: str
+
+
+class AppliedSource(SourceReport):
+    """What apply or refresh did with one source (`KnowledgeBaseResult.sources`)."""
+
+    state: SourceState = "ready"
+    fetched: bool = False  # fetched this time
+    ingested: bool = False  # new content chunked and embedded
+    chunks: int = 0
+    embedded: int = 0
+    reused: int = 0
+    message: str | None = None
+    truncated: int | None = Field(default=0, description=TRUNCATED)
+
+    @property
+    def failed(self) -> bool:
+        """Not ready: the source could not be read this time (stale ones still serve their last good content)."""
+        return self.state != "ready"
+
+
+class DescribedSource(SourceReport):
+    """One source as `describe` shows it (`KnowledgeBaseDetail.source_status`): what the serving version holds,
+    with the live state of its last read."""
+
     kind: str | None = None  # text, url, path, git or crawl (a document SOURCE/ID has its source's)
     state: SourceState = "ready"
     message: str | None = None
     origin: str | None = None
     title: str | None = None
-    fetched: bool = False  # apply/refresh: fetched this time
-    ingested: bool = False  # apply/refresh: new content chunked and embedded
     chunks: int = 0
     embedded: int = 0
     reused: int = 0
-    truncated: int | None = Field(
-        default=0, description="Chunks longer than the embedding model reads: their ends reach no vector."
-    )
     content_sha256: str | None = None
     updated_at: datetime | None = None  # when the content it serves was published
     fetched_at: datetime | None = None
     checked_at: datetime | None = None
-    change: SourceChange | None = None  # diff: what apply would do to it
-    fetch: bool = False  # diff: apply would fetch it
-    chunks_added: int | None = 0
-    chunks_removed: int | None = 0
-    tokens_to_embed: int | None = 0
-    _shown: tuple[str, ...] | None = PrivateAttr(default=None)
-
-    def shown_as(self, fields: tuple[str, ...]) -> SourceStatus:
-        """This source as a report shows it: only `fields`, in that order (`APPLIED`, `DESCRIBED`, `DIFFED`)."""
-        self._shown = fields
-        return self
-
-    @model_serializer(mode="wrap")
-    def _only_shown(self, handler: SerializerFunctionWrapHandler, info: SerializationInfo) -> Any:
-        data = handler(self)
-        if self._shown is None or not isinstance(data, dict):
-            return data
-        keys = [to_camel(f) if info.by_alias else f for f in self._shown]
-        return {key: data[key] for key in keys if key in data}
 
     @property
     def failed(self) -> bool:
-        """The source could not be read this time (stale ones still serve their last good content)."""
+        """Not ready: the last read failed (stale ones still serve their last good content)."""
         return self.state != "ready"
+
+
+class DiffedSource(SourceReport):
+    """What apply would do to one source (`KnowledgeBaseDiff.sources`).
+
+    `fetch` is True for a URL source that apply would fetch (new, its spec changed, or it never had content); diff
+    never fetches, so the chunk and token counts of such a source are None (unknown). Chunks are compared by the
+    sha256 of the text embedded for them: `chunks_added` are chunks of the new content absent from the content
+    served now, `chunks_removed` the reverse. `tokens_to_embed` counts (with the model's tokenizer, as ingest does)
+    the text of the new chunks whose vectors the cache lacks: an estimate of the embedding bill.
+    """
+
+    kind: str | None = None  # text, url, path, git or crawl (a document SOURCE/ID has its source's)
+    change: SourceChange | None = None
+    fetch: bool = False
+    chunks_added: int | None = 0
+    chunks_removed: int | None = 0
+    tokens_to_embed: int | None = 0
+    truncated: int | None = Field(default=0, description=TRUNCATED)
 
     @property
     def differs(self) -> bool:
-        """In a diff: apply would change this source or has to fetch it to find out."""
+        """Apply would change this source or has to fetch it to find out."""
         return self.change not in (None, "unchanged") or self.fetch
 
 
-def reported(row: SourceRow, *, ingested: bool = False) -> SourceStatus:
+SourceStatus = DescribedSource
+"""Deprecated: the name of the one report type of a source before each command had its own; `describe`'s."""
+
+APPLIED: Final = tuple(AppliedSource.model_fields)
+"""The fields of a source in what apply and refresh report (`KnowledgeBaseResult.sources`), in that order."""
+DESCRIBED: Final = tuple(DescribedSource.model_fields)
+"""The fields of a source in `describe` (`KnowledgeBaseDetail.source_status`), in that order."""
+DIFFED: Final = tuple(DiffedSource.model_fields)
+"""The fields of a source in `diff` (`KnowledgeBaseDiff.sources`), in that order."""
+
+
+def reported(row: SourceRow, *, ingested: bool = False) -> AppliedSource:
     """What apply reports for a source from its stored row (a version a controller published, a settled file's
     source): its state as stored, by the one rule. `fetched` is not recorded per version; no line depends on it."""
-    return SourceStatus(
+    return AppliedSource(
         name=row.source_name,
         state=row.state,
         ingested=ingested,
@@ -133,7 +132,7 @@ def reported(row: SourceRow, *, ingested: bool = False) -> SourceStatus:
         embedded=row.embedded_count,
         reused=row.reused_count,
         message=row.message,
-    ).shown_as(APPLIED)
+    )
 
 
 class KnowledgeBaseResult(BaseModel):
@@ -144,19 +143,13 @@ class KnowledgeBaseResult(BaseModel):
     name: str
     action: Literal["created", "configured", "refreshed", "unchanged", "failed"]
     version: int | None
-    sources: list[SourceStatus]
+    sources: list[AppliedSource]
     message: str | None = None
     removed: list[str] = Field(
         default_factory=list,
         description="Documents (SOURCE/ID) of a path, git or crawl source that this version no longer serves: "
         "gone from the folder, the repository or the site.",
     )
-
-    @model_validator(mode="after")
-    def _applied_fields(self) -> KnowledgeBaseResult:
-        for source in self.sources:
-            source.shown_as(APPLIED)
-        return self
 
     @property
     def failed(self) -> bool:

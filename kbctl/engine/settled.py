@@ -22,7 +22,8 @@ from typing import TYPE_CHECKING, Protocol, TypeVar
 
 from kbctl.embedding import Embedder
 from kbctl.engine.events import ReconcileStarted, Reporter, report_sources
-from kbctl.engine.plan import CHUNKER_VERSION
+from kbctl.engine.fetch import all_inline
+from kbctl.engine.keys import CHUNKER_VERSION
 from kbctl.engine.results import KnowledgeBaseResult, reported
 from kbctl.errors import KbctlError, UsageError
 from kbctl.store.applied import AppliedFile, SettledKnowledgeBase, record_applied_files, settled_files, touch_sources
@@ -122,8 +123,6 @@ def record_applied(db: Database, to_apply: ManifestsToApply, serving: Mapping[st
         [
             AppliedFile(m.kb.name, to_apply.keys[m.path], per_file[m.path], m.line, serving[m.kb.name])
             for m in to_apply.manifests.manifests
-            if m.path in to_apply.keys
-            and m.kb.name in serving
-            and all(source.text is not None for source in m.kb.spec.sources)
+            if m.path in to_apply.keys and m.kb.name in serving and all_inline(m.kb)
         ],
     )

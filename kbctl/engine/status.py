@@ -5,12 +5,12 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from typing import Any, TypeVar
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field
 from pydantic.alias_generators import to_camel
 
 from kbctl.defaults import DESCRIBE_EVENTS
 from kbctl.engine.conditions import Condition, is_true, status_word
-from kbctl.engine.results import DESCRIBED, SourceStatus
+from kbctl.engine.results import DescribedSource
 from kbctl.errors import NotFoundError
 from kbctl.inputs.access import Reader, may_read
 from kbctl.manifest.sync import SYNC_APPLYSET_PREFIX
@@ -81,20 +81,14 @@ class KnowledgeBaseDetail(KnowledgeBaseSummary):
     embedded: int
     reused: int
     version_created_at: datetime | None
-    source_status: list[SourceStatus]
+    source_status: list[DescribedSource]
     events: list[KnowledgeBaseEvent] = []  # the newest DESCRIBE_EVENTS, oldest first
 
-    @model_validator(mode="after")
-    def _described_fields(self) -> KnowledgeBaseDetail:
-        for source in self.source_status:
-            source.shown_as(DESCRIBED)
-        return self
 
-
-def _source_status(name: str, kind: str, served: SourceRow | None, live: SourceRow | None) -> SourceStatus:
+def _source_status(name: str, kind: str, served: SourceRow | None, live: SourceRow | None) -> DescribedSource:
     """One source as describe shows it: what the serving version holds (nothing before the first version),
     with the live state of its last read when there is one."""
-    return SourceStatus(
+    return DescribedSource(
         name=name,
         kind=kind,
         state=live.state if live else served.state if served else source_state(read=False, serving=False),

@@ -18,10 +18,10 @@ from kbctl.errors import NotFoundError
 from kbctl.query.options import QueryOptions
 from kbctl.query.results import API_MODEL, QueryHit, QueryResult
 
-__all__ = ["FEDERATED_RRF_K", "FederatedHit", "FederatedResult", "SourceOutcome", "query_many"]
+__all__ = ["FEDERATED_RRF_K", "FederatedHit", "FederatedResult", "MemberOutcome", "query_many"]
 
 
-class SourceOutcome(BaseModel):
+class MemberOutcome(BaseModel):
     """What one knowledge base of a cross-knowledge-base query gave."""
 
     model_config = API_MODEL
@@ -31,6 +31,10 @@ class SourceOutcome(BaseModel):
     hits: int
     best_score: float | None
     message: str
+
+
+SourceOutcome = MemberOutcome
+"""Deprecated: the former name of MemberOutcome (it describes a knowledge base's part of the query, not a source)."""
 
 
 class FederatedHit(QueryHit):
@@ -51,7 +55,7 @@ class FederatedResult(BaseModel):
     max_context_tokens: int
     hits: list[FederatedHit]
     tokens: int
-    results: list[SourceOutcome]
+    results: list[MemberOutcome]
 
     @property
     def message(self) -> str:
@@ -67,16 +71,16 @@ def query_many(
     version (NotFoundError) is said in `results`, not fatal to the others."""
     targets = list(dict.fromkeys(names))
     results: list[QueryResult] = []
-    outcomes: list[SourceOutcome] = []
+    outcomes: list[MemberOutcome] = []
     for name in targets:
         try:
             result = query_one(name)
         except NotFoundError as exc:
-            outcomes.append(SourceOutcome(knowledge_base=name, version=None, hits=0, best_score=None, message=str(exc)))
+            outcomes.append(MemberOutcome(knowledge_base=name, version=None, hits=0, best_score=None, message=str(exc)))
             continue
         results.append(result)
         outcomes.append(
-            SourceOutcome(
+            MemberOutcome(
                 knowledge_base=name,
                 version=result.version,
                 hits=len(result.hits),
@@ -91,7 +95,7 @@ def _fuse(
     question: str,
     targets: list[str],
     results: list[QueryResult],
-    outcomes: list[SourceOutcome],
+    outcomes: list[MemberOutcome],
     options: QueryOptions,
 ) -> FederatedResult:
     top_k = options.top_k or max((r.top_k for r in results), default=1)

@@ -22,7 +22,7 @@ from urllib.robotparser import RobotFileParser
 from kbctl.errors import SourceError
 from kbctl.manifest import Source
 from kbctl.sources import Document
-from kbctl.sources.files import NOT_MODIFIED, ListedDocument, NotModified, ReadOutcome, selected
+from kbctl.sources.files import NOT_MODIFIED, DocumentsRead, ListedDocument, NotModified, selected
 from kbctl.sources.url import FetchPolicy, FetchRequest, FetchResult, Validators, fetch_urls
 
 __all__ = ["GONE", "crawl_site", "page_id", "page_url"]
@@ -98,7 +98,7 @@ def _sitemap_pages(site: _Site, sitemaps: list[str], policy: FetchPolicy) -> lis
     return found[:MAX_SITEMAP_URLS]
 
 
-def crawl_site(source: Source, policy: FetchPolicy, known: Mapping[str, Validators]) -> ReadOutcome:
+def crawl_site(source: Source, policy: FetchPolicy, known: Mapping[str, Validators]) -> DocumentsRead:
     """The pages of a crawl source, each with its Document, NOT_MODIFIED (a 304 to the validators `known` holds
     for its id) or why it failed; pages gone (404, 410) are left out. SourceError when the start page fails."""
     assert source.crawl is not None

@@ -16,14 +16,14 @@ from __future__ import annotations
 import fnmatch
 import glob as globbing
 import os
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
 from typing import Final
 
 from kbctl.errors import SourceError
-from kbctl.manifest import KnowledgeBase, Source
+from kbctl.manifest import Source
 from kbctl.sources import Document
 from kbctl.sources.bounds import EXTRACTED, MAX_FILE_BYTES, check_size, within_time
 from kbctl.sources.formats import FileFormat, as_markdown, format_of
@@ -33,14 +33,13 @@ __all__ = [
     "MAX_FILES",
     "MAX_FILE_BYTES",
     "NOT_MODIFIED",
+    "DocumentsRead",
     "ListedDocument",
     "NotModified",
-    "ReadOutcome",
     "list_files",
     "read_entry",
     "read_file",
     "read_path",
-    "read_paths",
     "repository_root",
     "selected",
 ]
@@ -70,7 +69,8 @@ class NotModified:
 
 
 NOT_MODIFIED = NotModified()
-ReadOutcome = list[tuple[ListedDocument, Document | SourceError | NotModified]]
+# Each document a many-document source lists, with its Document, why that one could not be read, or NOT_MODIFIED.
+DocumentsRead = list[tuple[ListedDocument, Document | SourceError | NotModified]]
 
 
 def repository_root(base_dir: Path) -> Path:
@@ -211,29 +211,12 @@ def read_entry(entry: ListedDocument, source: Source) -> Document | SourceError:
         return exc
 
 
-def read_path(source: Source, base_dir: Path, known: Mapping[str, str] | None = None) -> ReadOutcome:
+def read_path(source: Source, base_dir: Path, known: Mapping[str, str] | None = None) -> DocumentsRead:
     """Every file of a path source with its Document, or the reason that file could not be read, or NOT_MODIFIED
     when its stamp is the one `known` records for its id (read before, unchanged since); SourceError when the
     source itself cannot be listed."""
-    results: ReadOutcome = []
+    results: DocumentsRead = []
     for entry in list_files(source, base_dir):
         unchanged = known is not None and known.get(entry.doc_id) == entry.stamp
         results.append((entry, NOT_MODIFIED if unchanged else read_entry(entry, source)))
     return results
-
-
-def read_paths(
-    kb: KnowledgeBase, known: Callable[[Source], Mapping[str, str]] | None = None
-) -> dict[str, ReadOutcome | SourceError]:
-    """The files of every path source of `kb`, by source name ({} when `kb` has no folder: read back from the
-    store, its files are not here); `known(source)` gives the stamps of the files not to read again."""
-    if kb.base_dir is None:
-        return {}
-    read: dict[str, ReadOutcome | SourceError] = {}
-    for source in kb.spec.sources:
-        if source.path is not None:
-            try:
-                read[source.name] = read_path(source, kb.base_dir, known(source) if known else None)
-            except SourceError as exc:
-                read[source.name] = exc
-    return read

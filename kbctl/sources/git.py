@@ -32,7 +32,7 @@ from kbctl.sources import Document
 from kbctl.sources._guard import Guard
 from kbctl.sources._process import MAX_ERROR_CHARS, error_text, finish
 from kbctl.sources.bounds import MiB
-from kbctl.sources.files import ListedDocument, NotModified, ReadOutcome, list_files, read_entry
+from kbctl.sources.files import DocumentsRead, ListedDocument, NotModified, list_files, read_entry
 from kbctl.userconfig import redact
 
 __all__ = [
@@ -276,7 +276,7 @@ def _fetch(folder: Path, url: str, ref: str | None) -> str:
     return commit
 
 
-def read_repository(source: Source, cache: Path, guard: Guard) -> tuple[str, ReadOutcome]:
+def read_repository(source: Source, cache: Path, guard: Guard) -> tuple[str, DocumentsRead]:
     """(the commit, every file of the git source's paths with its Document or why it could not be read); each
     document named by its path in the repository."""
     assert source.git is not None

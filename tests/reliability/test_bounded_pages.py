@@ -14,7 +14,7 @@ from typer.testing import CliRunner
 from kbctl.cli import app
 from kbctl.client import KnowledgeBaseStore
 from kbctl.errors import SourceError
-from kbctl.manifest import load_manifests, parse_manifests
+from kbctl.manifest import KnowledgeBase, load_manifests, parse_manifests
 from kbctl.sources import Document, bounds
 from kbctl.sources.bounds import (
     EXTRACT_TIMEOUT,
@@ -24,7 +24,7 @@ from kbctl.sources.bounds import (
     MAX_FETCH_BYTES,
     MAX_UNZIPPED_XML_BYTES,
 )
-from kbctl.sources.files import read_paths
+from kbctl.sources.files import DocumentsRead, read_path
 from kbctl.sources.formats import as_markdown
 from kbctl.sources.git import ALLOW_LOCAL_ENV, read_repository
 from kbctl.sources.url import FetchPolicy, FetchRequest, fetch_urls
@@ -38,6 +38,12 @@ PARAGRAPH = "<p>Invoices are kept for seven years after the end of the financial
 def page(paragraphs: int) -> str:
     body = f"<main><h1>Policy</h1>{PARAGRAPH * paragraphs}</main>"
     return f"<html><head><title>Policy</title></head><body>{body}</body></html>"
+
+
+def _read_docs(kb: KnowledgeBase) -> DocumentsRead:
+    """The files of the path source `docs`, as apply reads them."""
+    assert kb.base_dir is not None
+    return read_path(next(s for s in kb.spec.sources if s.name == "docs"), kb.base_dir)
 
 
 def test_html_over_the_extraction_limit_fails_alone() -> None:
@@ -116,7 +122,7 @@ def test_html_over_the_bound_in_a_path_source_is_refused_by_diff(
     """`kbctl diff` reads the files through the same bound: the large HTML file brings no chunk, the small one its."""
     manifest = _repo(tmp_path)
     [loaded] = load_manifests([manifest])
-    read = read_paths(loaded.kb)["docs"]
+    read = _read_docs(loaded.kb)
     assert not isinstance(read, SourceError)
     outcomes = {entry.doc_id: outcome for entry, outcome in read}
     assert isinstance(outcomes["big.html"], SourceError) and str(outcomes["big.html"]) == BIG_REASON
@@ -180,7 +186,7 @@ def test_extraction_of_a_file_over_its_time_budget_fails_it_alone(
     """A file whose extraction runs past EXTRACT_TIMEOUT fails with that reason; the Markdown file is read."""
     monkeypatch.setattr(bounds, "EXTRACT_TIMEOUT", 0.001)
     [loaded] = load_manifests([_repo(tmp_path, html=page(3000))])  # some 280 KB: far more than a millisecond
-    read = read_paths(loaded.kb)["docs"]
+    read = _read_docs(loaded.kb)
     assert not isinstance(read, SourceError)
     outcomes = {entry.doc_id: outcome for entry, outcome in read}
     assert str(outcomes["big.html"]) == "extracting the text of the file took more than 0.001 s"
