@@ -1,22 +1,14 @@
-"""OpenTelemetry traces: the tracer provider the standard OTEL_* variables ask for, and kbctl's spans.
+"""OpenTelemetry traces: what the SDK does not do on its own, and kbctl's spans (docs/tracing.md).
 
-Spans: `kbctl.query` per query with a child per retrieval stage (made from the stage timings every query records);
-`kbctl.apply` and `kbctl.refresh` with a `kbctl.reconcile` child per knowledge base and a `kbctl.source` under it
-per source (made from the engine's events, kbctl.engine.events); a controller's `kbctl.reconcile` spans are roots.
-Attributes name knowledge bases, versions, modes, counts and scores: never a question, a text, a URL or a secret.
-
-A `kbctl.query` span also follows the public conventions tracing consoles read for a retrieval: OpenInference's
-RETRIEVER span (`openinference.span.kind`, `retrieval.documents.{i}.document.*`, which Arize Phoenix renders) and
-OpenTelemetry's GenAI retrieval span (`gen_ai.operation.name` = `retrieval`, `gen_ai.data_source.id`,
-`gen_ai.retrieval.documents`). By default they describe the hits the caller got by id, score and place only; the
-question (redacted: kbctl.inputs.redaction) and the hits' texts, titles, headings and origins join them only when
-KBCTL_TRACE_CONTENT asks (`content_requested`), since whoever reads the traces need not be a reader of the
-documents. Every part is bounded (kbctl.defaults TRACE_*), and only the result's hits, which the caller's reader
-already filtered, are described.
-
-Nothing here imports OpenTelemetry unless the environment asks for traces: spans are made only once
-`opentelemetry.trace` is imported (any configured SDK has imported it), so a process that does not trace pays
-nothing, and a process without `opentelemetry-api` never notices.
+The provider: `configure_tracing` installs one only when the OTEL_* variables ask for traces and none is installed
+yet, with the exporters OTEL_TRACES_EXPORTER names (the SDK has no public reader of it) and the service named
+`kbctl`; the SDK and its exporters read the rest themselves (resource, sampler, batching, endpoint, headers).
+The spans: `kbctl.query` per query with a child per retrieval stage, also a retrieval span of OpenInference and
+OpenTelemetry GenAI (`retrieval_attributes`); `kbctl.apply`/`kbctl.refresh` > `kbctl.reconcile` > `kbctl.source`
+from the engine's events. They name knowledge bases, versions, counts and scores, never a question, a text, a URL
+or a secret unless KBCTL_TRACE_CONTENT asks (the question then redacted), and are bounded (kbctl.defaults TRACE_*).
+Nothing imports OpenTelemetry unless the environment asks for traces: spans are made only once
+`opentelemetry.trace` is imported, so a process that does not trace pays nothing.
 """
 
 from __future__ import annotations
