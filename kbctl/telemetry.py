@@ -218,7 +218,7 @@ def trace_ids() -> dict[str, str]:
     context = otel.get_current_span().get_span_context()
     if not context.is_valid:
         return {}
-    return {"traceId": format(context.trace_id, "032x"), "spanId": format(context.span_id, "016x")}
+    return {"traceId": otel.format_trace_id(context.trace_id), "spanId": otel.format_span_id(context.span_id)}
 
 
 def flush_traces() -> None:
