@@ -1,28 +1,19 @@
-"""OpenTelemetry traces: the tracer provider the standard OTEL_* variables ask for, and kbctl's spans.
+"""OpenTelemetry traces: what the SDK does not do on its own, and kbctl's spans (docs/tracing.md).
 
-Spans: `kbctl.query` per query with a child per retrieval stage (made from the stage timings every query records);
-`kbctl.apply` and `kbctl.refresh` with a `kbctl.reconcile` child per knowledge base and a `kbctl.source` under it
-per source (made from the engine's events, kbctl.engine.events); a controller's `kbctl.reconcile` spans are roots.
-Attributes name knowledge bases, versions, modes, counts and scores: never a question, a text, a URL or a secret.
-
-A `kbctl.query` span also follows the public conventions tracing consoles read for a retrieval: OpenInference's
-RETRIEVER span (`openinference.span.kind`, `retrieval.documents.{i}.document.*`, which Arize Phoenix renders) and
-OpenTelemetry's GenAI retrieval span (`gen_ai.operation.name` = `retrieval`, `gen_ai.data_source.id`,
-`gen_ai.retrieval.documents`). By default they describe the hits the caller got by id, score and place only; the
-question (redacted: kbctl.inputs.redaction) and the hits' texts, titles, headings and origins join them only when
-KBCTL_TRACE_CONTENT asks (`content_requested`), since whoever reads the traces need not be a reader of the
-documents. Every part is bounded (kbctl.defaults TRACE_*), and only the result's hits, which the caller's reader
-already filtered, are described.
-
-Nothing here imports OpenTelemetry unless the environment asks for traces: spans are made only once
-`opentelemetry.trace` is imported (any configured SDK has imported it), so a process that does not trace pays
-nothing, and a process without `opentelemetry-api` never notices.
+The provider: `configure_tracing` installs one only when the OTEL_* variables ask for traces and none is installed
+yet, with the exporters OTEL_TRACES_EXPORTER names (the SDK has no public reader of it) and the service named
+`kbctl`; the SDK and its exporters read the rest themselves (resource, sampler, batching, endpoint, headers).
+The spans: `kbctl.query` per query with a child per retrieval stage, also a retrieval span of OpenInference and
+OpenTelemetry GenAI (`retrieval_attributes`); `kbctl.apply`/`kbctl.refresh` > `kbctl.reconcile` > `kbctl.source`
+from the engine's events. They name knowledge bases, versions, counts and scores, never a question, a text, a URL
+or a secret unless KBCTL_TRACE_CONTENT asks (the question then redacted), and are bounded (kbctl.defaults TRACE_*).
+Nothing imports OpenTelemetry unless the environment asks for traces: spans are made only once
+`opentelemetry.trace` is imported, so a process that does not trace pays nothing.
 """
 
 from __future__ import annotations
 
 import functools
-import importlib
 import json
 import logging
 import os
@@ -130,32 +121,25 @@ def configure_tracing() -> bool:
 
 
 def provider_from_environment() -> Any:
-    """A tracer provider (not installed) as the SDK's OTEL_* variables describe it: a batching exporter per name
-    of OTEL_TRACES_EXPORTER (`otlp` when only OTEL_EXPORTER_OTLP_* are set; `console` writes one JSON line per
-    span to stderr, since stdout is a command's output or the MCP stdio channel); the resource of
-    OTEL_SERVICE_NAME and OTEL_RESOURCE_ATTRIBUTES (service.name `kbctl` by default); the sampler of
-    OTEL_TRACES_SAMPLER. An exporter whose package is missing is left out with one warning line; None (with one
-    warning line) without the SDK, or when no exporter is left."""
+    """A tracer provider (not installed) with a batching exporter per name of OTEL_TRACES_EXPORTER (`otlp` when
+    only OTEL_EXPORTER_OTLP_* are set; `console` writes one JSON line per span to stderr, since stdout is a
+    command's output or the MCP stdio channel), its service named `kbctl` unless OTEL_SERVICE_NAME or
+    OTEL_RESOURCE_ATTRIBUTES name it. The SDK reads the rest: the resource, the sampler (OTEL_TRACES_SAMPLER),
+    batching (OTEL_BSP_*), and each exporter its endpoint, headers, timeout and certificates. An exporter whose
+    package is missing is left out with one warning line; None (with one warning line) without the SDK, or when
+    no exporter is left."""
     try:
         from opentelemetry.sdk.resources import Resource
         from opentelemetry.sdk.trace import TracerProvider
         from opentelemetry.sdk.trace.export import BatchSpanProcessor
-
-        # The SDK's own reading of OTEL_TRACES_EXPORTER and the OTLP protocol variables, and its exporters'
-        # entry points (the module is private, hence imported by name and used through Any).
-        sdk: Any = importlib.import_module("opentelemetry.sdk._configuration")
     except ImportError:
         log.warning(
             "kbctl: the OTEL_* variables ask for traces, but opentelemetry-sdk is not installed "
             "(pip install opentelemetry-sdk): traces are not exported"
         )
         return None
-    try:
-        names = [_exporter_name(sdk, name) for name in _requested_exporters()]
-    except RuntimeError as exc:  # an unknown OTEL_EXPORTER_OTLP_PROTOCOL
-        log.warning(f"kbctl: {exc}: traces are not exported")
-        return None
-    exporters = [e for e in (_exporter(sdk, name) for name in dict.fromkeys(names)) if e is not None]
+    names = _exporter_names(os.environ)
+    exporters = [e for e in (_exporter(name) for name in dict.fromkeys(names or ())) if e is not None]
     if not exporters:
         return None
     provider = TracerProvider(resource=_resource(Resource))
@@ -164,32 +148,41 @@ def provider_from_environment() -> Any:
     return provider
 
 
-def _requested_exporters() -> list[str]:
-    """The names OTEL_TRACES_EXPORTER gives (`otlp`, its default, when it is unset)."""
-    names = os.environ.get("OTEL_TRACES_EXPORTER", "").strip() or "otlp"
-    return [] if names.lower() == "none" else [n.strip() for n in names.split(",") if n.strip()]
+# The exporter `otlp` names, by OTEL_EXPORTER_OTLP_(TRACES_)PROTOCOL: OTLP over HTTP (protobuf) when neither is
+# set, the OpenTelemetry specification's default (the Python SDK's own configurator picks gRPC, a package the otel
+# extra does not install).
+_OTLP_BY_PROTOCOL = {"": "otlp_proto_http", "http/protobuf": "otlp_proto_http", "grpc": "otlp_proto_grpc"}
 
 
-def _exporter_name(sdk: Any, name: str) -> str:
-    """The exporter entry point of one OTEL_TRACES_EXPORTER name: `otlp` is OTLP over HTTP (protobuf) unless
-    OTEL_EXPORTER_OTLP_(TRACES_)PROTOCOL says `grpc`, the OpenTelemetry specification's default (the Python SDK
-    alone defaults to gRPC, a package the otel extra does not install)."""
-    protocol = os.environ.get("OTEL_EXPORTER_OTLP_TRACES_PROTOCOL") or os.environ.get("OTEL_EXPORTER_OTLP_PROTOCOL")
-    if name == "otlp" and not (protocol or "").strip():
-        return "otlp_proto_http"
-    name = sdk._get_exporter_entry_point(name, "traces")
-    return str(name)
+def _exporter_names(environ: Mapping[str, str]) -> list[str] | None:
+    """The exporters OTEL_TRACES_EXPORTER names (`otlp`, its default, when it is unset), `otlp` resolved by the
+    protocol variables; None after one warning line when they name a protocol OTLP does not have."""
+    names = environ.get("OTEL_TRACES_EXPORTER", "").strip() or "otlp"
+    requested = [] if names.lower() == "none" else [n.strip() for n in names.split(",") if n.strip()]
+    if "otlp" not in requested:
+        return requested
+    protocol = environ.get("OTEL_EXPORTER_OTLP_TRACES_PROTOCOL") or environ.get("OTEL_EXPORTER_OTLP_PROTOCOL") or ""
+    otlp = _OTLP_BY_PROTOCOL.get(protocol.strip())
+    if otlp is None:
+        log.warning(f"kbctl: Unsupported OTLP protocol {protocol.strip()!r} is configured: traces are not exported")
+        return None
+    return [otlp if n == "otlp" else n for n in requested]
 
 
-def _exporter(sdk: Any, name: str) -> Any:
-    """The span exporter of one OTEL_TRACES_EXPORTER name, or None after one warning line."""
+def _exporter(name: str) -> Any:
+    """The span exporter of one exporter name (the SDK's entry points, group `opentelemetry_traces_exporter`),
+    made with no arguments, so that it reads its own OTEL_EXPORTER_* settings; or None after one warning line."""
+    from importlib.metadata import entry_points
+
+    from opentelemetry.sdk.trace.export import ConsoleSpanExporter, SpanExporter
+
     if name == "console":
-        from opentelemetry.sdk.trace.export import ConsoleSpanExporter
-
         return ConsoleSpanExporter(out=sys.stderr, formatter=lambda span: span.to_json(indent=None) + "\n")
     try:
-        ((_, exporter_class),) = sdk._import_exporters([name], [], [])[0].items()
-    except Exception:  # the SDK says RuntimeError for an exporter no installed package provides
+        exporter_class = next(iter(entry_points(group="opentelemetry_traces_exporter", name=name))).load()
+        if not issubclass(exporter_class, SpanExporter):
+            raise TypeError(f"{name} is not a trace exporter")
+    except Exception:  # no installed package provides it (or one that cannot be imported)
         package = _EXPORTER_PACKAGES.get(name)
         fix = f"pip install {package}" if package else f"install the package of the {name!r} exporter"
         if name == "otlp_proto_grpc":
@@ -225,7 +218,7 @@ def trace_ids() -> dict[str, str]:
     context = otel.get_current_span().get_span_context()
     if not context.is_valid:
         return {}
-    return {"traceId": format(context.trace_id, "032x"), "spanId": format(context.span_id, "016x")}
+    return {"traceId": otel.format_trace_id(context.trace_id), "spanId": otel.format_span_id(context.span_id)}
 
 
 def flush_traces() -> None:

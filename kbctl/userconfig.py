@@ -25,7 +25,17 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationIn
 from pydantic.alias_generators import to_camel
 from pydantic_core import PydanticCustomError
 
-from kbctl.defaults import RETRIEVAL_LOG_DAYS, RETRIEVAL_LOG_MAX_ROW_BYTES, RETRIEVAL_LOG_MAX_ROWS
+from kbctl.defaults import (
+    CHAT_HTTP_RETRIES,
+    CHAT_HTTP_TIMEOUT,
+    EMBEDDING_HTTP_RETRIES,
+    EMBEDDING_HTTP_TIMEOUT,
+    RERANK_HTTP_RETRIES,
+    RERANK_HTTP_TIMEOUT,
+    RETRIEVAL_LOG_DAYS,
+    RETRIEVAL_LOG_MAX_ROW_BYTES,
+    RETRIEVAL_LOG_MAX_ROWS,
+)
 from kbctl.errors import InputError, KbctlError, ManifestProblem, UsageError
 from kbctl.inputs.access import Reader
 from kbctl.inputs.redaction import REDACT_PATTERNS_MAX, compile_pattern
@@ -234,8 +244,8 @@ class Provider(_Model):
     max_input_tokens: int = Field(8191, ge=1)
     document_fields: dict[str, Any] = Field(default_factory=dict)
     query_fields: dict[str, Any] = Field(default_factory=dict)
-    timeout: float = Field(60.0, gt=0)
-    retries: int = Field(4, ge=0, le=20)
+    timeout: float = Field(EMBEDDING_HTTP_TIMEOUT, gt=0)
+    retries: int = Field(EMBEDDING_HTTP_RETRIES, ge=0, le=20)
     # base64: float32 vectors, a quarter of the bytes and no number parsing; a server that refuses it is asked
     # again in float, so only set float to skip that first refused request.
     encoding_format: Literal["base64", "float"] = "base64"
@@ -267,8 +277,8 @@ class RerankProvider(_Model):
     base_url: str = Field(alias="baseURL")
     api: Literal["cohere", "tei"] = "cohere"
     api_key_env: str | None = None
-    timeout: float = Field(30.0, gt=0)
-    retries: int = Field(2, ge=0, le=20)
+    timeout: float = Field(RERANK_HTTP_TIMEOUT, gt=0)
+    retries: int = Field(RERANK_HTTP_RETRIES, ge=0, le=20)
 
     @field_validator("api_key_env")
     @classmethod
@@ -289,8 +299,8 @@ class ChatProvider(_Model):
 
     base_url: str = Field(alias="baseURL")
     api_key_env: str | None = None
-    timeout: float = Field(60.0, gt=0, le=600)  # seconds per read (a streamed answer: between two pieces)
-    retries: int = Field(2, ge=0, le=20)
+    timeout: float = Field(CHAT_HTTP_TIMEOUT, gt=0, le=600)  # seconds per read (a streamed answer: between two pieces)
+    retries: int = Field(CHAT_HTTP_RETRIES, ge=0, le=20)
     # Extra fields merged into every request body (e.g. LiteLLM `metadata`, Ollama `options`); they never
     # replace the fields kbctl sets (model, messages, stream).
     request_fields: dict[str, Any] = Field(default_factory=dict)

@@ -21,7 +21,6 @@ EXCEPTED = frozenset(
         "engine/apply.py",
         "engine/plan.py",
         "engine/results.py",
-        "telemetry.py",
         "_http.py",
         "serve/protocol.py",
         "__init__.py",

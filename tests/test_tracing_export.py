@@ -4,6 +4,7 @@ posting them to a real OTLP/HTTP receiver with OTEL_EXPORTER_OTLP_ENDPOINT alone
 
 from __future__ import annotations
 
+import ast
 import json
 import logging
 import subprocess
@@ -20,6 +21,7 @@ from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.trace import StatusCode
 
+from kbctl import telemetry
 from kbctl.client import KnowledgeBaseStore
 from kbctl.manifest import parse_manifests
 from kbctl.telemetry import provider_from_environment, tracing_requested
@@ -199,6 +201,62 @@ def test_the_provider_follows_the_sdk_variables(
         assert provider_from_environment() is None  # nothing left to export to
     [warning] = [r.getMessage() for r in caplog.records]
     assert "'otlp_proto_grpc' is not installed" in warning and "opentelemetry-exporter-otlp-proto-grpc" in warning
+
+
+@pytest.mark.parametrize(
+    ("protocols", "exporters"),
+    [
+        ({"OTEL_EXPORTER_OTLP_PROTOCOL": "http/protobuf"}, ["OTLPSpanExporter"]),
+        (
+            {"OTEL_EXPORTER_OTLP_PROTOCOL": "grpc", "OTEL_EXPORTER_OTLP_TRACES_PROTOCOL": "http/protobuf"},
+            ["OTLPSpanExporter"],
+        ),
+        ({"OTEL_EXPORTER_OTLP_PROTOCOL": "carrier-pigeon"}, None),
+    ],
+)
+def test_otlp_is_the_exporter_of_the_protocol_variables(
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+    protocols: dict[str, str],
+    exporters: list[str] | None,
+) -> None:
+    """`otlp` is the exporter of OTEL_EXPORTER_OTLP_TRACES_PROTOCOL, else of OTEL_EXPORTER_OTLP_PROTOCOL; a protocol
+    OTLP does not have exports nothing, with one warning line naming it."""
+    for name in ("OTEL_RESOURCE_ATTRIBUTES", "OTEL_EXPORTER_OTLP_PROTOCOL", "OTEL_EXPORTER_OTLP_TRACES_PROTOCOL"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("OTEL_TRACES_EXPORTER", "console,otlp")
+    for name, value in protocols.items():
+        monkeypatch.setenv(name, value)
+    with caplog.at_level(logging.WARNING, logger="kbctl.telemetry"):
+        provider: Any = provider_from_environment()
+    if exporters is None:
+        assert provider is None
+        [warning] = [r.getMessage() for r in caplog.records]
+        assert "'carrier-pigeon'" in warning and "not exported" in warning
+        return
+    try:
+        names = [type(p.span_exporter).__name__ for p in provider._active_span_processor._span_processors]
+        assert names == ["ConsoleSpanExporter", *exporters] and not caplog.records
+    finally:
+        provider.shutdown()
+
+
+def test_the_provider_uses_only_the_public_modules_of_opentelemetry() -> None:
+    """kbctl.telemetry imports no private module of OpenTelemetry (`opentelemetry.sdk._configuration`): an upgrade
+    of the SDK may change those without notice."""
+    tree = ast.parse(Path(telemetry.__file__).read_text())
+    named = [n.module for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) and n.module]
+    named += [a.name for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names]
+    named += [
+        n.args[0].value
+        for n in ast.walk(tree)
+        if isinstance(n, ast.Call)
+        and n.args
+        and isinstance(n.args[0], ast.Constant)
+        and "import" in ast.unparse(n.func)
+    ]
+    otel = [str(m) for m in named if str(m).startswith("opentelemetry")]
+    assert otel and not [m for m in otel if any(part.startswith("_") for part in m.split("."))]
 
 
 def exported_spans(log: str) -> list[dict[str, Any]]:
