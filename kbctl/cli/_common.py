@@ -16,6 +16,14 @@ from typer.core import TyperGroup
 
 from kbctl.cli.completion import RESOURCES, kb_names, object_formats, resource_types
 from kbctl.cli.output import ObjectOutput, check_object_output
+from kbctl.cli.render import (
+    error_line,
+    lock_waiting_line,
+    rerank_skipped_line,
+    skipped_note,
+    version_line,
+    warning_line,
+)
 from kbctl.cli.terminal import inert, say
 from kbctl.errors import InputError, KbctlError
 from kbctl.manifest import CONTEXT_TOKENS_MAX, TOP_K_MAX
@@ -230,7 +238,7 @@ RerankOpt = Annotated[
 def note_skipped(loaded: ManifestSet) -> None:
     """Name on stderr, once per file, the objects of other tools that -f found beside the manifests."""
     for skipped in loaded.skipped:
-        say(f"note: {inert(skipped.message)}", err=True)
+        say(skipped_note(skipped.message), err=True)
 
 
 def load_manifest_paths(filename: Sequence[str], recursive: bool) -> ManifestSet:
@@ -245,13 +253,13 @@ def load_manifest_paths(filename: Sequence[str], recursive: bool) -> ManifestSet
 def say_warnings(warnings: Sequence[str]) -> None:
     """Print each warning a library result carries on stderr, `warning: ...`."""
     for warning in warnings:
-        say(f"warning: {inert(warning)}", err=True)
+        say(warning_line(warning), err=True)
 
 
 def warn_rerank(info: RerankInfo | None) -> None:
     """Say on stderr that the reranker failed and the answer is in fused order."""
     if info is not None and info.error:
-        say(f"warning: rerank skipped, results are in fused order: {inert(info.error)}", err=True)
+        say(rerank_skipped_line(info.error), err=True)
 
 
 Resource = Annotated[
@@ -338,7 +346,7 @@ WatchTimeoutOpt = Annotated[
 
 def say_waiting(name: str) -> Callable[[], None]:
     """What a command prints on stderr when another command holds the knowledge base's lock."""
-    return lambda: say(f"waiting for another apply, delete or rollback of KnowledgeBase/{name}", err=True)
+    return lambda: say(lock_waiting_line(name), err=True)
 
 
 def handles_errors(func: Callable[P, R]) -> Callable[P, R]:
@@ -357,7 +365,7 @@ def handles_errors(func: Callable[P, R]) -> Callable[P, R]:
         except KbctlError as exc:  # a bad argument is UsageError; unreadable stored data StoreError
             if state["debug"]:
                 raise
-            say(f"Error: {inert(str(exc))}", err=True)
+            say(error_line(str(exc)), err=True)
             raise typer.Exit(1) from None
 
     return wrapper
@@ -500,7 +508,7 @@ def _print_version(value: bool | None) -> None:
     if value:
         from kbctl._version import __version__
 
-        say(f"kbctl {__version__}")
+        say(version_line(__version__))
         raise typer.Exit()
 
 

@@ -27,7 +27,15 @@ from kbctl.cli._common import (
     say_warnings,
 )
 from kbctl.cli.diff import ApplySetOpt, PruneOpt, SelectorOpt, applyset_name, plan_apply, prune_scope
-from kbctl.cli.render import span
+from kbctl.cli.render import (
+    client_valid_line,
+    no_controller_line,
+    pruned_line,
+    read_here_line,
+    recorded_line,
+    span,
+    sync_applied_line,
+)
 from kbctl.cli.terminal import say
 from kbctl.defaults import APPLY_WAIT_SECONDS
 
@@ -125,18 +133,15 @@ def apply(
         emit(_json(report, wait=wait, pruning=chosen is not None), output)
     elif not quiet and not output:
         for name in report.pruned:
-            say(f"KnowledgeBase/{name} pruned")
+            say(pruned_line(name))
         for sync in report.syncs:
-            say(f"Sync/{sync.name} {sync.action}")
+            say(sync_applied_line(sync.name, sync.action))
         if wait:
             from kbctl.cli.render import applied_line
 
             say(applied_line(report))
         elif any(p.pending for p in report.recorded) and not alive:
-            say(
-                "no controller is running, so nothing is ingested yet: run `kbctl controller` (or `kbctl controller "
-                "--once`), or apply again with --wait"
-            )
+            say(no_controller_line())
     code = report.exit_code(changes=exit_code)
     if code:
         raise typer.Exit(code)
@@ -150,10 +155,9 @@ def _recorded_lines(to_apply: ManifestsToApply, *, quiet: bool, log: bool) -> Ca
     def recorded(pending: list[PendingResult]) -> None:
         if log and not quiet:
             for p in pending:
-                state = f"version {p.version} pending" if p.pending else f"version {p.version}"
-                say(f"KnowledgeBase/{p.name} {p.action if p.pending else 'unchanged'} ({state})")
+                say(recorded_line(p.name, p.action, p.version, pending=p.pending))
         if local and not quiet:
-            say(f"{', '.join(local)}: path: sources are read here (as with --wait), not by a controller", err=True)
+            say(read_here_line(local), err=True)
 
     return recorded
 
@@ -178,7 +182,7 @@ def _client_dry_run(filename: list[str], recursive: bool, output: OutputOpt) -> 
         emit({"dryRun": "client", "valid": [m.kb.name for m in manifests]}, output)
         return
     for m in manifests:
-        say(f"KnowledgeBase/{m.kb.name} valid (dry run: client, the store was not consulted)")
+        say(client_valid_line(m.kb.name))
 
 
 def _dry_run(

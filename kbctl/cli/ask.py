@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import sys
-from typing import TYPE_CHECKING, Annotated
+from typing import Annotated
 
 import typer
 
@@ -26,19 +26,8 @@ from kbctl.cli._common import (
     warn_rerank,
 )
 from kbctl.cli.completion import kb_names
+from kbctl.cli.render import cited_sources_text
 from kbctl.cli.terminal import inert, inert_text, say
-
-if TYPE_CHECKING:
-    from kbctl import AskResult
-
-
-def _sources(result: AskResult) -> list[str]:
-    """The cited passages, one line each: number, source, section, origin, character range."""
-    lines = []
-    for c in result.citations:
-        section = " > ".join(c.heading_path) or "(no heading)"
-        lines.append(inert(f"  [{c.number}] {c.source} | {section} | {c.origin} | chars {c.char_start}-{c.char_end}"))
-    return lines
 
 
 @app.command()
@@ -114,16 +103,15 @@ def ask(
         emit(result, output)
     else:
         if shown:
-            say("")
+            say()  # the streamed answer's line ends
         elif result.answer is not None:
             say(result.answer)
         else:  # nothing relevant: kbctl's own sentence, and why on stderr
             say(result.text)
             say(inert(result.message), err=True)
-        sources = _sources(result)
+        sources = cited_sources_text(result)
         if sources:
-            say("\nSources:")
-            say("\n".join(sources))
+            say(sources)
     say_warnings(result.warnings)
     if result.reason != "answered":
         raise typer.Exit(NOT_COVERED_EXIT)

@@ -25,7 +25,8 @@ from kbctl.cli._common import (
     resource_names,
 )
 from kbctl.cli.completion import kb_names
-from kbctl.cli.terminal import inert, say
+from kbctl.cli.render import controller_started_line, pass_finished_line, wait_met_line, wait_timed_out_line
+from kbctl.cli.terminal import say
 
 if TYPE_CHECKING:
     from kbctl import Event, Reporter
@@ -172,17 +173,15 @@ def _run_controller(
                 report = ctl.run_once()
                 ctl.deregister()
                 done, failed = len(report.results), sum(r.failed for r in report.results) + len(report.failed_syncs)
-                plural = "s" if done != 1 else ""
-                summary = f"reconciled {done} knowledge base{plural}" + (f", {failed} failed" if failed else "")
-                log.say("PassFinished", summary, level="error" if failed else "info")
+                log.say("PassFinished", pass_finished_line(done, failed), level="error" if failed else "info")
                 if report.exit_code():
                     raise typer.Exit(report.exit_code())
                 return
             stop = threading.Event()
             for sig in (signal.SIGINT, signal.SIGTERM):
                 signal.signal(sig, lambda *_: stop.set())
-            where = f"; metrics and /healthz on port {server.port}" if server is not None else ""
-            log.say("ControllerStarted", f"controller {ctl.id} running{where}", err=True)
+            port = server.port if server is not None else None
+            log.say("ControllerStarted", controller_started_line(ctl.id, port), err=True)
             ctl.run(stop, poll_seconds=seconds)
         finally:
             if server is not None:
@@ -230,12 +229,11 @@ def wait(
         raise typer.BadParameter("choose what to wait for: names, -l or --all (one of them)", param_hint="NAME")
     target = parse_for(for_)
     seconds = parse_duration(timeout)
-    word = "deleted" if target is None else "condition met"
     done: list[str] = []
 
     def met(name: str) -> None:
         done.append(name)
-        say(inert(f"knowledgebase/{name} {word}"))
+        say(wait_met_line(name, deleted=target is None))
 
     with open_store() as store:
         targets = wanted or [s.name for s in store.list(chosen)]
@@ -251,7 +249,5 @@ def wait(
             all_met = store.wait(targets, condition=target[0], value=target[1], timeout=seconds, on_met=met)
     if all_met:
         return
-    left = ", ".join(f"knowledgebase/{n}" for n in targets if n not in done)
-    what = "the deletion of" if target is None else f"{target[0]}={target[1]} on"
-    say(inert(f"Error: timed out after {timeout} waiting for {what} {left}"), err=True)
+    say(wait_timed_out_line(timeout, target, [n for n in targets if n not in done]), err=True)
     raise typer.Exit(1)

@@ -20,6 +20,7 @@ from kbctl.cli._common import (
     note_skipped,
     open_store_for,
 )
+from kbctl.cli.render import legacy_prune_warning
 from kbctl.cli.terminal import say
 
 if TYPE_CHECKING:
@@ -88,11 +89,7 @@ def prune_scope(prune: bool, selector: str | None, applyset: str | None) -> Prun
     except ValueError as exc:
         raise typer.BadParameter(str(exc), param_hint="'-l' / '--selector'") from None
     if applyset is None:
-        say(
-            "warning: --prune -l without --applyset prunes by labels alone (and never a member of an apply set); "
-            "give each repository an apply set: --applyset NAME",
-            err=True,
-        )
+        say(legacy_prune_warning(), err=True)
     return PruneScope(applyset, parsed)
 
 
@@ -160,7 +157,7 @@ def diff(
     2 error: apply would fail for some knowledge base (as in kubectl, above 1 is an error, so CI stops), or the
     diff itself failed (invalid manifest, store or model error, usage error).
     """  # noqa: RUF002  (the minus sign U+2212, as printed)
-    from kbctl.cli.render import diff_lines, would_fail_lines
+    from kbctl.cli.render import diff_lines, error_line, would_fail_lines
 
     chosen = prune_scope(prune, selector, applyset_name(applyset))
     report = _errors_exit_2(plan_apply)(filename, recursive, chosen)
@@ -170,7 +167,7 @@ def diff(
         for line in diff_lines(report):
             say(line)
     for line in would_fail_lines(report):
-        say(f"Error: {line}", err=True)
+        say(error_line(line), err=True)
     if report.fails:
         raise typer.Exit(2)
     if report.differs:

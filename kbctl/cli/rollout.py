@@ -52,7 +52,7 @@ def history(resource: Resource, name: KbName, output: ObjectOutputOpt = None) ->
     custom-columns=VERSION:.number,CHUNKS:.chunkCount); -o name prints knowledgebase/NAME.
     """
     from kbctl.cli.output import parse_object_output
-    from kbctl.cli.render import history_table, no_versions_line
+    from kbctl.cli.render import history_table, no_versions_line, object_name
 
     check_resource(resource)
     fmt = parse_object_output(output)
@@ -63,7 +63,7 @@ def history(resource: Resource, name: KbName, output: ObjectOutputOpt = None) ->
         emit_objects([v.model_dump(mode="json", by_alias=True) for v in versions], fmt, single=False)
         return
     if fmt is not None and fmt.kind == "name":
-        say(inert(f"knowledgebase/{name}"))
+        say(object_name("knowledgebase", name))
         return
     if detail is not None:
         say(no_versions_line(detail), err=True)
@@ -168,6 +168,8 @@ def status(
       kbctl rollout status kb policies --progress-deadline=2m
       kbctl rollout status kb policies --watch=false
     """
+    from kbctl.cli.render import error_line, rollout_stalled_line, rollout_timed_out_line
+
     check_resource(resource)
     with open_store() as store:
         result = store.rollout_status(
@@ -181,15 +183,13 @@ def status(
         say(inert(result.message))
         return
     if result.state == "failed":
-        say(f"Error: {inert(result.message)}", err=True)
+        say(error_line(result.message), err=True)
     elif not watch:
         say(inert(result.message))
     elif result.stalled:
-        stuck = f'knowledgebase "{name}" exceeded its progress deadline ({progress_deadline})'
-        say(f"Error: {inert(stuck)}: {inert(result.detail)}", err=True)
+        say(rollout_stalled_line(name, progress_deadline, result.detail), err=True)
     else:
-        waited = f'timed out after {timeout} waiting for knowledgebase "{name}" rollout to finish'
-        say(f"Error: {inert(waited)}: {inert(result.detail)}", err=True)
+        say(rollout_timed_out_line(name, timeout, result.detail), err=True)
     raise typer.Exit(1)
 
 
@@ -218,13 +218,15 @@ def undo(
     the manifest last applied on its next pass (drift), unless that manifest sets spec.suspend: true. A knowledge
     base a Sync manages is refused (the Sync's next pass would undo it) unless --force.
     """
+    from kbctl.cli.render import rolled_back_line
+
     check_resource(resource)
     with open_store() as store:
         result = store.rollback(
             name, to_version, timeout=parse_duration(timeout), on_wait=say_waiting(name), force=force
         )
     say_warnings(result.warnings)
-    say(f"KnowledgeBase/{result.name} rolled back to version {result.to_version}")
+    say(rolled_back_line(result.name, result.to_version))
 
 
 @app.command()
@@ -238,13 +240,13 @@ def gc(
 
     Does nothing while an apply or refresh runs, since it may be about to use such vectors.
     """
-    from kbctl.cli.render import gc_line
+    from kbctl.cli.render import gc_line, nothing_collected_line
 
     with open_store() as store:
         result = store.collect_garbage(batch)
     if output:
         emit(result, output)
     elif result.skipped:
-        say("skipped: an apply is in progress")
+        say(nothing_collected_line())
     else:
         say(gc_line(result))
