@@ -13,15 +13,18 @@ from __future__ import annotations
 import secrets
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
-from contextlib import asynccontextmanager
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
+from dataclasses import dataclass
 from typing import Annotated, Any, Final, Literal, TypeVar
 
 import anyio
 from fastapi import Body, FastAPI, Path, Query, Request, Response
 from fastapi.responses import PlainTextResponse
+from mcp.server.mcpserver import MCPServer
 from mcp.server.transport_security import TransportSecuritySettings
 from pydantic import AfterValidator, BaseModel, ConfigDict
 from pydantic_core import PydanticCustomError
+from starlette.applications import Starlette
 
 from kbctl import (
     AskResult,
@@ -29,6 +32,7 @@ from kbctl import (
     GroundedContext,
     KnowledgeBaseDetail,
     KnowledgeBaseSummary,
+    QueryOptions,
     QueryResult,
     Readiness,
 )
@@ -166,17 +170,46 @@ def create_app(
     metrics = Metrics()
     lens = Console(service, tokens.authenticate, timeout=request_timeout) if console else None
     mcp_server = build_mcp(service, ask_timeout=ask_timeout, retrieval_log=retrieval_log) if mcp else None
-    mcp_app = None
-    if mcp_server is not None:
-        security = None if host in LOOPBACK_HOSTS else TransportSecuritySettings(enable_dns_rebinding_protection=False)
-        mcp_app = mcp_server.streamable_http_app(
-            streamable_http_path="/mcp",
-            stateless_http=True,
-            json_response=True,
-            max_request_body_size=MAX_BODY_BYTES,
-            transport_security=security,
-            host=host,
-        )
+    app = _Api(
+        title="kbctl",
+        version=__version__,
+        summary="Retrieval from kbctl knowledge bases: grounded context for agents.",
+        lifespan=_lifespan(threads, mcp_server, retrieval_log),
+        redoc_url=None,
+    )
+    install_handlers(app)
+    serving = _Serving(service, request_timeout, ask_timeout, retrieval_log)
+    _health_routes(app, serving, metrics)
+    _knowledge_base_routes(app, serving)
+    _retrieval_routes(app, serving)
+    _answer_routes(app, serving)
+    _federated_routes(app, serving)
+    if mcp_server is not None:  # /mcp itself, without a mount's redirect to /mcp/
+        app.router.routes.extend(_mcp_app(mcp_server, host).routes)
+    if lens is not None:
+        lens.install(app)
+    _install_middleware(app, tokens, lens, metrics)
+    app.add_middleware(BodyLimit, limit=MAX_BODY_BYTES, timeout=body_timeout)
+    return app
+
+
+def _mcp_app(mcp_server: MCPServer[Any], host: str) -> Starlette:
+    """The MCP server's streamable HTTP app (its one route, `/mcp`), checking Host headers on loopback."""
+    security = None if host in LOOPBACK_HOSTS else TransportSecuritySettings(enable_dns_rebinding_protection=False)
+    return mcp_server.streamable_http_app(
+        streamable_http_path="/mcp",
+        stateless_http=True,
+        json_response=True,
+        max_request_body_size=MAX_BODY_BYTES,
+        transport_security=security,
+        host=host,
+    )
+
+
+def _lifespan(
+    threads: int | None, mcp_server: MCPServer[Any] | None, retrieval_log: RetrievalLog | None
+) -> Callable[[FastAPI], AbstractAsyncContextManager[None]]:
+    """The app's lifespan: the worker threads' cap, the MCP session manager running, the retrieval log closed."""
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
@@ -192,17 +225,26 @@ def create_app(
             if retrieval_log is not None:  # what it has queued is written before the process ends
                 await anyio.to_thread.run_sync(retrieval_log.close)
 
-    app = _Api(
-        title="kbctl",
-        version=__version__,
-        summary="Retrieval from kbctl knowledge bases: grounded context for agents.",
-        lifespan=lifespan,
-        redoc_url=None,
-    )
-    install_handlers(app)
+    return lifespan
 
-    async def run(request: Request, fn: Callable[[], T], timeout: float = request_timeout) -> T:
+
+def _caller(request: Request) -> Principal:
+    principal: Principal = request.state.principal
+    return principal
+
+
+@dataclass(frozen=True)
+class _Serving:
+    """What the routes share: the service, the bounds of a request's work, and the retrieval log (None: off)."""
+
+    service: RetrievalService
+    request_timeout: float
+    ask_timeout: float
+    retrieval_log: RetrievalLog | None
+
+    async def run(self, request: Request, fn: Callable[[], T], timeout: float | None = None) -> T:
         """`fn` on a worker thread, bounded by the request timeout; a ValueError of the options is a 400."""
+        timeout = self.request_timeout if timeout is None else timeout
         try:
             with anyio.fail_after(timeout):
                 return await anyio.to_thread.run_sync(fn, abandon_on_cancel=True)
@@ -211,38 +253,43 @@ def create_app(
         except ValueError as exc:
             raise BadRequest(str(exc)) from exc
 
-    def caller(request: Request) -> Principal:
-        principal: Principal = request.state.principal
-        return principal
+    def options(self, body: QueryRequest) -> QueryOptions:
+        """The body's query options, explained when the retrieval log records them."""
+        return body.options() if self.retrieval_log is None else RetrievalLog.explained(body.options())
 
-    async def answer(name: str, body: QueryRequest, request: Request) -> QueryResult:
+    async def answer(self, name: str, body: QueryRequest, request: Request) -> QueryResult:
         """The query of `name` the body asks for, logged, counted and traced (for /query and /context), and
         recorded in the retrieval log when there is one."""
-        principal = caller(request)
-        options = body.options() if retrieval_log is None else RetrievalLog.explained(body.options())
+        principal = _caller(request)
+        options = self.options(body)
         operation = "context" if request.url.path.endswith("/context") else "query"
         result = await logged(
-            retrieval_log,
-            lambda: run(request, lambda: service.query(principal, name, body.question, options)),
+            self.retrieval_log,
+            lambda: self.run(request, lambda: self.service.query(principal, name, body.question, options)),
             "http",
             operation,
             principal,
             [name],
             body.question,
         )
-        observed(request, result, principal)
+        _observed(request, result, principal)
         return without_trace(result, body.explain)
 
-    def observed(request: Request, result: QueryResult, principal: Principal, **extra: Any) -> None:
-        """What the request's log line and metrics say of a query (and `extra`), and its trace."""
-        request.state.outcome = {
-            "knowledgeBase": result.knowledge_base,
-            "version": result.version,
-            "hits": len(result.hits),
-            "bestScore": result.best_score,
-            **extra,
-        }
-        trace_query(result, route=request.url.path, principal=principal.name)
+
+def _observed(request: Request, result: QueryResult, principal: Principal, **extra: Any) -> None:
+    """What the request's log line and metrics say of a query (and `extra`), and its trace."""
+    request.state.outcome = {
+        "knowledgeBase": result.knowledge_base,
+        "version": result.version,
+        "hits": len(result.hits),
+        "bestScore": result.best_score,
+        **extra,
+    }
+    trace_query(result, route=request.url.path, principal=principal.name)
+
+
+def _health_routes(app: FastAPI, serving: _Serving, metrics: Metrics) -> None:
+    """/healthz, /readyz and /metrics."""
 
     @app.get(
         "/healthz",
@@ -268,7 +315,7 @@ def create_app(
         ),
     )
     async def readyz(request: Request) -> Response:
-        ready: Readiness = await run(request, service.readiness)
+        ready: Readiness = await serving.run(request, serving.service.readiness)
         return _Json(ready, status_code=200 if ready.ready else 503)
 
     @app.get(
@@ -281,9 +328,13 @@ def create_app(
         **_declares(403),
     )
     async def prometheus(request: Request) -> Response:
-        if not caller(request).metrics:  # its labels name knowledge bases outside the caller's scope
+        if not _caller(request).metrics:  # its labels name knowledge bases outside the caller's scope
             return problem(403, "forbidden", "this token may not read /metrics (give it metrics: true)")
         return Response(metrics.render(), media_type=CONTENT_TYPE_LATEST)
+
+
+def _knowledge_base_routes(app: FastAPI, serving: _Serving) -> None:
+    """/v1/knowledgebases and /v1/knowledgebases/{name}."""
 
     @app.get(
         "/v1/knowledgebases",
@@ -295,9 +346,9 @@ def create_app(
         **_declares(422, 503, 504),
     )
     async def list_kbs(request: Request, selector: SelectorQuery = None) -> Response:
-        principal = caller(request)
+        principal = _caller(request)
         parsed = parse_selector(selector) if selector is not None else None
-        listed = await run(request, lambda: service.knowledge_bases(principal, parsed))
+        listed = await serving.run(request, lambda: serving.service.knowledge_bases(principal, parsed))
         return _Json(KnowledgeBaseList(items=listed))
 
     @app.get(
@@ -310,10 +361,14 @@ def create_app(
         **_declares(404, 422, 503, 504),
     )
     async def get_kb(name: Name, request: Request) -> Response:
-        principal = caller(request)
-        detail = await run(request, lambda: service.describe(principal, name))
+        principal = _caller(request)
+        detail = await serving.run(request, lambda: serving.service.describe(principal, name))
         request.state.outcome = {"knowledgeBase": detail.name, "version": detail.version}
         return _Json(detail)
+
+
+def _retrieval_routes(app: FastAPI, serving: _Serving) -> None:
+    """A knowledge base's /query and /context."""
 
     @app.post(
         "/v1/knowledgebases/{name}/query",
@@ -327,7 +382,7 @@ def create_app(
     async def query(
         name: Name, body: Annotated[QueryRequest, Body(openapi_examples=QUERY_EXAMPLES)], request: Request
     ) -> Response:
-        return _Json(await answer(name, body, request))
+        return _Json(await serving.answer(name, body, request))
 
     @app.post(
         "/v1/knowledgebases/{name}/context",
@@ -341,7 +396,11 @@ def create_app(
     async def context(
         name: Name, body: Annotated[QueryRequest, Body(openapi_examples=QUERY_EXAMPLES)], request: Request
     ) -> Response:
-        return _Json(GroundedContext.of(await answer(name, body, request)))
+        return _Json(GroundedContext.of(await serving.answer(name, body, request)))
+
+
+def _answer_routes(app: FastAPI, serving: _Serving) -> None:
+    """A knowledge base's /ask."""
 
     @app.post(
         "/v1/knowledgebases/{name}/ask",
@@ -355,19 +414,27 @@ def create_app(
     async def ask(
         name: Name, body: Annotated[AskRequest, Body(openapi_examples=ASK_EXAMPLES)], request: Request
     ) -> Response:
-        principal = caller(request)
-        options = body.options() if retrieval_log is None else RetrievalLog.explained(body.options())
+        principal = _caller(request)
+        options = serving.options(body)
         result = await logged(
-            retrieval_log,
-            lambda: run(request, lambda: service.ask(principal, name, body.question, options), timeout=ask_timeout),
+            serving.retrieval_log,
+            lambda: serving.run(
+                request,
+                lambda: serving.service.ask(principal, name, body.question, options),
+                timeout=serving.ask_timeout,
+            ),
             "http",
             "ask",
             principal,
             [name],
             body.question,
         )
-        observed(request, result.retrieval, principal, reason=result.reason, chatModel=result.model)
+        _observed(request, result.retrieval, principal, reason=result.reason, chatModel=result.model)
         return _Json(without_trace(result, body.explain))
+
+
+def _federated_routes(app: FastAPI, serving: _Serving) -> None:
+    """/v1/query: one question to several knowledge bases."""
 
     @app.post(
         "/v1/query",
@@ -381,27 +448,27 @@ def create_app(
     async def query_many(
         body: Annotated[MultiQueryRequest, Body(openapi_examples=MULTI_QUERY_EXAMPLES)], request: Request
     ) -> Response:
-        principal = caller(request)
+        principal = _caller(request)
         if body.knowledge_bases and body.selector is not None:
             raise BadRequest("give knowledgeBases or selector, not both")
         selector = body.label_selector()
-        options = body.options() if retrieval_log is None else RetrievalLog.explained(body.options())
+        options = serving.options(body)
         each: list[QueryResult] = []  # each knowledge base's own result, with its trace, for the retrieval log
 
         def members() -> FederatedResult:
             with trace_members(route=request.url.path, principal=principal.name):
-                return service.query_many(
+                return serving.service.query_many(
                     principal,
                     body.question,
                     options,
                     names=body.knowledge_bases,
                     selector=selector,
-                    on_member=each.append if retrieval_log is not None else None,
+                    on_member=each.append if serving.retrieval_log is not None else None,
                 )
 
         result = await logged(
-            retrieval_log,
-            lambda: run(request, members),
+            serving.retrieval_log,
+            lambda: serving.run(request, members),
             "http",
             "federated",
             principal,
@@ -416,10 +483,10 @@ def create_app(
         }
         return _Json(result)
 
-    if mcp_app is not None:
-        app.router.routes.extend(mcp_app.routes)  # /mcp itself, without a mount's redirect to /mcp/
-    if lens is not None:
-        lens.install(app)
+
+def _install_middleware(app: FastAPI, tokens: Tokens, lens: Console | None, metrics: Metrics) -> None:
+    """The middleware that authenticates each request (its bearer, or on the console's pages its session),
+    refuses one without a caller unless its path is public, and logs and counts every answer."""
 
     def authenticated(request: Request) -> Principal | None:
         """The caller: its bearer header; on the console's pages without one, its session (kbctl.serve.console)."""
@@ -473,6 +540,3 @@ def create_app(
                 **outcome,
             )
         return response
-
-    app.add_middleware(BodyLimit, limit=MAX_BODY_BYTES, timeout=body_timeout)
-    return app
