@@ -170,6 +170,16 @@ def build_mcp(
         server = _KbctlMCP(name="kbctl", version=__version__, instructions=INSTRUCTIONS)
     server.service = service
     server.local = local
+    _list_tool(server, service, local)
+    _search_tool(server, service, local, retrieval_log)
+    _context_tool(server, service, local, retrieval_log)
+    _ask_tool(server, service, local, ask_timeout, retrieval_log)
+    _knowledge_base_resource(server, service, local)
+    return server
+
+
+def _list_tool(server: MCPServer[Any], service: RetrievalService, local: Principal) -> None:
+    """The list_knowledge_bases tool: the knowledge bases in the caller's scope, with what each covers."""
 
     @server.tool(
         description="List the knowledge bases you may search, with the description of what each one covers, "
@@ -190,6 +200,12 @@ def build_mcp(
                 for kb in kbs
             ]
         }
+
+
+def _search_tool(
+    server: MCPServer[Any], service: RetrievalService, local: Principal, retrieval_log: RetrievalLog | None
+) -> None:
+    """The search tool: a knowledge base's ranked hits for a question."""
 
     @server.tool(
         description="Search a knowledge base for the chunks most relevant to a question, ranked, each with its "
@@ -223,6 +239,12 @@ def build_mcp(
             ],
         }
 
+
+def _context_tool(
+    server: MCPServer[Any], service: RetrievalService, local: Principal, retrieval_log: RetrievalLog | None
+) -> None:
+    """The get_context tool: the grounded context block for a question."""
+
     @server.tool(
         description="Get the grounded context for a question from a knowledge base: the relevant passages, "
         "numbered and tagged with their source, in a block ready to answer from, or a block saying plainly "
@@ -239,6 +261,16 @@ def build_mcp(
             service, ctx, "get_context", knowledge_base, question, top_k, threshold, local, retrieval_log
         )
         return GroundedContext.of(result).block
+
+
+def _ask_tool(
+    server: MCPServer[Any],
+    service: RetrievalService,
+    local: Principal,
+    ask_timeout: float,
+    retrieval_log: RetrievalLog | None,
+) -> None:
+    """The ask tool: an answer from a knowledge base's passages by its chat model, with its citations."""
 
     @server.tool(
         description="Ask a knowledge base a question and get an answer written only from its passages by the "
@@ -289,6 +321,10 @@ def build_mcp(
             "warnings": result.warnings,
         }
 
+
+def _knowledge_base_resource(server: MCPServer[Any], service: RetrievalService, local: Principal) -> None:
+    """The resource of each knowledge base (`kbctl://knowledgebases/NAME`): its description and state as JSON."""
+
     @server.resource(
         RESOURCE_PREFIX + "{name}",
         name="knowledge base",
@@ -310,8 +346,6 @@ def build_mcp(
         except KbctlError as exc:
             raise ResourceError(str(exc)) from None
         return json.dumps(detail.model_dump(mode="json", by_alias=True, exclude={"conditions"}))
-
-    return server
 
 
 def _listed_tools() -> list[MCPTool]:
