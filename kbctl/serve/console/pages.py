@@ -167,6 +167,14 @@ class Console:
 
     def _routes(self) -> APIRouter:
         router = APIRouter(include_in_schema=False)
+        self._session_routes(router)
+        self._knowledge_base_routes(router)
+        self._playground_routes(router)
+        self._retrieval_routes(router)
+        return router
+
+    def _session_routes(self, router: APIRouter) -> None:
+        """The static files, signing in and signing out."""
 
         @router.get("/static/{name}")
         async def static(name: str) -> Response:
@@ -218,6 +226,9 @@ class Console:
             response = RedirectResponse("/login", status_code=303, headers=HEADERS)
             response.delete_cookie(COOKIE, path="/")
             return response
+
+    def _knowledge_base_routes(self, router: APIRouter) -> None:
+        """The knowledge bases' list (and its rows), one knowledge base's page, and the diff of two versions."""
 
         async def listed(request: Request, selector: str | None, template: str) -> Response:
             """The knowledge bases in the person's scope matching `selector`, as the page or its rows."""
@@ -273,6 +284,9 @@ class Console:
                 request, "diff.html", heading=f"{name}: version {low} → {high}", section="kbs", name=name, diff=diff
             )
 
+    def _playground_routes(self, router: APIRouter) -> None:
+        """The playground: a query run as the signed-in person, its trace drawn."""
+
         @router.get("/playground")
         async def playground(request: Request) -> Response:
             reads = self._reads(request)
@@ -310,6 +324,9 @@ class Console:
             except (KbctlError, TimeoutError) as exc:
                 return self._failed(request, exc)
             return self._render(request, "playground.html", **context)
+
+    def _retrieval_routes(self, router: APIRouter) -> None:
+        """The retrieval log: its runs, filtered and paged, and one run with its trace."""
 
         @router.get("/retrievals")
         async def retrievals(request: Request) -> Response:
@@ -358,8 +375,6 @@ class Console:
             except ValueError:  # a result the log cut beyond its model's shape: shown as stored
                 pass
             return self._render(request, "retrieval.html", **context)
-
-        return router
 
     def _trace(self, result: QueryResult) -> dict[str, Any]:
         """What the trace view shows of `result`: its candidates, the chart, and where its line came from."""
