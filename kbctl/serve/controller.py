@@ -98,7 +98,13 @@ class ControllerMetrics:
         self._unread: set[str] = set()  # knowledge bases whose reconcile in progress could not read a source
         self._series: dict[str, set[tuple[Any, tuple[str, ...]]]] = {}  # knowledge base -> (metric, labels) it made
         self._touched: dict[str, float] = {}  # knowledge base -> when an event last made one of its series
-        r = self.registry = CollectorRegistry()
+        self.registry = CollectorRegistry()
+        self._engine_metrics(self.registry)
+        self._store_metrics(self.registry)
+
+    def _engine_metrics(self, r: CollectorRegistry) -> None:
+        """The series counted from the engine's events: reconciles, their durations and failures, the last
+        success, Sync passes, losses of the store."""
         kb = ["knowledge_base"]
         self.reconciles = Counter(
             "kbctl_controller_reconciles",
@@ -133,6 +139,10 @@ class ControllerMetrics:
         self.store_lost = Counter(
             "kbctl_controller_store_unavailable", "Times the controller lost the store and reconnected.", registry=r
         )
+
+    def _store_metrics(self, r: CollectorRegistry) -> None:
+        """The gauges each scrape sets from the store: the queue depth, each knowledge base's and each Sync's state."""
+        kb = ["knowledge_base"]
         self.depth = Gauge(
             "kbctl_controller_queue_depth",
             "Knowledge bases whose recorded generation waits to be reconciled.",
