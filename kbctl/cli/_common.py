@@ -271,6 +271,7 @@ Resource = Annotated[
     ),
 ]
 KbName = Annotated[str, typer.Argument(metavar="NAME", help="Knowledge base name.", autocompletion=kb_names)]
+QuestionArg = Annotated[str, typer.Argument(metavar="QUESTION", help="The question, in natural language.")]
 
 P = ParamSpec("P")
 R = TypeVar("R")

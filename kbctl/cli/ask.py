@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import sys
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
@@ -14,6 +14,7 @@ from kbctl.cli._common import (
     MaxTokensOpt,
     ModeOpt,
     OutputOpt,
+    QuestionArg,
     RerankOpt,
     ThresholdOpt,
     TopKOpt,
@@ -29,6 +30,9 @@ from kbctl.cli.completion import kb_names
 from kbctl.cli.render import cited_sources_text
 from kbctl.cli.terminal import inert, inert_text, say
 
+if TYPE_CHECKING:
+    from kbctl import AskResult
+
 
 @app.command()
 @handles_errors
@@ -36,7 +40,7 @@ def ask(
     name: Annotated[
         str, typer.Argument(metavar="NAME", help="Knowledge base to answer from.", autocompletion=kb_names)
     ],
-    question: Annotated[str, typer.Argument(metavar="QUESTION", help="The question, in natural language.")],
+    question: QuestionArg,
     model: Annotated[
         str | None,
         typer.Option(
@@ -102,16 +106,21 @@ def ask(
     if output:
         emit(result, output)
     else:
-        if shown:
-            say()  # the streamed answer's line ends
-        elif result.answer is not None:
-            say(result.answer)
-        else:  # nothing relevant: kbctl's own sentence, and why on stderr
-            say(result.text)
-            say(inert(result.message), err=True)
-        sources = cited_sources_text(result)
-        if sources:
-            say(sources)
+        _say_answer(result, streamed=bool(shown))
     say_warnings(result.warnings)
     if result.reason != "answered":
         raise typer.Exit(NOT_COVERED_EXIT)
+
+
+def _say_answer(result: AskResult, *, streamed: bool) -> None:
+    """The answer as text (its line ended, when it was streamed), or why there is none, then the cited sources."""
+    if streamed:
+        say()  # the streamed answer's line ends
+    elif result.answer is not None:
+        say(result.answer)
+    else:  # nothing relevant: kbctl's own sentence, and why on stderr
+        say(result.text)
+        say(inert(result.message), err=True)
+    sources = cited_sources_text(result)
+    if sources:
+        say(sources)

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import sys
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
@@ -28,6 +28,9 @@ from kbctl.cli._common import (
 )
 from kbctl.cli.completion import SYNC_RESOURCES, kb_names, resource_types
 from kbctl.cli.terminal import say
+
+if TYPE_CHECKING:
+    from kbctl.manifest.selectors import Selector
 
 
 def _delete_syncs(names: list[str], *, ignore_not_found: bool) -> None:
@@ -87,22 +90,11 @@ def delete(
     another apply).
     """
     from kbctl.cli.render import deleted_line, error_line, not_found_line
-    from kbctl.manifest import load_manifests
 
     if resource is not None and resource.lower() in SYNC_RESOURCES:
         _delete_syncs(names or [], ignore_not_found=ignore_not_found)
         return
-    if filename:
-        if resource is not None:
-            raise typer.BadParameter("give -f or a RESOURCE and names, not both", param_hint="-f")
-        wanted = [m.kb.name for m in load_manifests(filename, recursive=recursive, stdin=sys.stdin)]
-    elif resource is None:
-        raise typer.BadParameter("give a RESOURCE (kb) with names, -l or --all; or -f", param_hint="RESOURCE")
-    else:
-        wanted = resource_names(resource, names, DESCRIBE_TYPES)  # delete takes the types describe does
-    chosen = list_selector(selector, wanted)
-    if sum((bool(wanted), chosen is not None, all_kbs)) != 1:
-        raise typer.BadParameter("choose what to delete: names, -f, -l or --all (one of them)", param_hint="NAME")
+    wanted, chosen = _delete_targets(resource, names, filename, recursive, selector, all_kbs)
     if dry_run is DryRun.client and wanted:
         for name in wanted:
             say(deleted_line("KnowledgeBase", name, dry_run=True, consulted=False))
@@ -134,3 +126,29 @@ def delete(
     for name in missing:
         say(not_found_line("knowledgebase", name), err=True)
     raise typer.Exit(1)
+
+
+def _delete_targets(
+    resource: str | None,
+    names: list[str] | None,
+    filename: list[str] | None,
+    recursive: bool,
+    selector: str | None,
+    all_kbs: bool,
+) -> tuple[list[str], Selector | None]:
+    """(names, selector) of the knowledge bases `kbctl delete` is asked for: the names given (or those of -f's
+    manifests), or -l's selector; a usage error unless exactly one of names, -f, -l and --all chooses."""
+    from kbctl.manifest import load_manifests
+
+    if filename:
+        if resource is not None:
+            raise typer.BadParameter("give -f or a RESOURCE and names, not both", param_hint="-f")
+        wanted = [m.kb.name for m in load_manifests(filename, recursive=recursive, stdin=sys.stdin)]
+    elif resource is None:
+        raise typer.BadParameter("give a RESOURCE (kb) with names, -l or --all; or -f", param_hint="RESOURCE")
+    else:
+        wanted = resource_names(resource, names, DESCRIBE_TYPES)  # delete takes the types describe does
+    chosen = list_selector(selector, wanted)
+    if sum((bool(wanted), chosen is not None, all_kbs)) != 1:
+        raise typer.BadParameter("choose what to delete: names, -f, -l or --all (one of them)", param_hint="NAME")
+    return wanted, chosen

@@ -3,7 +3,7 @@ several, fused), or the grounded context block made of them."""
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
@@ -16,7 +16,9 @@ from kbctl.cli._common import (
     MaxTokensOpt,
     ModeOpt,
     NothingFoundExitOpt,
+    Output,
     OutputOpt,
+    QuestionArg,
     RerankOpt,
     ThresholdOpt,
     TopKOpt,
@@ -30,6 +32,10 @@ from kbctl.cli._common import (
 )
 from kbctl.cli.completion import kb_names, query_names
 from kbctl.cli.terminal import inert, say
+
+if TYPE_CHECKING:
+    from kbctl import QueryOptions
+    from kbctl.inputs.access import Reader
 
 
 @app.command()
@@ -83,7 +89,7 @@ def query(
       kbctl query --all "how long do we keep invoices?"
     """
     from kbctl import QueryOptions
-    from kbctl.cli.render import fused_hit_lines, hits_text, not_queried_lines
+    from kbctl.cli.render import fused_hit_lines, not_queried_lines
 
     names, question = _query_targets(args, all_kbs, selector)
     reader = reader_of(as_group, as_claim)
@@ -96,15 +102,7 @@ def query(
         rerank=rerank,
     )
     if len(names) == 1:
-        with open_store() as store:
-            result = store.query(names[0], question, options, reader=reader)
-        warn_rerank(result.rerank)
-        if output:
-            emit(result, output)
-        else:
-            say(hits_text(result))
-        if exit_code and not result.hits:
-            raise typer.Exit(NOT_COVERED_EXIT)
+        _query_one(names[0], question, options, reader, output, exit_code=exit_code)
         return
     if explain:
         raise typer.BadParameter("--explain traces one knowledge base: name one", param_hint="'--explain'")
@@ -119,6 +117,23 @@ def query(
             say(line, err=True)
         say(inert(fused.message))
     if exit_code and not fused.hits:
+        raise typer.Exit(NOT_COVERED_EXIT)
+
+
+def _query_one(
+    name: str, question: str, options: QueryOptions, reader: Reader, output: Output | None, *, exit_code: bool
+) -> None:
+    """`kbctl query` of one knowledge base: its hits in rank order (with --exit-code, exit 3 when there are none)."""
+    from kbctl.cli.render import hits_text
+
+    with open_store() as store:
+        result = store.query(name, question, options, reader=reader)
+    warn_rerank(result.rerank)
+    if output:
+        emit(result, output)
+    else:
+        say(hits_text(result))
+    if exit_code and not result.hits:
         raise typer.Exit(NOT_COVERED_EXIT)
 
 
@@ -143,7 +158,7 @@ def _query_targets(args: list[str], all_kbs: bool, selector: str | None) -> tupl
 @handles_errors
 def context(
     name: Annotated[str, typer.Argument(metavar="NAME", help="Knowledge base to search.", autocompletion=kb_names)],
-    question: Annotated[str, typer.Argument(metavar="QUESTION", help="The question, in natural language.")],
+    question: QuestionArg,
     top_k: TopKOpt = None,
     threshold: ThresholdOpt = None,
     max_tokens: MaxTokensOpt = None,
