@@ -29,7 +29,7 @@ from kbctl.client import KnowledgeBaseStore
 from kbctl.config import Settings
 from kbctl.eval.evalset import load_evalset
 from kbctl.manifest import CONTEXT_TOKENS_MAX
-from kbctl.query import retrieve
+from kbctl.query import plan as query_plan
 from kbctl.query.options import QueryOptions
 from kbctl.store.embedded import stop_server
 
@@ -61,10 +61,10 @@ def main() -> None:
             print(f"{args.name}: {chunks} chunks, {len(questions)} questions of {words:.1f} words, top 10")
             print("| round | what | ef_search | recall@10 against exact | p50 ms | p99 ms |")
             print("|---:|---|---:|---:|---:|---:|")
-            default_ef = retrieve.EF_SEARCH  # type: ignore[attr-defined]
+            default_ef = query_plan.EF_SEARCH  # type: ignore[attr-defined]
             for round_ in range(1, args.rounds + 1):
                 if args.hybrid:
-                    retrieve.EF_SEARCH = default_ef  # type: ignore[attr-defined]
+                    query_plan.EF_SEARCH = default_ef  # type: ignore[attr-defined]
                     for what, ask in (
                         ("embedding alone", lambda q: embedder.embed([q], purpose="query")),
                         ("hybrid query", lambda q: store.query(args.name, q, HYBRID)),
@@ -77,7 +77,7 @@ def main() -> None:
                         p50, p99 = percentile(times, 50) * 1000, percentile(times, 99) * 1000
                         print(f"| {round_} | {what} | {default_ef} | | {p50:.1f} | {p99:.1f} |")
                 for ef in (int(v) for v in args.ef.split(",")):
-                    retrieve.EF_SEARCH = ef  # type: ignore[attr-defined]  # what a spec without efSearch gets
+                    query_plan.EF_SEARCH = ef  # type: ignore[attr-defined]  # what a spec without efSearch gets
                     found, times = 0, []
                     for question, best in zip(questions, exact, strict=True):
                         start = time.perf_counter()

@@ -15,7 +15,7 @@ A second table weighs agreement between the two hybrid lists: each question is a
 (its fused list of `--pool`, with each chunk's rank in the vector and in the keyword list) and at the model's
 threshold with the agreement rule switched off. A rule "within the first N of both lists" answers a question the
 threshold left empty when a chunk ranks within the first N of both lists and scores at least the threshold minus
-AGREEMENT_MARGIN (or at any similarity); kbctl's rule is N = 1 with the margin (kbctl.query.retrieve). The table
+AGREEMENT_MARGIN (or at any similarity); kbctl's rule is N = 1 with the margin (kbctl.query.stages). The table
 says how many no-answer questions of examples/eval each rule answers, and how many answerable questions per set
 it leaves empty.
 """
@@ -40,7 +40,7 @@ from kbctl.config import Settings
 from kbctl.embedding.local import calibrated_threshold
 from kbctl.eval.evalset import load_evalset
 from kbctl.manifest import CONTEXT_TOKENS_MAX, load_manifests
-from kbctl.query import retrieve
+from kbctl.query import stages
 from kbctl.query.options import QueryOptions
 from kbctl.store.embedded import stop_server
 
@@ -69,11 +69,11 @@ def ask(
     without the agreement rule."""
     vector = store.query(kb, question, options=QueryOptions(mode="vector", top_k=pool, threshold=-1.0, max_tokens=BIG))
     fused = store.query(kb, question, options=QueryOptions(mode="hybrid", top_k=pool, threshold=-1.0, max_tokens=BIG))
-    margin, retrieve.AGREEMENT_MARGIN = retrieve.AGREEMENT_MARGIN, 0.0
+    margin, stages.AGREEMENT_MARGIN = stages.AGREEMENT_MARGIN, 0.0
     try:
         plain = store.query(kb, question, options=QueryOptions(mode="hybrid", threshold=threshold, max_tokens=BIG))
     finally:
-        retrieve.AGREEMENT_MARGIN = margin
+        stages.AGREEMENT_MARGIN = margin
     ranked = [(h.vector_rank, h.keyword_rank, h.similarity) for h in fused.hits]
     return Asked(where, no_answer, [h.similarity for h in vector.hits], ranked, bool(plain.hits), threshold)
 
@@ -129,7 +129,7 @@ def beir(home: Path, limit: int, pool: int) -> list[Asked]:
 def agreeing(a: Asked, depth: int, floor: bool) -> bool:
     """Whether a chunk ranks within the first `depth` of both lists (at least the threshold minus AGREEMENT_MARGIN
     when `floor`)."""
-    low = a.threshold - retrieve.AGREEMENT_MARGIN if floor else -1.0
+    low = a.threshold - stages.AGREEMENT_MARGIN if floor else -1.0
     return any(v is not None and k is not None and max(v, k) <= depth and s >= low for v, k, s in a.fused)
 
 

@@ -3,7 +3,7 @@ change them.
 
 The manifest model, the JSON Schema, `kbctl explain` and the stores' queries take their defaults from here; a
 `spec.retrieval` field a manifest leaves unset is resolved here when a query is planned (plan_query). Modules
-import a constant under its name, so `kbctl.query.retrieve.RRF_K` stays readable (and patchable in tests) where it
+import a constant under its name, so `kbctl.query.stages.RRF_K` stays readable (and patchable in tests) where it
 is used. Bounds are not defaults: they live with their checks (kbctl.manifest, kbctl.inputs, kbctl.sources.bounds).
 
 The table "Defaults and tuning constants" of docs/manifest.md is generated from this module, each constant's

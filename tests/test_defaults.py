@@ -44,14 +44,15 @@ def test_the_manifest_model_takes_its_defaults_from_the_module() -> None:
 
 # Where each constant is used, under the name it is read by there (tests and bench/ patch or import these).
 USED_AS = {
-    "kbctl.query.retrieve": {n: n for n in ("CANDIDATES", "FUSION", "KEYWORD_WEIGHT", "RRF_K", "AGREEMENT_MARGIN")}
-    | {"DUPLICATE_COSINE": "DUPLICATE_COSINE", "FIRST_READ": "FIRST_READ", "EF_SEARCH": "EF_SEARCH"},
+    "kbctl.query.plan": {n: n for n in ("CANDIDATES", "FUSION", "KEYWORD_WEIGHT", "EF_SEARCH")},
+    "kbctl.query.stages": {n: n for n in ("FUSION", "RRF_K", "AGREEMENT_MARGIN", "DUPLICATE_COSINE", "FIRST_READ")},
     "kbctl.store.search": {n: n for n in ("EF_SEARCH", "EXACT_SCAN_MAX", "INDEX_MIN_VECTORS", "MAX_OVERFETCH")},
     "kbctl.store.bm25": {"K1": "BM25_K1", "B": "BM25_B", "MATCH_POSTINGS": "MATCH_POSTINGS"},
     "kbctl.embedding.local": {"DEFAULT_THRESHOLD": "DEFAULT_THRESHOLD", "BATCH_SIZE": "LOCAL_BATCH_SIZE"},
     "kbctl.engine.ingest": {"EMBED_BATCH": "EMBED_BATCH"},
     "kbctl.engine.apply": {n: n for n in ("ANALYZE_AFTER_CHUNKS", "ANALYZE_CHUNK_SHARE")},
-    "kbctl.engine.controller": {n: n for n in ("LEASE_SECONDS", "HEARTBEAT_TTL_SECONDS", "STALL_SECONDS")},
+    "kbctl.engine.controller": {n: n for n in ("LEASE_SECONDS", "STALL_SECONDS")},
+    "kbctl.engine.wait": {"HEARTBEAT_TTL_SECONDS": "HEARTBEAT_TTL_SECONDS"},
     "kbctl.eval.beir": {"DEFAULT_SPLIT": "BEIR_SPLIT", "RANKING_TOP_K": "RANKING_TOP_K"},
 }
 

@@ -29,8 +29,8 @@ VALIDATORS = {"field_validator", "model_validator"}
 VALIDATOR_HELPERS = {
     ("manifest/_field_checks.py", "check_url"),  # Source.url, Crawl.url
     ("manifest/_field_checks.py", "check_relative_path"),  # Source.path, include/exclude, GitRepository.paths
-    ("manifest/models.py", "_provider_slash_name"),  # Embedding.model, Answer.model (via _chat_model)
-    ("manifest/models.py", "_chat_model"),  # Answer.model
+    ("manifest/settings.py", "_provider_slash_name"),  # Embedding.model, Answer.model (via _chat_model)
+    ("manifest/settings.py", "_chat_model"),  # Answer.model
     ("eval/evalset.py", "_not_blank"),  # EvalQuery's text fields
 }
 _HELPER_NAMES = {name for _, name in VALIDATOR_HELPERS}

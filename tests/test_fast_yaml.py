@@ -19,6 +19,7 @@ from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
 from kbctl.errors import ManifestError
+from kbctl.inputs import yaml_budget as _yaml_budget
 from kbctl.inputs import yaml_lines as _yaml_lines
 from kbctl.inputs.bounds import MAX_DEPTH
 from kbctl.inputs.yaml_lines import MAX_NODES, YamlDocument, load_documents, locate, split_documents
@@ -76,7 +77,7 @@ def ruamel_forbidden() -> Iterator[None]:
     def refuse(*_: object) -> None:
         raise AssertionError("ruamel's loader was used")
 
-    with mock.patch.object(_yaml_lines, "_loader", refuse), mock.patch.object(_yaml_lines, "YAML", refuse):
+    with mock.patch.object(_yaml_lines, "_loader", refuse), mock.patch.object(_yaml_budget, "YAML", refuse):
         yield
 
 

@@ -9,10 +9,11 @@ from typer.testing import CliRunner
 
 from kbctl.cli import app
 from kbctl.client import KnowledgeBaseStore
+from kbctl.defaults import AGREEMENT_MARGIN, EXACT_TERMS_MARGIN, KEYWORD_WEIGHT, RRF_K
 from kbctl.embedding.local import DEFAULT_THRESHOLD
 from kbctl.manifest import load_manifests, parse_manifests
-from kbctl.query import retrieve
-from kbctl.query.retrieve import AGREEMENT_MARGIN, EXACT_TERMS_MARGIN, KEYWORD_WEIGHT, RRF_K, fuse, identifiers
+from kbctl.query import stages
+from kbctl.query.retrieve import fuse, identifiers
 from kbctl.store.rows import ChunkHit
 
 RUNBOOK = """# Payment errors
@@ -239,12 +240,12 @@ def test_vector_mode_reads_twice_top_k_when_they_decide_the_answer(
     lazy = store.query("office", question, top_k=2, threshold=-1.0)
     assert lazy.mode == "vector" and lazy.candidates == 4 and len(lazy.hits) == 2
     assert lazy.hits[0].heading_path[-1] == "Parking"
-    monkeypatch.setattr(retrieve, "FIRST_READ", 1000)  # the whole pool at once
+    monkeypatch.setattr(stages, "FIRST_READ", 1000)  # the whole pool at once
     whole = store.query("office", question, top_k=2, threshold=-1.0)
     assert whole.candidates == 9
     assert [(h.position, h.score) for h in whole.hits] == [(h.position, h.score) for h in lazy.hits]
     assert store.query("office", question, top_k=2, threshold=-1.0, mode="hybrid").candidates == 9
-    monkeypatch.setattr(retrieve, "FIRST_READ", 2)
+    monkeypatch.setattr(stages, "FIRST_READ", 2)
     budget = store.query("office", question, top_k=3, threshold=-1.0, max_tokens=30)  # ended by the budget
     assert budget.candidates == 6 and budget.over_budget > 0 and len(budget.hits) < 3
 
@@ -258,7 +259,7 @@ def test_vector_mode_reads_the_whole_pool_when_the_first_read_leaves_the_answer_
     question = "who waters the plants, BX-7741?"
     ranks = store.query("office", question, top_k=10, threshold=-1.0)
     place = next(i for i, h in enumerate(ranks.hits) if "BX-7741" in h.text)
-    monkeypatch.setattr(retrieve, "FIRST_READ", 1)  # a first read of topK (2) chunks
+    monkeypatch.setattr(stages, "FIRST_READ", 1)  # a first read of topK (2) chunks
     assert place >= 2  # ranked after the first read
     strong, bx = ranks.hits[0].score, ranks.hits[place].score
     threshold = round(bx + EXACT_TERMS_MARGIN - 0.02, 3)  # the identifier's chunk may pass, the first chunk does

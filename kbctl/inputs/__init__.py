@@ -6,7 +6,8 @@ and structured source formats (kbctl.sources) all read through here, so one boun
 route an input can arrive by.
 
     bounds      regular files and streams of bounded size; nesting depth
-    yaml_lines  YAML documents with lines, under node, alias and document budgets
+    yaml_lines  YAML documents with lines (yaml_budget: node, alias and document budgets; yaml_fast: libyaml;
+                yaml_plain: plain data)
     problems    pydantic ValidationError -> ManifestProblem (file:line: field: message)
     redaction   the patterns that replace secrets and personal data in a question before it is kept
 """

@@ -21,7 +21,8 @@ from typing import Annotated, Any, Final, Literal
 from pydantic import Field, Strict, field_validator
 
 from kbctl.manifest._field_checks import check_relative_path, duration_seconds
-from kbctl.manifest.models import API_VERSION, JSON_SCHEMA_DIALECT, ApiVersion, GitRef, Metadata, _Model
+from kbctl.manifest.base import API_VERSION, JSON_SCHEMA_DIALECT, ApiVersion, Metadata, _Model
+from kbctl.manifest.sources import GitRef
 
 __all__ = ["SYNC_APPLYSET_PREFIX", "SYNC_KIND", "Sync", "SyncSpec", "sync_json_schema", "write_sync_schema"]
 

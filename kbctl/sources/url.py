@@ -4,7 +4,8 @@
 Concurrency is bounded overall and per host, `total_timeout` covers every redirect, retry and backoff of a URL,
 only gzip/deflate content is accepted (inflated within `max_bytes`), environment proxies are ignored (the SSRF
 guard, kbctl.sources._guard, must see the real destination), and text extraction (trafilatura) runs in one worker
-thread under the bounds every route shares (`kbctl.sources.bounds`). What is retried, the waits, status text and
+thread under the bounds every route shares (`kbctl.sources.bounds`); what a body becomes (inflation, charset,
+extraction by media type, a page's links) is kbctl.sources.content's. What is retried, the waits, status text and
 the User-Agent are kbctl._http's: the fetcher runs on `FetchPolicy.http`, the HttpPolicy every HTTP client takes.
 
 What callers can rely on, in full: docs/architecture.md#url-sources-and-refresh.
@@ -13,37 +14,36 @@ What callers can rely on, in full: docs/architecture.md#url-sources-and-refresh.
 from __future__ import annotations
 
 import asyncio
-import codecs
 import concurrent.futures
 import functools
 import importlib.util
 import os
-import re
 import zlib
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
-from urllib.parse import urljoin
 
 import httpx
 from tenacity import AsyncRetrying, RetryCallState
 
-from kbctl._http import (
-    FETCH_WORDING,
-    URL_POLICY,
-    HttpPolicy,
-    Retryable,
-    status_line,
-    transport_failure,
-    user_agent,
-)
+from kbctl._http import FETCH_WORDING, URL_POLICY, HttpPolicy, Retryable, status_line, transport_failure, user_agent
 from kbctl.errors import SourceError, UsageError
 from kbctl.sources import Document
 from kbctl.sources._guard import Guard, guarded_transport
-from kbctl.sources.bounds import EXTRACT_TIMEOUT, MAX_EXTRACT_BYTES, MAX_FETCH_BYTES, check_size, within_time
-from kbctl.sources.extract import extract_html
-from kbctl.sources.formats import FileFormat, as_markdown
+from kbctl.sources.bounds import EXTRACT_TIMEOUT, MAX_EXTRACT_BYTES, MAX_FETCH_BYTES, within_time
+from kbctl.sources.content import (
+    DOCUMENT_TYPES,
+    HTML_TYPES,
+    TEXT_TYPES,
+    Inflater,
+    TooLarge,
+    decode_body,
+    page_links,
+    parse_content_type,
+    to_document,
+    unsupported_type,
+)
 from kbctl.userconfig import ConfigFile, env_allows_private, env_networks, network_entry
 
 __all__ = ["FetchPolicy", "FetchRequest", "FetchResult", "Validators", "fetch_urls"]
@@ -51,18 +51,6 @@ __all__ = ["FetchPolicy", "FetchRequest", "FetchResult", "Validators", "fetch_ur
 ACCEPT = "text/html, text/markdown, text/plain;q=0.9, */*;q=0.1"
 _ACCEPT_ENCODING = "gzip, deflate"
 _REDIRECT_STATUSES = frozenset({301, 302, 303, 307, 308})
-_HTML_TYPES = frozenset({"text/html", "application/xhtml+xml"})
-_TEXT_TYPES = frozenset({"text/plain", "text/markdown", "text/x-markdown"})
-_MARKDOWN_TYPES = frozenset({"text/markdown", "text/x-markdown"})
-# Binary documents read as path: sources read the same files (kbctl.sources.formats).
-_DOCUMENT_TYPES: dict[str, FileFormat] = {
-    "application/pdf": "pdf",
-    "application/x-pdf": "pdf",
-    "application/vnd.openxmlformats-officedocument.wordprocessingml.document": "docx",
-}
-_OFFICE_TYPE = re.compile(
-    r"^application/(pdf|x-pdf|msword|rtf|vnd\.ms-|vnd\.openxmlformats-officedocument\.|vnd\.oasis\.opendocument\.)"
-)
 _HTTP2 = importlib.util.find_spec("h2") is not None
 _KiB = 1024
 _MiB = 1024 * 1024
@@ -243,201 +231,6 @@ def _size(n: int) -> str:
     return f"{n} bytes"
 
 
-def _parse_content_type(value: str | None) -> tuple[str | None, str | None]:
-    """(lower-cased media type, charset) from a Content-Type header."""
-    if not value or not value.strip():
-        return None, None
-    media, *params = value.split(";")
-    charset = None
-    for param in params:
-        name, _, raw = param.partition("=")
-        if name.strip().lower() == "charset":
-            charset = raw.strip().strip("\"'") or None
-    return media.strip().lower() or None, charset
-
-
-# ---------------------------------------------------------------------------------------------------------
-# Bounded decompression
-# ---------------------------------------------------------------------------------------------------------
-
-
-class _TooLarge(Exception):
-    pass
-
-
-class _Inflater:
-    """Decodes a gzip/deflate/identity body chunk by chunk, never producing more than `limit` + 1 bytes in all."""
-
-    def __init__(self, encoding: str, limit: int) -> None:
-        self.encoding = encoding
-        self._limit = limit
-        self._size = 0
-        self._obj: zlib._Decompress | None = None
-        self._pending = b""  # deflate: bytes held until the zlib/raw decision can be made
-
-    def _count(self, out: bytes) -> bytes:
-        self._size += len(out)
-        if self._size > self._limit:
-            raise _TooLarge
-        return out
-
-    def _new(self, first: bytes) -> zlib._Decompress:
-        if self.encoding == "gzip":
-            return zlib.decompressobj(16 + zlib.MAX_WBITS)
-        # "deflate" is zlib-wrapped by the spec, but some servers send raw deflate; tell them apart by the header.
-        zlib_header = len(first) >= 2 and first[0] & 0x0F == 8 and ((first[0] << 8) | first[1]) % 31 == 0
-        return zlib.decompressobj(zlib.MAX_WBITS if zlib_header else -zlib.MAX_WBITS)
-
-    def feed(self, data: bytes) -> bytes:
-        if self.encoding == "identity":
-            return self._count(data)
-        if self._obj is None:
-            data = self._pending + data
-            if len(data) < 2:
-                self._pending = data
-                return b""
-            self._pending = b""
-            self._obj = self._new(data)
-        parts: list[bytes] = []
-        while data:
-            if self._obj.eof:  # another gzip member follows, or trailing bytes that are ignored
-                if self.encoding != "gzip" or not data.startswith(b"\x1f\x8b"):
-                    break
-                self._obj = self._new(data)
-            parts.append(self._count(self._obj.decompress(data, self._limit - self._size + 1)))
-            data = self._obj.unused_data if self._obj.eof else b""
-        return b"".join(parts)
-
-    def finish(self) -> bytes:
-        if self._obj is None:
-            return self.feed(self._pending) if self._pending else b""
-        return self._count(self._obj.flush())
-
-
-# ---------------------------------------------------------------------------------------------------------
-# Decoding and extraction
-# ---------------------------------------------------------------------------------------------------------
-
-# WHATWG Encoding Standard: labels browsers decode with a superset codec.
-_CODEC_ALIASES = {
-    "iso8859-1": "cp1252",
-    "ascii": "cp1252",
-    "iso8859-9": "cp1254",
-    "tis-620": "cp874",
-    "gb2312": "gb18030",
-    "gbk": "gb18030",
-    "shift_jis": "cp932",
-    "euc_kr": "cp949",
-}
-# Codecs that are not page encodings (they transform text rather than decode it).
-_REFUSED_CODECS = frozenset({"utf-7", "unicode-escape", "raw-unicode-escape", "idna", "punycode", "undefined"})
-_META_CHARSET = re.compile(rb"""<meta[^>]+?charset\s*=\s*["']?\s*([A-Za-z0-9._:\-]+)""", re.IGNORECASE)
-_XML_ENCODING = re.compile(rb"""^\s*<\?xml[^>]+encoding\s*=\s*["']([A-Za-z0-9._:\-]+)""", re.IGNORECASE)
-_BOMS = ((codecs.BOM_UTF8, "utf-8-sig"), (codecs.BOM_UTF16_LE, "utf-16"), (codecs.BOM_UTF16_BE, "utf-16"))
-_HTML_START = re.compile(rb"^\s*(<!--.*?-->\s*)*<(!doctype\s+html|html|head|body|title|meta|p|div|h1)\b", re.I | re.S)
-
-
-def _codec(label: str | None) -> str | None:
-    if not label:
-        return None
-    try:
-        name = codecs.lookup(label).name
-    except LookupError:
-        return None
-    if name in _REFUSED_CODECS:
-        return None
-    return _CODEC_ALIASES.get(name, name)
-
-
-def _decode(data: bytes, declared: str | None, *, html: bool) -> str:
-    """Text of a body: BOM, then the declared charset, then (HTML) <meta charset>, then UTF-8 or a detected one."""
-    for bom, bom_codec in _BOMS:
-        if data.startswith(bom):
-            return data.decode(bom_codec, errors="replace")
-    candidates: list[str | None] = [declared]
-    if html:
-        head = data[:4096]
-        candidates += [
-            m.group(1).decode("ascii") for m in (_META_CHARSET.search(head), _XML_ENCODING.search(head)) if m
-        ]
-    for label in candidates:
-        codec = _codec(label)
-        if codec is not None:
-            try:
-                return data.decode(codec, errors="replace")
-            except LookupError:  # a bytes-to-bytes codec such as base64
-                continue
-    try:
-        return data.decode("utf-8")
-    except UnicodeDecodeError:
-        pass
-    try:
-        from charset_normalizer import from_bytes
-    except ImportError:  # pragma: no cover - charset_normalizer comes with trafilatura
-        return data.decode("utf-8", errors="replace")
-    best = from_bytes(data).best()
-    return str(best) if best is not None else data.decode("utf-8", errors="replace")
-
-
-def _markdown_title(text: str) -> str | None:
-    match = re.search(r"^#[ \t]+(.+?)[ \t#]*$", text, re.MULTILINE)
-    return match.group(1) if match else None
-
-
-def _to_document(data: bytes, media: str | None, charset: str | None, final_url: str, max_html: int) -> Document:
-    """Decode and extract one body; SourceError when it has no text, an unknown type, or HTML over `max_html`."""
-    if not data.strip():
-        raise SourceError("no text extracted")
-    if media is None:
-        if not _HTML_START.match(data[:2048]):
-            raise SourceError("no content type, and the body does not look like HTML")
-        media = "text/html"
-    if media in _DOCUMENT_TYPES:
-        text, title = as_markdown(data, _DOCUMENT_TYPES[media], origin=final_url)
-        return Document(text=text, origin=final_url, title=title, markdown=True, compact=True)
-    if media in _HTML_TYPES:
-        check_size("html", len(data), what="HTML page", limit=max_html)
-        text, title = extract_html(_decode(data, charset, html=True), final_url)
-    else:
-        text = _decode(data, charset, html=False)
-        title = _markdown_title(text) if media in _MARKDOWN_TYPES else None
-    if not text.strip():
-        raise SourceError("no text extracted")
-    return Document(text=text, origin=final_url, title=title, compact=True)
-
-
-MAX_LINKS = 5_000  # of one page, for a crawl
-
-
-def _links(body: bytes, charset: str | None, base: str) -> tuple[str, ...]:
-    """The absolute http(s) URLs an HTML page links to (a[href]), resolved against `base`, without fragments, in
-    page order without repeats, at most MAX_LINKS."""
-    import lxml.html
-    from lxml.etree import ParserError
-
-    try:
-        root = lxml.html.fromstring(_decode(body, charset, html=True))
-    except (ParserError, ValueError):
-        return ()
-    found: dict[str, None] = {}
-    for href in root.xpath("//a/@href"):
-        try:
-            url = urljoin(base, str(href).strip()).split("#", 1)[0]
-        except ValueError:
-            continue
-        if url.startswith(("http://", "https://")):
-            found.setdefault(url, None)
-            if len(found) >= MAX_LINKS:
-                break
-    return tuple(found)
-
-
-def _unsupported(media: str) -> str:
-    if _OFFICE_TYPE.match(media):
-        return f"unsupported content type '{media}' (of office files, only PDF and DOCX are read)"
-    return f"unsupported content type '{media}' (HTML, markdown, plain text, PDF and DOCX are fetched)"
-
-
 # ---------------------------------------------------------------------------------------------------------
 # The fetcher
 # ---------------------------------------------------------------------------------------------------------
@@ -588,11 +381,11 @@ class _Fetcher:
         if not 200 <= status < 300:
             raise _Failure(status_line(status, response.reason_phrase))
         content_type = headers.get("content-type")
-        media, charset = _parse_content_type(content_type)
+        media, charset = parse_content_type(content_type)
         if raw and media is not None and not (media.startswith("text/") or media.endswith(("/xml", "+xml"))):
             raise _Failure(f"unsupported content type '{media}' (a text or XML file was expected)")
-        if not raw and media is not None and media not in _HTML_TYPES | _TEXT_TYPES and media not in _DOCUMENT_TYPES:
-            raise _Failure(_unsupported(media))
+        if not raw and media is not None and media not in HTML_TYPES | TEXT_TYPES and media not in DOCUMENT_TYPES:
+            raise _Failure(unsupported_type(media))
         encoding = headers.get("content-encoding", "identity").strip().lower() or "identity"
         encoding = {"x-gzip": "gzip"}.get(encoding, encoding)
         if encoding not in ("identity", "gzip", "deflate"):
@@ -601,13 +394,13 @@ class _Fetcher:
         length = headers.get("content-length", "")
         if length.isdigit() and int(length) > self._policy.max_bytes:
             raise _Failure(too_large)
-        inflater = _Inflater(encoding, self._policy.max_bytes)
+        inflater = Inflater(encoding, self._policy.max_bytes)
         body = bytearray()
         try:
             async for chunk in response.aiter_raw():
                 body += inflater.feed(chunk)
             body += inflater.finish()
-        except _TooLarge as exc:
+        except TooLarge as exc:
             raise _Failure(too_large) from exc
         except zlib.error as exc:
             raise _Failure(f"cannot decompress the {encoding} body: {exc}") from exc
@@ -630,16 +423,14 @@ class _Fetcher:
             return FetchResult(request.key, request.url, hop.url, True, None, validators, None, 304)
         assert hop.body is not None
         if request.raw:
-            body = _decode(hop.body, hop.charset, html=False)
+            body = decode_body(hop.body, hop.charset, html=False)
             return FetchResult(
                 request.key, request.url, hop.url, False, None, hop.validators, hop.content_type, hop.status, body=body
             )
-        extract = functools.partial(
-            _to_document, hop.body, hop.media, hop.charset, hop.url, self._policy.max_html_bytes
-        )
+        extract = functools.partial(to_document, hop.body, hop.media, hop.charset, hop.url, self._policy.max_html_bytes)
         bounded = functools.partial(within_time, extract, what="the page", timeout=self._policy.extract_timeout)
         document = await asyncio.get_running_loop().run_in_executor(self._extractor, bounded)
-        links = _links(hop.body, hop.charset, hop.url) if request.links and hop.media in _HTML_TYPES | {None} else ()
+        links = page_links(hop.body, hop.charset, hop.url) if request.links and hop.media in HTML_TYPES | {None} else ()
         return FetchResult(
             request.key, request.url, hop.url, False, document, hop.validators, hop.content_type, hop.status, links
         )
