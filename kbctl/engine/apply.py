@@ -55,14 +55,10 @@ from kbctl.sources.crawl import crawl_site
 from kbctl.sources.files import read_paths
 from kbctl.sources.git import read_repository
 from kbctl.sources.url import FetchPolicy, fetch_urls
-from kbctl.store import claims
-from kbctl.store.applied import record_applied_from
 from kbctl.store.database import Database, KnowledgeBaseRow, NewRevision, SourceRow, WrittenRevision
 from kbctl.store.events import NewEvent
-from kbctl.store.history import applying, prune_history
 from kbctl.store.rows import source_state
-from kbctl.store.schedule import set_schedule
-from kbctl.store.state import StoredState, read_state
+from kbctl.store.state import StoredState
 from kbctl.store.texts import pack, packing
 
 __all__ = [
@@ -211,7 +207,7 @@ class _Reconciler:
         for kb in knowledge_bases:
             try:
                 embedder = self.embedder_for(kb.spec.embedding.ref)
-                with applying(self.db), self.db.kb_lock(kb.name):
+                with self.db.applying(), self.db.kb_lock(kb.name):
                     result = self.reconcile(kb, embedder)
             except UsageError:
                 raise  # a bad argument is the caller's to fix, not a failed reconcile to record
@@ -223,7 +219,7 @@ class _Reconciler:
                 if kb.name in self._marked:
                     self._marked.discard(kb.name)
                     with contextlib.suppress(KbctlError):  # the store is gone: the mark stays, for the controller
-                        claims.mark_applying(self.db, kb.name, None)
+                        self.db.mark_applying(kb.name, None)
             record(self.db, result_events(result, self.component))
             results.append(result)
         return ApplyReport(results=results)
@@ -252,7 +248,7 @@ class _Reconciler:
         in_process = self.trigger == "apply" and self.generation is None
         if in_process:
             self._pending(db.record_desired(name, manifest, digest=known[0], packed=packed))
-        state = read_state(db, name, known)
+        state = db.read_state(name, known)
         if state.row is None:
             raise NotFoundError(f'knowledgebase "{name}" not found')
         done = self.generation if self.generation is not None else state.row.generation
@@ -268,7 +264,7 @@ class _Reconciler:
         )
         files = read_paths(kb, file_stamps(kb, state, embedder.model_id))
         if files and kb.base_dir is not None and not any(isinstance(f, SourceError) for f in files.values()):
-            record_applied_from(db, state.row.id, str(kb.base_dir))  # every path source listed there: vouch for it
+            db.record_applied_from(state.row.id, str(kb.base_dir))  # every path source listed there: vouch for it
         now = datetime.now(UTC)
         plan = build_plan(
             kb,
@@ -302,11 +298,11 @@ class _Reconciler:
             return self._nothing_to_serve(plan, state, results, statuses, embedder.model_id, done)
         else:
             self._publish(plan, run, results, statuses, state.statuses)
-            prune_history(db, state.row.id, kb.spec.version_history)
+            db.prune_history(state.row.id, kb.spec.version_history)
             observe(db, state.row, finished=done)
         refresh = kb.spec.refresh
         seconds = refresh.seconds if refresh and not kb.spec.suspended else None  # suspended: no scheduled refresh
-        set_schedule(db, state.row.id, seconds, refreshed=self.trigger == "refresh")
+        db.set_schedule(state.row.id, seconds, refreshed=self.trigger == "refresh")
         gone = [] if plan.unchanged else plan.documents_removed
         report_sources(
             self.reporter, name, self.trigger, results, embedder.model_id, finished=(action, version), removed=gone
@@ -328,7 +324,7 @@ class _Reconciler:
         controller then finishes it (kbctl.store.claims.mark_applying). The recorded generation."""
         if recorded.generation > recorded.observed_generation:
             observe(self.db, recorded)
-            claims.mark_applying(self.db, recorded.name, _HOLDER)
+            self.db.mark_applying(recorded.name, _HOLDER)
             self._marked.add(recorded.name)
         return recorded.generation
 

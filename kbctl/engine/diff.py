@@ -24,7 +24,7 @@ from kbctl.sources import source_of
 from kbctl.sources.files import read_paths
 from kbctl.store.applied import SettledKnowledgeBase
 from kbctl.store.database import Database
-from kbctl.store.state import StoredState, read_state
+from kbctl.store.state import StoredState
 
 __all__ = [
     "DiffReport",
@@ -118,7 +118,7 @@ class _Differ:
 
     def diff(self, kb: KnowledgeBase) -> KnowledgeBaseDiff:
         embedder = self.embedder_for(kb.spec.embedding.ref)
-        state = read_state(self.db, kb.name)
+        state = self.db.read_state(kb.name)
         # The plan apply would build, except that no URL is fetched (each keeps what the store serves).
         requested = {r.key for r in fetch_requests(kb, state, "diff")}
         plan = build_plan(
