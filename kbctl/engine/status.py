@@ -17,7 +17,7 @@ from kbctl.manifest.sync import SYNC_APPLYSET_PREFIX
 from kbctl.sources import source_of
 from kbctl.store.database import Database, KnowledgeBaseRow, SourceRow, VersionRow
 from kbctl.store.events import KnowledgeBaseEvent
-from kbctl.store.rows import source_state
+from kbctl.store.rows import shown_row, source_state
 from kbctl.store.syncs import SyncStatus
 
 __all__ = [
@@ -92,11 +92,12 @@ class KnowledgeBaseDetail(KnowledgeBaseSummary):
 def _source_status(name: str, kind: str, served: SourceRow | None, live: SourceRow | None) -> SourceStatus:
     """One source as describe shows it: what the serving version holds (nothing before the first version),
     with the live state of its last read when there is one."""
+    shown = shown_row(served, live)  # the live row wins over the version's (kbctl.store.rows)
     return SourceStatus(
         name=name,
         kind=kind,
-        state=live.state if live else served.state if served else source_state(read=False, serving=False),
-        message=live.message if live else served.message if served else None,
+        state=shown.state if shown else source_state(read=False, serving=False),
+        message=shown.message if shown else None,
         origin=(served.origin if served else None) or (live.origin if live else None),
         title=served.title if served else None,
         chunks=served.chunk_count if served else 0,

@@ -13,7 +13,7 @@ from psycopg.types.json import Jsonb
 from kbctl.manifest.digest import sha256_json
 from kbctl.store.bm25 import delete_revision_terms, delete_version_terms
 from kbctl.store.connection import GC_LOCK_KEY, Connected
-from kbctl.store.rows import KnowledgeBaseRow, QueryTarget, SummaryRow
+from kbctl.store.rows import LIVE_STATE, KnowledgeBaseRow, QueryTarget, SummaryRow, live_join
 from kbctl.store.texts import Packing, pack, store_texts, unpack
 
 __all__ = ["KnowledgeBases"]
@@ -26,11 +26,10 @@ _KB_COLUMNS = (
 
 _SOURCE_COUNTS: Final = (
     # A knowledge base's sources (those of the serving version, else those with a live state that its last
-    # applied manifest still names) and how many are ready: a live state (the last fetch) wins over the version's.
-    # For a statement with `k` (id, manifest) and `v` (its serving version, or NULLs) in scope.
+    # applied manifest still names) and how many are ready: a live state (the last fetch) wins over the version's
+    # (kbctl.store.rows). For a statement with `k` (id, manifest) and `v` (its serving version, or NULLs) in scope.
     "SELECT count(*) AS sources, count(*) FILTER (WHERE u.state = 'ready') AS ready_sources FROM ("
-    " SELECT coalesce(ss.state, vs.state) AS state FROM kb_version_sources vs"
-    " LEFT JOIN kb_source_status ss ON ss.kb_id = k.id AND ss.source_name = vs.source_name"
+    f" SELECT {LIVE_STATE} AS state FROM kb_version_sources vs{live_join('k.id')}"
     " WHERE vs.version_id = v.id"
     " UNION ALL"
     " SELECT ss.state FROM kb_source_status ss"
