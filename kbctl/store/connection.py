@@ -12,8 +12,7 @@ from __future__ import annotations
 import hashlib
 import time
 from collections.abc import Callable, Generator, Iterable, Iterator
-from contextlib import contextmanager
-from contextlib import suppress as _suppress
+from contextlib import contextmanager, suppress
 from typing import TYPE_CHECKING, Any, Self
 
 import psycopg
@@ -99,13 +98,32 @@ class StoreCursor(psycopg.Cursor[Row]):
 
 
 class StoreConnection(psycopg.Connection[TupleRow]):
-    """A connection whose transactions (BEGIN, COMMIT) and notifications raise StoreError once its cursor class is
-    `StoreCursor` (until then, while it is set up, the driver's errors pass as they are)."""
+    """A connection whose cursors and statements (refused when it is closed), transactions (BEGIN, COMMIT) and
+    notifications raise StoreError once its cursor class is `StoreCursor` (until then, while it is set up, the
+    driver's errors pass as they are)."""
 
     @property
     def translates(self) -> bool:
         """Whether driver errors are translated (the connection is set up: its cursors are StoreCursors)."""
         return issubclass(self.cursor_factory, StoreCursor)
+
+    if not TYPE_CHECKING:  # typed as the driver's own (overloaded) methods; at run time, translated
+
+        def cursor(self, *args, **kwargs):
+            try:  # a closed or broken connection is refused here, before any statement
+                return super().cursor(*args, **kwargs)
+            except psycopg.Error as exc:
+                if not self.translates:
+                    raise
+                raise store_error(exc) from exc
+
+        def execute(self, *args, **kwargs):
+            try:  # also before its cursor's: a closed connection is refused while the cursor is made
+                return super().execute(*args, **kwargs)
+            except psycopg.Error as exc:
+                if not self.translates:
+                    raise
+                raise store_error(exc) from exc
 
     @contextmanager
     def transaction(self, savepoint_name: str | None = None, force_rollback: bool = False) -> Iterator[Transaction]:
@@ -252,7 +270,7 @@ class Connected:
         """Replace a broken connection with a new one (StoreError while the server is still unreachable)."""
         if self._borrowed:
             raise StoreError("a borrowed connection is replaced by its pool, not reconnected")
-        with _suppress(psycopg.Error):  # already gone
+        with suppress(psycopg.Error):  # already gone
             self._conn.close()
         if self._resolve is not None:
             self._url = self._resolve()
