@@ -26,7 +26,7 @@ from kbctl.eval.evalset import EvalQuery, load_evalset
 from kbctl.eval.metrics import ndcg_at_k
 from kbctl.eval.run import distinct_sources
 from kbctl.manifest.models import Fusion
-from kbctl.query.retrieve import RRF_K, fuse
+from kbctl.query.stages import RRF_K, fuse
 from kbctl.store.rows import ChunkHit
 
 
@@ -63,7 +63,7 @@ def gather(home: Path, name: str, depth: int) -> list[Lists]:
 
 
 def fused(fusion: Fusion, weight: float, pool: int, k: int = RRF_K) -> Callable[[Lists], list[str]]:
-    """The sources of kbctl's own fusion stage (kbctl.query.retrieve.fuse) of each list's first `pool`."""
+    """The sources of kbctl's own fusion stage (kbctl.query.stages.fuse) of each list's first `pool`."""
 
     def run(lists: Lists) -> list[str]:
         ranked = fuse(lists.vector[:pool], lists.keyword[:pool], weight, fusion, rrf_k=k)

@@ -221,10 +221,9 @@ class KnowledgeBaseStore:
         """The queue depth (`pending_count`), every knowledge base (as `list` gives them) and every Sync (as `syncs`),
         read in one snapshot on a connection of its own (safe from another thread, e.g. a metrics scrape)."""
         from kbctl.engine.status import list_knowledge_bases
-        from kbctl.store.syncs import list_syncs
 
         with Database(self.db.url, migrate=False) as db, db.read_only():
-            knowledge_bases, syncs = list_knowledge_bases(db), list_syncs(db)
+            knowledge_bases, syncs = list_knowledge_bases(db), db.list_syncs()
         # pending_count's own condition, counted on the rows just read rather than in a statement of its own
         pending = sum(kb.generation > kb.observed_generation for kb in knowledge_bases)
         return Overview(pending, knowledge_bases, syncs)
@@ -465,9 +464,8 @@ class KnowledgeBaseStore:
 
     def history(self, name: str) -> list[VersionInfo]:
         """The retained versions of a knowledge base, newest first, with what changed in each."""
-        from kbctl.store.history import list_versions
 
-        return list_versions(self.db, name)
+        return self.db.list_versions(name)
 
     def version_diff(
         self,
@@ -484,24 +482,22 @@ class KnowledgeBaseStore:
         characters, and a unified diff of each changed source's text, cut at `bounds` (kbctl.defaults' DIFF_*) and
         flagged. With a `reader`, as that caller sees the versions: a source it may not read is left out, not named
         nor counted; without one, every source. NotFoundError outside `scope`, and for a version not retained."""
-        from kbctl.store.versiondiff import diff_versions
 
         with self._reading() as db:
             if scope is not None:
                 self._in_scope(db, name, scope)
-            return diff_versions(db, name, from_version, to_version, reader=reader, bounds=bounds)
+            return db.diff_versions(name, from_version, to_version, reader=reader, bounds=bounds)
 
     def version_changes(
         self, name: str, *, scope: Scope | None = None, reader: Reader | None = None
     ) -> list[VersionChange]:
         """Each retained version, newest first (as `history`), with how many sources it added, removed and changed
         against the retained version before it; no text is read. `scope` and `reader` as for `version_diff`."""
-        from kbctl.store.versiondiff import version_changes
 
         with self._reading() as db:
             if scope is not None:
                 self._in_scope(db, name, scope)
-            return version_changes(db, name, reader=reader)
+            return db.version_changes(name, reader=reader)
 
     def record_eval(self, name: str, report: EvalReport, *, eval_set: str, scope: Scope | None = None) -> list[EvalRun]:
         """Record an evaluation of knowledge base `name` (`kbctl eval --record`): one run per mode, against the
@@ -509,7 +505,7 @@ class KnowledgeBaseStore:
         set's `name:` or its file's name: a name, never a path), with the caller it measured as. The answers of
         `--answers` are not recorded. KbctlError, nothing recorded, when a mode's queries read more than one version
         (one was published while they ran: measure again); NotFoundError outside `scope`."""
-        from kbctl.store.evalruns import EvalMetrics, NewEvalRun, record_eval_runs
+        from kbctl.store.evalruns import EvalMetrics, NewEvalRun
 
         if report.knowledge_base is not None and report.knowledge_base != name:
             raise UsageError(f"the report measured KnowledgeBase/{report.knowledge_base}, not {name}")
@@ -536,19 +532,18 @@ class KnowledgeBaseStore:
             )
         if scope is not None:
             self._in_scope(self.db, name, scope)
-        return record_eval_runs(self.db, name, runs)
+        return self.db.record_eval_runs(name, runs)
 
     def eval_history(self, name: str, *, scope: Scope | None = None, reader: Reader | None = None) -> list[EvalRun]:
         """The recorded evaluation runs of a knowledge base, oldest first (the newest EVAL_RUNS_PER_KNOWLEDGE_BASE
         are kept), each with the version it measured. With a `reader`, only the runs measured as a caller whose groups
         and claims it all holds (those measured without any, at least): no figure of documents it may not read.
         NotFoundError outside `scope`."""
-        from kbctl.store.evalruns import list_eval_runs
 
         with self._reading() as db:
             if scope is not None:
                 self._in_scope(db, name, scope)
-            return list_eval_runs(db, name, reader=reader)
+            return db.list_eval_runs(name, reader=reader)
 
     # ---------------------------------------------------------------- manifests, eval sets and datasets (validate,
     # explain, eval, import beir): each a thin call of the library part that does the work
@@ -665,10 +660,9 @@ class KnowledgeBaseStore:
         from kbctl.engine.conditions import observe
         from kbctl.engine.eventlog import record, rolled_back
         from kbctl.engine.ownership import check_hand_change
-        from kbctl.store.history import rollback
 
         warnings = check_hand_change(self.db, [name], "rollback", force=force)
-        result = rollback(self.db, name, to_version, timeout=timeout, on_wait=on_wait)
+        result = self.db.rollback_kb(name, to_version, timeout=timeout, on_wait=on_wait)
         row = self.db.get_kb(name)
         if row is not None:
             observe(self.db, row)
@@ -677,9 +671,8 @@ class KnowledgeBaseStore:
 
     def collect_garbage(self, batch: int = 1000) -> GcResult:
         """Delete cached vectors no chunk references, in batches (skipped while an apply runs)."""
-        from kbctl.store.history import collect_garbage
 
-        return collect_garbage(self.db, batch)
+        return self.db.collect_garbage(batch)
 
     # ---------------------------------------------------------------- reading
 
@@ -707,13 +700,12 @@ class KnowledgeBaseStore:
         first: publishes, failed reconciles, failing sources, rollbacks, deletions. `limit` keeps the newest.
         With `scope`, only events of knowledge bases that exist and that `scope` lets the caller see (not those of a
         Sync of the same name)."""
-        from kbctl.store.events import list_events
 
         if scope is not None:
             visible = {kb.name for kb in self.list(scope=scope)}
             names = [n for n in names if n in visible] if names is not None else sorted(visible)
         with self._reading() as db:
-            return list_events(db, names, limit=limit, kind="KnowledgeBase" if scope is not None else None)
+            return db.list_events(names, limit=limit, kind="KnowledgeBase" if scope is not None else None)
 
     def retrievals(
         self,
@@ -733,11 +725,9 @@ class KnowledgeBaseStore:
         until `until`, only those that found nothing relevant with `nothing_relevant`. With `scope`, only the runs
         whose every knowledge base it lets the caller see; with `reader`, the hits counted are those it may read
         (kbctl.store.retrievals). ValueError for a limit out of bounds."""
-        from kbctl.store.retrievals import list_retrievals
 
         with self._reading() as db:
-            return list_retrievals(
-                db,
+            return db.list_retrievals(
                 knowledge_base=knowledge_base,
                 caller=caller,
                 since=since,
@@ -753,10 +743,9 @@ class KnowledgeBaseStore:
         """One run of the retrieval log with its result and trace, as `scope` and `reader` may see it (the hits and
         trace entries of sources the reader may not read left out); NotFoundError when there is none, or it is
         out of scope."""
-        from kbctl.store.retrievals import get_retrieval
 
         with self._reading() as db:
-            found = get_retrieval(db, run_id, scope=scope, reader=reader)
+            found = db.get_retrieval(run_id, scope=scope, reader=reader)
         if found is None:
             raise NotFoundError(f"retrieval {run_id} not found")
         return found
@@ -764,17 +753,15 @@ class KnowledgeBaseStore:
     def record_retrievals(self, runs: Sequence[NewRetrieval], *, max_result_bytes: int) -> None:
         """Record runs in the retrieval log (kbctl serve's writer thread), in one batch, each result cut to
         `max_result_bytes` of JSON (its hit texts shortened, then its trace entries dropped, and flagged)."""
-        from kbctl.store.retrievals import record_retrievals
 
         with self._writing() as db:
-            record_retrievals(db, runs, max_result_bytes=max_result_bytes)
+            db.record_retrievals(runs, max_result_bytes=max_result_bytes)
 
     def prune_retrievals(self, *, days: int, max_rows: int) -> int:
         """Delete the runs of the retrieval log older than `days` and beyond the newest `max_rows`; how many."""
-        from kbctl.store.retrievals import prune_retrievals
 
         with self._writing() as db:
-            return prune_retrievals(db, days=days, max_rows=max_rows)
+            return db.prune_retrievals(days=days, max_rows=max_rows)
 
     @contextmanager
     def _writing(self) -> Iterator[Database]:
@@ -789,10 +776,9 @@ class KnowledgeBaseStore:
     def syncs(self) -> list[SyncStatus]:
         """The Syncs recorded (git folders of manifests a controller keeps applied), by name, with what each last
         applied."""
-        from kbctl.store.syncs import list_syncs
 
         with self._reading() as db:
-            return list_syncs(db)
+            return db.list_syncs()
 
     def describe_sync(self, name: str) -> SyncDetail:
         """A Sync in detail (`kbctl describe sync`): its spec, the commit it last applied and when, its last error,
@@ -804,9 +790,8 @@ class KnowledgeBaseStore:
 
     def delete_sync(self, name: str) -> bool:
         """Stop and forget a Sync (the knowledge bases it applied stay); False when there was none called `name`."""
-        from kbctl.store.syncs import delete_sync
 
-        return delete_sync(self.db, name)
+        return self.db.delete_sync(name)
 
     def list(
         self, selector: Selector | None = None, *, scope: Scope | None = None, reader: Reader | None = None

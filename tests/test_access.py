@@ -17,7 +17,6 @@ from kbctl.eval.run import evaluate_store
 from kbctl.inputs.access import may_read
 from kbctl.manifest import parse_manifests
 from kbctl.store import bm25
-from kbctl.store.history import prune_history
 from kbctl.store.migrations import MIGRATIONS
 from tests.support.manifests import knowledge_base, text_source
 
@@ -176,7 +175,7 @@ def test_a_callers_keyword_statistics_are_those_of_what_it_may_read(published: K
     after = [conn.execute(q, (versions,)).fetchall() for q in snapshot]
     assert after == published_rows
     row = conn.execute("SELECT id FROM kb_knowledge_bases WHERE name = 'hr'").fetchone()
-    assert row is not None and prune_history(published.db, int(row[0]), keep=1) == 1
+    assert row is not None and published.db.prune_history(int(row[0]), keep=1) == 1
     for table in ("kb_version_rules", "kb_version_rule_terms"):
         row = conn.execute(f"SELECT count(*) FROM {table} WHERE version_id = %s", (versions[0],)).fetchone()
         assert row is not None and row[0] == 0, table

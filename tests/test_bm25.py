@@ -161,7 +161,6 @@ def test_a_small_change_stores_its_difference_and_a_large_one_the_whole(store: K
 def test_pruning_a_base_hands_its_rows_to_the_versions_that_used_it(store: KnowledgeBaseStore) -> None:
     """When the history drops a base, the oldest version kept that used it is written whole and the others' differences
     are rebased on it: every kept version's statistics still equal a recount, with no row left behind."""
-    from kbctl.store.history import prune_history
 
     sources = many_sources("s", 200)
     apply(store, *sources, versionHistory=10)
@@ -172,7 +171,7 @@ def test_pruning_a_base_hands_its_rows_to_the_versions_that_used_it(store: Knowl
     before = {v: stored(store, v) for v in versions}
     row = store.db.get_kb("fruit")
     assert row is not None
-    assert prune_history(store.db, row.id, 4) == 2  # the base and the first version after it
+    assert store.db.prune_history(row.id, 4) == 2  # the base and the first version after it
     kept = all_versions(store)
     assert kept == versions[2:]
     assert layout(store, kept[0])[0] is None and all(layout(store, v)[0] == kept[0] for v in kept[1:])
@@ -293,7 +292,6 @@ def test_deleted_versions_leave_no_statistics(store: KnowledgeBaseStore) -> None
     """A version pruned from the history, the revisions no version serves any more, and everything of a deleted
     knowledge base take their term rows with them (kbctl deletes them: no foreign key does, so publishing need not
     check one per row)."""
-    from kbctl.store.history import prune_history
 
     def count(sql: str) -> int:
         row = store.db.connection.execute(sql).fetchone()
@@ -315,7 +313,7 @@ def test_deleted_versions_leave_no_statistics(store: KnowledgeBaseStore) -> None
     assert row is not None
     assert count("SELECT count(DISTINCT version_id) FROM kb_version_terms") == 5
     assert count("SELECT count(DISTINCT revision_id) FROM kb_revision_terms") == 5
-    assert prune_history(store.db, row.id, 2) == 3
+    assert store.db.prune_history(row.id, 2) == 3
     assert orphans() == 0
     assert count("SELECT count(DISTINCT version_id) FROM kb_version_terms") == 2
     assert count("SELECT count(DISTINCT revision_id) FROM kb_revision_terms") == 2  # the two the kept versions serve

@@ -14,7 +14,7 @@ from kbctl.errors import KbctlError, NotFoundError
 from kbctl.eval.evalset import parse_evalset
 from kbctl.eval.run import evaluate_store
 from kbctl.manifest import parse_manifests
-from kbctl.store.evalruns import EvalMetrics, NewEvalRun, list_eval_runs, record_eval_runs
+from kbctl.store.evalruns import EvalMetrics, NewEvalRun
 from tests.support.manifests import knowledge_base, text_source
 
 REFUNDS = "# Refunds\n\nA client who cancels 14 to 29 days before the start gets half of the deposit back."
@@ -136,11 +136,11 @@ def test_the_history_keeps_the_newest_runs_and_refuses_a_path(store: KnowledgeBa
     )
     for n in range(5):
         run = NewEvalRun(version=1, eval_set=f"set-{n}", questions=1, mode="hybrid", k=5, metrics=metrics)
-        record_eval_runs(store.db, "policies", [run], keep=3)
-    assert [r.eval_set for r in list_eval_runs(store.db, "policies")] == ["set-2", "set-3", "set-4"]
+        store.db.record_eval_runs("policies", [run], keep=3)
+    assert [r.eval_set for r in store.db.list_eval_runs("policies")] == ["set-2", "set-3", "set-4"]
     with pytest.raises(KbctlError, match="a name, not a path"):
-        record_eval_runs(store.db, "policies", [NewEvalRun(1, "ci/set.yaml", 1, "hybrid", 5, metrics)])
-    assert len(list_eval_runs(store.db, "policies")) == 3
+        store.db.record_eval_runs("policies", [NewEvalRun(1, "ci/set.yaml", 1, "hybrid", 5, metrics)])
+    assert len(store.db.list_eval_runs("policies")) == 3
 
 
 def test_an_eval_set_from_stdin_needs_a_name_to_be_recorded(store: KnowledgeBaseStore, cli: CliRunner) -> None:

@@ -6,7 +6,7 @@ from __future__ import annotations
 from kbctl.client import KnowledgeBaseStore
 from kbctl.defaults import DESCRIBE_EVENTS, EVENTS_PER_KNOWLEDGE_BASE
 from kbctl.manifest import parse_manifests
-from kbctl.store.events import NewEvent, list_events, record_events
+from kbctl.store.events import NewEvent
 from tests.support.manifests import knowledge_base, text_source
 
 MANY = 60
@@ -31,7 +31,7 @@ def kept(store: KnowledgeBaseStore, name: str) -> dict[str, list[str]]:
 def test_a_knowledge_base_and_a_sync_of_one_name_keep_their_newest_each(store: KnowledgeBaseStore) -> None:
     """60 events of the knowledge base x and 60 of the Sync x, recorded together: 50 of each stay, the newest."""
     assert MANY > EVENTS_PER_KNOWLEDGE_BASE == 50
-    record_events(store.db, [e for n in range(MANY) for e in (kb_event(n), sync_event(n))])
+    store.db.record_events([e for n in range(MANY) for e in (kb_event(n), sync_event(n))])
     messages = kept(store, "x")
     dropped = MANY - EVENTS_PER_KNOWLEDGE_BASE
     assert messages["KnowledgeBase"] == [f"version {n} published" for n in range(dropped, MANY)]
@@ -42,10 +42,10 @@ def test_one_kinds_events_do_not_push_out_the_others(store: KnowledgeBaseStore) 
     """Recorded one by one, as a controller does, a Sync's events never trim the knowledge base's of its name,
     nor the other way round."""
     for n in range(MANY):
-        record_events(store.db, [kb_event(n)])
+        store.db.record_events([kb_event(n)])
     for n in range(MANY):
-        record_events(store.db, [sync_event(n)])
-    record_events(store.db, [kb_event(MANY)])
+        store.db.record_events([sync_event(n)])
+    store.db.record_events([kb_event(MANY)])
     messages = kept(store, "x")
     assert len(messages["KnowledgeBase"]) == len(messages["Sync"]) == EVENTS_PER_KNOWLEDGE_BASE
     assert messages["KnowledgeBase"][0] == f"version {MANY + 1 - EVENTS_PER_KNOWLEDGE_BASE} published"
@@ -55,11 +55,11 @@ def test_one_kinds_events_do_not_push_out_the_others(store: KnowledgeBaseStore) 
 
 def test_events_of_a_name_are_read_by_kind(store: KnowledgeBaseStore) -> None:
     """list_events reads both kinds of a name, or one with `kind`, `limit` keeping that kind's newest."""
-    record_events(store.db, [kb_event(1), sync_event(1), kb_event(2), sync_event(2), kb_event(1, name="y")])
-    both = list_events(store.db, ["x"])
-    kbs = list_events(store.db, ["x"], kind="KnowledgeBase")
-    syncs = list_events(store.db, ["x"], kind="Sync", limit=1)
-    every_kb = list_events(store.db, kind="KnowledgeBase")
+    store.db.record_events([kb_event(1), sync_event(1), kb_event(2), sync_event(2), kb_event(1, name="y")])
+    both = store.db.list_events(["x"])
+    kbs = store.db.list_events(["x"], kind="KnowledgeBase")
+    syncs = store.db.list_events(["x"], kind="Sync", limit=1)
+    every_kb = store.db.list_events(kind="KnowledgeBase")
     assert {(e.kind, e.message) for e in both} == {
         ("KnowledgeBase", "version 1 published"),
         ("KnowledgeBase", "version 2 published"),
@@ -74,5 +74,5 @@ def test_events_of_a_name_are_read_by_kind(store: KnowledgeBaseStore) -> None:
 def test_describe_shows_only_the_knowledge_bases_events(store: KnowledgeBaseStore) -> None:
     """`describe kb x` lists the knowledge base's events, not those of a Sync that shares its name."""
     store.apply(parse_manifests(knowledge_base("x", text_source("a", "Office hours are 9 to 5.")), "kb.yaml"))
-    record_events(store.db, [sync_event(n) for n in range(DESCRIBE_EVENTS)])
+    store.db.record_events([sync_event(n) for n in range(DESCRIBE_EVENTS)])
     assert [(e.kind, e.reason) for e in store.describe("x").events] == [("KnowledgeBase", "Published")]

@@ -15,7 +15,7 @@ from kbctl.defaults import EVENT_MESSAGE_CHARS, EVENTS_PER_KNOWLEDGE_BASE
 from kbctl.engine.prune import PruneScope
 from kbctl.manifest import parse_manifests
 from kbctl.manifest.selectors import parse_selector
-from kbctl.store.events import NewEvent, record_events
+from kbctl.store.events import NewEvent
 from tests.support.httpserver import HTTPTestServer, fetch_policy_for, serve
 from tests.support.manifests import knowledge_base, text_source, url_source
 
@@ -93,13 +93,12 @@ def test_a_controllers_work_names_the_controller(store: KnowledgeBaseStore) -> N
 def test_messages_are_redacted_and_bounded_and_each_knowledge_base_keeps_its_newest(store: KnowledgeBaseStore) -> None:
     secret = "https://docs.example.com/page?token=s3cr3t-value&x=1"
     long = "x" * (EVENT_MESSAGE_CHARS * 3)
-    record_events(store.db, [NewEvent("a", "Warning", "SourceFailed", f"source s: cannot fetch {secret}", "apply")])
-    record_events(store.db, [NewEvent("a", "Warning", "SourceFailed", long, "apply")])
+    store.db.record_events([NewEvent("a", "Warning", "SourceFailed", f"source s: cannot fetch {secret}", "apply")])
+    store.db.record_events([NewEvent("a", "Warning", "SourceFailed", long, "apply")])
     events = store.events(["a"])
     assert "s3cr3t-value" not in events[0].message and "token=***" in events[0].message
     assert len(events[1].message) == EVENT_MESSAGE_CHARS and events[1].message.endswith("…")
-    record_events(
-        store.db,
+    store.db.record_events(
         [
             NewEvent("b", "Normal", "Published", f"version {n} published", "apply")
             for n in range(EVENTS_PER_KNOWLEDGE_BASE + 7)

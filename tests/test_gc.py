@@ -8,7 +8,7 @@ from kbctl.cli import app
 from kbctl.client import KnowledgeBaseStore
 from kbctl.manifest import parse_manifests
 from kbctl.store.database import Database
-from kbctl.store.history import GcResult, applying, collect_garbage, prune_history
+from kbctl.store.history import GcResult
 
 POLICIES = [
     "Invoices and accounting records are kept for ten years, then destroyed.",
@@ -45,7 +45,7 @@ def prune(store: KnowledgeBaseStore, name: str, keep: int) -> None:
     """Keep only the newest `keep` versions of a knowledge base."""
     row = store.db.get_kb(name)
     assert row is not None
-    prune_history(store.db, row.id, keep)
+    store.db.prune_history(row.id, keep)
 
 
 def unreferenced(db: Database) -> int:
@@ -64,11 +64,11 @@ def test_gc_removes_the_vectors_of_pruned_versions_in_batches(store: KnowledgeBa
     assert store.db.counts()["embeddings"] == 10
     prune(store, "policies", 1)
     assert unreferenced(store.db) == 5
-    assert collect_garbage(store.db, batch=2) == GcResult(removed=5, batches=3, skipped=False, texts_removed=1)
+    assert store.db.collect_garbage(batch=2) == GcResult(removed=5, batches=3, skipped=False, texts_removed=1)
     assert (store.db.counts()["embeddings"], unreferenced(store.db)) == (5, 0)
     hit = store.query("policies", "how long are invoices kept?").hits[0]
     assert hit.text == "Invoices and accounting records are kept for ten years, then destroyed by law."
-    assert collect_garbage(store.db, batch=2) == GcResult(removed=0, batches=0, skipped=False)
+    assert store.db.collect_garbage(batch=2) == GcResult(removed=0, batches=0, skipped=False)
 
 
 def test_gc_keeps_vectors_another_knowledge_base_uses(store: KnowledgeBaseStore, cli: CliRunner) -> None:
@@ -94,10 +94,10 @@ def test_gc_skips_while_an_apply_holds_the_lock(store: KnowledgeBaseStore, cli: 
     apply_text(store, manifest("policies", POLICIES))
     apply_text(store, manifest("policies", POLICIES[:3]))
     prune(store, "policies", 1)
-    with Database(database_url) as other, applying(other):
-        with applying(store.db):  # applies do not wait for each other
+    with Database(database_url) as other, other.applying():
+        with store.db.applying():  # applies do not wait for each other
             pass
-        assert collect_garbage(store.db, batch=1) == GcResult(removed=0, batches=0, skipped=True)
+        assert store.db.collect_garbage(batch=1) == GcResult(removed=0, batches=0, skipped=True)
         result = cli.invoke(app, ["gc"])
         assert (result.exit_code, result.stdout) == (0, "skipped: an apply is in progress\n")
         assert unreferenced(store.db) == 2

@@ -13,7 +13,7 @@ from kbctl.engine.results import ApplyReport
 from kbctl.errors import ManifestError, NotFoundError, RollbackError
 from kbctl.manifest import parse_manifests
 from kbctl.sources.url import FetchPolicy
-from kbctl.store.history import VersionInfo, list_versions, prune_history, rollback
+from kbctl.store.history import VersionInfo
 from tests.support.httpserver import serve
 
 REFUNDS = """# Refunds
@@ -80,7 +80,7 @@ def test_history_lists_versions_newest_first_with_change_causes(store: Knowledge
     apply_text(store, manifest("ten"))
     apply_text(store, manifest("seven"))
     apply_text(store, manifest("seven", extra="    - name: notes\n      text: Payroll is kept for six years.\n"))
-    versions = list_versions(store.db, "policies")
+    versions = store.db.list_versions("policies")
     assert [(v.number, v.current, v.change_cause) for v in versions] == [
         (3, True, "source notes added"),
         (2, False, "source retention changed"),
@@ -146,11 +146,11 @@ def test_undo_makes_the_version_the_desired_state(store: KnowledgeBaseStore) -> 
     store.apply(parse_manifests(manifest("five"), "kb.yaml"), wait=False)  # recorded for a controller, not applied
     before = store.db.get_kb("policies")
     assert before is not None and (before.generation, before.observed_generation) == (3, 2)
-    rollback(store.db, "policies")
+    store.db.rollback_kb("policies")
     after = store.db.get_kb("policies")
     assert after is not None and (after.generation, after.observed_generation, after.pending) == (4, 4, False)
     assert "ten years" in answer(store)
-    assert [v.number for v in list_versions(store.db, "policies")] == [2, 1]
+    assert [v.number for v in store.db.list_versions("policies")] == [2, 1]
     # The manifest last applied ("five") is still what the repository says: a controller's pass brings it back
     # (tests/test_drift.py), as a GitOps controller reverts a manual change.
     controller = store.controller()
@@ -167,13 +167,13 @@ def test_undo_to_version(store: KnowledgeBaseStore, cli: CliRunner) -> None:
     result = cli.invoke(app, ["rollout", "undo", "kb", "policies", "--to-version", "1"])
     assert (result.exit_code, result.stdout) == (0, "KnowledgeBase/policies rolled back to version 1\n")
     assert "ten years" in answer(store)
-    forward = rollback(store.db, "policies", 3)
+    forward = store.db.rollback_kb("policies", 3)
     assert (forward.from_version, forward.to_version) == (1, 3)
     assert "five years" in answer(store)
     result = cli.invoke(app, ["rollout", "undo", "kbs", "policies"])
     assert (result.exit_code, result.stdout) == (0, "KnowledgeBase/policies rolled back to version 2\n")
     assert "seven years" in answer(store)
-    assert [v.number for v in list_versions(store.db, "policies") if v.current] == [2]
+    assert [v.number for v in store.db.list_versions("policies") if v.current] == [2]
 
 
 def test_undo_errors_are_one_line(store: KnowledgeBaseStore, cli: CliRunner) -> None:
@@ -190,11 +190,11 @@ def test_undo_errors_are_one_line(store: KnowledgeBaseStore, cli: CliRunner) -> 
     for args in (["rollout", "undo", "kb", "nope"], ["rollout", "history", "kb", "nope"]):
         result = cli.invoke(app, args)
         assert (result.exit_code, result.stderr) == (1, 'Error: knowledgebase "nope" not found\n')
-    rollback(store.db, "policies")
+    store.db.rollback_kb("policies")
     with pytest.raises(NotFoundError, match=r'^knowledgebase "policies" has no version before 1 to roll back to$'):
-        rollback(store.db, "policies")
+        store.db.rollback_kb("policies")
     with pytest.raises(RollbackError, match=r"^version 1 is already current$"):
-        rollback(store.db, "policies", 1)
+        store.db.rollback_kb("policies", 1)
     wrong = cli.invoke(app, ["rollout", "undo", "pods", "policies"])
     assert wrong.exit_code == 2 and "unknown resource type 'pods'" in wrong.output
 
@@ -217,7 +217,7 @@ spec:
         site.route("/about", body="# About\nWe have five partners.\n", content_type="text/markdown", etag=True)
         assert store.refresh(["policies"]).results[0].version == 2
         faq_status = store.db.source_statuses(kb_id(store))["faq"]
-        result = rollback(store.db, "policies")
+        result = store.db.rollback_kb("policies")
         assert (result.from_version, result.to_version, result.reset_sources) == (2, 1, ["about"])
         assert store.db.source_statuses(kb_id(store)) == {"faq": faq_status}
         report = store.refresh(["policies"])
@@ -233,7 +233,7 @@ def test_version_history_keeps_the_newest_versions_and_the_current(store: Knowle
 
     def apply_and_prune(years: str) -> None:
         apply_text(store, manifest(years, history=2))
-        prune_history(db, kb_id(store), 2)  # idempotent: reconcile prunes after publishing too
+        db.prune_history(kb_id(store), 2)  # idempotent: reconcile prunes after publishing too
 
     def stored(table: str, where: str = "true") -> int:
         row = db.connection.execute(f"SELECT count(*) FROM {table} WHERE {where}").fetchone()
@@ -242,26 +242,26 @@ def test_version_history_keeps_the_newest_versions_and_the_current(store: Knowle
 
     for years in ("ten", "seven", "five", "three"):
         apply_and_prune(years)
-    assert [v.number for v in list_versions(db, "policies")] == [4, 3]
+    assert [v.number for v in db.list_versions("policies")] == [4, 3]
     assert (stored("kb_versions"), stored("kb_source_revisions"), stored("kb_chunks")) == (2, 3, 3)
     assert stored("kb_chunks", "content LIKE '%ten years%' OR content LIKE '%seven years%'") == 0
     assert stored("kb_embeddings") == 5  # vectors stay cached until `kbctl gc`
-    rollback(db, "policies", 3)
-    assert prune_history(db, kb_id(store), 1) == 0  # the newest one, plus the current one
-    assert [(v.number, v.current) for v in list_versions(db, "policies")] == [(4, False), (3, True)]
+    db.rollback_kb("policies", 3)
+    assert db.prune_history(kb_id(store), 1) == 0  # the newest one, plus the current one
+    assert [(v.number, v.current) for v in db.list_versions("policies")] == [(4, False), (3, True)]
     apply_and_prune("one")
-    assert [(v.number, v.current) for v in list_versions(db, "policies")] == [(5, True), (4, False)]
+    assert [(v.number, v.current) for v in db.list_versions("policies")] == [(5, True), (4, False)]
     assert stored("kb_chunks", "content LIKE '%five years%'") == 0
     with pytest.raises(NotFoundError, match=r"has no version 3 \(versions kept: 4, 5\)$"):
-        rollback(db, "policies", 3)
+        db.rollback_kb("policies", 3)
 
 
 def test_prune_history_returns_the_versions_deleted(store: KnowledgeBaseStore) -> None:
     """prune_history deletes the versions beyond `keep` (never the current) and the revisions only they served."""
     for years in ("ten", "seven", "five"):
         apply_text(store, manifest(years))
-    assert prune_history(store.db, kb_id(store), 1) == 2
-    assert prune_history(store.db, kb_id(store), 1) == 0
+    assert store.db.prune_history(kb_id(store), 1) == 2
+    assert store.db.prune_history(kb_id(store), 1) == 0
     assert store.db.counts() | {"embeddings": 0} == {
         "knowledge_bases": 1,
         "versions": 1,
@@ -271,7 +271,7 @@ def test_prune_history_returns_the_versions_deleted(store: KnowledgeBaseStore) -
     }
     assert "five years" in answer(store)
     with pytest.raises(ValueError, match="keep must be at least 1, got 0"):
-        prune_history(store.db, kb_id(store), 0)
+        store.db.prune_history(kb_id(store), 0)
 
 
 def test_version_history_must_be_an_integer_from_1_to_100() -> None:

@@ -13,7 +13,6 @@ from kbctl.client import KnowledgeBaseStore
 from kbctl.errors import ManifestError
 from kbctl.manifest import parse_manifests
 from kbctl.store.database import Database
-from kbctl.store.schedule import claim_due_refresh
 from tests.support.httpserver import HTTPTestServer, fetch_policy_for, serve
 from tests.support.manifests import knowledge_base, url_source
 
@@ -73,7 +72,7 @@ def test_two_controllers_never_start_the_same_run(
     store.apply(parse_manifests(manifest(site), "kb.yaml"))
     make_due(store)
     with Database(database_url) as other:
-        first, second = claim_due_refresh(store.db), claim_due_refresh(other)
+        first, second = store.db.claim_due_refresh(), other.claim_due_refresh()
     assert (first, second) == ("office", None)
 
 

@@ -13,8 +13,8 @@ import psycopg
 import pytest
 
 from kbctl.client import KnowledgeBaseStore
+from kbctl.errors import StoreError
 from kbctl.manifest import parse_manifests
-from kbctl.store.history import list_versions
 from kbctl.store.migrations import MIGRATIONS
 from kbctl.store.rows import SOURCE_STATES, source_state
 from tests.support.httpserver import HTTPTestServer, fetch_policy_for, serve
@@ -64,15 +64,16 @@ def test_a_failed_source_that_still_serves_is_stale_in_both_tables(stale_version
     live = dict(conn.execute("SELECT source_name, state FROM kb_source_status").fetchall())
     assert stored == live == {"a": "ready", "b": "stale"}
     assert {s.name: s.state for s in store.describe("site").source_status} == {"a": "ready", "b": "stale"}
-    newest = list_versions(store.db, "site")[0]
+    newest = store.db.list_versions("site")[0]
     assert (newest.number, newest.sources, newest.failed_sources) == (2, 2, 1)  # rollout history: 1/2 ready
 
 
 def test_the_database_refuses_a_version_row_against_the_rule(stale_version: KnowledgeBaseStore) -> None:
     conn = stale_version.db.connection
     for state, revision in (("failed", "revision_id"), ("stale", "NULL")):
-        with pytest.raises(psycopg.errors.CheckViolation), conn.transaction():
+        with pytest.raises(StoreError) as refused, conn.transaction():  # the store's connections translate errors
             conn.execute(f"UPDATE kb_version_sources SET state = '{state}', revision_id = {revision}")
+        assert isinstance(refused.value.__cause__, psycopg.errors.CheckViolation)
 
 
 def test_migration_15_rewrites_what_an_older_kbctl_wrote(stale_version: KnowledgeBaseStore) -> None:

@@ -13,7 +13,7 @@ from kbctl import KnowledgeBaseStore, Reader
 from kbctl.cli import app
 from kbctl.errors import NotFoundError
 from kbctl.manifest import parse_manifests
-from kbctl.store.versiondiff import DiffBounds, revision_text
+from kbctl.store.versiondiff import DiffBounds
 from tests.support.manifests import knowledge_base, text_source
 
 REFUNDS = (
@@ -80,10 +80,10 @@ def test_the_text_is_rebuilt_from_overlapping_chunks(store: KnowledgeBaseStore) 
     assert row is not None
     chunks = store.db.connection.execute("SELECT count(*) FROM kb_chunks WHERE revision_id = %s", row).fetchone()
     assert chunks is not None and chunks[0] > 2
-    rebuilt, cut = revision_text(store.db, row[0], 1_000_000)
+    rebuilt, cut = store.db.revision_text(row[0], 1_000_000)
     assert not cut
     assert rebuilt.split() == text.split()
-    start, cut = revision_text(store.db, row[0], 500)
+    start, cut = store.db.revision_text(row[0], 500)
     assert cut and text.startswith(start) and len(start) == 500
 
 

@@ -40,14 +40,10 @@ from kbctl.errors import KbctlError, NotFoundError, StoreError, UsageError
 from kbctl.manifest import KnowledgeBase
 from kbctl.manifest.digest import manifest_digests
 from kbctl.sources.url import FetchPolicy
-from kbctl.store import claims
-from kbctl.store.applied import record_applied_from
 from kbctl.store.database import Database, KnowledgeBaseRow, NewRevision, SourceRow, WrittenRevision
 from kbctl.store.events import NewEvent
-from kbctl.store.history import applying, prune_history
 from kbctl.store.rows import source_state
-from kbctl.store.schedule import set_schedule
-from kbctl.store.state import StoredState, read_state
+from kbctl.store.state import StoredState
 from kbctl.store.texts import packing
 
 __all__ = [
@@ -113,7 +109,7 @@ class _Reconciler:
         for kb in knowledge_bases:
             try:
                 embedder = self.embedder_for(kb.spec.embedding.ref)
-                with applying(self.db), self.db.kb_lock(kb.name):
+                with self.db.applying(), self.db.kb_lock(kb.name):
                     result = self.reconcile(kb, embedder)
             except UsageError:
                 raise  # a bad argument is the caller's to fix, not a failed reconcile to record
@@ -125,7 +121,7 @@ class _Reconciler:
                 if kb.name in self._marked:
                     self._marked.discard(kb.name)
                     with contextlib.suppress(KbctlError):  # the store is gone: the mark stays, for the controller
-                        claims.mark_applying(self.db, kb.name, None)
+                        self.db.mark_applying(kb.name, None)
             record(self.db, result_events(result, self.component))
             results.append(result)
         return ApplyReport(results=results)
@@ -154,7 +150,7 @@ class _Reconciler:
         in_process = self.trigger == "apply" and self.generation is None
         if in_process:
             self._pending(db.record_desired(name, manifest, digest=known[0], packed=packed))
-        state = read_state(db, name, known)
+        state = db.read_state(name, known)
         if state.row is None:
             raise NotFoundError(f'knowledgebase "{name}" not found')
         done = self.generation if self.generation is not None else state.row.generation
@@ -168,7 +164,7 @@ class _Reconciler:
             on_progress=lambda done, total: self.reporter.report(WorkProgress(name, "fetching", done, total)),
         )
         if fetched.read_from is not None:
-            record_applied_from(db, state.row.id, str(fetched.read_from))  # every path source listed there: vouch
+            db.record_applied_from(state.row.id, str(fetched.read_from))  # every path source listed there: vouch
         now = datetime.now(UTC)
         plan = build_plan(
             kb,
@@ -200,11 +196,11 @@ class _Reconciler:
             return self._nothing_to_serve(plan, state, results, statuses, embedder.model_id, done)
         else:
             publish_version(db, plan, run, results, statuses, state.statuses)
-            prune_history(db, state.row.id, kb.spec.version_history)
+            db.prune_history(state.row.id, kb.spec.version_history)
             observe(db, state.row, finished=done)
         refresh = kb.spec.refresh
         seconds = refresh.seconds if refresh and not kb.spec.suspended else None  # suspended: no scheduled refresh
-        set_schedule(db, state.row.id, seconds, refreshed=self.trigger == "refresh")
+        db.set_schedule(state.row.id, seconds, refreshed=self.trigger == "refresh")
         gone = [] if plan.unchanged else plan.documents_removed
         report_sources(
             self.reporter, name, self.trigger, results, embedder.model_id, finished=(action, version), removed=gone
@@ -226,7 +222,7 @@ class _Reconciler:
         controller then finishes it (kbctl.store.claims.mark_applying). The recorded generation."""
         if recorded.generation > recorded.observed_generation:
             observe(self.db, recorded)
-            claims.mark_applying(self.db, recorded.name, _HOLDER)
+            self.db.mark_applying(recorded.name, _HOLDER)
             self._marked.add(recorded.name)
         return recorded.generation
 

@@ -44,12 +44,9 @@ from kbctl.engine.wait import (
 from kbctl.errors import KbctlError, NotFoundError, StoreError
 from kbctl.manifest import KnowledgeBase
 from kbctl.sources.url import FetchPolicy
-from kbctl.store import claims
-from kbctl.store.applied import applied_from
 from kbctl.store.claims import CHANNEL, Claim
 from kbctl.store.database import Database
 from kbctl.store.events import NewEvent
-from kbctl.store.schedule import claim_due_refresh
 
 __all__ = [
     "CHANNEL",
@@ -73,7 +70,7 @@ def record_pending(db: Database, kb: KnowledgeBase) -> PendingResult:
     if not pending:
         return PendingResult(kb.name, "unchanged", row.current_version, row.generation, False)
     observe(db, row)
-    claims.notify_work(db, kb.name)
+    db.notify_work(kb.name)
     action = "created" if row.current_version is None else "configured"
     return PendingResult(kb.name, action, db.next_version_number(row.id), row.generation, True)
 
@@ -119,15 +116,15 @@ class Controller:
 
     def heartbeat(self) -> None:
         """Announce this controller as alive."""
-        claims.heartbeat(self.db, self.id)
+        self.db.heartbeat(self.id)
 
     def deregister(self) -> None:
         """Remove this controller's heartbeat row."""
-        claims.deregister(self.db, self.id)
+        self.db.deregister(self.id)
 
     def claim(self) -> Claim | None:
         """Claim the oldest pending knowledge base no other controller holds (SKIP LOCKED + lease)."""
-        return claims.claim_next(self.db, self.id, self._lease)
+        return self.db.claim_next(self.id, self._lease)
 
     def process(self, claim: Claim) -> KnowledgeBaseResult:
         """Reconcile one claimed knowledge base and release the claim."""
@@ -162,14 +159,14 @@ class Controller:
                     # the store or the model failed (not the sources, whose outcome is recorded): try again later
                     retry_after = RETRY_SECONDS
         finally:
-            claims.release(self.db, claim, self.id, retry_after=retry_after)
+            self.db.release_claim(claim, self.id, retry_after=retry_after)
         self.processed.append(result)
         return result
 
     def _resumed(self, claim: Claim, kb: KnowledgeBase) -> KnowledgeBase:
         """`kb` with its path: sources read where the apply that recorded them read them, when that folder is on this
         host (otherwise they keep what they serve); and, for a generation an interrupted apply left, an event."""
-        folder = applied_from(self.db, kb.name) if kb.reads_files else None
+        folder = self.db.applied_from(kb.name) if kb.reads_files else None
         here = folder is not None and Path(folder).is_dir()
         if claim.left_by is not None:
             stranded = kb.reads_files and not here
@@ -209,7 +206,7 @@ class Controller:
             while (claim := self.claim()) is not None:
                 done.append(self.process(claim))
                 self.heartbeat()
-            while (name := claim_due_refresh(self.db)) is not None:
+            while (name := self.db.claim_due_refresh()) is not None:
                 done.append(self.refresh(name))
                 self.heartbeat()
         finally:
@@ -252,26 +249,26 @@ class Controller:
                     backoff = min(backoff * 2, max_backoff)
                     try:
                         self.db.reconnect()
-                        claims.release_held(self.db, self.id)
+                        self.db.release_held(self.id)
                         backoff = 1.0
                     except StoreError:
                         continue
         finally:
             try:
-                claims.unlisten(self.db)
+                self.db.unlisten()
                 self.deregister()
             except KbctlError:
                 pass  # the connection is gone: nothing left to clean up
             beating.join(timeout=HEARTBEAT_SECONDS + 1)
 
     def _serve(self, stop: threading.Event, poll_seconds: float) -> None:
-        claims.listen(self.db)
+        self.db.listen()
         while not stop.is_set():
             self.run_once()
             deadline = time.monotonic() + poll_seconds
             while not stop.is_set() and time.monotonic() < deadline:
                 self._progressed()
-                if any(True for _ in claims.wake_ups(self.db, 0.5)):
+                if any(True for _ in self.db.wake_ups(0.5)):
                     break
 
     def _beat(self, stop: threading.Event) -> None:
@@ -281,9 +278,9 @@ class Controller:
         while not stop.wait(self._beat_seconds):
             try:
                 db = db or Database(self.db.url, migrate=False)
-                self._statement_running = self.working and claims.backend_active(db, self._backend)
+                self._statement_running = self.working and db.backend_active(self._backend)
                 if self.alive():
-                    claims.heartbeat(db, self.id)
+                    db.heartbeat(self.id)
             except KbctlError:
                 if db is not None:
                     db.close()

@@ -23,7 +23,7 @@ from kbctl.manifest.changes import access_changes, field_changes
 from kbctl.sources import source_of
 from kbctl.store.applied import SettledKnowledgeBase
 from kbctl.store.database import Database
-from kbctl.store.state import StoredState, read_state
+from kbctl.store.state import StoredState
 
 __all__ = [
     "DiffReport",
@@ -101,7 +101,7 @@ class _Differ:
 
     def diff(self, kb: KnowledgeBase) -> KnowledgeBaseDiff:
         embedder = self.embedder_for(kb.spec.embedding.ref)
-        state = read_state(self.db, kb.name)
+        state = self.db.read_state(kb.name)
         # The plan apply would build, except that nothing is fetched (each URL, git or crawl source keeps what the
         # store serves); local files are read.
         fetched = fetch_sources(kb, state, model_id=embedder.model_id, trigger="diff")

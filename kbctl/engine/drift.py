@@ -10,8 +10,7 @@ from dataclasses import dataclass
 from kbctl.engine.conditions import observe
 from kbctl.engine.eventlog import record
 from kbctl.store.database import Database
-from kbctl.store.drift import drifted
-from kbctl.store.events import NewEvent, list_events
+from kbctl.store.events import NewEvent
 
 __all__ = ["DriftOutcome", "converge_drift"]
 
@@ -29,11 +28,11 @@ def converge_drift(db: Database) -> list[DriftOutcome]:
     """Record the applied manifest again for each knowledge base that drifted, unless it is suspended; one event
     each (a suspended one's event is recorded once per drift, not on every pass)."""
     outcomes: list[DriftOutcome] = []
-    for drift in drifted(db):
+    for drift in db.drifted():
         what = f"version {drift.serving} serves a manifest other than the one last applied"
         if drift.suspended:
             message = f"{what} (rolled back?); spec.suspend is set, so it is left as it is"
-            newest = list_events(db, [drift.name], limit=1, kind="KnowledgeBase")
+            newest = db.list_events([drift.name], limit=1, kind="KnowledgeBase")
             if not newest or (newest[0].reason, newest[0].message) != ("DriftDetected", message):
                 record(db, [NewEvent(drift.name, "Warning", "DriftDetected", message, "controller")])
             outcomes.append(DriftOutcome(drift.name, drift.serving, reverted=False))

@@ -10,7 +10,7 @@ from collections.abc import Sequence
 from kbctl.engine.results import KnowledgeBaseResult
 from kbctl.errors import KbctlError
 from kbctl.store.database import Database
-from kbctl.store.events import NewEvent, record_events
+from kbctl.store.events import NewEvent
 
 __all__ = ["deleted", "record", "result_events", "rolled_back"]
 
@@ -65,4 +65,4 @@ def deleted(name: str, component: str) -> NewEvent:
 def record(db: Database, events: Sequence[NewEvent]) -> None:
     """Record events; a store error is swallowed (see the module docstring)."""
     with contextlib.suppress(KbctlError):
-        record_events(db, events)
+        db.record_events(events)

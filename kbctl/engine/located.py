@@ -15,9 +15,7 @@ from pathlib import Path
 
 from kbctl.engine.fetch import path_sources, serves_spec
 from kbctl.manifest import KnowledgeBase
-from kbctl.store.applied import applied_from
 from kbctl.store.database import Database
-from kbctl.store.state import read_state
 
 __all__ = ["honour_applied_from"]
 
@@ -31,10 +29,10 @@ def _located(db: Database, kb: KnowledgeBase) -> KnowledgeBase:
     hint = kb.applied_from
     if hint is None or not kb.reads_files or hint == kb.base_dir:
         return kb
-    recorded = applied_from(db, kb.name)
+    recorded = db.applied_from(kb.name)
     if recorded is None or Path(recorded) != hint:
         return kb
-    state = read_state(db, kb.name)
+    state = db.read_state(kb.name)
     if not all(serves_spec(state, s) for s in path_sources(kb)):
         return kb
     return kb.located(hint)

@@ -30,7 +30,6 @@ from kbctl.manifest import KnowledgeBase
 from kbctl.manifest.digest import manifest_digests
 from kbctl.sources.url import FetchPolicy
 from kbctl.store.database import Database
-from kbctl.store.syncs import record_sync
 
 __all__ = ["ApplyOptions", "run_apply"]
 
@@ -111,7 +110,7 @@ def run_apply(
         db.join_applyset(names, options.applyset)
     pruned = prune_knowledge_bases(db, names, options.prune) if options.prune is not None else []
     syncs = (
-        [RecordedSync(name=s.sync.name, action=record_sync(db, s.sync)) for s in to_apply.manifests.syncs]
+        [RecordedSync(name=s.sync.name, action=db.record_sync(s.sync)) for s in to_apply.manifests.syncs]
         if to_apply
         else []
     )

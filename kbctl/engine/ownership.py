@@ -11,7 +11,6 @@ from typing import Final, Literal
 
 from kbctl.errors import ManagedError
 from kbctl.store.database import Database
-from kbctl.store.syncs import managers
 
 __all__ = ["Change", "check_hand_change"]
 
@@ -37,7 +36,7 @@ def check_hand_change(
     warnings to show (one per Sync). `applyset`: the apply set an apply joins them to (a Sync's is refused too);
     `digest_of`: the digest of the manifest an apply records for a name (one equal to the applied one changes
     nothing)."""
-    managed = managers(db, names, applyset)
+    managed = db.managers(names, applyset)
     if digest_of is not None:
         managed = {n: m for n, m in managed.items() if m.applied_sha256 != digest_of(n)}
     if not managed:

@@ -26,7 +26,7 @@ from kbctl.engine.fetch import all_inline
 from kbctl.engine.keys import CHUNKER_VERSION
 from kbctl.engine.results import KnowledgeBaseResult, reported
 from kbctl.errors import KbctlError, UsageError
-from kbctl.store.applied import AppliedFile, SettledKnowledgeBase, record_applied_files, settled_files, touch_sources
+from kbctl.store.applied import AppliedFile, SettledKnowledgeBase
 from kbctl.store.database import Database
 from kbctl.store.rows import SourceRow
 
@@ -84,7 +84,7 @@ def settled(
 ) -> dict[str, list[SettledKnowledgeBase]]:
     """The settled files among `keys` (key -> its knowledge bases, in line order): the store still serves what
     applying them left, and each knowledge base's embedding model still resolves to the model of its version."""
-    found = settled_files(db, keys)
+    found = db.settled_files(keys)
     return {key: kbs for key, kbs in found.items() if all(_same_model(kb, embedder_for) for kb in kbs)}
 
 
@@ -102,7 +102,7 @@ def report_settled(db: Database, kbs: Sequence[SettledKnowledgeBase], reporter: 
     checked time on."""
     results = []
     for kb in kbs:
-        touch_sources(db, kb.kb_id, datetime.now(UTC))
+        db.touch_sources(kb.kb_id, datetime.now(UTC))
         sources = [
             reported(SourceRow(source_name=name, state="ready", chunk_count=chunks, reused_count=chunks))
             for name, chunks in kb.sources
@@ -118,8 +118,7 @@ def record_applied(db: Database, to_apply: ManifestsToApply, serving: Mapping[st
     ready (or that a controller already serves unchanged), by name, with the version serving. Each of them
     whose sources are all inline records the key of its file."""
     per_file = Counter(m.path for m in to_apply.manifests.manifests)
-    record_applied_files(
-        db,
+    db.record_applied_files(
         [
             AppliedFile(m.kb.name, to_apply.keys[m.path], per_file[m.path], m.line, serving[m.kb.name])
             for m in to_apply.manifests.manifests

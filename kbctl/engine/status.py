@@ -15,12 +15,10 @@ from kbctl.errors import NotFoundError
 from kbctl.inputs.access import Reader, may_read
 from kbctl.manifest.sync import SYNC_APPLYSET_PREFIX
 from kbctl.sources import source_of
-from kbctl.store.applied import applied_from
 from kbctl.store.database import Database, KnowledgeBaseRow, SourceRow, VersionRow
-from kbctl.store.events import KnowledgeBaseEvent, list_events
-from kbctl.store.rows import source_state
-from kbctl.store.schedule import read_schedule
-from kbctl.store.syncs import SyncStatus, list_syncs
+from kbctl.store.events import KnowledgeBaseEvent
+from kbctl.store.rows import shown_row, source_state
+from kbctl.store.syncs import SyncStatus
 
 __all__ = [
     "KnowledgeBaseDetail",
@@ -88,11 +86,12 @@ class KnowledgeBaseDetail(KnowledgeBaseSummary):
 def _source_status(name: str, kind: str, served: SourceRow | None, live: SourceRow | None) -> DescribedSource:
     """One source as describe shows it: what the serving version holds (nothing before the first version),
     with the live state of its last read when there is one."""
+    shown = shown_row(served, live)  # the live row wins over the version's (kbctl.store.rows)
     return DescribedSource(
         name=name,
         kind=kind,
-        state=live.state if live else served.state if served else source_state(read=False, serving=False),
-        message=live.message if live else served.message if served else None,
+        state=shown.state if shown else source_state(read=False, serving=False),
+        message=shown.message if shown else None,
         origin=(served.origin if served else None) or (live.origin if live else None),
         title=served.title if served else None,
         chunks=served.chunk_count if served else 0,
@@ -126,8 +125,8 @@ def _detail(db: Database, row: KnowledgeBaseRow, reader: Reader | None = None) -
         version = db.get_version(row.id, row.current_version) if row.current_version else None
         live = db.source_statuses(row.id)
         served = db.version_sources(version.id) if version else []
-        schedule = read_schedule(db, row.id)
-        events = list_events(db, [row.name], limit=DESCRIBE_EVENTS, kind="KnowledgeBase")
+        schedule = db.read_schedule(row.id)
+        events = db.list_events([row.name], limit=DESCRIBE_EVENTS, kind="KnowledgeBase")
         hidden = 0
         if reader is not None:
             readable = [s for s in served if may_read(reader, s.readers, s.reader_labels)]
@@ -268,14 +267,14 @@ class SyncDetail(SyncStatus):
 
 def describe_sync(db: Database, name: str) -> SyncDetail:
     """The detail of one Sync; NotFoundError when there is none called `name`."""
-    status = next((s for s in list_syncs(db) if s.name == name), None)
+    status = next((s for s in db.list_syncs() if s.name == name), None)
     if status is None:
         raise NotFoundError(f'sync "{name}" not found')
     members = {row.name for row in db.list_kbs() if row.applyset == f"{SYNC_APPLYSET_PREFIX}{name}"}
     return SyncDetail(
         **dict(status),
         knowledge_bases=[s for s in list_knowledge_bases(db) if s.name in members],
-        events=list_events(db, [name], limit=DESCRIBE_EVENTS, kind="Sync"),
+        events=db.list_events([name], limit=DESCRIBE_EVENTS, kind="Sync"),
     )
 
 
@@ -321,7 +320,7 @@ def knowledge_base_resource(db: Database, name: str) -> dict[str, Any]:
         "conditions": described["conditions"],
         "sources": described["sourceStatus"],
     }
-    folder = applied_from(db, name) if any("path" in s for s in manifest["spec"]["sources"]) else None
+    folder = db.applied_from(name) if any("path" in s for s in manifest["spec"]["sources"]) else None
     if folder is not None:
         status["appliedFrom"] = folder  # where path: sources were read (kbctl.engine.located): applies anywhere
     return {

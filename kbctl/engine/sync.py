@@ -31,9 +31,8 @@ from kbctl.sources.git import fetch_repository
 from kbctl.sources.kustomize import kustomization_in, render_kustomization
 from kbctl.sources.url import FetchPolicy
 from kbctl.store.database import Database
-from kbctl.store.drift import drifted, stored_manifests
 from kbctl.store.events import NewEvent
-from kbctl.store.syncs import SyncStatus, claim_due_sync, finish_sync, managers, record_inventory, sync_inventory
+from kbctl.store.syncs import SyncStatus
 
 __all__ = ["SyncOutcome", "run_due_syncs", "run_sync"]
 
@@ -59,13 +58,13 @@ def run_due_syncs(
 ) -> list[SyncOutcome]:
     """Run every Sync that is due, each claimed first (another controller skips it)."""
     outcomes = []
-    while (status := claim_due_sync(db)) is not None:
+    while (status := db.claim_due_sync()) is not None:
         outcomes.append(run_sync(db, status, embedder_for, reporter, policy))
     return outcomes
 
 
 def _failed(db: Database, status: SyncStatus, revision: str | None, error: str, reporter: Reporter) -> SyncOutcome:
-    finish_sync(db, status.name, revision, error)
+    db.finish_sync(status.name, revision, error)
     record(db, [NewEvent(status.name, "Warning", "SyncFailed", error, "controller", kind="Sync")])
     reporter.report(SyncFinished(status.name, revision, error))
     return SyncOutcome(status.name, revision, [], [], error)
@@ -106,7 +105,7 @@ def run_sync(
         reverting = _changed_by_hand(db, status.name, kbs, revision)
         report = apply_knowledge_bases(db, kbs, embedder_for, reporter, policy=policy, component="controller")
         db.join_applyset(names, applyset)
-        record_inventory(db, status.name, names)
+        db.record_inventory(status.name, names)
         pruned = prune_knowledge_bases(db, names, PruneScope(applyset, None)) if status.prune else []
     except KbctlError as exc:
         return _failed(db, status, revision, f"commit {revision[:12]}: {exc}", reporter)
@@ -114,7 +113,7 @@ def run_sync(
     reverted = [NewEvent(n, "Normal", "DriftReverted", why, "controller") for n, why in reverting.items()]
     record(db, [e for e in reverted if e.name not in failed])
     error = f"commit {revision[:12]}: KnowledgeBase {', '.join(failed)} failed (see its events)" if failed else None
-    finish_sync(db, status.name, revision, error)
+    db.finish_sync(status.name, revision, error)
     changed = [r.name for r in report.results if r.action != "unchanged"]
     if error is not None:
         record(db, [NewEvent(status.name, "Warning", "SyncFailed", error, "controller", kind="Sync")])
@@ -131,12 +130,12 @@ def run_sync(
 def _changed_by_hand(db: Database, sync: str, kbs: Sequence[KnowledgeBase], revision: str) -> dict[str, str]:
     """The knowledge bases this Sync applied before that were changed by hand since (deleted, applied, rolled back),
     each with what its pass now reverts (the DriftReverted event's message)."""
-    inventory = sync_inventory(db, sync)
+    inventory = db.sync_inventory(sync)
     ours = [kb for kb in kbs if kb.name in inventory]
     if not ours:
         return {}
-    managed = managers(db, [kb.name for kb in ours])
-    drifts = {d.name: d for d in drifted(db)}
+    managed = db.managers([kb.name for kb in ours])
+    drifts = {d.name: d for d in db.drifted()}
     again = f"Sync/{sync} applies commit {revision[:12]} again"
     changed: dict[str, str] = {}
     for kb in ours:
@@ -148,7 +147,7 @@ def _changed_by_hand(db: Database, sync: str, kbs: Sequence[KnowledgeBase], revi
         by_hand = now.applied_sha256 != inventory[kb.name]
         if not by_hand and kb.name not in drifts:
             continue  # as the Sync applied it: no manifest to read
-        applied, serving = stored_manifests(db, kb.name)
+        applied, serving = db.stored_manifests(kb.name)
         if by_hand and applied is not None:
             what = _differences(applied, kb.to_manifest())
             changed[kb.name] = f"applied by hand since Sync/{sync} applied it ({what}); {again}"

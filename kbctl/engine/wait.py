@@ -23,13 +23,12 @@ from kbctl.engine.events import (
 )
 from kbctl.engine.results import ApplyReport, KnowledgeBaseResult, PendingResult, reported
 from kbctl.errors import NotFoundError
-from kbctl.store import claims
 from kbctl.store.database import Database, KnowledgeBaseRow
 
 
 def controller_alive(db: Database) -> bool:
     """Whether some controller has sent a heartbeat recently."""
-    return claims.controllers_alive(db, HEARTBEAT_TTL_SECONDS)
+    return db.controllers_alive(HEARTBEAT_TTL_SECONDS)
 
 
 WAIT_POLL_SECONDS = 0.25  # how often `kbctl wait` and `kbctl rollout status` read the store

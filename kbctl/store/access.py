@@ -19,6 +19,7 @@ from typing import Any, Final
 import psycopg
 
 from kbctl.inputs.access import Reader
+from kbctl.store.rows import LIVE_STATE, live_join
 
 __all__ = [
     "HIDDEN_RULES",
@@ -193,10 +194,10 @@ def readable_counts(conn: psycopg.Connection[Any], reader: Reader) -> dict[str, 
         " coalesce(sum(chunks) FILTER (WHERE ok), 0), count(*) FILTER (WHERE NOT ok)"
         " FROM kb_knowledge_bases k"
         " JOIN kb_versions v ON v.kb_id = k.id AND v.number = k.current_version AND v.restricted_chunks > 0"
-        " CROSS JOIN LATERAL (SELECT (" + READABLE + ") AS ok, coalesce(ss.state, vs.state) AS state,"
+        " CROSS JOIN LATERAL (SELECT (" + READABLE + f") AS ok, {LIVE_STATE} AS state,"
         " coalesce(r.chunk_count, 0) AS chunks FROM kb_version_sources vs"
         " LEFT JOIN kb_source_revisions r ON r.id = vs.revision_id"
-        " LEFT JOIN kb_source_status ss ON ss.kb_id = k.id AND ss.source_name = vs.source_name"
+        f"{live_join('k.id')}"
         " WHERE vs.version_id = v.id) s GROUP BY k.name",
         readable_params(reader),
     ).fetchall()

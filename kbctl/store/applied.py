@@ -17,17 +17,9 @@ from datetime import datetime
 
 from psycopg.types.json import Jsonb
 
-from kbctl.store.database import Database, _store_errors
+from kbctl.store.connection import Connected
 
-__all__ = [
-    "AppliedFile",
-    "SettledKnowledgeBase",
-    "applied_from",
-    "record_applied_files",
-    "record_applied_from",
-    "settled_files",
-    "touch_sources",
-]
+__all__ = ["AppliedFile", "AppliedFiles", "SettledKnowledgeBase"]
 
 
 @dataclass(frozen=True)
@@ -82,59 +74,55 @@ SELECT k.id, k.name, k.applied_file_sha256, k.applied_file_line, k.applied_file_
 """
 
 
-@_store_errors
-def settled_files(db: Database, keys: Sequence[str]) -> dict[str, list[SettledKnowledgeBase]]:
-    """The settled files among `keys`: key -> its knowledge bases in line order. A key some of whose knowledge
-    bases fail a check (or are gone) is not settled."""
-    if not keys:
-        return {}
-    rows = db.connection.execute(
-        _SETTLED, {"keys": list(keys), "ready": Jsonb([{"type": "Ready", "status": "True"}])}
-    ).fetchall()
-    found: dict[str, list[SettledKnowledgeBase]] = {}
-    expected: dict[str, int] = {}
-    for kb_id, name, key, line, kbs, version, generation, model, ref, names, chunks in rows:
-        expected[key] = int(kbs)
-        sources = tuple(zip(names, (int(c) for c in chunks), strict=True))
-        found.setdefault(key, []).append(
-            SettledKnowledgeBase(int(kb_id), name, key, int(line), int(version), int(generation), model, ref, sources)
+class AppliedFiles(Connected):
+    """The manifest files knowledge bases were applied from, and the checks that they still serve it."""
+
+    def settled_files(self, keys: Sequence[str]) -> dict[str, list[SettledKnowledgeBase]]:
+        """The settled files among `keys`: key -> its knowledge bases in line order. A key some of whose knowledge
+        bases fail a check (or are gone) is not settled."""
+        if not keys:
+            return {}
+        rows = self._conn.execute(
+            _SETTLED, {"keys": list(keys), "ready": Jsonb([{"type": "Ready", "status": "True"}])}
+        ).fetchall()
+        found: dict[str, list[SettledKnowledgeBase]] = {}
+        expected: dict[str, int] = {}
+        for kb_id, name, key, line, kbs, version, generation, model, ref, names, chunks in rows:
+            expected[key] = int(kbs)
+            sources = tuple(zip(names, (int(c) for c in chunks), strict=True))
+            found.setdefault(key, []).append(
+                SettledKnowledgeBase(
+                    int(kb_id), name, key, int(line), int(version), int(generation), model, ref, sources
+                )
+            )
+        return {key: sorted(kbs, key=lambda kb: kb.line) for key, kbs in found.items() if len(kbs) == expected[key]}
+
+    def record_applied_files(self, applied: Sequence[AppliedFile]) -> None:
+        """Record the manifest file each knowledge base was applied from, with the manifest its version serves; a
+        knowledge base whose current version is no longer `version` (changed meanwhile) records nothing."""
+        if not applied:
+            return
+        with self._conn.transaction(), self._conn.cursor() as cur:
+            cur.executemany(
+                "UPDATE kb_knowledge_bases k SET applied_file_sha256 = %(key)s, applied_file_kbs = %(kbs)s,"
+                " applied_file_line = %(line)s, applied_manifest_sha256 = v.manifest_sha256"
+                " FROM kb_versions v WHERE k.name = %(name)s AND v.kb_id = k.id AND v.number = %(version)s"
+                " AND k.current_version = %(version)s",
+                [a.__dict__ for a in applied],
+            )
+
+    def touch_sources(self, kb_id: int, now: datetime) -> None:
+        """Move every source status of a knowledge base to checked at `now` (what an unchanged apply records)."""
+        self._conn.execute("UPDATE kb_source_status SET checked_at = %s WHERE kb_id = %s", (now, kb_id))
+
+    def record_applied_from(self, kb_id: int, folder: str) -> None:
+        """Record the folder the path: sources of a knowledge base were read from (an apply that listed them all)."""
+        self._conn.execute(
+            "UPDATE kb_knowledge_bases SET applied_from = %s WHERE id = %s AND applied_from IS DISTINCT FROM %s",
+            (folder, kb_id, folder),
         )
-    return {key: sorted(kbs, key=lambda kb: kb.line) for key, kbs in found.items() if len(kbs) == expected[key]}
 
-
-@_store_errors
-def record_applied_files(db: Database, applied: Sequence[AppliedFile]) -> None:
-    """Record the manifest file each knowledge base was applied from, with the manifest its version serves; a
-    knowledge base whose current version is no longer `version` (changed meanwhile) records nothing."""
-    if not applied:
-        return
-    with db.connection.transaction(), db.connection.cursor() as cur:
-        cur.executemany(
-            "UPDATE kb_knowledge_bases k SET applied_file_sha256 = %(key)s, applied_file_kbs = %(kbs)s,"
-            " applied_file_line = %(line)s, applied_manifest_sha256 = v.manifest_sha256"
-            " FROM kb_versions v WHERE k.name = %(name)s AND v.kb_id = k.id AND v.number = %(version)s"
-            " AND k.current_version = %(version)s",
-            [a.__dict__ for a in applied],
-        )
-
-
-@_store_errors
-def touch_sources(db: Database, kb_id: int, now: datetime) -> None:
-    """Move every source status of a knowledge base to checked at `now` (what an unchanged apply records)."""
-    db.connection.execute("UPDATE kb_source_status SET checked_at = %s WHERE kb_id = %s", (now, kb_id))
-
-
-@_store_errors
-def record_applied_from(db: Database, kb_id: int, folder: str) -> None:
-    """Record the folder the path: sources of a knowledge base were read from (an apply that listed them all)."""
-    db.connection.execute(
-        "UPDATE kb_knowledge_bases SET applied_from = %s WHERE id = %s AND applied_from IS DISTINCT FROM %s",
-        (folder, kb_id, folder),
-    )
-
-
-@_store_errors
-def applied_from(db: Database, name: str) -> str | None:
-    """The folder the path: sources of knowledge base `name` were last read from (None: never, or no such KB)."""
-    row = db.connection.execute("SELECT applied_from FROM kb_knowledge_bases WHERE name = %s", (name,)).fetchone()
-    return row[0] if row is not None else None
+    def applied_from(self, name: str) -> str | None:
+        """The folder the path: sources of knowledge base `name` were last read from (None: never, or no such KB)."""
+        row = self._conn.execute("SELECT applied_from FROM kb_knowledge_bases WHERE name = %s", (name,)).fetchone()
+        return row[0] if row is not None else None

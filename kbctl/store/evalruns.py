@@ -24,9 +24,9 @@ from pydantic.alias_generators import to_camel
 from kbctl.defaults import EVAL_RUNS_PER_KNOWLEDGE_BASE
 from kbctl.errors import NotFoundError, UsageError
 from kbctl.inputs.access import Reader
-from kbctl.store.database import Database, _store_errors
+from kbctl.store.knowledgebases import KnowledgeBases
 
-__all__ = ["EVAL_SET_NAME_CHARS", "EvalMetrics", "EvalRun", "NewEvalRun", "list_eval_runs", "record_eval_runs"]
+__all__ = ["EVAL_SET_NAME_CHARS", "EvalMetrics", "EvalRun", "EvalRuns", "NewEvalRun"]
 
 EVAL_SET_NAME_CHARS: Final = 200  # an eval set's recorded name: a file name or its `name:`
 
@@ -118,74 +118,75 @@ def _run(row: Sequence[Any]) -> EvalRun:
     )
 
 
-@_store_errors
-def record_eval_runs(
-    db: Database, name: str, runs: Sequence[NewEvalRun], *, keep: int = EVAL_RUNS_PER_KNOWLEDGE_BASE
-) -> list[EvalRun]:
-    """Record the runs of one evaluation of knowledge base `name` in one transaction, then drop its runs beyond the
-    newest `keep`; the runs recorded, in order. NotFoundError when there is no such knowledge base; UsageError (nothing
-    written) for an eval set name that is empty, too long, holds a control character or is a path."""
-    if keep < 1:
-        raise UsageError(f"keep must be at least 1, got {keep}")
-    for run in runs:
-        _check(run)
-    conn = db.connection
-    with conn.transaction():
-        row = conn.execute("SELECT id FROM kb_knowledge_bases WHERE name = %s FOR SHARE", (name,)).fetchone()
-        if row is None:
-            raise NotFoundError(f'knowledgebase "{name}" not found')
-        kb_id = int(row[0])
-        ids = []
-        for run in runs:
-            groups, claims = sorted(set(run.reader_groups)) or None, sorted(set(run.reader_claims)) or None
-            inserted = conn.execute(
-                "INSERT INTO kb_eval_runs (kb_id, version, eval_set, questions, mode, k, reader_groups, reader_claims,"
-                " metrics) VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s) RETURNING id",
-                (
-                    kb_id,
-                    run.version,
-                    run.eval_set,
-                    run.questions,
-                    run.mode,
-                    run.k,
-                    groups,
-                    claims,
-                    Jsonb(run.metrics.model_dump(mode="json", by_alias=True)),
-                ),
-            ).fetchone()
-            assert inserted is not None
-            ids.append(int(inserted[0]))
-        conn.execute(
-            "DELETE FROM kb_eval_runs WHERE kb_id = %(kb)s AND id NOT IN"
-            " (SELECT id FROM kb_eval_runs WHERE kb_id = %(kb)s ORDER BY at DESC, id DESC LIMIT %(keep)s)",
-            {"kb": kb_id, "keep": keep},
-        )
-        rows = conn.execute(
-            "SELECT " + _COLUMNS + " FROM kb_eval_runs r JOIN kb_knowledge_bases k ON k.id = r.kb_id"
-            " WHERE r.id = ANY(%s) ORDER BY r.id",
-            (ids,),
-        ).fetchall()
-    return [_run(r) for r in rows]
-
-
 def _visible(run: EvalRun, reader: Reader) -> bool:
     """Whether `reader` may read everything the run's caller read: each of its groups and claims held."""
     return set(run.reader_groups or ()) <= reader.groups and set(run.reader_claims or ()) <= set(reader.claim_terms())
 
 
-@_store_errors
-def list_eval_runs(
-    db: Database, name: str, *, reader: Reader | None = None, limit: int = EVAL_RUNS_PER_KNOWLEDGE_BASE
-) -> list[EvalRun]:
-    """The recorded runs of knowledge base `name`, oldest first (at most `limit`, the newest). With a `reader`, only
-    the runs measured as a caller whose groups and claims it all holds (those without any, at least). NotFoundError
-    when there is no such knowledge base."""
-    rows = db.connection.execute(
-        "SELECT * FROM (SELECT " + _COLUMNS + " FROM kb_knowledge_bases k JOIN kb_eval_runs r ON r.kb_id = k.id"
-        " WHERE k.name = %s ORDER BY r.at DESC, r.id DESC LIMIT %s) newest ORDER BY at, id",
-        (name, limit),
-    ).fetchall()
-    if not rows and db.get_kb(name) is None:
-        raise NotFoundError(f'knowledgebase "{name}" not found')
-    runs = [_run(r) for r in rows]
-    return runs if reader is None else [r for r in runs if _visible(r, reader)]
+class EvalRuns(KnowledgeBases):
+    """Recorded eval runs (kb_eval_runs)."""
+
+    def record_eval_runs(
+        self, name: str, runs: Sequence[NewEvalRun], *, keep: int = EVAL_RUNS_PER_KNOWLEDGE_BASE
+    ) -> list[EvalRun]:
+        """Record the runs of one evaluation of knowledge base `name` in one transaction, then drop its runs beyond
+        the newest `keep`; the runs recorded, in order. NotFoundError when there is no such knowledge base; UsageError
+        (nothing written) for an eval set name that is empty, too long, holds a control character or is a path."""
+        if keep < 1:
+            raise UsageError(f"keep must be at least 1, got {keep}")
+        for run in runs:
+            _check(run)
+        conn = self._conn
+        with conn.transaction():
+            row = conn.execute("SELECT id FROM kb_knowledge_bases WHERE name = %s FOR SHARE", (name,)).fetchone()
+            if row is None:
+                raise NotFoundError(f'knowledgebase "{name}" not found')
+            kb_id = int(row[0])
+            ids = []
+            for run in runs:
+                groups, claims = sorted(set(run.reader_groups)) or None, sorted(set(run.reader_claims)) or None
+                inserted = conn.execute(
+                    "INSERT INTO kb_eval_runs (kb_id, version, eval_set, questions, mode, k,"
+                    " reader_groups, reader_claims,"
+                    " metrics) VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s) RETURNING id",
+                    (
+                        kb_id,
+                        run.version,
+                        run.eval_set,
+                        run.questions,
+                        run.mode,
+                        run.k,
+                        groups,
+                        claims,
+                        Jsonb(run.metrics.model_dump(mode="json", by_alias=True)),
+                    ),
+                ).fetchone()
+                assert inserted is not None
+                ids.append(int(inserted[0]))
+            conn.execute(
+                "DELETE FROM kb_eval_runs WHERE kb_id = %(kb)s AND id NOT IN"
+                " (SELECT id FROM kb_eval_runs WHERE kb_id = %(kb)s ORDER BY at DESC, id DESC LIMIT %(keep)s)",
+                {"kb": kb_id, "keep": keep},
+            )
+            rows = conn.execute(
+                "SELECT " + _COLUMNS + " FROM kb_eval_runs r JOIN kb_knowledge_bases k ON k.id = r.kb_id"
+                " WHERE r.id = ANY(%s) ORDER BY r.id",
+                (ids,),
+            ).fetchall()
+        return [_run(r) for r in rows]
+
+    def list_eval_runs(
+        self, name: str, *, reader: Reader | None = None, limit: int = EVAL_RUNS_PER_KNOWLEDGE_BASE
+    ) -> list[EvalRun]:
+        """The recorded runs of knowledge base `name`, oldest first (at most `limit`, the newest). With a `reader`, only
+        the runs measured as a caller whose groups and claims it all holds (those without any, at least). NotFoundError
+        when there is no such knowledge base."""
+        rows = self._conn.execute(
+            "SELECT * FROM (SELECT " + _COLUMNS + " FROM kb_knowledge_bases k JOIN kb_eval_runs r ON r.kb_id = k.id"
+            " WHERE k.name = %s ORDER BY r.at DESC, r.id DESC LIMIT %s) newest ORDER BY at, id",
+            (name, limit),
+        ).fetchall()
+        if not rows and self.get_kb(name) is None:
+            raise NotFoundError(f'knowledgebase "{name}" not found')
+        runs = [_run(r) for r in rows]
+        return runs if reader is None else [r for r in runs if _visible(r, reader)]

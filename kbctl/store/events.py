@@ -19,10 +19,10 @@ from pydantic import BaseModel, ConfigDict
 from pydantic.alias_generators import to_camel
 
 from kbctl.defaults import EVENT_MESSAGE_CHARS, EVENTS_MAX, EVENTS_PER_KNOWLEDGE_BASE
-from kbctl.store.database import Database, _store_errors
+from kbctl.store.connection import Connected
 from kbctl.userconfig import redact
 
-__all__ = ["EventType", "KnowledgeBaseEvent", "NewEvent", "ObjectKind", "list_events", "record_events"]
+__all__ = ["EventType", "Events", "KnowledgeBaseEvent", "NewEvent", "ObjectKind"]
 
 EventType = Literal["Normal", "Warning"]
 ObjectKind = Literal["KnowledgeBase", "Sync"]
@@ -61,68 +61,68 @@ def _bounded(message: str) -> str:
     return text if len(text) <= EVENT_MESSAGE_CHARS else text[: EVENT_MESSAGE_CHARS - 1] + "…"
 
 
-@_store_errors
-def record_events(db: Database, events: Sequence[NewEvent]) -> None:
-    """Record events (each a new row, or a count up of the same one), then trim what is kept."""
-    if not events:
-        return
-    conn = db.connection
-    with conn.transaction():
-        for e in events:
-            conn.execute(
-                "INSERT INTO kb_events (object_kind, object_name, type, reason, message, component)"
-                " VALUES (%s, %s, %s, %s, %s, %s)"
-                " ON CONFLICT (object_kind, object_name, type, reason, md5(message)) DO UPDATE"
-                " SET count = kb_events.count + 1, last_seen = now(), component = excluded.component",
-                (e.kind, e.name, e.type, e.reason, _bounded(e.message), e.component),
-            )
-        for kind, name in sorted({(e.kind, e.name) for e in events}):
-            conn.execute(
-                "DELETE FROM kb_events WHERE object_kind = %(kind)s AND object_name = %(name)s AND id NOT IN ("
-                " SELECT id FROM kb_events WHERE object_kind = %(kind)s AND object_name = %(name)s"
-                " ORDER BY last_seen DESC, id DESC LIMIT %(keep)s)",
-                {"kind": kind, "name": name, "keep": EVENTS_PER_KNOWLEDGE_BASE},
-            )
-        conn.execute(
-            "DELETE FROM kb_events WHERE last_seen < (SELECT last_seen FROM kb_events"
-            " ORDER BY last_seen DESC OFFSET %s LIMIT 1)",
-            (EVENTS_MAX,),
-        )
+class Events(Connected):
+    """The events of knowledge bases and Syncs (kb_events)."""
 
+    def record_events(self, events: Sequence[NewEvent]) -> None:
+        """Record events (each a new row, or a count up of the same one), then trim what is kept."""
+        if not events:
+            return
+        conn = self._conn
+        with conn.transaction():
+            for e in events:
+                conn.execute(
+                    "INSERT INTO kb_events (object_kind, object_name, type, reason, message, component)"
+                    " VALUES (%s, %s, %s, %s, %s, %s)"
+                    " ON CONFLICT (object_kind, object_name, type, reason, md5(message)) DO UPDATE"
+                    " SET count = kb_events.count + 1, last_seen = now(), component = excluded.component",
+                    (e.kind, e.name, e.type, e.reason, _bounded(e.message), e.component),
+                )
+            for kind, name in sorted({(e.kind, e.name) for e in events}):
+                conn.execute(
+                    "DELETE FROM kb_events WHERE object_kind = %(kind)s AND object_name = %(name)s AND id NOT IN ("
+                    " SELECT id FROM kb_events WHERE object_kind = %(kind)s AND object_name = %(name)s"
+                    " ORDER BY last_seen DESC, id DESC LIMIT %(keep)s)",
+                    {"kind": kind, "name": name, "keep": EVENTS_PER_KNOWLEDGE_BASE},
+                )
+            conn.execute(
+                "DELETE FROM kb_events WHERE last_seen < (SELECT last_seen FROM kb_events"
+                " ORDER BY last_seen DESC OFFSET %s LIMIT 1)",
+                (EVENTS_MAX,),
+            )
 
-@_store_errors
-def list_events(
-    db: Database, names: Sequence[str] | None = None, *, limit: int | None = None, kind: ObjectKind | None = None
-) -> list[KnowledgeBaseEvent]:
-    """The events of `names` (every knowledge base's, deleted ones included, when None), oldest first as kubectl
-    lists them; `limit` keeps the newest. `kind` keeps those of one kind (a knowledge base may share its name
-    with a Sync); None: both."""
-    conditions: list[str] = []
-    args: dict[str, object] = {}
-    if names is not None:
-        conditions.append("object_name = ANY(%(names)s)")
-        args["names"] = list(names)
-    if kind is not None:
-        conditions.append("object_kind = %(kind)s")
-        args["kind"] = kind
-    where = "WHERE " + " AND ".join(conditions) if conditions else ""
-    rows = db.connection.execute(
-        "SELECT object_name, object_kind, type, reason, message, component, count, first_seen, last_seen FROM ("
-        f" SELECT * FROM kb_events {where} ORDER BY last_seen DESC, id DESC LIMIT %(limit)s"
-        ") newest ORDER BY last_seen, id",
-        {**args, "limit": limit if limit is not None else EVENTS_MAX},
-    ).fetchall()
-    return [
-        KnowledgeBaseEvent(
-            name=r[0],
-            kind=r[1],
-            type=r[2],
-            reason=r[3],
-            message=r[4],
-            component=r[5],
-            count=r[6],
-            first_seen=r[7],
-            last_seen=r[8],
-        )
-        for r in rows
-    ]
+    def list_events(
+        self, names: Sequence[str] | None = None, *, limit: int | None = None, kind: ObjectKind | None = None
+    ) -> list[KnowledgeBaseEvent]:
+        """The events of `names` (every knowledge base's, deleted ones included, when None), oldest first as kubectl
+        lists them; `limit` keeps the newest. `kind` keeps those of one kind (a knowledge base may share its name
+        with a Sync); None: both."""
+        conditions: list[str] = []
+        args: dict[str, object] = {}
+        if names is not None:
+            conditions.append("object_name = ANY(%(names)s)")
+            args["names"] = list(names)
+        if kind is not None:
+            conditions.append("object_kind = %(kind)s")
+            args["kind"] = kind
+        where = "WHERE " + " AND ".join(conditions) if conditions else ""
+        rows = self._conn.execute(
+            "SELECT object_name, object_kind, type, reason, message, component, count, first_seen, last_seen FROM ("
+            f" SELECT * FROM kb_events {where} ORDER BY last_seen DESC, id DESC LIMIT %(limit)s"
+            ") newest ORDER BY last_seen, id",
+            {**args, "limit": limit if limit is not None else EVENTS_MAX},
+        ).fetchall()
+        return [
+            KnowledgeBaseEvent(
+                name=r[0],
+                kind=r[1],
+                type=r[2],
+                reason=r[3],
+                message=r[4],
+                component=r[5],
+                count=r[6],
+                first_seen=r[7],
+                last_seen=r[8],
+            )
+            for r in rows
+        ]

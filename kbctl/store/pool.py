@@ -5,13 +5,13 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import Any
 
 import psycopg
 from psycopg_pool import ConnectionPool, PoolTimeout
 
 from kbctl.defaults import STATEMENT_TIMEOUT_MS
 from kbctl.errors import StoreError
+from kbctl.store.connection import StoreConnection, StoreCursor
 from kbctl.store.database import Database
 from kbctl.store.migrations import schema_problem
 
@@ -23,12 +23,14 @@ class DatabasePool:
 
     def __init__(self, url: str, *, size: int, timeout: float) -> None:
         self.timeout = timeout
-        self._pool: ConnectionPool[psycopg.Connection[Any]] = ConnectionPool(
+        self._pool: ConnectionPool[StoreConnection] = ConnectionPool(
             url,
+            connection_class=StoreConnection,
             min_size=min(2, size),
             max_size=size,
             kwargs={
                 "autocommit": True,
+                "cursor_factory": StoreCursor,  # its statements' errors translated as a Database's own
                 "connect_timeout": 5,
                 "options": f"-c statement_timeout={STATEMENT_TIMEOUT_MS}",
             },
@@ -60,8 +62,9 @@ class DatabasePool:
                 return "ok", schema_problem(conn)
         except PoolTimeout:
             return "unreachable: no connection within 2 s", "unreachable: no connection within 2 s"
-        except psycopg.Error as exc:
-            return f"unreachable: {type(exc).__name__}", f"unreachable: {type(exc).__name__}"
+        except (psycopg.Error, StoreError) as exc:
+            driver = exc.__cause__ if isinstance(exc, StoreError) and exc.__cause__ is not None else exc
+            return f"unreachable: {type(driver).__name__}", f"unreachable: {type(driver).__name__}"
 
     def close(self) -> None:
         self._pool.close()

@@ -24,20 +24,9 @@ from pydantic.alias_generators import to_camel
 
 from kbctl.errors import UsageError
 from kbctl.inputs.access import Reader, may_read
-from kbctl.store.database import Database, _store_errors
+from kbctl.store.connection import Connected
 
-__all__ = [
-    "RETRIEVALS_LIST_MAX",
-    "Channel",
-    "NewRetrieval",
-    "Operation",
-    "Retrieval",
-    "bounded_result",
-    "get_retrieval",
-    "list_retrievals",
-    "prune_retrievals",
-    "record_retrievals",
-]
+__all__ = ["RETRIEVALS_LIST_MAX", "Channel", "NewRetrieval", "Operation", "Retrieval", "Retrievals", "bounded_result"]
 
 Channel = Literal["http", "mcp"]
 Operation = Literal["query", "context", "ask", "federated"]
@@ -132,51 +121,6 @@ def bounded_result(result: dict[str, Any], max_bytes: int) -> tuple[dict[str, An
 # ---------------------------------------------------------------- writing
 
 
-@_store_errors
-def record_retrievals(db: Database, runs: Sequence[NewRetrieval], *, max_result_bytes: int) -> None:
-    """Record runs, in one statement per batch, each result cut to `max_result_bytes` (`bounded_result`)."""
-    if not runs:
-        return
-    bounded = [bounded_result(r.result, max_result_bytes) if r.result is not None else (None, False) for r in runs]
-    with db.connection.cursor() as cur:
-        cur.executemany(
-            "INSERT INTO kb_retrievals (channel, operation, knowledge_bases, version, caller, question,"
-            " nothing_relevant, hits, best_similarity, latency_ms, status, result, result_cut)"
-            " VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s::jsonb, %s)",
-            [
-                (
-                    r.channel,
-                    r.operation,
-                    list(r.knowledge_bases),
-                    r.version,
-                    r.caller[:_CALLER_CHARS],
-                    r.question,
-                    r.nothing_relevant,
-                    r.hits,
-                    r.best_similarity,
-                    r.latency_ms,
-                    r.status,
-                    None if result is None else json.dumps(result, separators=(",", ":")),
-                    cut,
-                )
-                for r, (result, cut) in zip(runs, bounded, strict=True)
-            ],
-        )
-
-
-@_store_errors
-def prune_retrievals(db: Database, *, days: int, max_rows: int) -> int:
-    """Delete the runs older than `days` and those beyond the newest `max_rows`; how many were deleted."""
-    conn = db.connection
-    with conn.transaction():
-        old = conn.execute("DELETE FROM kb_retrievals WHERE at < now() - make_interval(days => %s)", (days,))
-        over = conn.execute(
-            "DELETE FROM kb_retrievals WHERE id <= (SELECT id FROM kb_retrievals ORDER BY id DESC OFFSET %s LIMIT 1)",
-            (max_rows,),
-        )
-    return (old.rowcount or 0) + (over.rowcount or 0)
-
-
 # ---------------------------------------------------------------- reading
 
 _COLUMNS: Final = (
@@ -186,36 +130,6 @@ _COLUMNS: Final = (
 
 # (knowledge base, version) -> source -> (readers, reader_labels); absent: the version cannot be checked.
 _Rules = dict[tuple[str, int], dict[str, tuple[list[str] | None, list[str] | None]]]
-
-
-def _visible_names(db: Database, scope: ViewerScope, names: Sequence[str] | None = None) -> list[str]:
-    """Of `names` (None: every knowledge base some run read), those `scope` lets the viewer see, each with its
-    labels (a deleted knowledge base has none)."""
-    conn = db.connection
-    if names is None:
-        names = [r[0] for r in conn.execute("SELECT DISTINCT unnest(knowledge_bases) FROM kb_retrievals").fetchall()]
-    rows = conn.execute("SELECT name, labels FROM kb_knowledge_bases WHERE name = ANY(%s)", (list(names),)).fetchall()
-    labels = {str(r[0]): r[1] for r in rows}
-    return [name for name in names if scope(name, labels.get(name) or {})]
-
-
-def _rules(db: Database, pairs: set[tuple[str, int, datetime]]) -> _Rules:
-    """The access rules of each source of the versions runs read, (knowledge base, version, the run's time): a
-    knowledge base created after the run is another one of the same name, whose versions are not the run's."""
-    if not pairs:
-        return {}
-    rows = db.connection.execute(
-        "SELECT p.name, p.number, vs.source_name, vs.readers, vs.reader_labels"
-        " FROM unnest(%s::text[], %s::integer[], %s::timestamptz[]) AS p(name, number, at)"
-        " JOIN kb_knowledge_bases k ON k.name = p.name AND k.created_at <= p.at"
-        " JOIN kb_versions v ON v.kb_id = k.id AND v.number = p.number"
-        " JOIN kb_version_sources vs ON vs.version_id = v.id",
-        ([p[0] for p in pairs], [p[1] for p in pairs], [p[2] for p in pairs]),
-    ).fetchall()
-    rules: _Rules = {}
-    for name, number, source, readers, labels in rows:
-        rules.setdefault((name, number), {})[source] = (readers, labels)
-    return rules
 
 
 def _member_versions(row: Sequence[Any], result: dict[str, Any] | None) -> set[tuple[str, int]]:
@@ -321,76 +235,151 @@ def _kept_stage(stage: dict[str, Any], readable: Callable[[str], bool]) -> dict[
     return {**stage, "entries": [e for e in stage.get("entries") or [] if readable(str(e.get("source")))]}
 
 
-def _viewed(db: Database, rows: Sequence[Sequence[Any]], reader: Reader | None, *, results: bool) -> list[Retrieval]:
-    """The rows (each with its result last) as `reader` sees them; without `results`, without their result."""
-    parsed = [(row, row[-1]) for row in rows]
-    pairs = set()
-    if reader is not None:
-        for row, result in parsed:
-            pairs |= {(name, number, row[1]) for name, number in _member_versions(row, result)}
-    rules = _rules(db, pairs)
-    viewed = [_view(row, result, reader, rules) for row, result in parsed]
-    return viewed if results else [v.model_copy(update={"result": None}) for v in viewed]
+class Retrievals(Connected):
+    """The retrieval log (kb_retrievals)."""
 
+    def record_retrievals(self, runs: Sequence[NewRetrieval], *, max_result_bytes: int) -> None:
+        """Record runs, in one statement per batch, each result cut to `max_result_bytes` (`bounded_result`)."""
+        if not runs:
+            return
+        bounded = [bounded_result(r.result, max_result_bytes) if r.result is not None else (None, False) for r in runs]
+        with self._conn.cursor() as cur:
+            cur.executemany(
+                "INSERT INTO kb_retrievals (channel, operation, knowledge_bases, version, caller, question,"
+                " nothing_relevant, hits, best_similarity, latency_ms, status, result, result_cut)"
+                " VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s::jsonb, %s)",
+                [
+                    (
+                        r.channel,
+                        r.operation,
+                        list(r.knowledge_bases),
+                        r.version,
+                        r.caller[:_CALLER_CHARS],
+                        r.question,
+                        r.nothing_relevant,
+                        r.hits,
+                        r.best_similarity,
+                        r.latency_ms,
+                        r.status,
+                        None if result is None else json.dumps(result, separators=(",", ":")),
+                        cut,
+                    )
+                    for r, (result, cut) in zip(runs, bounded, strict=True)
+                ],
+            )
 
-@_store_errors
-def list_retrievals(
-    db: Database,
-    *,
-    knowledge_base: str | None = None,
-    caller: str | None = None,
-    since: datetime | None = None,
-    until: datetime | None = None,
-    nothing_relevant: bool = False,
-    limit: int = 50,
-    before: int | None = None,
-    scope: ViewerScope | None = None,
-    reader: Reader | None = None,
-) -> list[Retrieval]:
-    """The runs newest first (at most `limit`, 1 - RETRIEVALS_LIST_MAX; `before`: those with a smaller id, the
-    next page after the last id listed), without their results: those that read `knowledge_base`, of `caller`,
-    at or after `since` and before `until`, and only those that found nothing relevant with `nothing_relevant`.
-    `scope` and `reader` as the module docstring says (None: every run, every hit)."""
-    if not 1 <= limit <= RETRIEVALS_LIST_MAX:
-        raise UsageError(f"limit must be between 1 and {RETRIEVALS_LIST_MAX}, got {limit}")
-    conditions: list[str] = []
-    args: dict[str, Any] = {"limit": limit}
-    if knowledge_base is not None:
-        conditions.append("%(kb)s = ANY(knowledge_bases)")
-        args["kb"] = knowledge_base
-    if caller is not None:
-        conditions.append("caller = %(caller)s")
-        args["caller"] = caller
-    if since is not None:
-        conditions.append("at >= %(since)s")
-        args["since"] = since
-    if until is not None:
-        conditions.append("at < %(until)s")
-        args["until"] = until
-    if nothing_relevant:
-        conditions.append("nothing_relevant")
-    if before is not None:
-        conditions.append("id < %(before)s")
-        args["before"] = before
-    if scope is not None:
-        conditions.append("knowledge_bases <@ %(visible)s::text[] AND cardinality(knowledge_bases) > 0")
-        args["visible"] = _visible_names(db, scope)
-    where = "WHERE " + " AND ".join(conditions) if conditions else ""
-    rows = db.connection.execute(
-        f"SELECT {_COLUMNS}, result - 'trace' FROM kb_retrievals {where} ORDER BY id DESC LIMIT %(limit)s",
-        args,
-    ).fetchall()
-    return _viewed(db, rows, reader, results=False)
+    def prune_retrievals(self, *, days: int, max_rows: int) -> int:
+        """Delete the runs older than `days` and those beyond the newest `max_rows`; how many were deleted."""
+        conn = self._conn
+        with conn.transaction():
+            old = conn.execute("DELETE FROM kb_retrievals WHERE at < now() - make_interval(days => %s)", (days,))
+            over = conn.execute(
+                "DELETE FROM kb_retrievals WHERE id <= (SELECT id FROM kb_retrievals ORDER BY id"
+                " DESC OFFSET %s LIMIT 1)",
+                (max_rows,),
+            )
+        return (old.rowcount or 0) + (over.rowcount or 0)
 
+    def _visible_names(self, scope: ViewerScope, names: Sequence[str] | None = None) -> list[str]:
+        """Of `names` (None: every knowledge base some run read), those `scope` lets the viewer see, each with its
+        labels (a deleted knowledge base has none)."""
+        conn = self._conn
+        if names is None:
+            names = [
+                r[0] for r in conn.execute("SELECT DISTINCT unnest(knowledge_bases) FROM kb_retrievals").fetchall()
+            ]
+        rows = conn.execute(
+            "SELECT name, labels FROM kb_knowledge_bases WHERE name = ANY(%s)", (list(names),)
+        ).fetchall()
+        labels = {str(r[0]): r[1] for r in rows}
+        return [name for name in names if scope(name, labels.get(name) or {})]
 
-@_store_errors
-def get_retrieval(
-    db: Database, run_id: int, *, scope: ViewerScope | None = None, reader: Reader | None = None
-) -> Retrieval | None:
-    """One run with its result, as the viewer sees it; None when there is none, or it is out of `scope`."""
-    row = db.connection.execute(f"SELECT {_COLUMNS}, result FROM kb_retrievals WHERE id = %s", (run_id,)).fetchone()
-    if row is None:
-        return None
-    if scope is not None and (not row[4] or len(_visible_names(db, scope, row[4])) < len(set(row[4]))):
-        return None
-    return _viewed(db, [row], reader, results=True)[0]
+    def _retrieval_rules(self, pairs: set[tuple[str, int, datetime]]) -> _Rules:
+        """The access rules of each source of the versions runs read, (knowledge base, version, the run's time): a
+        knowledge base created after the run is another one of the same name, whose versions are not the run's."""
+        if not pairs:
+            return {}
+        rows = self._conn.execute(
+            "SELECT p.name, p.number, vs.source_name, vs.readers, vs.reader_labels"
+            " FROM unnest(%s::text[], %s::integer[], %s::timestamptz[]) AS p(name, number, at)"
+            " JOIN kb_knowledge_bases k ON k.name = p.name AND k.created_at <= p.at"
+            " JOIN kb_versions v ON v.kb_id = k.id AND v.number = p.number"
+            " JOIN kb_version_sources vs ON vs.version_id = v.id",
+            ([p[0] for p in pairs], [p[1] for p in pairs], [p[2] for p in pairs]),
+        ).fetchall()
+        rules: _Rules = {}
+        for name, number, source, readers, labels in rows:
+            rules.setdefault((name, number), {})[source] = (readers, labels)
+        return rules
+
+    def _viewed_retrievals(
+        self, rows: Sequence[Sequence[Any]], reader: Reader | None, *, results: bool
+    ) -> list[Retrieval]:
+        """The rows (each with its result last) as `reader` sees them; without `results`, without their result."""
+        parsed = [(row, row[-1]) for row in rows]
+        pairs = set()
+        if reader is not None:
+            for row, result in parsed:
+                pairs |= {(name, number, row[1]) for name, number in _member_versions(row, result)}
+        rules = self._retrieval_rules(pairs)
+        viewed = [_view(row, result, reader, rules) for row, result in parsed]
+        return viewed if results else [v.model_copy(update={"result": None}) for v in viewed]
+
+    def list_retrievals(
+        self,
+        *,
+        knowledge_base: str | None = None,
+        caller: str | None = None,
+        since: datetime | None = None,
+        until: datetime | None = None,
+        nothing_relevant: bool = False,
+        limit: int = 50,
+        before: int | None = None,
+        scope: ViewerScope | None = None,
+        reader: Reader | None = None,
+    ) -> list[Retrieval]:
+        """The runs newest first (at most `limit`, 1 - RETRIEVALS_LIST_MAX; `before`: those with a smaller id, the
+        next page after the last id listed), without their results: those that read `knowledge_base`, of `caller`,
+        at or after `since` and before `until`, and only those that found nothing relevant with `nothing_relevant`.
+        `scope` and `reader` as the module docstring says (None: every run, every hit)."""
+        if not 1 <= limit <= RETRIEVALS_LIST_MAX:
+            raise UsageError(f"limit must be between 1 and {RETRIEVALS_LIST_MAX}, got {limit}")
+        conditions: list[str] = []
+        args: dict[str, Any] = {"limit": limit}
+        if knowledge_base is not None:
+            conditions.append("%(kb)s = ANY(knowledge_bases)")
+            args["kb"] = knowledge_base
+        if caller is not None:
+            conditions.append("caller = %(caller)s")
+            args["caller"] = caller
+        if since is not None:
+            conditions.append("at >= %(since)s")
+            args["since"] = since
+        if until is not None:
+            conditions.append("at < %(until)s")
+            args["until"] = until
+        if nothing_relevant:
+            conditions.append("nothing_relevant")
+        if before is not None:
+            conditions.append("id < %(before)s")
+            args["before"] = before
+        if scope is not None:
+            conditions.append("knowledge_bases <@ %(visible)s::text[] AND cardinality(knowledge_bases) > 0")
+            args["visible"] = self._visible_names(scope)
+        where = "WHERE " + " AND ".join(conditions) if conditions else ""
+        rows = self._conn.execute(
+            f"SELECT {_COLUMNS}, result - 'trace' FROM kb_retrievals {where} ORDER BY id DESC LIMIT %(limit)s",
+            args,
+        ).fetchall()
+        return self._viewed_retrievals(rows, reader, results=False)
+
+    def get_retrieval(
+        self, run_id: int, *, scope: ViewerScope | None = None, reader: Reader | None = None
+    ) -> Retrieval | None:
+        """One run with its result, as the viewer sees it; None when there is none, or it is out of `scope`."""
+        row = self._conn.execute(f"SELECT {_COLUMNS}, result FROM kb_retrievals WHERE id = %s", (run_id,)).fetchone()
+        if row is None:
+            return None
+        if scope is not None and (not row[4] or len(self._visible_names(scope, row[4])) < len(set(row[4]))):
+            return None
+        return self._viewed_retrievals([row], reader, results=True)[0]

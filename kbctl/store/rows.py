@@ -5,11 +5,12 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any, Literal
+from typing import Any, Final, Literal
 
 from kbctl.defaults import LANGUAGE
 
 __all__ = [
+    "LIVE_STATE",
     "SOURCE_STATES",
     "ChunkHit",
     "ChunkRow",
@@ -21,6 +22,8 @@ __all__ = [
     "SummaryRow",
     "VersionRow",
     "WrittenRevision",
+    "live_join",
+    "shown_row",
     "source_state",
 ]
 
@@ -39,6 +42,23 @@ def source_state(*, read: bool, serving: bool) -> SourceState:
     if read:
         return "ready"
     return "stale" if serving else "failed"
+
+
+# The live row wins over the version's row: a source's state (and message) is that of its live row (the last
+# read) when it has one, else that of the row the serving version holds. Said here once, for SQL (`LIVE_STATE`
+# over `live_join`, `vs` a kb_version_sources row) and for Python (`shown_row`); every query and report uses them.
+LIVE_STATE: Final = "coalesce(ss.state, vs.state)"
+
+
+def live_join(kb: str) -> str:
+    """SQL: the live row `ss` of the version's source `vs`, if any, for the knowledge base whose id is `kb`."""
+    return f" LEFT JOIN kb_source_status ss ON ss.kb_id = {kb} AND ss.source_name = vs.source_name"
+
+
+def shown_row(served: SourceRow | None, live: SourceRow | None) -> SourceRow | None:
+    """The row whose state and message a source shows: its live row when it has one, else the serving version's
+    (None: neither; the SQL of the same rule is LIVE_STATE)."""
+    return live if live is not None else served
 
 
 @dataclass(frozen=True)

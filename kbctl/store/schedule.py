@@ -10,9 +10,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import datetime
 
-from kbctl.store.database import Database, _store_errors
+from kbctl.store.connection import Connected
 
-__all__ = ["Schedule", "claim_due_refresh", "read_schedule", "set_schedule"]
+__all__ = ["Schedule", "Schedules"]
 
 
 def _next(seconds: str) -> str:
@@ -29,42 +29,40 @@ class Schedule:
     last_at: datetime | None
 
 
-@_store_errors
-def set_schedule(db: Database, kb_id: int, seconds: float | None, *, refreshed: bool) -> None:
-    """Keep the schedule of a knowledge base after a reconcile: none without `spec.refresh`; a new or changed
-    interval starts from now; `refreshed` (a refresh just ran) records it and counts the next run from now."""
-    conn = db.connection
-    if seconds is None:
-        conn.execute("DELETE FROM kb_refresh_schedule WHERE kb_id = %s", (kb_id,))
-        return
-    args = {"kb": kb_id, "seconds": seconds, "refreshed": refreshed}
-    conn.execute(
-        "INSERT INTO kb_refresh_schedule (kb_id, interval_seconds, next_at, last_at)"
-        f" VALUES (%(kb)s, %(seconds)s, {_next('%(seconds)s')}, CASE WHEN %(refreshed)s THEN now() END)"
-        " ON CONFLICT (kb_id) DO UPDATE SET interval_seconds = excluded.interval_seconds,"
-        "  next_at = CASE WHEN %(refreshed)s OR kb_refresh_schedule.interval_seconds <> excluded.interval_seconds"
-        "   THEN excluded.next_at ELSE kb_refresh_schedule.next_at END,"
-        "  last_at = CASE WHEN %(refreshed)s THEN now() ELSE kb_refresh_schedule.last_at END",
-        args,
-    )
+class Schedules(Connected):
+    """Refresh schedules of knowledge bases."""
 
+    def set_schedule(self, kb_id: int, seconds: float | None, *, refreshed: bool) -> None:
+        """Keep the schedule of a knowledge base after a reconcile: none without `spec.refresh`; a new or changed
+        interval starts from now; `refreshed` (a refresh just ran) records it and counts the next run from now."""
+        conn = self._conn
+        if seconds is None:
+            conn.execute("DELETE FROM kb_refresh_schedule WHERE kb_id = %s", (kb_id,))
+            return
+        args = {"kb": kb_id, "seconds": seconds, "refreshed": refreshed}
+        conn.execute(
+            "INSERT INTO kb_refresh_schedule (kb_id, interval_seconds, next_at, last_at)"
+            f" VALUES (%(kb)s, %(seconds)s, {_next('%(seconds)s')}, CASE WHEN %(refreshed)s THEN now() END)"
+            " ON CONFLICT (kb_id) DO UPDATE SET interval_seconds = excluded.interval_seconds,"
+            "  next_at = CASE WHEN %(refreshed)s OR kb_refresh_schedule.interval_seconds <> excluded.interval_seconds"
+            "   THEN excluded.next_at ELSE kb_refresh_schedule.next_at END,"
+            "  last_at = CASE WHEN %(refreshed)s THEN now() ELSE kb_refresh_schedule.last_at END",
+            args,
+        )
 
-@_store_errors
-def claim_due_refresh(db: Database) -> str | None:
-    """The name of a knowledge base whose refresh is due, claimed (its next run moved on), or None."""
-    row = db.connection.execute(
-        "WITH due AS (SELECT kb_id, interval_seconds FROM kb_refresh_schedule WHERE next_at <= now()"
-        "  ORDER BY next_at LIMIT 1 FOR UPDATE SKIP LOCKED)"
-        f" UPDATE kb_refresh_schedule s SET next_at = {_next('due.interval_seconds')}"
-        " FROM due JOIN kb_knowledge_bases k ON k.id = due.kb_id WHERE s.kb_id = due.kb_id RETURNING k.name"
-    ).fetchone()
-    return None if row is None else str(row[0])
+    def claim_due_refresh(self) -> str | None:
+        """The name of a knowledge base whose refresh is due, claimed (its next run moved on), or None."""
+        row = self._conn.execute(
+            "WITH due AS (SELECT kb_id, interval_seconds FROM kb_refresh_schedule WHERE next_at <= now()"
+            "  ORDER BY next_at LIMIT 1 FOR UPDATE SKIP LOCKED)"
+            f" UPDATE kb_refresh_schedule s SET next_at = {_next('due.interval_seconds')}"
+            " FROM due JOIN kb_knowledge_bases k ON k.id = due.kb_id WHERE s.kb_id = due.kb_id RETURNING k.name"
+        ).fetchone()
+        return None if row is None else str(row[0])
 
-
-@_store_errors
-def read_schedule(db: Database, kb_id: int) -> Schedule | None:
-    """A knowledge base's refresh schedule, or None when it has none."""
-    row = db.connection.execute(
-        "SELECT interval_seconds, next_at, last_at FROM kb_refresh_schedule WHERE kb_id = %s", (kb_id,)
-    ).fetchone()
-    return None if row is None else Schedule(float(row[0]), row[1], row[2])
+    def read_schedule(self, kb_id: int) -> Schedule | None:
+        """A knowledge base's refresh schedule, or None when it has none."""
+        row = self._conn.execute(
+            "SELECT interval_seconds, next_at, last_at FROM kb_refresh_schedule WHERE kb_id = %s", (kb_id,)
+        ).fetchone()
+        return None if row is None else Schedule(float(row[0]), row[1], row[2])

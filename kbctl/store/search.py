@@ -25,6 +25,7 @@ from psycopg import sql
 from psycopg.rows import class_row
 
 from kbctl.defaults import EF_SEARCH, EXACT_SCAN_MAX, INDEX_BUILD_MEMORY, INDEX_MIN_VECTORS, MAX_OVERFETCH
+from kbctl.errors import StoreError
 from kbctl.inputs.access import Reader
 from kbctl.store.access import Rule, readable, readable_params
 from kbctl.store.rows import ChunkHit
@@ -135,14 +136,14 @@ def build_vector_index(conn: psycopg.Connection[Any], model: str) -> VectorIndex
                 " ((embedding::halfvec({dims})) halfvec_cosine_ops) WHERE model = {model}"
             ).format(name=name, dims=sql.Literal(int(low)), model=sql.Literal(model))
         )
-    except psycopg.Error:
+    except (psycopg.Error, StoreError):  # the driver's, or as a store connection translates it
         # A failed CREATE INDEX CONCURRENTLY leaves its index invalid: never leave one behind where the connection
         # still allows it (searches ignore it, but every write of the table still maintains it).
-        with contextlib.suppress(psycopg.Error):
+        with contextlib.suppress(psycopg.Error, StoreError):
             conn.execute(sql.SQL("DROP INDEX CONCURRENTLY IF EXISTS {}").format(name))
         raise
     finally:
-        with contextlib.suppress(psycopg.Error):
+        with contextlib.suppress(psycopg.Error, StoreError):
             conn.execute("RESET maintenance_work_mem")
     conn.execute("ANALYZE kb_embeddings")  # the planner's costs of the new index
     return vector_index(conn, model)

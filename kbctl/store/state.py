@@ -6,9 +6,12 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from kbctl.store.database import Database, KnowledgeBaseRow, SourceRow, VersionRow
+from kbctl.store.knowledgebases import KnowledgeBases
+from kbctl.store.revisions import Revisions
+from kbctl.store.rows import KnowledgeBaseRow, SourceRow, VersionRow
+from kbctl.store.versions import Versions
 
-__all__ = ["StoredRevision", "StoredState", "read_state"]
+__all__ = ["States", "StoredRevision", "StoredState"]
 
 
 @dataclass(frozen=True)
@@ -44,28 +47,31 @@ class StoredState:
         return self.row.id if self.row is not None else None
 
 
-def read_state(db: Database, name: str, known: tuple[str, dict[str, Any]] | None = None) -> StoredState:
-    """The stored state of knowledge base `name`, all read in one read-only snapshot (five small queries).
+class States(KnowledgeBases, Versions, Revisions):
+    """The stored state of one knowledge base, read in one snapshot."""
 
-    `known`, a (sha256, manifest) pair, spares reading the serving version's manifest back when it is that one.
-    """
-    with db.read_only():
-        row = db.get_kb(name)
-        if row is None:
-            return StoredState(name=name)
-        current = (
-            db.get_version(row.id, row.current_version, known=known, packed=True)
-            if row.current_version is not None
-            else None
-        )
-        served = {s.source_name: s for s in db.version_sources(current.id)} if current is not None else {}
-        revisions = {key: StoredRevision(*value) for key, value in db.stored_revisions(row.id).items()}
-        return StoredState(
-            name=name,
-            row=row,
-            current=current,
-            served=served,
-            statuses=db.source_statuses(row.id),
-            revisions=revisions,
-            next_version=db.next_version_number(row.id),
-        )
+    def read_state(self, name: str, known: tuple[str, dict[str, Any]] | None = None) -> StoredState:
+        """The stored state of knowledge base `name`, all read in one read-only snapshot (five small queries).
+
+        `known`, a (sha256, manifest) pair, spares reading the serving version's manifest back when it is that one.
+        """
+        with self.read_only():
+            row = self.get_kb(name)
+            if row is None:
+                return StoredState(name=name)
+            current = (
+                self.get_version(row.id, row.current_version, known=known, packed=True)
+                if row.current_version is not None
+                else None
+            )
+            served = {s.source_name: s for s in self.version_sources(current.id)} if current is not None else {}
+            revisions = {key: StoredRevision(*value) for key, value in self.stored_revisions(row.id).items()}
+            return StoredState(
+                name=name,
+                row=row,
+                current=current,
+                served=served,
+                statuses=self.source_statuses(row.id),
+                revisions=revisions,
+                next_version=self.next_version_number(row.id),
+            )

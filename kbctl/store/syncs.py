@@ -22,20 +22,9 @@ from pydantic.alias_generators import to_camel
 
 from kbctl.manifest.digest import sha256_json
 from kbctl.manifest.sync import SYNC_APPLYSET_PREFIX, Sync
-from kbctl.store.database import Database, _store_errors
+from kbctl.store.connection import Connected
 
-__all__ = [
-    "Managed",
-    "SyncStatus",
-    "claim_due_sync",
-    "delete_sync",
-    "finish_sync",
-    "list_syncs",
-    "managers",
-    "record_inventory",
-    "record_sync",
-    "sync_inventory",
-]
+__all__ = ["Managed", "SyncStatus", "Syncs"]
 
 
 class SyncStatus(BaseModel):
@@ -78,60 +67,6 @@ def _status(row: Any) -> SyncStatus:
     )
 
 
-@_store_errors
-def record_sync(db: Database, sync: Sync) -> Literal["created", "configured", "unchanged"]:
-    """Record a Sync; "created", "configured" (its spec changed: due at once) or "unchanged"."""
-    spec = sync.spec.model_dump(mode="json")
-    digest = sha256_json(spec)
-    row = db.connection.execute(
-        "INSERT INTO kb_syncs (name, spec, spec_sha256, interval_seconds) VALUES (%s, %s, %s, %s)"
-        " ON CONFLICT (name) DO UPDATE SET spec = excluded.spec, spec_sha256 = excluded.spec_sha256,"
-        "  interval_seconds = excluded.interval_seconds,"
-        "  next_at = now(), last_attempted_revision = NULL, updated_at = now()"
-        "  WHERE kb_syncs.spec_sha256 <> excluded.spec_sha256"
-        " RETURNING (xmax = 0)",
-        (sync.name, Jsonb(spec), digest, sync.spec.seconds),
-    ).fetchone()
-    if row is None:
-        return "unchanged"
-    return "created" if row[0] else "configured"
-
-
-@_store_errors
-def list_syncs(db: Database) -> list[SyncStatus]:
-    rows = db.connection.execute(f"SELECT {_COLUMNS} FROM kb_syncs ORDER BY name").fetchall()
-    return [_status(r) for r in rows]
-
-
-@_store_errors
-def delete_sync(db: Database, name: str) -> bool:
-    return db.connection.execute("DELETE FROM kb_syncs WHERE name = %s", (name,)).rowcount > 0
-
-
-@_store_errors
-def claim_due_sync(db: Database) -> SyncStatus | None:
-    """A Sync whose pass is due (not suspended), claimed: its next time moved on by its interval."""
-    row = db.connection.execute(
-        "WITH due AS (SELECT name FROM kb_syncs WHERE next_at <= now()"
-        "  AND NOT coalesce((spec ->> 'suspend')::boolean, false) ORDER BY next_at LIMIT 1 FOR UPDATE SKIP LOCKED)"
-        " UPDATE kb_syncs s SET next_at = now() + make_interval(secs => s.interval_seconds)"
-        " FROM due WHERE s.name = due.name RETURNING " + ", ".join(f"s.{c.strip()}" for c in _COLUMNS.split(","))
-    ).fetchone()
-    return None if row is None else _status(row)
-
-
-@_store_errors
-def finish_sync(db: Database, name: str, revision: str | None, error: str | None) -> None:
-    """Record a pass: the commit applied (`error` None), or why nothing was applied."""
-    db.connection.execute(
-        "UPDATE kb_syncs SET last_attempted_revision = %(rev)s, last_error = %(error)s,"
-        " last_applied_revision = CASE WHEN %(error)s::text IS NULL THEN %(rev)s ELSE last_applied_revision END,"
-        " last_applied_at = CASE WHEN %(error)s::text IS NULL THEN now() ELSE last_applied_at END,"
-        " updated_at = now() WHERE name = %(name)s",
-        {"rev": revision, "error": error, "name": name},
-    )
-
-
 @dataclass(frozen=True)
 class Managed:
     """A knowledge base a Sync manages, and the digest of the manifest applied to it last (by anyone)."""
@@ -141,33 +76,76 @@ class Managed:
     applied_sha256: str | None
 
 
-@_store_errors
-def managers(db: Database, names: Sequence[str], applyset: str | None = None) -> dict[str, Managed]:
-    """Of `names`, those that a Sync which exists and is not suspended manages, by name: the members of its apply
-    set, and all of them when `applyset` is its apply set (a change by hand into it)."""
-    rows = db.connection.execute(
-        "SELECT n.name, s.name, k.applied_sha256 FROM unnest(%(names)s::text[]) AS n(name)"
-        " LEFT JOIN kb_knowledge_bases k ON k.name = n.name"
-        " JOIN kb_syncs s ON %(prefix)s || s.name IN (k.applyset, %(applyset)s::text)"
-        " WHERE NOT coalesce((s.spec ->> 'suspend')::boolean, false)",
-        {"names": list(names), "prefix": SYNC_APPLYSET_PREFIX, "applyset": applyset},
-    ).fetchall()
-    return {str(r[0]): Managed(str(r[0]), str(r[1]), r[2]) for r in rows}
+class Syncs(Connected):
+    """Recorded Syncs and the knowledge bases each manages."""
 
+    def record_sync(self, sync: Sync) -> Literal["created", "configured", "unchanged"]:
+        """Record a Sync; "created", "configured" (its spec changed: due at once) or "unchanged"."""
+        spec = sync.spec.model_dump(mode="json")
+        digest = sha256_json(spec)
+        row = self._conn.execute(
+            "INSERT INTO kb_syncs (name, spec, spec_sha256, interval_seconds) VALUES (%s, %s, %s, %s)"
+            " ON CONFLICT (name) DO UPDATE SET spec = excluded.spec, spec_sha256 = excluded.spec_sha256,"
+            "  interval_seconds = excluded.interval_seconds,"
+            "  next_at = now(), last_attempted_revision = NULL, updated_at = now()"
+            "  WHERE kb_syncs.spec_sha256 <> excluded.spec_sha256"
+            " RETURNING (xmax = 0)",
+            (sync.name, Jsonb(spec), digest, sync.spec.seconds),
+        ).fetchone()
+        if row is None:
+            return "unchanged"
+        return "created" if row[0] else "configured"
 
-@_store_errors
-def sync_inventory(db: Database, name: str) -> dict[str, str]:
-    """The digest of the manifest the Sync last applied to each knowledge base, by name ({} before its first pass)."""
-    row = db.connection.execute("SELECT inventory FROM kb_syncs WHERE name = %s", (name,)).fetchone()
-    return {} if row is None else {str(k): str(v) for k, v in row[0].items()}
+    def list_syncs(self) -> list[SyncStatus]:
+        rows = self._conn.execute(f"SELECT {_COLUMNS} FROM kb_syncs ORDER BY name").fetchall()
+        return [_status(r) for r in rows]
 
+    def delete_sync(self, name: str) -> bool:
+        return self._conn.execute("DELETE FROM kb_syncs WHERE name = %s", (name,)).rowcount > 0
 
-@_store_errors
-def record_inventory(db: Database, name: str, kbs: Sequence[str]) -> None:
-    """Record as the Sync's inventory the manifest each of `kbs` was just applied (the Sync's own pass)."""
-    db.connection.execute(
-        "UPDATE kb_syncs SET inventory = coalesce((SELECT jsonb_object_agg(k.name, k.applied_sha256)"
-        "  FROM kb_knowledge_bases k WHERE k.name = ANY(%s) AND k.applied_sha256 IS NOT NULL), '{}')"
-        " WHERE name = %s",
-        (list(kbs), name),
-    )
+    def claim_due_sync(self) -> SyncStatus | None:
+        """A Sync whose pass is due (not suspended), claimed: its next time moved on by its interval."""
+        row = self._conn.execute(
+            "WITH due AS (SELECT name FROM kb_syncs WHERE next_at <= now()"
+            "  AND NOT coalesce((spec ->> 'suspend')::boolean, false) ORDER BY next_at LIMIT 1 FOR UPDATE SKIP LOCKED)"
+            " UPDATE kb_syncs s SET next_at = now() + make_interval(secs => s.interval_seconds)"
+            " FROM due WHERE s.name = due.name RETURNING " + ", ".join(f"s.{c.strip()}" for c in _COLUMNS.split(","))
+        ).fetchone()
+        return None if row is None else _status(row)
+
+    def finish_sync(self, name: str, revision: str | None, error: str | None) -> None:
+        """Record a pass: the commit applied (`error` None), or why nothing was applied."""
+        self._conn.execute(
+            "UPDATE kb_syncs SET last_attempted_revision = %(rev)s, last_error = %(error)s,"
+            " last_applied_revision = CASE WHEN %(error)s::text IS NULL THEN %(rev)s ELSE last_applied_revision END,"
+            " last_applied_at = CASE WHEN %(error)s::text IS NULL THEN now() ELSE last_applied_at END,"
+            " updated_at = now() WHERE name = %(name)s",
+            {"rev": revision, "error": error, "name": name},
+        )
+
+    def managers(self, names: Sequence[str], applyset: str | None = None) -> dict[str, Managed]:
+        """Of `names`, those that a Sync which exists and is not suspended manages, by name: the members of its apply
+        set, and all of them when `applyset` is its apply set (a change by hand into it)."""
+        rows = self._conn.execute(
+            "SELECT n.name, s.name, k.applied_sha256 FROM unnest(%(names)s::text[]) AS n(name)"
+            " LEFT JOIN kb_knowledge_bases k ON k.name = n.name"
+            " JOIN kb_syncs s ON %(prefix)s || s.name IN (k.applyset, %(applyset)s::text)"
+            " WHERE NOT coalesce((s.spec ->> 'suspend')::boolean, false)",
+            {"names": list(names), "prefix": SYNC_APPLYSET_PREFIX, "applyset": applyset},
+        ).fetchall()
+        return {str(r[0]): Managed(str(r[0]), str(r[1]), r[2]) for r in rows}
+
+    def sync_inventory(self, name: str) -> dict[str, str]:
+        """The digest of the manifest the Sync last applied to each knowledge base, by name ({} before its first
+        pass)."""
+        row = self._conn.execute("SELECT inventory FROM kb_syncs WHERE name = %s", (name,)).fetchone()
+        return {} if row is None else {str(k): str(v) for k, v in row[0].items()}
+
+    def record_inventory(self, name: str, kbs: Sequence[str]) -> None:
+        """Record as the Sync's inventory the manifest each of `kbs` was just applied (the Sync's own pass)."""
+        self._conn.execute(
+            "UPDATE kb_syncs SET inventory = coalesce((SELECT jsonb_object_agg(k.name, k.applied_sha256)"
+            "  FROM kb_knowledge_bases k WHERE k.name = ANY(%s) AND k.applied_sha256 IS NOT NULL), '{}')"
+            " WHERE name = %s",
+            (list(kbs), name),
+        )

@@ -31,18 +31,9 @@ from kbctl.defaults import (
 )
 from kbctl.errors import NotFoundError, UsageError
 from kbctl.inputs.access import Reader, may_read
-from kbctl.store.database import Database, _store_errors
+from kbctl.store.connection import Connected
 
-__all__ = [
-    "ChangeKind",
-    "DiffBounds",
-    "SourceDiff",
-    "VersionChange",
-    "VersionDiff",
-    "diff_versions",
-    "revision_text",
-    "version_changes",
-]
+__all__ = ["ChangeKind", "DiffBounds", "SourceDiff", "VersionChange", "VersionDiff", "VersionDiffs"]
 
 ChangeKind = Literal["added", "removed", "changed", "unchanged"]
 
@@ -124,72 +115,10 @@ class _Served:
     chunks: int
 
 
-def _retained(db: Database, name: str) -> tuple[int, int | None, list[int]]:
-    """(kb id, current version, the retained version numbers ascending); NotFoundError when there is no such
-    knowledge base."""
-    row = db.connection.execute(
-        "SELECT k.id, k.current_version, coalesce(array_agg(v.number ORDER BY v.number)"
-        " FILTER (WHERE v.number IS NOT NULL), '{}') FROM kb_knowledge_bases k"
-        " LEFT JOIN kb_versions v ON v.kb_id = k.id WHERE k.name = %s GROUP BY k.id",
-        (name,),
-    ).fetchone()
-    if row is None:
-        raise NotFoundError(f'knowledgebase "{name}" not found')
-    return int(row[0]), row[1], [int(n) for n in row[2]]
-
-
 def _check_kept(name: str, number: int, kept: Sequence[int]) -> None:
     if number not in kept:
         listed = ", ".join(str(n) for n in kept) or "none"
         raise NotFoundError(f'knowledgebase "{name}" has no version {number} (versions kept: {listed})')
-
-
-def _sources(db: Database, kb_id: int, number: int, reader: Reader | None) -> list[_Served]:
-    """The sources of a version in manifest order, those `reader` may read (every one without a reader)."""
-    rows = db.connection.execute(
-        "SELECT vs.source_name, vs.revision_id, r.content_sha256, coalesce(r.char_count, 0),"
-        " coalesce(r.chunk_count, 0), vs.readers, vs.reader_labels"
-        " FROM kb_versions v JOIN kb_version_sources vs ON vs.version_id = v.id"
-        " LEFT JOIN kb_source_revisions r ON r.id = vs.revision_id"
-        " WHERE v.kb_id = %s AND v.number = %s ORDER BY vs.position",
-        (kb_id, number),
-    ).fetchall()
-    return [
-        _Served(str(r[0]), r[1], r[2], int(r[3]), int(r[4]))
-        for r in rows
-        if reader is None or may_read(reader, r[5], r[6])
-    ]
-
-
-def revision_text(db: Database, revision_id: int, limit: int) -> tuple[str, bool]:
-    """The text of a revision rebuilt from its chunks (see the module's docstring), its first `limit` characters;
-    and whether it was cut there."""
-    rows = db.connection.execute(
-        "SELECT content, char_start, char_end FROM kb_chunks WHERE revision_id = %s AND char_start < %s"
-        " ORDER BY char_start, ordinal",
-        (revision_id, limit),
-    ).fetchall()
-    parts: list[str] = []
-    end = size = 0
-    for content, start, stop in rows:
-        if not parts or start >= end:
-            if parts and start > end:  # whitespace no chunk keeps
-                parts.append("\n" if start - end == 1 else "\n\n")
-            piece = content
-        elif stop > end:
-            piece = content[end - start :]  # past the overlap
-        else:
-            continue  # inside what is already there
-        parts.append(piece)
-        size += len(piece)
-        end = stop
-        if size > limit:
-            break
-    text = "".join(parts)
-    later = db.connection.execute(
-        "SELECT EXISTS (SELECT 1 FROM kb_chunks WHERE revision_id = %s AND char_end > %s)", (revision_id, end)
-    ).fetchone()
-    return text[:limit], len(text) > limit or bool(later and later[0])
 
 
 @dataclass
@@ -225,37 +154,6 @@ def _bounded(lines: Sequence[str], bounds: DiffBounds, budget: _Budget) -> tuple
     return kept, cut
 
 
-def _text_diff(
-    db: Database, name: str, numbers: tuple[int, int], old: _Served, new: _Served, bounds: DiffBounds, budget: _Budget
-) -> tuple[list[str], bool]:
-    """The bounded unified diff of a changed source's text (nothing when no bound is left to read or show it)."""
-    if budget.lines < 1 or budget.bytes < 1 or budget.chars < 1:
-        return [], True
-    texts = []
-    cut = False
-    for side in (old, new):
-        limit = min(bounds.source_chars, max(budget.chars, 0))
-        if side.revision_id is None or limit < 1:
-            texts.append("")
-            cut = cut or side.revision_id is not None
-            continue
-        text, was_cut = revision_text(db, side.revision_id, limit)
-        budget.chars -= len(text)
-        texts.append(text)
-        cut = cut or was_cut
-    lines = list(
-        difflib.unified_diff(
-            texts[0].splitlines(),
-            texts[1].splitlines(),
-            fromfile=f"{name}@{numbers[0]}",
-            tofile=f"{name}@{numbers[1]}",
-            lineterm="",
-        )
-    )
-    kept, dropped = _bounded(lines, bounds, budget)
-    return kept, cut or dropped
-
-
 def _compare(old: Sequence[_Served], new: Sequence[_Served]) -> list[tuple[ChangeKind, _Served | None, _Served | None]]:
     """Each source of `new` in order, then each of `old` that `new` lacks: its change and its two sides."""
     before = {s.name: s for s in old}
@@ -271,106 +169,199 @@ def _compare(old: Sequence[_Served], new: Sequence[_Served]) -> list[tuple[Chang
     return pairs
 
 
-@_store_errors
-def diff_versions(
-    db: Database,
-    name: str,
-    from_version: int | None = None,
-    to_version: int | None = None,
-    *,
-    reader: Reader | None = None,
-    bounds: DiffBounds | None = None,
-) -> VersionDiff:
-    """Compare two retained versions of knowledge base `name` (default: the newest before `to_version`, and the
-    serving version), in one snapshot. NotFoundError when there is no such knowledge base, no published version, no
-    version before the serving one to compare with, or a version that is not retained (the message lists those
-    kept)."""
-    bounds = bounds or DiffBounds()
-    with db.read_only():
-        kb_id, current, kept = _retained(db, name)
-        if to_version is None:
-            if current is None:
-                raise NotFoundError(f'knowledgebase "{name}" has no published version yet')
-            to_version = int(current)
-        _check_kept(name, to_version, kept)
-        if from_version is None:
-            from_version = max((n for n in kept if n < to_version), default=None)
-            if from_version is None:
-                raise NotFoundError(f'knowledgebase "{name}" has no version before {to_version} to compare with')
-        _check_kept(name, from_version, kept)
-        numbers = (from_version, to_version)
-        pairs = _compare(_sources(db, kb_id, from_version, reader), _sources(db, kb_id, to_version, reader))
-        budget = _Budget(bounds.total_lines, bounds.total_bytes, bounds.total_chars)
-        sources = []
-        for change, old, new in pairs:
-            source = SourceDiff(name=(new or old).name, change=change)  # type: ignore[union-attr]
-            if old is not None:
-                source.from_chunks, source.from_chars = old.chunks, old.chars
-            if new is not None:
-                source.to_chunks, source.to_chars = new.chunks, new.chars
-            if change == "changed" and old is not None and new is not None:
-                source.same_text = old.content_sha256 is not None and old.content_sha256 == new.content_sha256
-                if not source.same_text:
-                    source.diff, source.diff_truncated = _text_diff(db, source.name, numbers, old, new, bounds, budget)
-            sources.append(source)
-    counts: dict[str, Any] = {kind: sum(s.change == kind for s in sources) for kind in _KINDS}
-    return VersionDiff(
-        knowledge_base=name,
-        from_version=from_version,
-        to_version=to_version,
-        sources=sources,
-        truncated=any(s.diff_truncated for s in sources),
-        **counts,
-    )
-
-
 _KINDS: tuple[ChangeKind, ...] = ("added", "removed", "changed", "unchanged")
 
 
-@_store_errors
-def version_changes(db: Database, name: str, *, reader: Reader | None = None) -> list[VersionChange]:
-    """Each retained version of knowledge base `name`, newest first (as `list_versions`), with its counts against
-    the newest retained version before it; read from the versions' source rows alone (no text). NotFoundError when
-    there is no such knowledge base."""
-    with db.read_only():
-        kb_id, _, kept = _retained(db, name)
-        rows = db.connection.execute(
-            "SELECT v.number, vs.source_name, vs.revision_id, vs.readers, vs.reader_labels"
-            " FROM kb_versions v JOIN kb_version_sources vs ON vs.version_id = v.id WHERE v.kb_id = %s",
-            (kb_id,),
+class VersionDiffs(Connected):
+    """Differences between two versions of a knowledge base."""
+
+    def _retained_versions(self, name: str) -> tuple[int, int | None, list[int]]:
+        """(kb id, current version, the retained version numbers ascending); NotFoundError when there is no such
+        knowledge base."""
+        row = self._conn.execute(
+            "SELECT k.id, k.current_version, coalesce(array_agg(v.number ORDER BY v.number)"
+            " FILTER (WHERE v.number IS NOT NULL), '{}') FROM kb_knowledge_bases k"
+            " LEFT JOIN kb_versions v ON v.kb_id = k.id WHERE k.name = %s GROUP BY k.id",
+            (name,),
+        ).fetchone()
+        if row is None:
+            raise NotFoundError(f'knowledgebase "{name}" not found')
+        return int(row[0]), row[1], [int(n) for n in row[2]]
+
+    def _served_sources(self, kb_id: int, number: int, reader: Reader | None) -> list[_Served]:
+        """The sources of a version in manifest order, those `reader` may read (every one without a reader)."""
+        rows = self._conn.execute(
+            "SELECT vs.source_name, vs.revision_id, r.content_sha256, coalesce(r.char_count, 0),"
+            " coalesce(r.chunk_count, 0), vs.readers, vs.reader_labels"
+            " FROM kb_versions v JOIN kb_version_sources vs ON vs.version_id = v.id"
+            " LEFT JOIN kb_source_revisions r ON r.id = vs.revision_id"
+            " WHERE v.kb_id = %s AND v.number = %s ORDER BY vs.position",
+            (kb_id, number),
         ).fetchall()
-    served: dict[int, dict[str, int | None]] = {n: {} for n in kept}
-    for number, source, revision, readers, labels in rows:
-        if reader is None or may_read(reader, readers, labels):
-            served[int(number)][str(source)] = revision
-    changes = []
-    previous: int | None = None
-    for number in kept:
-        now = served[number]
-        if previous is None:
-            known = number == 1  # the first version: every source is new; an older one pruned: unknown
-            changes.append(
-                VersionChange(
-                    number=number,
-                    previous=None,
-                    added=len(now) if known else None,
-                    removed=0 if known else None,
-                    changed=0 if known else None,
-                    unchanged=0 if known else None,
-                )
+        return [
+            _Served(str(r[0]), r[1], r[2], int(r[3]), int(r[4]))
+            for r in rows
+            if reader is None or may_read(reader, r[5], r[6])
+        ]
+
+    def revision_text(self, revision_id: int, limit: int) -> tuple[str, bool]:
+        """The text of a revision rebuilt from its chunks (see the module's docstring), its first `limit` characters;
+        and whether it was cut there."""
+        rows = self._conn.execute(
+            "SELECT content, char_start, char_end FROM kb_chunks WHERE revision_id = %s AND char_start < %s"
+            " ORDER BY char_start, ordinal",
+            (revision_id, limit),
+        ).fetchall()
+        parts: list[str] = []
+        end = size = 0
+        for content, start, stop in rows:
+            if not parts or start >= end:
+                if parts and start > end:  # whitespace no chunk keeps
+                    parts.append("\n" if start - end == 1 else "\n\n")
+                piece = content
+            elif stop > end:
+                piece = content[end - start :]  # past the overlap
+            else:
+                continue  # inside what is already there
+            parts.append(piece)
+            size += len(piece)
+            end = stop
+            if size > limit:
+                break
+        text = "".join(parts)
+        later = self._conn.execute(
+            "SELECT EXISTS (SELECT 1 FROM kb_chunks WHERE revision_id = %s AND char_end > %s)", (revision_id, end)
+        ).fetchone()
+        return text[:limit], len(text) > limit or bool(later and later[0])
+
+    def _text_diff(
+        self, name: str, numbers: tuple[int, int], old: _Served, new: _Served, bounds: DiffBounds, budget: _Budget
+    ) -> tuple[list[str], bool]:
+        """The bounded unified diff of a changed source's text (nothing when no bound is left to read or show it)."""
+        if budget.lines < 1 or budget.bytes < 1 or budget.chars < 1:
+            return [], True
+        texts = []
+        cut = False
+        for side in (old, new):
+            limit = min(bounds.source_chars, max(budget.chars, 0))
+            if side.revision_id is None or limit < 1:
+                texts.append("")
+                cut = cut or side.revision_id is not None
+                continue
+            text, was_cut = self.revision_text(side.revision_id, limit)
+            budget.chars -= len(text)
+            texts.append(text)
+            cut = cut or was_cut
+        lines = list(
+            difflib.unified_diff(
+                texts[0].splitlines(),
+                texts[1].splitlines(),
+                fromfile=f"{name}@{numbers[0]}",
+                tofile=f"{name}@{numbers[1]}",
+                lineterm="",
             )
-        else:
-            before = served[previous]
-            common = now.keys() & before.keys()
-            changes.append(
-                VersionChange(
-                    number=number,
-                    previous=previous,
-                    added=len(now.keys() - before.keys()),
-                    removed=len(before.keys() - now.keys()),
-                    changed=sum(now[s] != before[s] for s in common),
-                    unchanged=sum(now[s] == before[s] for s in common),
-                )
+        )
+        kept, dropped = _bounded(lines, bounds, budget)
+        return kept, cut or dropped
+
+    def diff_versions(
+        self,
+        name: str,
+        from_version: int | None = None,
+        to_version: int | None = None,
+        *,
+        reader: Reader | None = None,
+        bounds: DiffBounds | None = None,
+    ) -> VersionDiff:
+        """Compare two retained versions of knowledge base `name` (default: the newest before `to_version`, and the
+        serving version), in one snapshot. NotFoundError when there is no such knowledge base, no published version, no
+        version before the serving one to compare with, or a version that is not retained (the message lists those
+        kept)."""
+        bounds = bounds or DiffBounds()
+        with self.read_only():
+            kb_id, current, kept = self._retained_versions(name)
+            if to_version is None:
+                if current is None:
+                    raise NotFoundError(f'knowledgebase "{name}" has no published version yet')
+                to_version = int(current)
+            _check_kept(name, to_version, kept)
+            if from_version is None:
+                from_version = max((n for n in kept if n < to_version), default=None)
+                if from_version is None:
+                    raise NotFoundError(f'knowledgebase "{name}" has no version before {to_version} to compare with')
+            _check_kept(name, from_version, kept)
+            numbers = (from_version, to_version)
+            pairs = _compare(
+                self._served_sources(kb_id, from_version, reader), self._served_sources(kb_id, to_version, reader)
             )
-        previous = number
-    return changes[::-1]
+            budget = _Budget(bounds.total_lines, bounds.total_bytes, bounds.total_chars)
+            sources = []
+            for change, old, new in pairs:
+                source = SourceDiff(name=(new or old).name, change=change)  # type: ignore[union-attr]
+                if old is not None:
+                    source.from_chunks, source.from_chars = old.chunks, old.chars
+                if new is not None:
+                    source.to_chunks, source.to_chars = new.chunks, new.chars
+                if change == "changed" and old is not None and new is not None:
+                    source.same_text = old.content_sha256 is not None and old.content_sha256 == new.content_sha256
+                    if not source.same_text:
+                        source.diff, source.diff_truncated = self._text_diff(
+                            source.name, numbers, old, new, bounds, budget
+                        )
+                sources.append(source)
+        counts: dict[str, Any] = {kind: sum(s.change == kind for s in sources) for kind in _KINDS}
+        return VersionDiff(
+            knowledge_base=name,
+            from_version=from_version,
+            to_version=to_version,
+            sources=sources,
+            truncated=any(s.diff_truncated for s in sources),
+            **counts,
+        )
+
+    def version_changes(self, name: str, *, reader: Reader | None = None) -> list[VersionChange]:
+        """Each retained version of knowledge base `name`, newest first (as `list_versions`), with its counts against
+        the newest retained version before it; read from the versions' source rows alone (no text). NotFoundError when
+        there is no such knowledge base."""
+        with self.read_only():
+            kb_id, _, kept = self._retained_versions(name)
+            rows = self._conn.execute(
+                "SELECT v.number, vs.source_name, vs.revision_id, vs.readers, vs.reader_labels"
+                " FROM kb_versions v JOIN kb_version_sources vs ON vs.version_id = v.id WHERE v.kb_id = %s",
+                (kb_id,),
+            ).fetchall()
+        served: dict[int, dict[str, int | None]] = {n: {} for n in kept}
+        for number, source, revision, readers, labels in rows:
+            if reader is None or may_read(reader, readers, labels):
+                served[int(number)][str(source)] = revision
+        changes = []
+        previous: int | None = None
+        for number in kept:
+            now = served[number]
+            if previous is None:
+                known = number == 1  # the first version: every source is new; an older one pruned: unknown
+                changes.append(
+                    VersionChange(
+                        number=number,
+                        previous=None,
+                        added=len(now) if known else None,
+                        removed=0 if known else None,
+                        changed=0 if known else None,
+                        unchanged=0 if known else None,
+                    )
+                )
+            else:
+                before = served[previous]
+                common = now.keys() & before.keys()
+                changes.append(
+                    VersionChange(
+                        number=number,
+                        previous=previous,
+                        added=len(now.keys() - before.keys()),
+                        removed=len(before.keys() - now.keys()),
+                        changed=sum(now[s] != before[s] for s in common),
+                        unchanged=sum(now[s] == before[s] for s in common),
+                    )
+                )
+            previous = number
+        return changes[::-1]

@@ -17,7 +17,6 @@ from kbctl.engine.controller import Controller
 from kbctl.engine.events import Event, HandedToController, WorkProgress
 from kbctl.errors import StoreError
 from kbctl.manifest import parse_manifests
-from kbctl.store import claims
 from kbctl.store.embedded import running_url, stop_server
 from tests.support.controllerloop import looping
 from tests.support.httpserver import serve
@@ -76,7 +75,7 @@ class _HandedOver(Lines):
 
 def test_apply_wait_reconciles_in_process_when_the_controller_dies(store: KnowledgeBaseStore) -> None:
     """A controller whose heartbeat stops while `apply --wait` waits is noticed; the work is done in-process."""
-    claims.heartbeat(store.db, "ghost")  # looks alive, will never reconcile anything
+    store.db.heartbeat("ghost")  # looks alive, will never reconcile anything
     log = _HandedOver()
 
     def die() -> None:  # once apply waits for the controller (not before: it would not hand the work over)
@@ -284,13 +283,13 @@ def test_a_stuck_controller_stops_heartbeating_and_a_working_one_does_not(store:
         store.apply(parse_manifests(kb("stuck"), "kb.yaml"), wait=False)
         assert log.entered.wait(60)
         deadline = time.monotonic() + 60
-        while claims.controllers_alive(store.db, 3):
+        while store.db.controllers_alive(3):
             assert time.monotonic() < deadline, "a stuck controller kept heartbeating"
             time.sleep(0.2)
         release.set()
         assert store.wait("stuck", timeout=60)
         deadline = time.monotonic() + 60
-        while not claims.controllers_alive(store.db, 3):
+        while not store.db.controllers_alive(3):
             assert time.monotonic() < deadline, "the heartbeat did not come back"
             time.sleep(0.2)
     finally:
@@ -311,7 +310,7 @@ def test_a_long_statement_counts_as_progress(store: KnowledgeBaseStore) -> None:
         store.apply(parse_manifests(kb("slow-publish"), "kb.yaml"), wait=False)
         assert log.entered.wait(60)
         time.sleep(8)  # past the 1 s stall limit by more than the 5 s window below, still inside the statement
-        assert claims.controllers_alive(store.db, 5)
+        assert store.db.controllers_alive(5)
         assert store.wait("slow-publish", timeout=60)
     finally:
         stop.set()
