@@ -35,9 +35,6 @@ EXCEPTED = {
     "cli/get.py:get": "a typer command: kubectl get's options, --help and its resource types",
     # a 25-line --help (wait, prune, Syncs, dry runs, exit codes), the apply call and the lines of what it did
     "cli/apply.py:apply": "a typer command: its options and --help",
-    # kbctl/store/ is being split into noun modules as another part of the same change, which shortens this or
-    # notes why in its module docstring: drop the entry then
-    "store/database.py:Database.publish": "the store's split is another part of the same change",
 }
 
 
