@@ -2,21 +2,13 @@
 
 The plan is frozen data built without any database or network call from one fetched record per source
 (kbctl.engine.fetch), so `apply`, `apply --dry-run` and `diff` consume the same object. Each source gets one
-decision:
+decision: `Reuse` (serve a stored revision as it is), `Ingest` (new content to chunk and embed), `Fail` (not
+read: `keep` is the revision it goes on serving, "stale", or None, "failed") or `NotFetched` (a URL source not
+fetched this time that has nothing stored to serve).
 
-- `Reuse`: serve a stored revision as it is (nothing to chunk or embed);
-- `Ingest`: new content to chunk and embed into a new revision;
-- `Fail`: the source could not be read; `keep` is the revision it goes on serving ("stale") while its spec
-  is unchanged, None when it serves nothing ("failed");
-- `NotFetched`: a URL source whose content is unknown because it was not fetched (diff fetches nothing; a
-  refresh of other sources leaves it alone) and that has nothing stored to serve.
-
-A `path:`, `git:` or `crawl:` source is many documents: each file or page read becomes a unit of its own,
-named `SOURCE/ID` (ID: the file's path relative to the folder the source names or to the repository, or the
-page's path), with its own decision, so an unchanged document reuses its revision, a changed one is re-chunked
-alone, and one no longer there is gone from the next version. When the documents were not read this time (a
-refresh or a controller for files it does not have; an apply of an unchanged git or crawl spec) every unit
-keeps what it serves.
+A `path:`, `git:` or `crawl:` source is many documents, each a unit `SOURCE/ID` with a decision of its own: an
+unchanged document reuses its revision, a changed one is re-chunked alone, one no longer there is gone from the
+next version; when the documents were not read this time, every unit keeps what it serves (docs/manifest.md).
 """
 
 from __future__ import annotations

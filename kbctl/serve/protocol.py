@@ -1,16 +1,14 @@
 """uvicorn's HTTP/1.1 protocol (h11) with a deadline on a request's headers, so slow clients cannot hold connections.
 
-uvicorn bounds an idle kept-alive connection (`timeout_keep_alive`) but neither a new connection that sends
-nothing nor a request whose headers arrive a byte at a time (slowloris): such a connection is held for as long
-as the client likes. Here every request's line and headers must arrive within `header_timeout` seconds of the
-connection's opening, or of the request's first byte on a kept-alive connection; then a partial request is
-answered 408 and the connection closed (a silent one is just closed). The body's deadline is
-`kbctl.serve.limits.BodyLimit`'s.
+uvicorn bounds an idle kept-alive connection (`timeout_keep_alive`) but not a connection that sends nothing nor
+headers arriving a byte at a time (slowloris). Here a request's line and headers must arrive within
+`header_timeout` seconds of the connection's opening (or of the request's first byte on a kept-alive connection),
+else a partial request is answered 408 and the connection closed. The body's deadline is `BodyLimit`'s.
 
-uvicorn offers no setting for this, so the class below subclasses its private `H11Protocol`. An upgrade could
-break that silently; instead it fails loudly: pyproject.toml bounds uvicorn to the versions checked
-(`CHECKED_UVICORN`), importing this module checks the private surface it relies on (`private_surface_problems`)
-and raises naming the installed version, and tests/test_serve_protocol.py exercises the deadline (docs/serve.md).
+uvicorn offers no setting for this, so the class below subclasses its private `H11Protocol`. An upgrade fails
+loudly, not silently: pyproject.toml bounds uvicorn to the versions checked (`CHECKED_UVICORN`), importing this
+module checks the private surface it relies on (`private_surface_problems`), and tests/test_serve_protocol.py
+exercises the deadline (docs/serve.md).
 """
 
 from __future__ import annotations
