@@ -67,7 +67,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from kbctl.client import KnowledgeBaseStore
 from kbctl.config import Settings
-from kbctl.defaults import AGREEMENT_MARGIN
+from kbctl.defaults import AGREEMENT_MARGIN, LANGUAGE
 from kbctl.embedding.background import background_questions, version_threshold
 from kbctl.embedding.local import calibrated_threshold
 from kbctl.engine.ingest import background_vectors
@@ -76,6 +76,7 @@ from kbctl.eval.metrics import ndcg_at_k
 from kbctl.eval.run import distinct_sources
 from kbctl.manifest import Embedding, load_manifests
 from kbctl.query.options import QueryOptions
+from kbctl.store.bm25 import keyword_search, question_terms
 from kbctl.store.embedded import stop_server
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -108,6 +109,13 @@ class Asked:
     before_answered: bool = False  # at the model's threshold, as kbctl answered before calibration
     before_ndcg: float = 0.0
     line: float = 0.0  # the version's calibrated threshold (the shipped rule's)
+    # Lexical evidence (the keyword side): the question's words as full text reads them, each with the knowledge
+    # base's document frequency, the number of chunks, and the best BM25 score of a keyword search.
+    dfs: list[int] = field(default_factory=list)
+    counts: list[int] = field(default_factory=list)
+    chunks: int = 0
+    kw_best: float = 0.0
+    all_words: bool = False  # the best vector candidate holds every word of the question
 
 
 @dataclass
@@ -179,6 +187,8 @@ class Asker:
             (background, target.version_id),
         )
         self.defaults = QueryOptions(mode="hybrid", top_k=TOP_K, max_tokens=BUDGET)
+        self.version_id = target.version_id
+        self.language = str((target.retrieval or {}).get("language") or LANGUAGE)
         self.before = QueryOptions(
             mode="hybrid", top_k=TOP_K, max_tokens=BUDGET, threshold=calibrated_threshold(self.model)
         )
@@ -193,6 +203,9 @@ class Asker:
         q = q / np.linalg.norm(q)
         similarities = self.sample @ q
         agreed = next((h.similarity for h in uncut if h.vector_rank == 1 and h.keyword_rank == 1), None)
+        terms = question_terms(self.store.db.connection, self.version_id, self.language, question)
+        keyword = keyword_search(self.store.db.connection, self.version_id, self.language, question, vector, 1)
+        first = min(uncut, key=lambda h: h.vector_rank or POOL + 1, default=None)
         relevant = query is not None and kind == "in"
         return Asked(
             kb=self.kb,
@@ -214,6 +227,11 @@ class Asker:
             before_answered=bool(before),
             before_ndcg=ndcg_at_k(query, distinct_sources(before)) if relevant and query else 0.0,
             line=self.line,
+            dfs=list(terms.chunks_with),
+            counts=list(terms.counts),
+            chunks=terms.chunks,
+            kw_best=max((h.keyword_score or 0.0 for h in keyword), default=0.0),
+            all_words=bool(first and first.all_words),
         )
 
 
@@ -478,6 +496,170 @@ def report(group: Group, target: float, exempt: Sequence[str] = ()) -> None:
             print(row(f"{label} ({best[1]})", best[2]))
 
 
+# ---------------------------------------------------------------- lexical evidence (issue: a second signal)
+
+
+def idfs(a: Asked) -> list[float]:
+    """Each question word's BM25 idf in the knowledge base (a word no chunk holds: the highest, df 0)."""
+    return [math.log1p((a.chunks - df + 0.5) / (df + 0.5)) for df in a.dfs]
+
+
+def coverage(a: Asked) -> float:
+    """The idf-weighted share of the question's words that some chunk of the knowledge base holds."""
+    weights = idfs(a)
+    total = sum(weights)
+    return sum(w for w, df in zip(weights, a.dfs, strict=True) if df > 0) / total if total else 0.0
+
+
+def kw_share(a: Asked) -> float:
+    """The best chunk's BM25 score over the sum of the question words' idf: about the idf-weighted share of the
+    question one chunk holds (1: one chunk holds every word once, at the mean length)."""
+    total = sum(idfs(a))
+    return a.kw_best / total if total else 0.0
+
+
+@dataclass(frozen=True)
+class Background:
+    """A knowledge base's background questions, as a publish would measure them: each signal's sorted values."""
+
+    best: np.ndarray
+    share: np.ndarray
+    cover: np.ndarray
+
+    def q(self, values: np.ndarray, quantile: float) -> float:
+        return float(np.quantile(values, quantile, method="higher"))
+
+    def z(self, values: np.ndarray, x: float) -> float:
+        return (x - float(values.mean())) / max(float(values.std()), 1e-6)
+
+
+def backgrounds(asked: list[Asked]) -> dict[str, Background]:
+    found = {}
+    for kb in dict.fromkeys(a.kb for a in asked):
+        mine = [a for a in asked if a.kb == kb and a.kind == "background"]
+        if mine:
+            found[kb] = Background(
+                np.array([a.best for a in mine]),
+                np.array([kw_share(a) for a in mine]),
+                np.array([coverage(a) for a in mine]),
+            )
+    return found
+
+
+def lexical_report(group: Group, target: float, exempt: Sequence[str] = ()) -> None:
+    """Gates with a second, lexical signal, each calibrated per knowledge base on the background questions, in two
+    arms: the chunks of an answered question cut at the model's threshold (as shipped), or not cut (topK and budget
+    only). Per rule the setting answering most in-domain questions on the worst dataset among those that refuse
+    `target` of the out-of-domain questions of every non-exempt knowledge base and every no-answer question."""
+    asked = group.asked
+    bg = backgrounds(asked)
+    if len(bg) < len({a.kb for a in asked}):
+        print("\n(no background questions recorded: no lexical report)")
+        return
+    floor = calibrated_threshold(group.model)
+
+    def sim_gate(a: Asked, q: float = 0.9, m: float = 0.05) -> bool:
+        b = bg[a.kb]
+        return a.best >= max(floor, b.q(b.best, q) + m) or first_in_both(a, max(floor, b.q(b.best, q) + m) - 0.1)
+
+    gates: dict[str, list[tuple[str, Callable[[Asked], bool]]]] = {
+        "similarity: best >= max(model threshold, background q + m) (shipped's gate)": [
+            (f"q {q:g}, m {m:g}", lambda a, q=q, m=m: sim_gate(a, q, m))
+            for q in (0.8, 0.9, 0.95)
+            for m in (0.0, 0.03, 0.05, 0.08)
+        ],
+        "similarity, or lexical: kw share >= background quantile qk + mk": [
+            (
+                f"q {q:g}, m {m:g}; qk {qk:g}, mk {mk:g}",
+                lambda a, q=q, m=m, qk=qk, mk=mk: (
+                    sim_gate(a, q, m) or kw_share(a) >= bg[a.kb].q(bg[a.kb].share, qk) + mk
+                ),
+            )
+            for q in (0.9, 0.95)
+            for m in (0.05, 0.08, 0.12)
+            for qk in (0.9, 0.95, 1.0)
+            for mk in (0.0, 0.05, 0.1, 0.2)
+        ],
+        "similarity, or lexical and similar: kw share >= bg qk + mk and best >= bg median + s": [
+            (
+                f"q {q:g}, m {m:g}; qk {qk:g}, mk {mk:g}, s {s:g}",
+                lambda a, q=q, m=m, qk=qk, mk=mk, s=s: (
+                    sim_gate(a, q, m)
+                    or (
+                        kw_share(a) >= bg[a.kb].q(bg[a.kb].share, qk) + mk
+                        and a.best >= bg[a.kb].q(bg[a.kb].best, 0.5) + s
+                    )
+                ),
+            )
+            for q in (0.9, 0.95)
+            for m in (0.05, 0.08, 0.12)
+            for qk in (0.5, 0.8, 0.9, 0.95)
+            for mk in (0.0, 0.05, 0.1)
+            for s in (0.0, 0.05, 0.1)
+        ],
+        "similarity, or a fixed lexical line: kw share >= k and best >= s": [
+            (
+                f"q {q:g}, m {m:g}; k {k:g}, s {s:g}",
+                lambda a, q=q, m=m, k=k, s=s: sim_gate(a, q, m) or (kw_share(a) >= k and a.best >= s),
+            )
+            for q in (0.9, 0.95)
+            for m in (0.05, 0.08, 0.12)
+            for k in (0.5, 0.6, 0.7, 0.8, 0.9, 1.0, 1.2)
+            for s in (-1.0, floor - 0.1, floor, floor + 0.05)
+        ],
+        "z sum: z(best) + w * z(kw share) >= c, both against the background": [
+            (
+                f"w {w:g}, c {c:g}",
+                lambda a, w=w, c=c: (
+                    bg[a.kb].z(bg[a.kb].best, a.best) + w * bg[a.kb].z(bg[a.kb].share, kw_share(a)) >= c
+                ),
+            )
+            for w in (0.0, 0.25, 0.5, 0.75, 1.0, 1.5)
+            for c in [round(0.25 * i, 2) for i in range(0, 21)]
+        ],
+        "z sum with coverage: z(best) + w * z(kw share) + v * z(coverage) >= c": [
+            (
+                f"w {w:g}, v {v:g}, c {c:g}",
+                lambda a, w=w, v=v, c=c: (
+                    bg[a.kb].z(bg[a.kb].best, a.best)
+                    + w * bg[a.kb].z(bg[a.kb].share, kw_share(a))
+                    + v * bg[a.kb].z(bg[a.kb].cover, coverage(a))
+                    >= c
+                ),
+            )
+            for w in (0.25, 0.5, 1.0)
+            for v in (0.25, 0.5, 1.0)
+            for c in [round(0.25 * i, 2) for i in range(0, 21)]
+        ],
+    }
+    arms: dict[str, tuple[Callable[[Asked], bool], Callable[[Asked], float]]] = {
+        "chunks at the model's threshold": (lambda a: a.before_answered, lambda a: a.before_ndcg),
+        "chunks not cut": (lambda a: True, lambda a: a.ndcg),
+    }
+    print(f"\n#### {group.model}: gates with lexical evidence (background-calibrated per knowledge base)\n")
+    print(
+        "| rule (arm; setting) | in-domain answered | out-of-domain refused | no-answer answered | answerable empty"
+        " | doc nDCG@10 |"
+    )
+    print("|---|---|---|---:|---:|---|")
+    print(row("nothing cut (never refuses)", outcome(asked, lambda a: True, lambda a: a.ndcg)))
+    for arm, (passes, ndcg_of) in arms.items():
+        for label, settings in gates.items():
+            best: tuple[float, float, str, Outcome] | None = None
+            for setting, gate in settings:
+                o = outcome(asked, lambda a, g=gate, p=passes: g(a) and p(a), ndcg_of)
+                bound = [v for kb, v in o.refused_out.items() if not kb.startswith(tuple(exempt))]
+                if o.none_answered or min(bound) < target:
+                    continue
+                key = (min(o.answered_in.values()), sum(o.ndcg.values()))
+                if best is None or key > best[:2]:
+                    best = (*key, setting, o)
+            if best is None:
+                print(f"| {label} ({arm}): no setting refuses {target:.2f} everywhere | | | | | |")
+            else:
+                print(row(f"{label} ({arm}; {best[2]})", best[3]))
+
+
 def per_knowledge_base(group: Group, target: float) -> None:
     """What a threshold set per knowledge base could do at best: the lowest that refuses `target` of its
     out-of-domain questions (and every no-answer question), and the share of its own questions it then answers.
@@ -533,6 +715,7 @@ def main() -> None:
             )
     for group in groups:
         report(group, args.target_refused, args.exempt)
+        lexical_report(group, args.target_refused, args.exempt)
         per_knowledge_base(group, args.target_refused)
     if any(math.isnan(a.best) for g in groups for a in g.asked):
         print("warning: some questions had no candidates")

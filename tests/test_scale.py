@@ -17,7 +17,7 @@ from kbctl.errors import KbctlError
 from kbctl.inputs.bounds import MAX_FILE_BYTES, manifest_limit
 from kbctl.manifest import load_manifests, parse_manifests
 from kbctl.store import texts
-from kbctl.store.database import ChunkRow, Database, NewRevision, SourceRow
+from kbctl.store.database import ChunkRow, Database, NewRevision, VersionSourceRow
 from kbctl.store.search import (
     EF_SEARCH,
     EXACT_SCAN_MAX,
@@ -56,7 +56,7 @@ def publish(db: Database, name: str, vecs: np.ndarray, offset: int = 0) -> int:
         number=1,
         new_revisions=[NewRevision("doc", "key", "sha", "inline", None, 10, chunks)],
         sources=[
-            SourceRow(
+            VersionSourceRow(
                 source_name="doc",
                 state="ready",
                 source_sha256="sha",

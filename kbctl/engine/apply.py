@@ -40,7 +40,7 @@ from kbctl.errors import KbctlError, NotFoundError, StoreError, UsageError
 from kbctl.manifest import KnowledgeBase
 from kbctl.manifest.digest import manifest_digests
 from kbctl.sources.url import FetchPolicy
-from kbctl.store.database import Database, KnowledgeBaseRow, NewRevision, SourceRow, WrittenRevision
+from kbctl.store.database import Database, KnowledgeBaseRow, LiveSourceRow, NewRevision, WrittenRevision
 from kbctl.store.events import NewEvent
 from kbctl.store.rows import source_state
 from kbctl.store.state import StoredState
@@ -247,7 +247,7 @@ class _Reconciler:
         plan: KnowledgeBasePlan,
         state: StoredState,
         results: Sequence[AppliedSource],
-        statuses: list[SourceRow],
+        statuses: list[LiveSourceRow],
         model: str,
         done: int,
     ) -> KnowledgeBaseResult:

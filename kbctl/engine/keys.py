@@ -9,7 +9,7 @@ from collections.abc import Mapping
 
 from kbctl.manifest import KnowledgeBase, Source
 from kbctl.manifest.digest import sha256_json, source_sha256
-from kbctl.store.database import SourceRow
+from kbctl.store.database import VersionSourceRow
 
 __all__ = [
     "CHUNKER_VERSION",
@@ -29,7 +29,7 @@ def spec_sha256(source: Source) -> str:
     return source_sha256(source.model_dump(by_alias=True, mode="json"))
 
 
-def units(served: Mapping[str, SourceRow], source: Source) -> dict[str, tuple[str, SourceRow]]:
+def units(served: Mapping[str, VersionSourceRow], source: Source) -> dict[str, tuple[str, VersionSourceRow]]:
     """The units of a many-document source the current version serves: unit name -> (document id, row)."""
     prefix = f"{source.name}/"
     return {name: (name[len(prefix) :], row) for name, row in served.items() if name.startswith(prefix)}
@@ -47,6 +47,6 @@ def file_context(kb: KnowledgeBase, model_id: str, unit_sha256: str) -> str:
     return sha256_json(settings)[:16]
 
 
-def same_spec(prev: SourceRow | None, sha: str) -> bool:
+def same_spec(prev: VersionSourceRow | None, sha: str) -> bool:
     """The current version serves content for this source under the same spec."""
     return prev is not None and prev.source_sha256 == sha and prev.revision_id is not None

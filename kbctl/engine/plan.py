@@ -28,7 +28,7 @@ from kbctl.manifest.digest import manifest_digests, sha256_json
 from kbctl.sources import Document, source_of
 from kbctl.sources.files import DocumentsRead, NotModified
 from kbctl.sources.url import FetchResult, Validators
-from kbctl.store.database import SourceRow
+from kbctl.store.database import LiveSourceRow, VersionSourceRow
 from kbctl.store.rows import source_state
 from kbctl.store.state import StoredState
 from kbctl.store.texts import Packing, pack, packing
@@ -99,7 +99,7 @@ class SourcePlan:
     source_sha256: str
     decision: Decision
     fetch: bool
-    status: SourceRow | None
+    status: LiveSourceRow | None
     unit: str | None = None  # one document of a path, git or crawl source: `SOURCE/ID`
 
     @property
@@ -196,7 +196,7 @@ def _revision_key(kb: KnowledgeBase, doc: Document, fmt: str, model_id: str) -> 
     return sha256_json(key)
 
 
-def _kept(prev: SourceRow | None, sha: str) -> Reuse | None:
+def _kept(prev: VersionSourceRow | None, sha: str) -> Reuse | None:
     """The revision the current version serves for this source, if its spec is unchanged."""
     if prev is None or prev.revision_id is None or prev.source_sha256 != sha:
         return None
@@ -219,11 +219,11 @@ class _Planner:
         origin: str | None = None,
         validators: Validators | None = None,
         fetched_at: datetime | None = None,
-    ) -> SourceRow:
+    ) -> LiveSourceRow:
         """The live status a source's read leaves: its state by the one rule (`source_state`)."""
         v = validators or Validators()
         state = source_state(read=read, serving=serving)
-        return SourceRow(
+        return LiveSourceRow(
             source_name=name,
             state=state,
             message=message,

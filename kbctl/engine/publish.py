@@ -20,7 +20,7 @@ from kbctl.manifest import Access
 from kbctl.manifest.changes import access_changes, field_changes
 from kbctl.manifest.digest import source_sha256
 from kbctl.sources import source_of
-from kbctl.store.database import Database, NewRevision, SourceRow, WrittenRevision
+from kbctl.store.database import Database, LiveSourceRow, NewRevision, VersionSourceRow, WrittenRevision
 from kbctl.store.rows import source_state
 from kbctl.store.state import StoredState
 from kbctl.store.texts import pack
@@ -38,8 +38,8 @@ def publish_version(
     plan: KnowledgeBasePlan,
     run: IngestRun,
     results: Sequence[AppliedSource],
-    statuses: list[SourceRow],
-    stored: Mapping[str, SourceRow],
+    statuses: list[LiveSourceRow],
+    stored: Mapping[str, LiveSourceRow],
 ) -> None:
     """Publish the plan's next version: its rows (one per source, as `results` report them), the new revisions
     `run` holds, the live `statuses` (`stored`: the rows as read before) and the change cause."""
@@ -64,7 +64,7 @@ def publish_version(
 
 
 def write_live_statuses(
-    db: Database, kb_id: int, statuses: Sequence[SourceRow], stored: Mapping[str, SourceRow] | None = None
+    db: Database, kb_id: int, statuses: Sequence[LiveSourceRow], stored: Mapping[str, LiveSourceRow] | None = None
 ) -> None:
     """Publish no version, only the live status each source leaves (`stored`: the rows as read before)."""
     db.write_statuses(kb_id, statuses, stored)
@@ -72,7 +72,7 @@ def write_live_statuses(
 
 def _version_row(
     position: int, p: SourcePlan, outcome: Outcome | None, result: AppliedSource, access: Access | None
-) -> SourceRow:
+) -> VersionSourceRow:
     """The row a published version keeps for a source: it points at its new revision (by key when the version
     inserts it, by id when it was written ahead), at the stored revision it keeps serving, or at nothing, and says
     who may read it (`access`: the source's, else the spec's)."""
@@ -83,7 +83,7 @@ def _version_row(
         kept = p.serving.revision_id if key is None and p.serving is not None else None
     serves = key is not None or kept is not None
     readers, reader_labels = access.columns() if access is not None else (None, None)
-    return SourceRow(
+    return VersionSourceRow(
         readers=readers,
         reader_labels=reader_labels,
         source_name=p.name,
@@ -99,9 +99,9 @@ def _version_row(
     )
 
 
-def live_status(p: SourcePlan, outcome: Outcome | None, state: StoredState, now: datetime) -> SourceRow:
+def live_status(p: SourcePlan, outcome: Outcome | None, state: StoredState, now: datetime) -> LiveSourceRow:
     """The live status row a source leaves: the plan's, the ingest failure's, or the stored one kept."""
-    status = p.status or state.statuses.get(p.name) or SourceRow(source_name=p.name, state="ready", checked_at=now)
+    status = p.status or state.statuses.get(p.name) or LiveSourceRow(source_name=p.name, state="ready", checked_at=now)
     if isinstance(outcome, Fail):  # fetched (or read) fine, but its content could not be ingested
         serving = source_state(read=False, serving=outcome.keep is not None)
         return replace(status, state=serving, message=outcome.message, checked_at=now)

@@ -10,7 +10,7 @@ from typing import Final, Literal
 from pydantic import BaseModel, ConfigDict, Field
 from pydantic.alias_generators import to_camel
 
-from kbctl.store.rows import SourceRow, SourceState
+from kbctl.store.rows import SourceState, VersionSourceRow
 
 __all__ = [
     "APPLIED",
@@ -121,7 +121,7 @@ DIFFED: Final = tuple(DiffedSource.model_fields)
 """The fields of a source in `diff` (`KnowledgeBaseDiff.sources`), in that order."""
 
 
-def reported(row: SourceRow, *, ingested: bool = False) -> AppliedSource:
+def reported(row: VersionSourceRow, *, ingested: bool = False) -> AppliedSource:
     """What apply reports for a source from its stored row (a version a controller published, a settled file's
     source): its state as stored, by the one rule. `fetched` is not recorded per version; no line depends on it."""
     return AppliedSource(

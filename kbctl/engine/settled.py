@@ -28,7 +28,7 @@ from kbctl.engine.results import KnowledgeBaseResult, reported
 from kbctl.errors import KbctlError, UsageError
 from kbctl.store.applied import AppliedFile, SettledKnowledgeBase
 from kbctl.store.database import Database
-from kbctl.store.rows import SourceRow
+from kbctl.store.rows import VersionSourceRow
 
 if TYPE_CHECKING:
     from kbctl.manifest import ManifestSet
@@ -104,7 +104,7 @@ def report_settled(db: Database, kbs: Sequence[SettledKnowledgeBase], reporter: 
     for kb in kbs:
         db.touch_sources(kb.kb_id, datetime.now(UTC))
         sources = [
-            reported(SourceRow(source_name=name, state="ready", chunk_count=chunks, reused_count=chunks))
+            reported(VersionSourceRow(source_name=name, state="ready", chunk_count=chunks, reused_count=chunks))
             for name, chunks in kb.sources
         ]
         reporter.report(ReconcileStarted(kb.name, "apply", "unchanged", kb.version, 0))

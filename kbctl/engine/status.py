@@ -15,7 +15,7 @@ from kbctl.errors import NotFoundError
 from kbctl.inputs.access import Reader, may_read
 from kbctl.manifest.sync import SYNC_APPLYSET_PREFIX
 from kbctl.sources import source_of
-from kbctl.store.database import Database, KnowledgeBaseRow, SourceRow, VersionRow
+from kbctl.store.database import Database, KnowledgeBaseRow, LiveSourceRow, VersionRow, VersionSourceRow
 from kbctl.store.events import KnowledgeBaseEvent
 from kbctl.store.rows import shown_row, source_state
 from kbctl.store.syncs import SyncStatus
@@ -83,7 +83,9 @@ class KnowledgeBaseDetail(KnowledgeBaseSummary):
     events: list[KnowledgeBaseEvent] = []  # the newest DESCRIBE_EVENTS, oldest first
 
 
-def _source_status(name: str, kind: str, served: SourceRow | None, live: SourceRow | None) -> DescribedSource:
+def _source_status(
+    name: str, kind: str, served: VersionSourceRow | None, live: LiveSourceRow | None
+) -> DescribedSource:
     """One source as describe shows it: what the serving version holds (nothing before the first version),
     with the live state of its last read when there is one."""
     shown = shown_row(served, live)  # the live row wins over the version's (kbctl.store.rows)

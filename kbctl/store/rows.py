@@ -15,12 +15,14 @@ __all__ = [
     "ChunkHit",
     "ChunkRow",
     "KnowledgeBaseRow",
+    "LiveSourceRow",
     "NewRevision",
     "QueryTarget",
     "SourceRow",
     "SourceState",
     "SummaryRow",
     "VersionRow",
+    "VersionSourceRow",
     "WrittenRevision",
     "live_join",
     "shown_row",
@@ -55,7 +57,7 @@ def live_join(kb: str) -> str:
     return f" LEFT JOIN kb_source_status ss ON ss.kb_id = {kb} AND ss.source_name = vs.source_name"
 
 
-def shown_row(served: SourceRow | None, live: SourceRow | None) -> SourceRow | None:
+def shown_row(served: VersionSourceRow | None, live: LiveSourceRow | None) -> SourceRow | None:
     """The row whose state and message a source shows: its live row when it has one, else the serving version's
     (None: neither; the SQL of the same rule is LIVE_STATE)."""
     return live if live is not None else served
@@ -127,20 +129,23 @@ class QueryTarget:
 
 @dataclass(frozen=True, kw_only=True)
 class SourceRow:
-    """One source of a knowledge base as the store keeps it, in either of its two tables.
-
-    In a version (kb_version_sources, read with the revision it serves): its place, spec hash, state when the
-    version was published and the revision (content) it serves; a version being published names a new revision by
-    `revision_key` instead of `revision_id`. Live (kb_source_status): its state now, with the HTTP validators of
-    what it serves and when it was fetched and checked. Each table fills its own columns; the others keep their
-    defaults. The state is decided by one rule, `source_state`, in both.
-    """
+    """One source of a knowledge base as the store keeps it: what its two rows share. A version's row
+    (`VersionSourceRow`, kb_version_sources) says what the version serves; the live row (`LiveSourceRow`,
+    kb_source_status) says how the source's last read went. The state is decided by one rule, `source_state`, in
+    both, and where both exist the live one is shown (`shown_row`)."""
 
     source_name: str
     state: SourceState
     message: str | None = None
     origin: str | None = None
-    # kb_version_sources, and the revision served (kb_source_revisions)
+
+
+@dataclass(frozen=True, kw_only=True)
+class VersionSourceRow(SourceRow):
+    """A source in a version (kb_version_sources, read with the revision it serves): its place, spec hash, state
+    when the version was published and the revision (content) it serves; a version being published names a new
+    revision by `revision_key` instead of `revision_id`."""
+
     position: int = 0
     source_sha256: str = ""
     revision_id: int | None = None
@@ -159,16 +164,21 @@ class SourceRow:
         """Whether an access rule stands before this row's documents."""
         return self.readers is not None or self.reader_labels is not None
 
-    # kb_source_status
-    etag: str | None = None
-    last_modified: str | None = None
-    fetched_at: datetime | None = None
-    checked_at: datetime | None = None
-
     @property
     def serves(self) -> bool:
         """A version row pointing at content (a stored revision, or a new one published with it)."""
         return self.revision_id is not None or self.revision_key is not None
+
+
+@dataclass(frozen=True, kw_only=True)
+class LiveSourceRow(SourceRow):
+    """A source's live status (kb_source_status): its state now, with the HTTP validators of what it serves and
+    when it was fetched and checked."""
+
+    etag: str | None = None
+    last_modified: str | None = None
+    fetched_at: datetime | None = None
+    checked_at: datetime | None = None
 
 
 @dataclass(frozen=True)

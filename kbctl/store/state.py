@@ -8,7 +8,7 @@ from typing import Any
 
 from kbctl.store.knowledgebases import KnowledgeBases
 from kbctl.store.revisions import Revisions
-from kbctl.store.rows import KnowledgeBaseRow, SourceRow, VersionRow
+from kbctl.store.rows import KnowledgeBaseRow, LiveSourceRow, VersionRow, VersionSourceRow
 from kbctl.store.versions import Versions
 
 __all__ = ["States", "StoredRevision", "StoredState"]
@@ -36,8 +36,8 @@ class StoredState:
     name: str
     row: KnowledgeBaseRow | None = None
     current: VersionRow | None = None
-    served: Mapping[str, SourceRow] = field(default_factory=dict)
-    statuses: Mapping[str, SourceRow] = field(default_factory=dict)
+    served: Mapping[str, VersionSourceRow] = field(default_factory=dict)
+    statuses: Mapping[str, LiveSourceRow] = field(default_factory=dict)
     revisions: Mapping[tuple[str, str], StoredRevision] = field(default_factory=dict)
     next_version: int = 1
 

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING
 from psycopg.rows import class_row
 
 from kbctl.store.connection import Connected
-from kbctl.store.rows import SourceRow
+from kbctl.store.rows import LiveSourceRow
 
 if TYPE_CHECKING:
     from datetime import datetime
@@ -21,9 +21,9 @@ __all__ = ["SourceStatuses"]
 class SourceStatuses(Connected):
     """The live status rows of a knowledge base's sources (kb_source_status)."""
 
-    def source_statuses(self, kb_id: int) -> dict[str, SourceRow]:
+    def source_statuses(self, kb_id: int) -> dict[str, LiveSourceRow]:
         """The live status of each source of a knowledge base, by source name."""
-        with self._conn.cursor(row_factory=class_row(SourceRow)) as cur:
+        with self._conn.cursor(row_factory=class_row(LiveSourceRow)) as cur:
             rows = cur.execute(
                 "SELECT source_name, state, message, origin, etag, last_modified, fetched_at, checked_at"
                 " FROM kb_source_status WHERE kb_id = %s",
@@ -32,7 +32,7 @@ class SourceStatuses(Connected):
         return {r.source_name: r for r in rows}
 
     def write_statuses(
-        self, kb_id: int, statuses: Sequence[SourceRow], stored: Mapping[str, SourceRow] | None = None
+        self, kb_id: int, statuses: Sequence[LiveSourceRow], stored: Mapping[str, LiveSourceRow] | None = None
     ) -> None:
         """Replace the live status rows of a knowledge base (sources not listed lose theirs); `stored`, the rows
         as read before (`source_statuses`), spares rewriting those that changed only in when they were checked."""
@@ -40,7 +40,7 @@ class SourceStatuses(Connected):
             self._write_statuses(kb_id, statuses, stored)
 
     def _write_statuses(
-        self, kb_id: int, statuses: Sequence[SourceRow], stored: Mapping[str, SourceRow] | None = None
+        self, kb_id: int, statuses: Sequence[LiveSourceRow], stored: Mapping[str, LiveSourceRow] | None = None
     ) -> None:
         self._conn.execute(
             "DELETE FROM kb_source_status WHERE kb_id = %s AND NOT source_name = ANY(%s)",
