@@ -15,17 +15,16 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from kbctl import telemetry
-from kbctl.config import Settings
 from kbctl.errors import NotFoundError, StoreError
-from kbctl.store.database import Database
-from kbctl.store.embedded import embedded_url, running_url
 from kbctl.store.names import LOOKUP_TIMEOUT, knowledge_base_names, reachable_url
 
 if TYPE_CHECKING:
     from kbctl.chat import ChatModel
+    from kbctl.config import Settings
     from kbctl.embedding import Embedder
     from kbctl.rerank import Reranker
     from kbctl.sources.url import FetchPolicy
+    from kbctl.store.database import Database
     from kbctl.store.embedded import ServerStatus
     from kbctl.store.pool import DatabasePool
 
@@ -54,6 +53,8 @@ class StoreBase:
         concurrent callers: `kbctl serve`, `kbctl mcp`); `pool_timeout` bounds the wait for one. When the OTEL_*
         variables ask for traces and no tracer provider is installed, the first store installs one
         (kbctl.telemetry; docs/tracing.md)."""
+        from kbctl.config import Settings
+
         telemetry.configure_tracing()
         self.settings = settings or Settings.from_env(home=home, database_url=database_url)
         self.db = self._open_database()  # migrates the schema, before any pool opens
@@ -89,6 +90,9 @@ class StoreBase:
     def _open_database(self) -> Database:
         """The store's database; the embedded server's by its socket when it is already up (the server library is
         loaded only to start it, or when that socket does not answer)."""
+        from kbctl.store.database import Database
+        from kbctl.store.embedded import running_url
+
         if self.settings.database_url is None:
             url = running_url(self.settings.pgdata)
             if url is not None:
@@ -98,6 +102,8 @@ class StoreBase:
 
     def _database_url(self) -> str:
         """The configured database, or the embedded server's URL (started if it is not running)."""
+        from kbctl.store.embedded import embedded_url
+
         return self.settings.database_url or embedded_url(self.settings.pgdata)
 
     @property
@@ -108,12 +114,15 @@ class StoreBase:
         if url is None:
             return self.db
         if self._query_db is None:
+            from kbctl.store.database import Database
+
             self._query_db = Database(url, migrate=False)
         return self._query_db
 
     @staticmethod
     def server_status(settings: Settings | None = None) -> ServerStatus:
         """Whether the embedded PostgreSQL (of `settings`, else of the environment) runs, without starting it."""
+        from kbctl.config import Settings
         from kbctl.store.embedded import server_status
 
         return server_status((settings or Settings.from_env()).pgdata)
@@ -123,6 +132,8 @@ class StoreBase:
         """The names of the stored knowledge bases that start with `prefix`, sorted, read within `timeout` seconds
         without starting the embedded server or migrating anything (shell completion); [] when the store is not
         running, cannot be reached in time, or fails."""
+        from kbctl.config import Settings
+
         settings = settings or Settings.from_env()
         url = reachable_url(settings.database_url, settings.pgdata)
         return [] if url is None else knowledge_base_names(url, prefix, timeout=timeout)
@@ -130,6 +141,7 @@ class StoreBase:
     @staticmethod
     def stop_server(settings: Settings | None = None) -> bool:
         """Stop the embedded PostgreSQL (of `settings`, else of the environment); False when it was not running."""
+        from kbctl.config import Settings
         from kbctl.store.embedded import stop_server
 
         return stop_server((settings or Settings.from_env()).pgdata)

@@ -11,7 +11,6 @@ from typing import TYPE_CHECKING, Any
 
 from kbctl.client._base import Scope, StoreBase
 from kbctl.errors import NotFoundError
-from kbctl.store.database import Database
 
 if TYPE_CHECKING:
     from kbctl.engine.status import KnowledgeBaseDetail, KnowledgeBaseSummary, SyncDetail
@@ -39,6 +38,8 @@ class Reads(StoreBase):
     def pending_count(self) -> int:
         """Knowledge bases whose desired state a controller has not reconciled yet, read on a connection of its
         own (safe from another thread, e.g. a metrics scrape, while this store's connection works)."""
+        from kbctl.store.database import Database
+
         with Database(self.db.url, migrate=False) as db:
             return db.pending_count()
 
@@ -46,6 +47,7 @@ class Reads(StoreBase):
         """The queue depth (`pending_count`), every knowledge base (as `list` gives them) and every Sync (as `syncs`),
         read in one snapshot on a connection of its own (safe from another thread, e.g. a metrics scrape)."""
         from kbctl.engine.status import list_knowledge_bases
+        from kbctl.store.database import Database
 
         with Database(self.db.url, migrate=False) as db, db.read_only():
             knowledge_bases, syncs = list_knowledge_bases(db), db.list_syncs()
