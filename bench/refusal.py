@@ -39,6 +39,14 @@ nDCG@10 at the rule (a refused question scores 0). The table prints, per rule, t
 in-domain questions on the worst dataset while refusing >= --target-refused of the out-of-domain questions on every
 knowledge base (but those named by --exempt) and every no-answer question of examples/eval; and the shipped rule.
 
+A second table tries gates with lexical evidence (the keyword side), each calibrated per knowledge base on the
+background questions as a publish could: the question's words with their document frequencies in the knowledge
+base and the best BM25 score of a keyword search are recorded; `kw share` is that score over the sum of the words'
+idf (about the idf-weighted share of the question one chunk holds), `coverage` the idf-weighted share of its words
+some chunk holds. Rules: the similarity gate alone; or lexical (kw share at least a background quantile plus a
+margin, or a fixed line); z-scores of both against the background, summed. Each in two arms: the chunks of an
+answered question cut at the model's threshold (as shipped), or not cut (topK and the budget only).
+
 The calibrated rules ask each knowledge base kbctl's background questions (kbctl/embedding/background-questions.txt,
 99 everyday questions written for no dataset), as a publish asks them of a new version; a knowledge base's line is a
 quantile of their best similarities (plus a margin), alone or never below the model's threshold. The shipped row
@@ -504,33 +512,53 @@ def idfs(a: Asked) -> list[float]:
     return [math.log1p((a.chunks - df + 0.5) / (df + 0.5)) for df in a.dfs]
 
 
+_MEMO: dict[tuple[str, int], float] = {}
+
+
 def coverage(a: Asked) -> float:
     """The idf-weighted share of the question's words that some chunk of the knowledge base holds."""
+    if ("cover", id(a)) in _MEMO:
+        return _MEMO[("cover", id(a))]
     weights = idfs(a)
     total = sum(weights)
-    return sum(w for w, df in zip(weights, a.dfs, strict=True) if df > 0) / total if total else 0.0
+    found = sum(w for w, df in zip(weights, a.dfs, strict=True) if df > 0) / total if total else 0.0
+    _MEMO[("cover", id(a))] = found
+    return found
 
 
 def kw_share(a: Asked) -> float:
     """The best chunk's BM25 score over the sum of the question words' idf: about the idf-weighted share of the
     question one chunk holds (1: one chunk holds every word once, at the mean length)."""
-    total = sum(idfs(a))
-    return a.kw_best / total if total else 0.0
+    if ("share", id(a)) not in _MEMO:
+        total = sum(idfs(a))
+        _MEMO[("share", id(a))] = a.kw_best / total if total else 0.0
+    return _MEMO[("share", id(a))]
 
 
 @dataclass(frozen=True)
 class Background:
-    """A knowledge base's background questions, as a publish would measure them: each signal's sorted values."""
+    """A knowledge base's background questions, as a publish would measure them: each signal's values (`best`,
+    `share`, `cover`), with their quantiles and moments computed once."""
 
     best: np.ndarray
     share: np.ndarray
     cover: np.ndarray
+    cache: dict[tuple[str, float], float] = field(default_factory=dict, compare=False)
 
-    def q(self, values: np.ndarray, quantile: float) -> float:
-        return float(np.quantile(values, quantile, method="higher"))
+    def q(self, which: str, quantile: float) -> float:
+        """The signal's quantile (the nearest observed value at or above it)."""
+        key = (which, quantile)
+        if key not in self.cache:
+            self.cache[key] = float(np.quantile(getattr(self, which), quantile, method="higher"))
+        return self.cache[key]
 
-    def z(self, values: np.ndarray, x: float) -> float:
-        return (x - float(values.mean())) / max(float(values.std()), 1e-6)
+    def z(self, which: str, x: float) -> float:
+        """How many deviations `x` lies above the signal's mean."""
+        key = (which, -1.0)
+        if key not in self.cache:
+            values = getattr(self, which)
+            self.cache[key], self.cache[(which, -2.0)] = float(values.mean()), max(float(values.std()), 1e-6)
+        return (x - self.cache[key]) / self.cache[(which, -2.0)]
 
 
 def backgrounds(asked: list[Asked]) -> dict[str, Background]:
@@ -560,7 +588,7 @@ def lexical_report(group: Group, target: float, exempt: Sequence[str] = ()) -> N
 
     def sim_gate(a: Asked, q: float = 0.9, m: float = 0.05) -> bool:
         b = bg[a.kb]
-        return a.best >= max(floor, b.q(b.best, q) + m) or first_in_both(a, max(floor, b.q(b.best, q) + m) - 0.1)
+        return a.best >= max(floor, b.q("best", q) + m) or first_in_both(a, max(floor, b.q("best", q) + m) - 0.1)
 
     gates: dict[str, list[tuple[str, Callable[[Asked], bool]]]] = {
         "similarity: best >= max(model threshold, background q + m) (shipped's gate)": [
@@ -571,24 +599,19 @@ def lexical_report(group: Group, target: float, exempt: Sequence[str] = ()) -> N
         "similarity, or lexical: kw share >= background quantile qk + mk": [
             (
                 f"q {q:g}, m {m:g}; qk {qk:g}, mk {mk:g}",
-                lambda a, q=q, m=m, qk=qk, mk=mk: (
-                    sim_gate(a, q, m) or kw_share(a) >= bg[a.kb].q(bg[a.kb].share, qk) + mk
-                ),
+                lambda a, q=q, m=m, qk=qk, mk=mk: sim_gate(a, q, m) or kw_share(a) >= bg[a.kb].q("share", qk) + mk,
             )
-            for q in (0.9, 0.95)
-            for m in (0.05, 0.08, 0.12)
+            for q in (0.8, 0.9, 0.95)
+            for m in (0.0, 0.05, 0.08, 0.12)
             for qk in (0.9, 0.95, 1.0)
-            for mk in (0.0, 0.05, 0.1, 0.2)
+            for mk in (0.0, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6)
         ],
         "similarity, or lexical and similar: kw share >= bg qk + mk and best >= bg median + s": [
             (
                 f"q {q:g}, m {m:g}; qk {qk:g}, mk {mk:g}, s {s:g}",
                 lambda a, q=q, m=m, qk=qk, mk=mk, s=s: (
                     sim_gate(a, q, m)
-                    or (
-                        kw_share(a) >= bg[a.kb].q(bg[a.kb].share, qk) + mk
-                        and a.best >= bg[a.kb].q(bg[a.kb].best, 0.5) + s
-                    )
+                    or (kw_share(a) >= bg[a.kb].q("share", qk) + mk and a.best >= bg[a.kb].q("best", 0.5) + s)
                 ),
             )
             for q in (0.9, 0.95)
@@ -604,15 +627,13 @@ def lexical_report(group: Group, target: float, exempt: Sequence[str] = ()) -> N
             )
             for q in (0.9, 0.95)
             for m in (0.05, 0.08, 0.12)
-            for k in (0.5, 0.6, 0.7, 0.8, 0.9, 1.0, 1.2)
+            for k in (0.6, 0.8, 1.0, 1.2, 1.4, 1.6, 1.8, 2.0)
             for s in (-1.0, floor - 0.1, floor, floor + 0.05)
         ],
         "z sum: z(best) + w * z(kw share) >= c, both against the background": [
             (
                 f"w {w:g}, c {c:g}",
-                lambda a, w=w, c=c: (
-                    bg[a.kb].z(bg[a.kb].best, a.best) + w * bg[a.kb].z(bg[a.kb].share, kw_share(a)) >= c
-                ),
+                lambda a, w=w, c=c: bg[a.kb].z("best", a.best) + w * bg[a.kb].z("share", kw_share(a)) >= c,
             )
             for w in (0.0, 0.25, 0.5, 0.75, 1.0, 1.5)
             for c in [round(0.25 * i, 2) for i in range(0, 21)]
@@ -621,9 +642,9 @@ def lexical_report(group: Group, target: float, exempt: Sequence[str] = ()) -> N
             (
                 f"w {w:g}, v {v:g}, c {c:g}",
                 lambda a, w=w, v=v, c=c: (
-                    bg[a.kb].z(bg[a.kb].best, a.best)
-                    + w * bg[a.kb].z(bg[a.kb].share, kw_share(a))
-                    + v * bg[a.kb].z(bg[a.kb].cover, coverage(a))
+                    bg[a.kb].z("best", a.best)
+                    + w * bg[a.kb].z("share", kw_share(a))
+                    + v * bg[a.kb].z("cover", coverage(a))
                     >= c
                 ),
             )
