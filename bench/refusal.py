@@ -703,6 +703,29 @@ def per_knowledge_base(group: Group, target: float) -> None:
             f" {np.quantile(outside, 0.5):.3f} / {np.quantile(outside, 0.95):.3f} |"
             f" {np.quantile(own, 0.1):.3f} / {np.quantile(own, 0.5):.3f} |"
         )
+    print(
+        f"\nThe same bound for one line on a combined score, similarity + w * kw share (lexical evidence), refusing"
+        f" {target:.2f} of each knowledge base's out-of-domain questions and every no-answer question:\n"
+    )
+    weights = (0.0, 0.25, 0.5, 1.0, 2.0)
+    print("| knowledge base | " + " | ".join(f"w {w:g}: its questions answered" for w in weights) + " |")
+    print("|---|" + "---:|" * len(weights))
+    for kb in dict.fromkeys(a.kb for a in group.asked):
+        mine = [a for a in group.asked if a.kb == kb]
+        cells = []
+        for w in weights:
+            score = {id(a): a.best + w * kw_share(a) for a in mine}
+            outside = np.array([score[id(a)] for a in mine if a.kind == "out"])
+            own = np.array([score[id(a)] for a in mine if a.kind in ("in", "answerable")])
+            line = (
+                max(
+                    [float(np.quantile(outside, target, method="higher"))]
+                    + [score[id(a)] for a in mine if a.kind == "none"]
+                )
+                + 1e-6
+            )
+            cells.append(f"{np.mean(own >= line):.2f}")
+        print(f"| {kb} | " + " | ".join(cells) + " |")
 
 
 def main() -> None:
