@@ -12,7 +12,7 @@ from __future__ import annotations
 import hashlib
 import time
 from collections.abc import Callable, Generator, Iterable, Iterator
-from contextlib import contextmanager, suppress
+from contextlib import AbstractContextManager, contextmanager, nullcontext, suppress
 from typing import TYPE_CHECKING, Any, Self
 
 import psycopg
@@ -51,6 +51,21 @@ def store_error(exc: psycopg.Error) -> StoreError:
     return StoreError(f"database error{state}: {str(exc).strip().splitlines()[0]}")
 
 
+class _Translating:
+    """The one place a driver error becomes a StoreError (its `__cause__` the driver's error): a context every
+    statement, fetch, COPY, transaction and notification of a store connection runs in."""
+
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(self, kind: object, exc: BaseException | None, traceback: object) -> None:
+        if isinstance(exc, psycopg.Error):
+            raise store_error(exc) from exc
+
+
+_TRANSLATING = _Translating()
+
+
 class StoreCursor(psycopg.Cursor[Row]):
     """The cursor of every store connection: a statement, a batch, a COPY or a fetch that fails raises StoreError
     (its `__cause__` the driver's error)."""
@@ -58,43 +73,30 @@ class StoreCursor(psycopg.Cursor[Row]):
     def execute(
         self, query: Query, params: Params | None = None, *, prepare: bool | None = None, binary: bool | None = None
     ) -> Self:
-        try:
+        with _TRANSLATING:
             # One signature for the driver's two overloads (a query with params, or a template): it checks the pair.
             return super().execute(query, params, prepare=prepare, binary=binary)  # type: ignore[arg-type,misc]
-        except psycopg.Error as exc:
-            raise store_error(exc) from exc
 
     def executemany(self, query: Query, params_seq: Iterable[Params], *, returning: bool = False) -> None:
-        try:
+        with _TRANSLATING:
             super().executemany(query, params_seq, returning=returning)
-        except psycopg.Error as exc:
-            raise store_error(exc) from exc
 
     @contextmanager
     def copy(self, statement: Query, params: Params | None = None, *, writer: Writer | None = None) -> Iterator[Copy]:
-        try:
-            with super().copy(statement, params, writer=writer) as copy:
-                yield copy
-        except psycopg.Error as exc:
-            raise store_error(exc) from exc
+        with _TRANSLATING, super().copy(statement, params, writer=writer) as copy:
+            yield copy
 
     def fetchone(self) -> Row | None:
-        try:
+        with _TRANSLATING:
             return super().fetchone()
-        except psycopg.Error as exc:
-            raise store_error(exc) from exc
 
     def fetchmany(self, size: int = 0) -> list[Row]:
-        try:
+        with _TRANSLATING:
             return super().fetchmany(size)
-        except psycopg.Error as exc:
-            raise store_error(exc) from exc
 
     def fetchall(self) -> list[Row]:
-        try:
+        with _TRANSLATING:
             return super().fetchall()
-        except psycopg.Error as exc:
-            raise store_error(exc) from exc
 
 
 class StoreConnection(psycopg.Connection[TupleRow]):
@@ -107,43 +109,28 @@ class StoreConnection(psycopg.Connection[TupleRow]):
         """Whether driver errors are translated (the connection is set up: its cursors are StoreCursors)."""
         return issubclass(self.cursor_factory, StoreCursor)
 
+    def _translating(self) -> AbstractContextManager[None]:
+        """The context driver errors are translated in, once the connection is set up; until then none."""
+        return _TRANSLATING if self.translates else nullcontext()
+
     if not TYPE_CHECKING:  # typed as the driver's own (overloaded) methods; at run time, translated
 
         def cursor(self, *args, **kwargs):
-            try:  # a closed or broken connection is refused here, before any statement
+            with self._translating():  # a closed or broken connection is refused here, before any statement
                 return super().cursor(*args, **kwargs)
-            except psycopg.Error as exc:
-                if not self.translates:
-                    raise
-                raise store_error(exc) from exc
 
         def execute(self, *args, **kwargs):
-            try:  # also before its cursor's: a closed connection is refused while the cursor is made
+            with self._translating():  # also before its cursor's: a closed connection is refused as it is made
                 return super().execute(*args, **kwargs)
-            except psycopg.Error as exc:
-                if not self.translates:
-                    raise
-                raise store_error(exc) from exc
 
     @contextmanager
     def transaction(self, savepoint_name: str | None = None, force_rollback: bool = False) -> Iterator[Transaction]:
-        if not self.translates:
-            with super().transaction(savepoint_name, force_rollback) as tx:
-                yield tx
-            return
-        try:
-            with super().transaction(savepoint_name, force_rollback) as tx:
-                yield tx
-        except psycopg.Error as exc:
-            raise store_error(exc) from exc
+        with self._translating(), super().transaction(savepoint_name, force_rollback) as tx:
+            yield tx
 
     def notifies(self, *, timeout: float | None = None, stop_after: int | None = None) -> Generator[Notify]:
-        try:
+        with self._translating():
             yield from super().notifies(timeout=timeout, stop_after=stop_after)
-        except psycopg.Error as exc:
-            if not self.translates:
-                raise
-            raise store_error(exc) from exc
 
 
 # Garbage collection of cached vectors takes this advisory lock exclusively; every apply holds it shared
