@@ -35,6 +35,13 @@ Scope = Callable[[str, Mapping[str, str]], bool]
 """May the caller see a knowledge base (name, labels)? A server's token scope; refused looks like absent."""
 
 
+def _or_env(settings: Settings | None) -> Settings:
+    """`settings`, else those of the environment (the configuration module is loaded only then)."""
+    from kbctl.config import Settings
+
+    return settings or Settings.from_env()
+
+
 class StoreBase:
     """What every family of `KnowledgeBaseStore`'s operations builds on: the settings, the store's database (and
     its pool and read replica), where a read or a write goes, the process's models, closing."""
@@ -122,29 +129,25 @@ class StoreBase:
     @staticmethod
     def server_status(settings: Settings | None = None) -> ServerStatus:
         """Whether the embedded PostgreSQL (of `settings`, else of the environment) runs, without starting it."""
-        from kbctl.config import Settings
         from kbctl.store.embedded import server_status
 
-        return server_status((settings or Settings.from_env()).pgdata)
+        return server_status(_or_env(settings).pgdata)
 
     @staticmethod
     def peek_names(prefix: str = "", *, settings: Settings | None = None, timeout: float = LOOKUP_TIMEOUT) -> list[str]:
         """The names of the stored knowledge bases that start with `prefix`, sorted, read within `timeout` seconds
         without starting the embedded server or migrating anything (shell completion); [] when the store is not
         running, cannot be reached in time, or fails."""
-        from kbctl.config import Settings
-
-        settings = settings or Settings.from_env()
+        settings = _or_env(settings)
         url = reachable_url(settings.database_url, settings.pgdata)
         return [] if url is None else knowledge_base_names(url, prefix, timeout=timeout)
 
     @staticmethod
     def stop_server(settings: Settings | None = None) -> bool:
         """Stop the embedded PostgreSQL (of `settings`, else of the environment); False when it was not running."""
-        from kbctl.config import Settings
         from kbctl.store.embedded import stop_server
 
-        return stop_server((settings or Settings.from_env()).pgdata)
+        return stop_server(_or_env(settings).pgdata)
 
     def close(self) -> None:
         """Close the connections (the embedded server keeps running; `kbctl server stop` stops it)."""
