@@ -65,6 +65,7 @@ import tempfile
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
+from functools import cached_property
 from pathlib import Path
 from typing import Any
 
@@ -124,6 +125,24 @@ class Asked:
     chunks: int = 0
     kw_best: float = 0.0
     all_words: bool = False  # the best vector candidate holds every word of the question
+
+    @cached_property
+    def idfs(self) -> list[float]:
+        """Each question word's BM25 idf in the knowledge base (a word no chunk holds: the highest, df 0)."""
+        return [math.log1p((self.chunks - df + 0.5) / (df + 0.5)) for df in self.dfs]
+
+    @cached_property
+    def kw_share(self) -> float:
+        """The best chunk's BM25 score over the sum of the question words' idf: about the idf-weighted share of the
+        question one chunk holds (1: one chunk holds every word once, at the mean length)."""
+        total = sum(self.idfs)
+        return self.kw_best / total if total else 0.0
+
+    @cached_property
+    def coverage(self) -> float:
+        """The idf-weighted share of the question's words that some chunk of the knowledge base holds."""
+        total = sum(self.idfs)
+        return sum(w for w, df in zip(self.idfs, self.dfs, strict=True) if df > 0) / total if total else 0.0
 
 
 @dataclass
@@ -507,34 +526,6 @@ def report(group: Group, target: float, exempt: Sequence[str] = ()) -> None:
 # ---------------------------------------------------------------- lexical evidence (issue: a second signal)
 
 
-def idfs(a: Asked) -> list[float]:
-    """Each question word's BM25 idf in the knowledge base (a word no chunk holds: the highest, df 0)."""
-    return [math.log1p((a.chunks - df + 0.5) / (df + 0.5)) for df in a.dfs]
-
-
-_MEMO: dict[tuple[str, int], float] = {}
-
-
-def coverage(a: Asked) -> float:
-    """The idf-weighted share of the question's words that some chunk of the knowledge base holds."""
-    if ("cover", id(a)) in _MEMO:
-        return _MEMO[("cover", id(a))]
-    weights = idfs(a)
-    total = sum(weights)
-    found = sum(w for w, df in zip(weights, a.dfs, strict=True) if df > 0) / total if total else 0.0
-    _MEMO[("cover", id(a))] = found
-    return found
-
-
-def kw_share(a: Asked) -> float:
-    """The best chunk's BM25 score over the sum of the question words' idf: about the idf-weighted share of the
-    question one chunk holds (1: one chunk holds every word once, at the mean length)."""
-    if ("share", id(a)) not in _MEMO:
-        total = sum(idfs(a))
-        _MEMO[("share", id(a))] = a.kw_best / total if total else 0.0
-    return _MEMO[("share", id(a))]
-
-
 @dataclass(frozen=True)
 class Background:
     """A knowledge base's background questions, as a publish would measure them: each signal's values (`best`,
@@ -543,22 +534,22 @@ class Background:
     best: np.ndarray
     share: np.ndarray
     cover: np.ndarray
-    cache: dict[tuple[str, float], float] = field(default_factory=dict, compare=False)
+    quantiles: dict[tuple[str, float], float] = field(default_factory=dict, compare=False)
+    moments: dict[str, tuple[float, float]] = field(default_factory=dict, compare=False)
 
     def q(self, which: str, quantile: float) -> float:
         """The signal's quantile (the nearest observed value at or above it)."""
-        key = (which, quantile)
-        if key not in self.cache:
-            self.cache[key] = float(np.quantile(getattr(self, which), quantile, method="higher"))
-        return self.cache[key]
+        if (which, quantile) not in self.quantiles:
+            self.quantiles[which, quantile] = float(np.quantile(getattr(self, which), quantile, method="higher"))
+        return self.quantiles[which, quantile]
 
     def z(self, which: str, x: float) -> float:
         """How many deviations `x` lies above the signal's mean."""
-        key = (which, -1.0)
-        if key not in self.cache:
+        if which not in self.moments:
             values = getattr(self, which)
-            self.cache[key], self.cache[(which, -2.0)] = float(values.mean()), max(float(values.std()), 1e-6)
-        return (x - self.cache[key]) / self.cache[(which, -2.0)]
+            self.moments[which] = float(values.mean()), max(float(values.std()), 1e-6)
+        mean, deviation = self.moments[which]
+        return (x - mean) / deviation
 
 
 def backgrounds(asked: list[Asked]) -> dict[str, Background]:
@@ -568,8 +559,8 @@ def backgrounds(asked: list[Asked]) -> dict[str, Background]:
         if mine:
             found[kb] = Background(
                 np.array([a.best for a in mine]),
-                np.array([kw_share(a) for a in mine]),
-                np.array([coverage(a) for a in mine]),
+                np.array([a.kw_share for a in mine]),
+                np.array([a.coverage for a in mine]),
             )
     return found
 
@@ -599,7 +590,7 @@ def lexical_report(group: Group, target: float, exempt: Sequence[str] = ()) -> N
         "similarity, or lexical: kw share >= background quantile qk + mk": [
             (
                 f"q {q:g}, m {m:g}; qk {qk:g}, mk {mk:g}",
-                lambda a, q=q, m=m, qk=qk, mk=mk: sim_gate(a, q, m) or kw_share(a) >= bg[a.kb].q("share", qk) + mk,
+                lambda a, q=q, m=m, qk=qk, mk=mk: sim_gate(a, q, m) or a.kw_share >= bg[a.kb].q("share", qk) + mk,
             )
             for q in (0.8, 0.9, 0.95)
             for m in (0.0, 0.05, 0.08, 0.12)
@@ -611,7 +602,7 @@ def lexical_report(group: Group, target: float, exempt: Sequence[str] = ()) -> N
                 f"q {q:g}, m {m:g}; qk {qk:g}, mk {mk:g}, s {s:g}",
                 lambda a, q=q, m=m, qk=qk, mk=mk, s=s: (
                     sim_gate(a, q, m)
-                    or (kw_share(a) >= bg[a.kb].q("share", qk) + mk and a.best >= bg[a.kb].q("best", 0.5) + s)
+                    or (a.kw_share >= bg[a.kb].q("share", qk) + mk and a.best >= bg[a.kb].q("best", 0.5) + s)
                 ),
             )
             for q in (0.9, 0.95)
@@ -623,7 +614,7 @@ def lexical_report(group: Group, target: float, exempt: Sequence[str] = ()) -> N
         "similarity, or a fixed lexical line: kw share >= k and best >= s": [
             (
                 f"q {q:g}, m {m:g}; k {k:g}, s {s:g}",
-                lambda a, q=q, m=m, k=k, s=s: sim_gate(a, q, m) or (kw_share(a) >= k and a.best >= s),
+                lambda a, q=q, m=m, k=k, s=s: sim_gate(a, q, m) or (a.kw_share >= k and a.best >= s),
             )
             for q in (0.9, 0.95)
             for m in (0.05, 0.08, 0.12)
@@ -633,7 +624,7 @@ def lexical_report(group: Group, target: float, exempt: Sequence[str] = ()) -> N
         "z sum: z(best) + w * z(kw share) >= c, both against the background": [
             (
                 f"w {w:g}, c {c:g}",
-                lambda a, w=w, c=c: bg[a.kb].z("best", a.best) + w * bg[a.kb].z("share", kw_share(a)) >= c,
+                lambda a, w=w, c=c: bg[a.kb].z("best", a.best) + w * bg[a.kb].z("share", a.kw_share) >= c,
             )
             for w in (0.0, 0.25, 0.5, 0.75, 1.0, 1.5)
             for c in [round(0.25 * i, 2) for i in range(0, 21)]
@@ -643,8 +634,8 @@ def lexical_report(group: Group, target: float, exempt: Sequence[str] = ()) -> N
                 f"w {w:g}, v {v:g}, c {c:g}",
                 lambda a, w=w, v=v, c=c: (
                     bg[a.kb].z("best", a.best)
-                    + w * bg[a.kb].z("share", kw_share(a))
-                    + v * bg[a.kb].z("cover", coverage(a))
+                    + w * bg[a.kb].z("share", a.kw_share)
+                    + v * bg[a.kb].z("cover", a.coverage)
                     >= c
                 ),
             )
@@ -681,6 +672,16 @@ def lexical_report(group: Group, target: float, exempt: Sequence[str] = ()) -> N
                 print(row(f"{label} ({arm}; {best[2]})", best[3]))
 
 
+def best_line(mine: Sequence[Asked], score: Callable[[Asked], float], target: float) -> tuple[float, float]:
+    """With the answers known: the lowest line on `score` that refuses `target` of a knowledge base's out-of-domain
+    questions and every no-answer question, and the share of its own questions at or above it."""
+    outside = [score(a) for a in mine if a.kind == "out"]
+    own = np.array([score(a) for a in mine if a.kind in ("in", "answerable")])
+    refused = [float(np.quantile(outside, target, method="higher")), *(score(a) for a in mine if a.kind == "none")]
+    line = max(refused) + 1e-6
+    return line, float(np.mean(own >= line))
+
+
 def per_knowledge_base(group: Group, target: float) -> None:
     """What a threshold set per knowledge base could do at best: the lowest that refuses `target` of its
     out-of-domain questions (and every no-answer question), and the share of its own questions it then answers.
@@ -695,11 +696,9 @@ def per_knowledge_base(group: Group, target: float) -> None:
         mine = [a for a in group.asked if a.kb == kb]
         outside = np.array([a.best for a in mine if a.kind == "out"])
         own = np.array([a.best for a in mine if a.kind in ("in", "answerable")])
-        none = [a.best for a in mine if a.kind == "none"]
-        line = float(np.quantile(outside, target, method="higher")) + 1e-6
-        line = max([line, *(b + 1e-6 for b in none)])
+        line, answered = best_line(mine, lambda a: a.best, target)
         print(
-            f"| {kb} | {line:.3f} | {np.mean(own >= line):.2f} |"
+            f"| {kb} | {line:.3f} | {answered:.2f} |"
             f" {np.quantile(outside, 0.5):.3f} / {np.quantile(outside, 0.95):.3f} |"
             f" {np.quantile(own, 0.1):.3f} / {np.quantile(own, 0.5):.3f} |"
         )
@@ -712,19 +711,7 @@ def per_knowledge_base(group: Group, target: float) -> None:
     print("|---|" + "---:|" * len(weights))
     for kb in dict.fromkeys(a.kb for a in group.asked):
         mine = [a for a in group.asked if a.kb == kb]
-        cells = []
-        for w in weights:
-            score = {id(a): a.best + w * kw_share(a) for a in mine}
-            outside = np.array([score[id(a)] for a in mine if a.kind == "out"])
-            own = np.array([score[id(a)] for a in mine if a.kind in ("in", "answerable")])
-            line = (
-                max(
-                    [float(np.quantile(outside, target, method="higher"))]
-                    + [score[id(a)] for a in mine if a.kind == "none"]
-                )
-                + 1e-6
-            )
-            cells.append(f"{np.mean(own >= line):.2f}")
+        cells = [f"{best_line(mine, lambda a, w=w: a.best + w * a.kw_share, target)[1]:.2f}" for w in weights]
         print(f"| {kb} | " + " | ".join(cells) + " |")
 
 
