@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Iterator
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
@@ -152,6 +153,13 @@ def test_http_and_mcp_runs_are_recorded_with_trace_caller_version_and_latency(
     assert logged_store.retrievals(caller="nobody") == []
     assert logged_store.retrievals(nothing_relevant=True) == []
     assert [r.id for r in logged_store.retrievals(limit=1, before=runs[0].id)] == [runs[1].id]
+    # ... and by time: from `since` (included) until `until` (excluded).
+    first = min(r.at for r in runs)
+    assert logged_store.retrievals(until=first) == []
+    after_first = logged_store.retrievals(until=first + timedelta(microseconds=1))
+    assert [r.id for r in after_first] == [r.id for r in runs if r.at == first] != []
+    assert [r.id for r in logged_store.retrievals(since=runs[0].at)] == [r.id for r in runs if r.at >= runs[0].at]
+    assert len(logged_store.retrievals(since=first, caller="support", knowledge_base="handbook")) == 2
     with pytest.raises(ValueError, match="limit"):
         logged_store.retrievals(limit=501)
 

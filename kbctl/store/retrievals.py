@@ -235,6 +235,16 @@ def _kept_stage(stage: dict[str, Any], readable: Callable[[str], bool]) -> dict[
     return {**stage, "entries": [e for e in stage.get("entries") or [] if readable(str(e.get("source")))]}
 
 
+# Each filter of `list_retrievals` given (not None), by its parameter's name in the statement: the condition it adds.
+_FILTERS: Final = {
+    "kb": "%(kb)s = ANY(knowledge_bases)",
+    "caller": "caller = %(caller)s",
+    "since": "at >= %(since)s",
+    "until": "at < %(until)s",
+    "before": "id < %(before)s",
+}
+
+
 class Retrievals(Connected):
     """The retrieval log (kb_retrievals)."""
 
@@ -344,25 +354,11 @@ class Retrievals(Connected):
         `scope` and `reader` as the module docstring says (None: every run, every hit)."""
         if not 1 <= limit <= RETRIEVALS_LIST_MAX:
             raise UsageError(f"limit must be between 1 and {RETRIEVALS_LIST_MAX}, got {limit}")
-        conditions: list[str] = []
-        args: dict[str, Any] = {"limit": limit}
-        if knowledge_base is not None:
-            conditions.append("%(kb)s = ANY(knowledge_bases)")
-            args["kb"] = knowledge_base
-        if caller is not None:
-            conditions.append("caller = %(caller)s")
-            args["caller"] = caller
-        if since is not None:
-            conditions.append("at >= %(since)s")
-            args["since"] = since
-        if until is not None:
-            conditions.append("at < %(until)s")
-            args["until"] = until
+        given = {"kb": knowledge_base, "caller": caller, "since": since, "until": until, "before": before}
+        args: dict[str, Any] = {"limit": limit} | {key: value for key, value in given.items() if value is not None}
+        conditions = [condition for key, condition in _FILTERS.items() if key in args]
         if nothing_relevant:
             conditions.append("nothing_relevant")
-        if before is not None:
-            conditions.append("id < %(before)s")
-            args["before"] = before
         if scope is not None:
             conditions.append("knowledge_bases <@ %(visible)s::text[] AND cardinality(knowledge_bases) > 0")
             args["visible"] = self._visible_names(scope)
