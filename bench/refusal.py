@@ -77,7 +77,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from kbctl.client import KnowledgeBaseStore
 from kbctl.config import Settings
 from kbctl.defaults import AGREEMENT_MARGIN, LANGUAGE
-from kbctl.embedding.background import background_questions, version_threshold
+from kbctl.embedding.background import background_questions, keyword_threshold, version_threshold
 from kbctl.embedding.local import calibrated_threshold
 from kbctl.engine.ingest import background_vectors
 from kbctl.eval.evalset import EvalQuery, load_evalset
@@ -208,18 +208,23 @@ class Asker:
         # The imported public knowledge bases set similarityThreshold -1 (ranking), and a store imported before
         # versions were calibrated has no background similarity: the serving version is made to look as a publish
         # now makes it, so the defaults below are kbctl's own (the store is the benchmark's).
-        store.db.connection.execute(
-            "UPDATE kb_versions SET retrieval = retrieval - 'similarityThreshold', background_similarity = %s"
-            " WHERE id = %s",
-            (background, target.version_id),
-        )
-        self.defaults = QueryOptions(mode="hybrid", top_k=TOP_K, max_tokens=BUDGET)
         self.version_id = target.version_id
         self.language = str((target.retrieval or {}).get("language") or LANGUAGE)
+        keyword = store.db.background_keyword(target.version_id, self.language, vectors)
+        store.db.connection.execute(
+            "UPDATE kb_versions SET retrieval = retrieval - 'similarityThreshold', background_similarity = %s,"
+            " background_keyword = %s WHERE id = %s",
+            (background, keyword, target.version_id),
+        )
+        self.defaults = QueryOptions(mode="hybrid", top_k=TOP_K, max_tokens=BUDGET)
         self.before = QueryOptions(
             mode="hybrid", top_k=TOP_K, max_tokens=BUDGET, threshold=calibrated_threshold(self.model)
         )
-        print(f"{self.model}: {kb}: calibrated threshold {self.line:.3f} (background {background})", flush=True)
+        print(
+            f"{self.model}: {kb}: calibrated threshold {self.line:.3f} (background {background}), keyword line"
+            f" {keyword_threshold(keyword)} (background keyword share {keyword})",
+            flush=True,
+        )
 
     def ask(self, question: str, query: EvalQuery | None, origin: str, kind: str) -> Asked:
         shipped = self.store.query(self.kb, question, self.defaults).hits

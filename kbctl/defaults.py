@@ -85,6 +85,25 @@ BACKGROUND_CEILING: Final = 0.25
 background questions (an almanac of everyday facts: 0.86 uncapped, refusing paraphrases of its own facts that score
 0.55 - 0.71), so they are no background for it; on public data the highest calibrated line was 0.53."""
 
+KEYWORD_QUANTILE: Final = 0.95
+"""spec.retrieval.similarityThreshold, unset: the quantile of the background questions' keyword shares in a version
+(each question's best BM25 score over the sum of its words' idf: about the idf-weighted share of it that one chunk
+holds), stored with it as its background keyword share at publish (kbctl.embedding.background). The second signal of
+the relevance gate: a question whose rare words one chunk holds is on topic however its similarity reads."""
+
+KEYWORD_MARGIN: Final = 0.2
+"""spec.retrieval.similarityThreshold, unset: how far above its background keyword share a question's keyword share
+must be to pass the relevance gate (when its similarity does not), never below KEYWORD_FLOOR. On public data with the
+default model (bench/refusal.py, docs/eval.md) the similarity line, or the 95th percentile plus 0.2, answered 0.84 /
+0.96 / 1.00 of in-domain questions (0.94 / 0.95 / 1.00 of those whose top 10 uncut holds a relevant document) where
+the similarity line alone answered 0.68 / 0.96 / 1.00, refusing as many questions from another domain (0.95 / 0.95)
+and every examples/eval no-answer question; any quantile 0.9 - 0.95 with margins 0.15 - 0.4 measured the same."""
+
+KEYWORD_FLOOR: Final = 0.6
+"""spec.retrieval.similarityThreshold, unset: the lowest keyword line a version may have, whatever its background
+(a knowledge base of a few chunks, where background questions find almost no words): at least 0.6 of a question's
+idf-weighted words held by one chunk. Any floor from 0 to 0.8 measured the same on public data (docs/eval.md)."""
+
 CANDIDATES: Final = 100
 """spec.retrieval.candidates: how many of the best chunks each list (vector, keyword) gathers before fusion and
 the threshold. On public BEIR sets 30 / 50 / 100 / 200 candidates differ by at most 0.005 nDCG@10; 100 gives most

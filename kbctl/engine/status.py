@@ -75,6 +75,11 @@ class KnowledgeBaseDetail(KnowledgeBaseSummary):
     # (kbctl.embedding.background); with that version's background similarity (None: published before calibration).
     relevance_threshold: float | None = None
     background_similarity: float | None = None
+    # The gate's second line, on a question's keyword share (kbctl.embedding.background), with the version's
+    # background keyword share: None when a threshold is set, or the version has none (published before it, or
+    # restricting sources).
+    keyword_threshold: float | None = None
+    background_keyword: float | None = None
     refresh: RefreshStatus | None = None  # spec.refresh and its schedule, None when the spec has none
     embedded: int
     reused: int
@@ -145,6 +150,8 @@ def _detail(db: Database, row: KnowledgeBaseRow, reader: Reader | None = None) -
     spec = KnowledgeBase.from_manifest(version.manifest if version else db.last_manifest(row.id)).spec
     kinds = {s.name: s.kind for s in spec.sources}
     line, background = _thresholds(spec.retrieval.similarity_threshold, version, background)
+    calibrated = version is not None and spec.retrieval.similarity_threshold is None
+    keyword = version.background_keyword if version is not None and calibrated else None
     if version is not None:
         sources = [
             # A document of a path source is named SOURCE/ID: its kind is its source's.
@@ -187,6 +194,8 @@ def _detail(db: Database, row: KnowledgeBaseRow, reader: Reader | None = None) -
         answer=spec.answer.model_dump(by_alias=True, mode="json") if spec.answer else None,
         relevance_threshold=line,
         background_similarity=background,
+        keyword_threshold=_keyword_line(keyword),
+        background_keyword=None if keyword is None else round(keyword, 4),
         refresh=None
         if spec.refresh is None
         else RefreshStatus(
@@ -200,6 +209,15 @@ def _detail(db: Database, row: KnowledgeBaseRow, reader: Reader | None = None) -
         source_status=sources,
         events=events,
     )
+
+
+def _keyword_line(background: float | None) -> float | None:
+    """The keyword line of a version whose background keyword share is `background` (None: it has none)."""
+    if background is None:
+        return None
+    from kbctl.embedding.background import keyword_threshold  # numpy, which `kbctl get` need not import
+
+    return keyword_threshold(background)
 
 
 def _thresholds(
@@ -313,6 +331,8 @@ def knowledge_base_resource(db: Database, name: str) -> dict[str, Any]:
         "model": detail.model,
         "relevanceThreshold": detail.relevance_threshold,
         "backgroundSimilarity": detail.background_similarity,
+        "keywordThreshold": detail.keyword_threshold,
+        "backgroundKeyword": detail.background_keyword,
         "chunks": detail.chunks,
         "embedded": detail.embedded,
         "reused": detail.reused,

@@ -12,8 +12,7 @@ from kbctl.defaults import (  # the tuning constants, what they are and why: kbc
     FUSION,
     KEYWORD_WEIGHT,
 )
-from kbctl.embedding.background import version_threshold
-from kbctl.embedding.local import calibrated_threshold
+from kbctl.embedding.background import keyword_threshold, version_threshold
 from kbctl.engine.conditions import condition
 from kbctl.errors import NotFoundError, UsageError
 from kbctl.inputs.access import Reader
@@ -40,19 +39,22 @@ class QueryPlan:
     keyword_weight: float  # the keyword list's weight in hybrid fusion (vector: 1)
     mode: Mode
     top_k: int
-    threshold: float  # the chunks' similarity threshold
+    threshold: float  # the chunks' similarity threshold (NO_CUT: an answer's chunks are ranked, not cut)
     gate: float  # what the question's best evidence must reach for any chunk to be returned (>= threshold)
     max_tokens: int
     language: str  # PostgreSQL text search configuration of the full-text stages
     rerank: Rerank | None  # the spec's reranker, None when there is none or the options skip it
     explain: bool
     reader: Reader | None = None  # the caller, whose access filters every candidate; None: the version restricts none
+    keyword_gate: float | None = None  # the gate's second line, on the question's keyword share; None: none
 
     @property
     def pool(self) -> int:
         """How many candidates each search stage gathers: `candidates`, or top_k when larger."""
         return max(self.candidates, self.top_k)
 
+
+NO_CUT = -1.0  # the chunks' threshold when none is set: the gate decides whether anything is relevant, not which chunk
 
 Visible = Callable[[str, Mapping[str, str]], bool]  # may the caller see the knowledge base (name, labels)?
 
@@ -64,8 +66,10 @@ def plan_query(
     version's `spec.retrieval` (validated by `kbctl.manifest.Retrieval`, which fills in the defaults; a field it leaves
     unset takes kbctl.defaults'). A threshold set nowhere is two: the version's own, calibrated when it was published
     (`version_threshold`), is the plan's `gate`, which the question's best evidence must reach for anything to be
-    returned; its model's (`calibrated_threshold`) cuts the chunks of an answer. A threshold set is both. A knowledge
-    base that `visible` refuses is not found, exactly as one that does not exist.
+    returned, or else the question's keyword share must reach its keyword line (`keyword_threshold`; hybrid mode,
+    a version that restricts no source); an answer's chunks are then ranked, not cut (NO_CUT). A threshold set is
+    both the gate and the chunks' cut. A knowledge base that `visible` refuses is not found, exactly as one that does
+    not exist.
 
     `reader` is the caller (None: one without groups or claims). When the version restricts some of its sources
     (`access`), the plan reads only what the caller may read, and its chunk count and calibrated line are of those
@@ -84,17 +88,19 @@ def plan_query(
     if options.rerank and spec.rerank is None:
         raise UsageError(f"KnowledgeBase/{name} (version {target.number}) has no spec.retrieval.rerank")
     chosen = options.threshold if options.threshold is not None else spec.similarity_threshold
-    # Set nowhere: the version's calibrated line decides whether anything is relevant, and the model's threshold
-    # which chunks of an answer are (kbctl.embedding.background).
-    floor = calibrated_threshold(target.model)
-    threshold = chosen if chosen is not None else floor
+    mode = options.mode if options.mode is not None else spec.mode
+    # Set nowhere: the version's calibrated lines decide whether anything is relevant, and an answer's chunks are
+    # ranked, not cut (kbctl.embedding.background).
+    threshold = chosen if chosen is not None else NO_CUT
     caller = (reader if reader is not None else Reader()) if target.restricted_chunks else None
-    gate = chosen
+    gate, keyword_gate = chosen, None
     if gate is None:  # the line of what the caller may read: text it may not read moves it not (kbctl.store.access)
         background = (
             target.background_similarity if caller is None else db.readable_background(target.version_id, caller)
         )
         gate = version_threshold(target.model, background)
+        if mode == "hybrid" and caller is None:
+            keyword_gate = keyword_threshold(target.background_keyword)
     chunks = db.readable_chunks(target.version_id, caller) if caller is not None else target.chunk_count
     return QueryPlan(
         name=name,
@@ -106,10 +112,11 @@ def plan_query(
         candidates=spec.candidates or CANDIDATES,
         fusion=spec.fusion or FUSION,
         keyword_weight=KEYWORD_WEIGHT if spec.keyword_weight is None else spec.keyword_weight,
-        mode=options.mode if options.mode is not None else spec.mode,
+        mode=mode,
         top_k=options.top_k if options.top_k is not None else spec.top_k,
         threshold=threshold,
-        gate=gate,  # at least `threshold`: version_threshold never goes below the model's
+        gate=gate,  # at least `threshold`
+        keyword_gate=keyword_gate,
         max_tokens=options.max_tokens if options.max_tokens is not None else spec.max_context_tokens,
         language=spec.language,
         rerank=spec.rerank if options.rerank is not False else None,

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Literal
+
 from pydantic import BaseModel, ConfigDict, PrivateAttr
 from pydantic.alias_generators import to_camel
 
@@ -106,6 +108,11 @@ class QueryResult(BaseModel):
     # What the best candidate had to reach for any chunk to be returned: the version's calibrated threshold when
     # neither the spec nor the query set one (kbctl.embedding.background), else the similarity threshold.
     relevance_threshold: float | None = None
+    # The gate's second signal (hybrid mode): the question's keyword share (its best BM25 score over the sum of its
+    # words' idf) and the version's keyword line it may pass by instead (None: the version has none).
+    keyword_share: float | None = None
+    keyword_threshold: float | None = None
+    relevant_by: Literal["similarity", "keyword"] | None = None  # the signal that passed the gate; None: none did
     max_context_tokens: int
     hits: list[QueryHit]
     candidates: int
@@ -141,9 +148,15 @@ class QueryResult(BaseModel):
                 f"below the rerank minScore {self.rerank.min_score:.2f}"
             )
         if self.below_threshold == self.candidates and (self.relevance_threshold or -1.0) > self.similarity_threshold:
+            lexical = (
+                f", and the question's keyword share {self.keyword_share or 0.0:.2f} is below its keyword line"
+                f" {self.keyword_threshold:.2f}"
+                if self.keyword_threshold is not None
+                else ""
+            )
             return (
                 f"nothing relevant found in {kb}: the best match scores {self.best_score:.2f}, below the threshold "
-                f"{self.relevance_threshold:.2f} calibrated for version {self.version}"
+                f"{self.relevance_threshold:.2f} calibrated for version {self.version}{lexical}"
             )
         if self.below_threshold == self.candidates:
             return (

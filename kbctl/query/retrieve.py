@@ -18,6 +18,7 @@ import time
 from collections.abc import Callable
 
 from kbctl.embedding import Embedder
+from kbctl.embedding.background import keyword_share
 from kbctl.errors import UsageError
 from kbctl.inputs.access import Reader
 from kbctl.query.options import QueryOptions
@@ -152,7 +153,8 @@ def run_query(
     trace.stage("embed question", count=1)
     by_vector = vector_candidates(db, plan, vector)
     trace.stage("vector", lambda: trace_entries(by_vector), count=len(by_vector))
-    by_keyword = keyword_candidates(db, plan, question, vector, by_vector)
+    ranking = keyword_candidates(db, plan, question, vector, by_vector)
+    by_keyword = ranking.hits
     trace.stage("keyword", lambda: trace_entries(by_keyword), count=len(by_keyword))
     # Alone, a list keeps its own order: the weight only matters beside the other list.
     fused = fuse(by_vector, by_keyword, plan.keyword_weight if plan.mode == "hybrid" else 1.0, plan.fusion)
@@ -160,7 +162,8 @@ def run_query(
         "fuse", lambda: [trace_entry(c, r, x.fused_score) for r, (c, x) in enumerate(fused, start=1)], count=len(fused)
     )
     terms = identifiers(question)
-    passing, cuts = apply_threshold(db, plan, question, terms, fused)
+    share = keyword_share(ranking.best_score, ranking.idf_total) if plan.mode == "hybrid" else None
+    passing, cuts, relevant_by = apply_threshold(db, plan, question, terms, fused, share)
     trace.stage("threshold", lambda: cuts, count=len(passing))
     info = None
     if reranker is not None and plan.rerank is not None:
@@ -181,6 +184,9 @@ def run_query(
         top_k=plan.top_k,
         similarity_threshold=plan.threshold,
         relevance_threshold=plan.gate,
+        keyword_share=share,
+        keyword_threshold=plan.keyword_gate,
+        relevant_by=relevant_by,
         max_context_tokens=plan.max_tokens,
         hits=selection.hits,
         candidates=len(fused),

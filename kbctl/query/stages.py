@@ -8,7 +8,7 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 
@@ -26,9 +26,10 @@ from kbctl.errors import RerankError
 from kbctl.manifest import Rerank
 from kbctl.manifest.models import Fusion
 from kbctl.query.options import Mode
-from kbctl.query.plan import QueryPlan
+from kbctl.query.plan import NO_CUT, QueryPlan
 from kbctl.query.results import QueryHit, RerankInfo, TraceEntry
 from kbctl.rerank import Reranker
+from kbctl.store.bm25 import KeywordRanking
 from kbctl.store.database import ChunkHit, Database
 from kbctl.store.search import as_float32
 
@@ -71,6 +72,9 @@ def _contains(text: str, term: str) -> bool:
     if term.casefold() not in text.casefold():
         return False
     return re.search(rf"(?<![A-Za-z0-9_]){re.escape(term)}(?![A-Za-z0-9_])", text, re.IGNORECASE) is not None
+
+
+Relevant = Literal["similarity", "keyword"] | None  # by which signal a question passed the relevance gate
 
 
 @dataclass
@@ -161,13 +165,13 @@ def decided(hits: Sequence[ChunkHit], plan: QueryPlan) -> bool:
 
 def keyword_candidates(
     db: Database, plan: QueryPlan, question: str, vector: Vector, by_vector: Sequence[ChunkHit] = ()
-) -> list[ChunkHit]:
+) -> KeywordRanking:
     """Stage `keyword`: the plan's pool of chunks with the best BM25 score for the words of the question (full
-    text in the spec's language), best first (none in vector mode). When every word of the question is common,
-    the vector list's chunks `by_vector` are the ones scored (kbctl.store.bm25)."""
+    text in the spec's language), best first, with the sum of the words' idf (none in vector mode). When every
+    word of the question is common, the vector list's chunks `by_vector` are the ones scored (kbctl.store.bm25)."""
     if plan.mode == "vector":
-        return []
-    return db.keyword_search(plan.version_id, plan.language, question, vector, plan.pool, by_vector, plan.reader)
+        return KeywordRanking([], 0.0)
+    return db.keyword_ranking(plan.version_id, plan.language, question, vector, plan.pool, by_vector, plan.reader)
 
 
 def fuse(
@@ -214,19 +218,26 @@ def _scaled(scores: Sequence[float]) -> list[float]:
 
 
 def apply_threshold(
-    db: Database, plan: QueryPlan, question: str, terms: Sequence[str], fused: Sequence[tuple[ChunkHit, _Ranks]]
-) -> tuple[list[_Candidate], list[TraceEntry]]:
-    """Stage `threshold`: the fused candidates that pass the threshold rule, and the cuts.
+    db: Database,
+    plan: QueryPlan,
+    question: str,
+    terms: Sequence[str],
+    fused: Sequence[tuple[ChunkHit, _Ranks]],
+    keyword_share: float | None = None,
+) -> tuple[list[_Candidate], list[TraceEntry], Relevant]:
+    """Stage `threshold`: the fused candidates that pass the threshold rule, the cuts, and by which signal the
+    question passed the relevance gate (None: by none, or in keyword mode).
 
     A candidate passes a line with a cosine similarity of at least the line; or, scoring at least the line minus
     EXACT_TERMS_MARGIN in a question of at most EXACT_TERMS_MAX_WORDS words, when it contains one of the
     question's identifiers `terms` or every word of the question (full-text reading); or when it is first in
     both lists and scores at least the line minus AGREEMENT_MARGIN. In keyword mode every candidate passes.
-    The candidates that pass the plan's threshold are kept when one of them passes its gate, else none is.
+    The candidates that pass the plan's threshold are kept when one of them passes its gate, or the question's
+    `keyword_share` reaches the plan's keyword gate; else none is.
     """
     short = len(question.split()) <= EXACT_TERMS_MAX_WORDS
-    low, high = plan.threshold - EXACT_TERMS_MARGIN, plan.gate
-    near = [c.chunk_id for c, _ in fused if short and low <= c.score < high] if plan.mode != "keyword" else []
+    low = (plan.gate if plan.threshold == NO_CUT else plan.threshold) - EXACT_TERMS_MARGIN
+    near = [c.chunk_id for c, _ in fused if short and low <= c.score < plan.gate] if plan.mode != "keyword" else []
     all_words = db.containing_all_words(near, plan.language, question)
 
     def passes(c: ChunkHit, ranks: _Ranks, matched: Sequence[str], line: float) -> tuple[bool, bool]:
@@ -251,13 +262,18 @@ def apply_threshold(
             limit = f"down to {low:.4g}" if short else f"in questions of up to {EXACT_TERMS_MAX_WORDS} words"
             why += f" (identifier {', '.join(matched)} passes only {limit})"
         cuts.append(trace_entry(c, rank, c.score, why))
-    if plan.gate > plan.threshold and not any(passes(p.chunk, p.ranks, p.matched, plan.gate)[0] for p in passing):
-        why = f"cut: nothing relevant, no candidate reaches the version's calibrated threshold {plan.gate}"
-        cuts = sorted(
-            cuts + [trace_entry(p.chunk, p.fused_rank, p.chunk.score, why) for p in passing], key=lambda e: e.rank
-        )
-        passing = []
-    return passing, cuts
+    if plan.mode == "keyword" or not passing:
+        return passing, cuts, None
+    if plan.gate <= plan.threshold or any(passes(p.chunk, p.ranks, p.matched, plan.gate)[0] for p in passing):
+        return passing, cuts, "similarity"
+    if plan.keyword_gate is not None and keyword_share is not None and keyword_share >= plan.keyword_gate:
+        return passing, cuts, "keyword"
+    why = f"cut: nothing relevant, no candidate reaches the version's calibrated threshold {plan.gate}"
+    if plan.keyword_gate is not None:
+        why += f", nor the question's keyword share ({keyword_share or 0.0:.2f}) its keyword line {plan.keyword_gate}"
+    gated = [trace_entry(p.chunk, p.fused_rank, p.chunk.score, why) for p in passing]
+    cuts = sorted(cuts + gated, key=lambda e: e.rank)
+    return [], cuts, None
 
 
 def _first_in_both(ranks: _Ranks) -> bool:

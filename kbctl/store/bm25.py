@@ -40,10 +40,12 @@ __all__ = [
     "MATCH_POSTINGS",
     "TERM_COUNT",
     "B",
+    "KeywordRanking",
     "QuestionTerms",
     "containing_all_words",
     "delete_revision_terms",
     "delete_version_terms",
+    "keyword_ranking",
     "keyword_search",
     "question_terms",
     "rebase_terms",
@@ -106,6 +108,19 @@ class QuestionTerms:
         """Each word's inverse document frequency, Lucene's BM25 form."""
         n = self.chunks
         return [math.log1p((n - df + 0.5) / (df + 0.5)) for df in self.chunks_with]
+
+
+@dataclass(frozen=True)
+class KeywordRanking:
+    """A keyword search's chunks, best first, and the sum of the question's words' idf."""
+
+    hits: list[ChunkHit]
+    idf_total: float
+
+    @property
+    def best_score(self) -> float | None:
+        """The best chunk's BM25 score (None: no chunk holds any word of the question)."""
+        return self.hits[0].keyword_score if self.hits else None
 
 
 def question_terms(
@@ -418,7 +433,7 @@ def selecting_words(terms: QuestionTerms, budget: int | None = None) -> list[str
     return chosen
 
 
-def keyword_search(
+def keyword_ranking(
     conn: psycopg.Connection[Any],
     version_id: int,
     language: str,
@@ -427,9 +442,10 @@ def keyword_search(
     limit: int,
     among: Sequence[ChunkHit] = (),
     reader: Reader | None = None,
-) -> list[ChunkHit]:
+) -> KeywordRanking:
     """The `limit` chunks of a version with the best BM25 score for `question`, best first, each with its BM25
-    score (`keyword_score`) and its cosine similarity to `vector` (`score`).
+    score (`keyword_score`) and its cosine similarity to `vector` (`score`), with the sum of the question's words'
+    idf (what its keyword share is measured against: kbctl.embedding.background.keyword_share).
 
     `among` (in hybrid mode, the vector list) are chunks of the version already read: those the keyword search
     finds too are not read again. When every word of the question is common (even the rarest is in more than
@@ -437,9 +453,10 @@ def keyword_search(
     otherwise MATCH_POSTINGS of the chunks holding the rarest word. With a `reader`, only the chunks it may read are
     scored, by the statistics of those alone (kbctl.store.access)."""
     terms = question_terms(conn, version_id, language, question, reader)
+    idf_total = sum(terms.idf())
     selecting = selecting_words(terms)
     if not selecting:
-        return []  # only stop words, or words no chunk holds
+        return KeywordRanking([], idf_total)  # only stop words, or words no chunk holds
     known = {hit.chunk_id: hit for hit in among}
     if known and min(terms.chunks_with[terms.lexemes.index(word)] for word in selecting) > MATCH_POSTINGS:
         ranked = _scored(conn, version_id, terms, terms.lexemes, limit, None, list(known), reader=reader)
@@ -465,7 +482,21 @@ def keyword_search(
         ranked.sort(key=lambda item: (-item[1], item[0]))
     unread = [(i, s) for i, s in ranked if i not in known]
     read = {hit.chunk_id: hit for hit in _chunk_hits(conn, version_id, vector, unread, reader)}
-    return [replace(known[i], keyword_score=s) if i in known else read[i] for i, s in ranked]
+    return KeywordRanking([replace(known[i], keyword_score=s) if i in known else read[i] for i, s in ranked], idf_total)
+
+
+def keyword_search(
+    conn: psycopg.Connection[Any],
+    version_id: int,
+    language: str,
+    question: str,
+    vector: Vector,
+    limit: int,
+    among: Sequence[ChunkHit] = (),
+    reader: Reader | None = None,
+) -> list[ChunkHit]:
+    """The chunks of `keyword_ranking`, alone."""
+    return keyword_ranking(conn, version_id, language, question, vector, limit, among, reader).hits
 
 
 def _chunk_hits(

@@ -13,7 +13,7 @@ from psycopg.pq import TransactionStatus
 from kbctl.defaults import INDEX_LOOKUP_SECONDS
 from kbctl.inputs.access import Reader
 from kbctl.store.access import Rule, readable_counts, readable_size
-from kbctl.store.bm25 import containing_all_words, keyword_search
+from kbctl.store.bm25 import KeywordRanking, containing_all_words, keyword_ranking
 from kbctl.store.connection import Connected, advisory_key
 from kbctl.store.rows import ChunkHit
 from kbctl.store.search import (
@@ -129,7 +129,7 @@ class Chunks(Connected):
         """Refresh PostgreSQL's statistics of the chunks (the planner's estimates of full-text matches)."""
         self._conn.execute("ANALYZE kb_chunks")
 
-    def keyword_search(
+    def keyword_ranking(
         self,
         version_id: int,
         language: str,
@@ -138,12 +138,19 @@ class Chunks(Connected):
         limit: int,
         among: Sequence[ChunkHit] = (),
         reader: Reader | None = None,
-    ) -> list[ChunkHit]:
+    ) -> KeywordRanking:
         """The `limit` chunks of a version with the best BM25 score for `question` (full text in `language`), best
-        first, each with its cosine similarity to `vector`; `among`: chunks already read (the vector list), the
-        ones scored when every word of the question is common (see kbctl.store.bm25). With a `reader`, only the
-        chunks it may read, scored by their statistics alone (kbctl.store.access)."""
-        return keyword_search(self._conn, version_id, language, question, vector, limit, among, reader)
+        first, each with its cosine similarity to `vector`, and the sum of the question's words' idf; `among`:
+        chunks already read (the vector list), the ones scored when every word of the question is common (see
+        kbctl.store.bm25). With a `reader`, only the chunks it may read, scored by their statistics alone
+        (kbctl.store.access)."""
+        return keyword_ranking(self._conn, version_id, language, question, vector, limit, among, reader)
+
+    def keyword_search(
+        self, version_id: int, language: str, question: str, vector: Vector, limit: int, among: Sequence[ChunkHit] = ()
+    ) -> list[ChunkHit]:
+        """The chunks of `keyword_ranking` alone (every chunk of the version: no reader)."""
+        return self.keyword_ranking(version_id, language, question, vector, limit, among).hits
 
     def readable_counts(self, reader: Reader) -> dict[str, tuple[int, int, int, int]]:
         """Per knowledge base that restricts sources: (sources, ready, chunks) `reader` may read, and sources it may

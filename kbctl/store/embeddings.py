@@ -94,15 +94,35 @@ class Embeddings(Chunks):
         ]
         return bests if len(bests) == len(vectors) else []
 
-    def _calibrate(self, version_id: int, model: str, chunks: int, restricted: int, vectors: Sequence[Vector]) -> None:
+    def background_keyword(self, version_id: int, language: str, vectors: Sequence[Vector]) -> float | None:
+        """The background keyword share of a version (kbctl.embedding.background): each background question's
+        keyword share, searched as a query searches (full text in `language`; `vectors` the questions' own, in
+        order), then their quantile."""
+        from kbctl.embedding.background import background_keyword, background_questions, keyword_share
+
+        shares = []
+        for question, vector in zip(background_questions(), vectors, strict=True):
+            ranking = self.keyword_ranking(version_id, language, question, vector, 1)
+            shares.append(keyword_share(ranking.best_score, ranking.idf_total))
+        return background_keyword(shares)
+
+    def _calibrate(
+        self, version_id: int, model: str, chunks: int, restricted: int, vectors: Sequence[Vector], language: str
+    ) -> None:
         """Calibrate a version being published (kbctl.embedding.background): the background questions' best
         similarities among its chunks behind no rule and, when it restricts some, among each rule's, searched apart
-        (kbctl.store.access), so that every caller's line is of what it may read; the version's own is of them all."""
+        (kbctl.store.access), so that every caller's line is of what it may read; the version's own is of them all.
+        A version that restricts none gets its background keyword share too (one that does keeps the similarity
+        line alone: a share measured over every chunk would move with text a caller may not read)."""
         from kbctl.embedding.background import joint_similarity
 
         if not restricted:
             bests = self.background_bests(version_id, model, chunks, vectors)
             store_calibration(self._conn, version_id, joint_similarity([bests]), bests, {})
+            self._conn.execute(
+                "UPDATE kb_versions SET background_keyword = %s WHERE id = %s",
+                (self.background_keyword(version_id, language, vectors), version_id),
+            )
             return
         open_bests = self.background_bests(version_id, model, chunks - restricted, vectors, Rule(None, None))
         rule_bests = {

@@ -111,7 +111,7 @@ class KnowledgeBases(Connected):
         with self._conn.cursor(row_factory=class_row(QueryTarget)) as cur:
             return cur.execute(
                 "SELECT k.id AS kb_id, k.labels, k.conditions, v.id AS version_id, v.number, v.model, v.chunk_count,"
-                " v.retrieval, v.restricted_chunks, v.background_similarity"
+                " v.retrieval, v.restricted_chunks, v.background_similarity, v.background_keyword"
                 " FROM (SELECT " + _KB_COLUMNS + ", manifest FROM kb_knowledge_bases) k"
                 " LEFT JOIN kb_versions v ON v.kb_id = k.id AND v.number = k.current_version"
                 " WHERE k.name = %s",

@@ -528,6 +528,13 @@ MIGRATIONS: list[tuple[int, str, str]] = [
         CREATE INDEX kb_eval_runs_kb ON kb_eval_runs (kb_id, version, at);
         """,
     ),
+    (
+        28,
+        "the background keyword share of a version: the relevance gate's second signal",
+        """
+        ALTER TABLE kb_versions ADD COLUMN background_keyword real;
+        """,
+    ),
 ]
 
 # Serializes migrations of one database across processes (an arbitrary, fixed 64-bit key).

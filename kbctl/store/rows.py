@@ -109,6 +109,7 @@ class VersionRow:
     reused_count: int
     created_at: datetime
     background_similarity: float | None = None  # calibrated at publish (kbctl.embedding.background); None: before
+    background_keyword: float | None = None  # likewise, the keyword share's; None: before, or a restricted version
 
 
 @dataclass(frozen=True)
@@ -125,6 +126,7 @@ class QueryTarget:
     retrieval: dict[str, Any] | None  # the version's spec.retrieval, as stored
     restricted_chunks: int | None = None  # chunks behind an access rule (kbctl.store.access); 0: none
     background_similarity: float | None = None  # calibrated at publish (kbctl.embedding.background); None: before
+    background_keyword: float | None = None  # likewise, the keyword share's; None: before, or a restricted version
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any
 from psycopg.rows import class_row
 from psycopg.types.json import Jsonb
 
+from kbctl.defaults import LANGUAGE
 from kbctl.store.access import rule_statistics
 from kbctl.store.bm25 import version_statistics
 from kbctl.store.bulk import insert_revisions
@@ -41,8 +42,8 @@ class Versions(SourceStatuses, Embeddings):
         with self._conn.cursor(row_factory=class_row(VersionRow)) as cur:
             row = cur.execute(
                 "SELECT id, number, CASE WHEN manifest_sha256 = %s THEN NULL ELSE manifest END AS manifest,"
-                " manifest_sha256, model, chunk_count, embedded_count, reused_count, created_at, background_similarity"
-                " FROM kb_versions WHERE kb_id = %s AND number = %s",
+                " manifest_sha256, model, chunk_count, embedded_count, reused_count, created_at, background_similarity,"
+                " background_keyword FROM kb_versions WHERE kb_id = %s AND number = %s",
                 (sha, kb_id, number),
             ).fetchone()
         if row is not None and row.manifest is None and known is not None:
@@ -147,7 +148,8 @@ class Versions(SourceStatuses, Embeddings):
                 rule_statistics(self._conn, int(vrow[0]))
             self._write_statuses(kb_id, statuses, stored_statuses)
             if background:  # last: an indexed search's settings last until the end of the transaction
-                self._calibrate(int(vrow[0]), model, chunks, restricted, background)
+                language = str(manifest.get("spec", {}).get("retrieval", {}).get("language") or LANGUAGE)
+                self._calibrate(int(vrow[0]), model, chunks, restricted, background, language)
             self._conn.execute("UPDATE kb_knowledge_bases SET current_version = %s WHERE id = %s", (number, kb_id))
         return number
 

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any
 
 from kbctl.cli.render.tables import _redacted, age, events_table, span, table
 from kbctl.cli.terminal import inert
-from kbctl.defaults import BACKGROUND_CEILING, BACKGROUND_MARGIN
+from kbctl.defaults import BACKGROUND_CEILING, BACKGROUND_MARGIN, KEYWORD_FLOOR, KEYWORD_MARGIN
 
 if TYPE_CHECKING:  # imported by the commands that print them (a command's start-up pays only for its own)
     from kbctl import KnowledgeBaseDetail, SyncDetail, VersionDiff
@@ -29,28 +29,30 @@ def _settings(values: dict[str, Any], prefix: str = "") -> str:
 
 
 def _threshold_line(d: KnowledgeBaseDetail) -> str:
-    """The similarity threshold queries use by default, and where it comes from."""
+    """The relevance gate queries use by default, and where its lines come from."""
     if d.relevance_threshold is None:
         return "<none> (no version published yet)"
     if d.retrieval.get("similarityThreshold") is not None:
         return f"{d.relevance_threshold:g} (spec.retrieval.similarityThreshold)"
     if d.background_similarity is None and d.chunks == 0:  # a caller who may read none of the version's chunks
         return f"{d.relevance_threshold:g} (the model's: no chunk of version {d.version} is readable here)"
+    ranked = "; an answer's chunks are ranked, not cut"
     if d.background_similarity is None:
-        return f"{d.relevance_threshold:g} (the model's; version {d.version} was published before calibration)"
+        return f"{d.relevance_threshold:g} (the model's; version {d.version} was published before calibration{ranked})"
     scored = f"version {d.version}'s background questions score {d.background_similarity:.2f}"
     line = d.background_similarity + BACKGROUND_MARGIN
     if line > d.relevance_threshold + 1e-4:
-        return (
-            f"{d.relevance_threshold:g} (the ceiling, the model's plus {BACKGROUND_CEILING:g}: {scored}, plus"
-            f" {BACKGROUND_MARGIN:g} is higher; an answer's chunks are cut at the model's)"
+        why = f"the ceiling, the model's plus {BACKGROUND_CEILING:g}: {scored}, plus {BACKGROUND_MARGIN:g} is higher"
+    elif line < d.relevance_threshold - 1e-4:
+        why = f"the model's: {scored}, plus {BACKGROUND_MARGIN:g} is lower"
+    else:
+        why = f"calibrated: {scored}, plus {BACKGROUND_MARGIN:g}"
+    if d.keyword_threshold is not None and d.background_keyword is not None:
+        why += (
+            f"; or a keyword share of {d.keyword_threshold:g} (their keyword share {d.background_keyword:.2f}, plus"
+            f" {KEYWORD_MARGIN:g}, at least {KEYWORD_FLOOR:g})"
         )
-    if line < d.relevance_threshold - 1e-4:
-        return f"{d.relevance_threshold:g} (the model's: {scored}, plus {BACKGROUND_MARGIN:g} is lower)"
-    return (
-        f"{d.relevance_threshold:g} (calibrated: {scored}, plus {BACKGROUND_MARGIN:g}; an answer's chunks are cut at"
-        " the model's)"
-    )
+    return f"{d.relevance_threshold:g} ({why}{ranked})"
 
 
 def _answer_settings(answer: dict[str, Any] | None) -> str:

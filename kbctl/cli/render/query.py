@@ -29,6 +29,8 @@ def hits_text(result: QueryResult) -> str:
         )
         lines += _hit_lines(head, hit.text)
     lines.append(inert(result.message))
+    if result.trace is not None and result.mode != "keyword" and result.relevance_threshold is not None:
+        lines.append(gate_text(result))
     for stage in result.trace or []:
         lines.append(f"\n{stage.stage} ({stage.ms:.1f} ms)")
         for e in stage.entries[:15]:
@@ -37,6 +39,18 @@ def hits_text(result: QueryResult) -> str:
         if len(stage.entries) > 15:
             lines.append(f"  ... {len(stage.entries) - 15} more (all of them with -o json)")
     return "\n".join(lines)
+
+
+def gate_text(result: QueryResult) -> str:
+    """The relevance gate's decision, each signal against its line (--explain)."""
+    similar = result.relevant_by == "similarity"
+    best = "none" if result.best_score is None else f"{result.best_score:.3f}"
+    parts = [f"similarity {best} / line {result.relevance_threshold:g}: {'passes' if similar else 'fails'}"]
+    if result.keyword_threshold is not None:
+        share, line = result.keyword_share or 0.0, result.keyword_threshold
+        parts.append(f"keyword share {share:.2f} / line {line:g}: {'passes' if share >= line else 'fails'}")
+    outcome = f"relevant by {result.relevant_by}" if result.relevant_by else "nothing relevant"
+    return f"\nrelevance gate: {'; '.join(parts)} ({outcome})"
 
 
 def fused_hit_lines(result: FederatedResult) -> Iterator[str]:
