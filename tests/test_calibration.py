@@ -18,9 +18,21 @@ from kbctl.defaults import (
     BACKGROUND_QUANTILE,
     BGE_SMALL_THRESHOLD,
     DEFAULT_THRESHOLD,
+    KEYWORD_FLOOR,
+    KEYWORD_MARGIN,
+    KEYWORD_QUANTILE,
 )
-from kbctl.embedding.background import background_questions, background_similarity, version_threshold
+from kbctl.embedding.background import (
+    background_keyword,
+    background_questions,
+    background_similarity,
+    keyword_share,
+    keyword_threshold,
+    version_threshold,
+)
+from kbctl.engine.status import KnowledgeBaseDetail
 from kbctl.manifest import parse_manifests
+from kbctl.query.plan import NO_CUT
 from tests.support.manifests import knowledge_base, text_source
 
 MODEL = "local/all-MiniLM-L6-v2"
@@ -117,6 +129,54 @@ def test_the_threshold_is_never_below_the_models() -> None:
     assert version_threshold(MODEL, 0.9) == pytest.approx(DEFAULT_THRESHOLD + BACKGROUND_CEILING)
 
 
+def test_the_keyword_line_is_the_quantile_of_the_background_shares_plus_a_margin_over_a_floor() -> None:
+    assert keyword_share(3.0, 2.0) == pytest.approx(1.5)
+    assert keyword_share(None, 2.0) == keyword_share(1.0, 0.0) == 0.0
+    values = [i / 50 for i in range(99)]
+    expected = float(np.quantile(values, KEYWORD_QUANTILE, method="higher"))
+    assert background_keyword(values) == pytest.approx(expected) and background_keyword([]) is None
+    assert keyword_threshold(None) is None
+    assert keyword_threshold(expected) == pytest.approx(expected + KEYWORD_MARGIN)
+    assert keyword_threshold(0.1) == pytest.approx(KEYWORD_FLOOR)
+
+
+def test_publish_calibrates_the_keyword_line_as_a_query_finds_each_background_questions_share(
+    store: KnowledgeBaseStore,
+) -> None:
+    _apply(store, _almanac())
+    detail = store.describe("almanac")
+    shares = [store.query("almanac", q).keyword_share or 0.0 for q in background_questions()]
+    assert detail.background_keyword == pytest.approx(background_keyword(shares), abs=1e-3)
+    assert detail.keyword_threshold == pytest.approx(keyword_threshold(detail.background_keyword), abs=1e-3)
+    # Vector mode has no keyword list, so no second signal; a set threshold is the only line.
+    assert store.query("almanac", "tiebreak", mode="vector").keyword_threshold is None
+    assert store.query("almanac", "tiebreak", threshold=0.5).keyword_threshold is None
+
+
+def test_a_question_whose_rare_words_one_chunk_holds_passes_by_keyword_share(store: KnowledgeBaseStore) -> None:
+    """Single words of the policy score low similarities (a word alone embeds far from a sentence), but one chunk
+    holds all of each: the keyword share passes the gate where the similarity fails, and the chunks are returned;
+    a word no chunk holds has no keyword share and is refused."""
+    _apply(store, _policy())
+    line = store.describe("policy").relevance_threshold
+    assert line is not None
+    passed = []
+    for word in ["deposit", "cancellation", "invoices", "records", "signing", "business", "payable"]:
+        result = store.query("policy", word)
+        assert result.keyword_threshold is not None and result.keyword_share is not None
+        if result.best_score is None or result.best_score >= line - 0.11:  # the similarity may pass (its exceptions)
+            continue
+        if result.keyword_share < result.keyword_threshold:
+            assert result.relevant_by is None and result.hits == []
+            continue
+        assert result.relevant_by == "keyword" and result.hits
+        assert store.query("policy", word, mode="vector").hits == []  # the similarity alone refuses it
+        passed.append(word)
+    assert passed
+    foreign = store.query("policy", "Czechoslovakia")
+    assert foreign.hits == [] and foreign.keyword_share == 0.0 and foreign.relevant_by is None
+
+
 def test_background_questions_are_packaged() -> None:
     questions = background_questions()
     assert len(questions) == 99 and len(set(questions)) == 99
@@ -135,11 +195,11 @@ def test_publish_calibrates_each_version_as_a_query_finds_its_background(store: 
         lines[kb] = detail.relevance_threshold
         calibrated = max(DEFAULT_THRESHOLD, expected + BACKGROUND_MARGIN)
         assert lines[kb] == pytest.approx(min(DEFAULT_THRESHOLD + BACKGROUND_CEILING, calibrated), abs=1e-3)
-        # A query that sets no threshold: the version's decides whether anything is relevant, the model's cuts the
-        # chunks of an answer.
+        # A query that sets no threshold: the version's decides whether anything is relevant, and the chunks of an
+        # answer are ranked, not cut.
         result = store.query(kb, "how long do I boil an egg?")
         assert result.relevance_threshold == pytest.approx(lines[kb])
-        assert result.similarity_threshold == pytest.approx(DEFAULT_THRESHOLD)
+        assert result.similarity_threshold == NO_CUT
     # The almanac answers a third of the background questions, so they are no background for it: its line rises to
     # the ceiling. The policy's stays the model's.
     assert lines["almanac"] == pytest.approx(DEFAULT_THRESHOLD + BACKGROUND_CEILING)
@@ -164,38 +224,37 @@ def test_a_question_below_the_calibrated_line_is_refused_where_the_models_thresh
     # through (agreement of the two lists passes a chunk down to 0.1 below it; none of these has an identifier).
     between = [q for q in asked if DEFAULT_THRESHOLD + 0.01 < _best(store, "almanac", q) < line - 0.11]
     assert between, [(q, round(_best(store, "almanac", q), 3)) for q in asked]
+    refusals = 0
     for question in between:
-        refused = store.query("almanac", question)
-        assert refused.hits == []
-        assert refused.message.endswith(f"below the threshold {line:.2f} calibrated for version 1")
+        asked_ = store.query("almanac", question)
+        assert asked_.keyword_share is not None and asked_.keyword_threshold is not None
+        if asked_.keyword_share >= asked_.keyword_threshold:  # its words, held by one chunk: the second signal
+            assert asked_.relevant_by == "keyword" and asked_.hits
+            continue
+        refusals += 1
+        assert asked_.hits == [] and asked_.relevant_by is None
+        assert asked_.message.endswith(
+            f"below the threshold {line:.2f} calibrated for version 1, and the question's keyword share"
+            f" {asked_.keyword_share:.2f} is below its keyword line {asked_.keyword_threshold:.2f}"
+        )
         assert store.query("almanac", question, threshold=DEFAULT_THRESHOLD).hits
+    assert refusals
 
 
-def test_an_answered_question_keeps_its_chunks_down_to_the_models_threshold(store: KnowledgeBaseStore) -> None:
-    """The calibrated line decides whether the knowledge base has anything on the question; once one chunk reaches
-    it, the other chunks of the answer are those at or above the model's threshold, as before calibration."""
+def test_an_answered_question_keeps_its_chunks_ranked_not_cut(store: KnowledgeBaseStore) -> None:
+    """The calibrated lines decide whether the knowledge base has anything on the question; once it has, the answer
+    is the best topK chunks within the budget, whatever their similarity (a set threshold still cuts them)."""
     _apply(store, _almanac())
     line = store.describe("almanac").relevance_threshold
     assert line is not None and line > DEFAULT_THRESHOLD + 0.1
-    asked = [
-        "How long do I boil an egg?",
-        "How do I say hello in Japanese?",
-        "How long is a half marathon?",
-        "How do I undo a git push?",
-        "What temperature should cooked chicken reach?",
-        "How do I fix a dripping tap?",
-    ]
-    found = 0
-    for question in asked:
+    for question in ["How long do I boil an egg?", "How long is a half marathon?"]:
         uncut = store.query("almanac", question, threshold=-1.0, top_k=10).hits
-        weaker = [h for h in uncut if DEFAULT_THRESHOLD + 0.01 <= h.similarity < line - 0.01]
-        if not uncut or uncut[0].similarity < line + 0.01 or not weaker:
-            continue
-        found += 1
+        assert uncut[0].similarity >= line
         hits = store.query("almanac", question, top_k=10).hits
-        assert {(h.source, h.position) for h in weaker} <= {(h.source, h.position) for h in hits}
-        assert all(h.similarity >= DEFAULT_THRESHOLD or h.matched_identifiers or h.all_words for h in hits)
-    assert found, "no question of the list has an answer with chunks between the two thresholds"
+        assert [(h.source, h.position) for h in hits] == [(h.source, h.position) for h in uncut]
+        assert any(h.similarity < DEFAULT_THRESHOLD for h in hits)
+        cut = store.query("almanac", question, top_k=10, threshold=DEFAULT_THRESHOLD).hits
+        assert len(cut) < len(hits)
 
 
 def test_the_specs_threshold_wins_and_a_version_published_before_calibration_keeps_the_models(
@@ -206,19 +265,23 @@ def test_the_specs_threshold_wins_and_a_version_published_before_calibration_kee
     assert set_by_spec.similarity_threshold == pytest.approx(0.2) == set_by_spec.relevance_threshold
     detail = store.describe("almanac")
     assert detail.relevance_threshold == pytest.approx(0.2) and detail.background_similarity is not None
-    # A version published before versions were calibrated (migration 22 left it NULL).
+    # A version published before versions were calibrated (migrations 22 and 28 left them NULL).
     store.db.connection.execute(
-        "UPDATE kb_versions SET background_similarity = NULL FROM kb_knowledge_bases k"
+        "UPDATE kb_versions SET background_similarity = NULL, background_keyword = NULL FROM kb_knowledge_bases k"
         " WHERE k.id = kb_versions.kb_id AND k.name = 'policy'"
     )
     before = store.query("policy", "when are refunds paid?")
-    assert before.similarity_threshold == pytest.approx(DEFAULT_THRESHOLD) == before.relevance_threshold
+    assert before.relevance_threshold == pytest.approx(DEFAULT_THRESHOLD) and before.keyword_threshold is None
+    assert before.similarity_threshold == NO_CUT and before.relevant_by == "similarity"
     assert store.describe("policy").background_similarity is None
     shown = cli.invoke(app, ["describe", "kb", "almanac"])
     assert shown.exit_code == 0, shown.output
     assert "Threshold:   0.2 (spec.retrieval.similarityThreshold)" in shown.output
     shown = cli.invoke(app, ["describe", "kb", "policy"])
-    assert "Threshold:   0.35 (the model's; version 1 was published before calibration)" in shown.output
+    assert (
+        "Threshold:   0.35 (the model's; version 1 was published before calibration; an answer's chunks are ranked,"
+        " not cut)"
+    ) in shown.output
     resource = cli.invoke(app, ["get", "kb", "policy", "-o", "json"])
     assert '"relevanceThreshold": 0.35' in resource.output and '"backgroundSimilarity": null' in resource.output
 
@@ -234,20 +297,29 @@ def test_describe_says_where_the_threshold_comes_from(store: KnowledgeBaseStore,
     assert calibrated.background_similarity is not None and calibrated.relevance_threshold is not None
     assert DEFAULT_THRESHOLD < calibrated.relevance_threshold < DEFAULT_THRESHOLD + BACKGROUND_CEILING
     shown = cli.invoke(app, ["describe", "kb", "eight"]).output
+
+    def keyword(d: KnowledgeBaseDetail) -> str:
+        assert d.keyword_threshold is not None and d.background_keyword is not None
+        assert d.keyword_threshold == pytest.approx(max(KEYWORD_FLOOR, d.background_keyword + KEYWORD_MARGIN))
+        return (
+            f"; or a keyword share of {d.keyword_threshold:g} (their keyword share {d.background_keyword:.2f}, plus"
+            f" 0.2, at least 0.6); an answer's chunks are ranked, not cut)"
+        )
+
     assert (
         f"Threshold:   {calibrated.relevance_threshold:g} (calibrated: version 1's background questions score "
-        f"{calibrated.background_similarity:.2f}, plus 0.05; an answer's chunks are cut at the model's)"
+        f"{calibrated.background_similarity:.2f}, plus 0.05{keyword(calibrated)}"
     ) in shown
     assert almanac.background_similarity is not None and policy.background_similarity is not None
     shown = cli.invoke(app, ["describe", "kb", "almanac"]).output
     assert (
         f"Threshold:   0.6 (the ceiling, the model's plus 0.25: version 1's background questions score "
-        f"{almanac.background_similarity:.2f}, plus 0.05 is higher; an answer's chunks are cut at the model's)"
+        f"{almanac.background_similarity:.2f}, plus 0.05 is higher{keyword(almanac)}"
     ) in shown
     shown = cli.invoke(app, ["describe", "kb", "policy"]).output
     assert (
         f"Threshold:   0.35 (the model's: version 1's background questions score {policy.background_similarity:.2f},"
-        " plus 0.05 is lower)"
+        f" plus 0.05 is lower{keyword(policy)}"
     ) in shown
 
 

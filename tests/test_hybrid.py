@@ -180,8 +180,13 @@ def test_the_chunk_first_in_both_lists_passes_a_little_below_the_threshold(store
     top = hybrid.hits[0]
     assert (top.source, top.vector_rank, top.keyword_rank) == ("invoicing-payment", 1, 1)
     assert DEFAULT_THRESHOLD - AGREEMENT_MARGIN <= top.similarity < DEFAULT_THRESHOLD
-    assert all(h.similarity >= DEFAULT_THRESHOLD or h.matched_identifiers or h.all_words for h in hybrid.hits[1:])
-    assert hybrid.trace is not None and hybrid.trace[-1].entries[0].detail == "kept as 1 (first in both lists)"
+    assert hybrid.relevant_by == "similarity"  # by agreement: the gate's similarity with its exceptions
+    with_threshold = store.query("client-service-policy", question, threshold=DEFAULT_THRESHOLD, explain=True)
+    assert with_threshold.trace is not None
+    assert with_threshold.trace[-1].entries[0].detail == "kept as 1 (first in both lists)"
+    assert all(
+        h.similarity >= DEFAULT_THRESHOLD or h.matched_identifiers or h.all_words for h in with_threshold.hits[1:]
+    )
     assert store.query("client-service-policy", question, mode="vector").hits == []
     # More than the margin below the threshold, agreement is not enough.
     assert store.query("client-service-policy", question, threshold=top.similarity + AGREEMENT_MARGIN + 0.01).hits == []
