@@ -14,8 +14,9 @@ is asked its eval set (answerable questions, and the no-answer questions every r
 out-of-domain, `--limit` questions spread over the group's public datasets.
 
 Each question is asked three times: at the defaults (topK 10, 3,000 tokens, no threshold set: the version's
-calibrated line decides whether anything is relevant and the model's threshold cuts the chunks, with kbctl's
-exceptions: the rule kbctl ships), at the model's threshold alone (the rule it shipped before), and uncut (the
+calibrated gate, its similarity line or its keyword line, decides whether anything is relevant, and an answer's
+chunks are ranked, not cut: the rule kbctl ships), at the model's threshold alone (the rule it shipped before the
+versions were calibrated), and uncut (the
 hybrid list of 100 candidates, each chunk's cosine similarity and its ranks in the vector and the keyword lists).
 Its vector is compared with a fixed sample of `--sample` chunk vectors of the knowledge base (the question's
 background: mean and standard deviation of its similarities), and the sample's vectors with each other (the
@@ -23,8 +24,8 @@ knowledge base's background, what a publish could compute and store with the ver
 of it (or, when FILE exists, reads it instead of asking again), so rules can be tried without a store.
 
 Rules, each a question-level decision (answer the top 10, or nothing), each swept over its parameter:
-- shipped: what kbctl answers (the version's calibrated line as a gate, the model's threshold per chunk, with
-  identifiers and agreement);
+- shipped: what kbctl answers (the version's calibrated gate: similarity line with identifiers and agreement, or
+  keyword line; an answer's chunks not cut);
 - the model's threshold: what kbctl answered before versions were calibrated;
 - absolute: the best chunk's similarity >= t;
 - absolute with agreement: the same, or the chunk first in both lists scoring >= t - 0.1 (kbctl's rule, as a gate);
@@ -33,9 +34,10 @@ Rules, each a question-level decision (answer the top 10, or nothing), each swep
 - question margin: best - the question's mean similarity to the sample >= m;
 - question z with agreement: question z >= z, or first in both lists with question z >= z - 1.
 
-For each rule and parameter: the share of in-domain questions answered and of out-of-domain questions refused per
-knowledge base, examples/eval's no-answer questions answered (of 8) and answerable ones left empty, and document
-nDCG@10 at the rule (a refused question scores 0). The table prints, per rule, the parameter that answers the most
+For each rule and parameter: the share of in-domain questions answered (of all, and of those whose top 10 uncut holds
+a relevant document: the questions an answer can help) and of out-of-domain questions refused per knowledge base,
+examples/eval's no-answer questions answered (of 8) and answerable ones left empty, and document nDCG@10 at the
+rule (a refused question scores 0). The table prints, per rule, the parameter that answers the most
 in-domain questions on the worst dataset while refusing >= --target-refused of the out-of-domain questions on every
 knowledge base (but those named by --exempt) and every no-answer question of examples/eval; and the shipped rule.
 
@@ -409,6 +411,7 @@ RULES: dict[str, tuple[Rule, list[float]]] = {
 @dataclass(frozen=True)
 class Outcome:
     answered_in: dict[str, float]  # per dataset: share of in-domain questions answered
+    answered_found: dict[str, float]  # per dataset: the same, of those whose top 10 uncut holds a relevant document
     refused_out: dict[str, float]  # per knowledge base: share of out-of-domain questions refused
     ndcg: dict[str, float]  # per dataset: document nDCG@10 at the rule
     none_answered: int  # examples/eval's no-answer questions answered
@@ -419,11 +422,13 @@ class Outcome:
 
 def outcome(asked: list[Asked], answers: Callable[[Asked], bool], ndcg_of: Callable[[Asked], float]) -> Outcome:
     kbs = list(dict.fromkeys(a.kb for a in asked))
-    answered_in, refused_out, ndcg = {}, {}, {}
+    answered_in, answered_found, refused_out, ndcg = {}, {}, {}, {}
     for kb in kbs:
         inside = [a for a in asked if a.kb == kb and a.kind == "in"]
         if inside:
             answered_in[kb] = sum(map(answers, inside)) / len(inside)
+            found = [a for a in inside if a.ndcg > 0]
+            answered_found[kb] = sum(map(answers, found)) / max(1, len(found))
             ndcg[kb] = sum(ndcg_of(a) if answers(a) else 0.0 for a in inside) / len(inside)
         outside = [a for a in asked if a.kb == kb and a.kind == "out"]
         if outside:
@@ -432,6 +437,7 @@ def outcome(asked: list[Asked], answers: Callable[[Asked], bool], ndcg_of: Calla
     answerable = [a for a in asked if a.kind == "answerable"]
     return Outcome(
         answered_in,
+        answered_found,
         refused_out,
         ndcg,
         sum(map(answers, none)),
@@ -446,7 +452,8 @@ def row(label: str, o: Outcome) -> str:
         return " / ".join(f"{v:.2f}" for v in values.values())
 
     return (
-        f"| {label} | {cells(o.answered_in)} | {cells(o.refused_out)} | {o.none_answered} of {o.none_total} |"
+        f"| {label} | {cells(o.answered_in)} | {cells(o.answered_found)} | {cells(o.refused_out)} |"
+        f" {o.none_answered} of {o.none_total} |"
         f" {o.answerable_empty} of {o.answerable_total} | {' / '.join(f'{v:.3f}' for v in o.ndcg.values())} |"
     )
 
@@ -468,11 +475,14 @@ def report(group: Group, target: float, exempt: Sequence[str] = ()) -> None:
     kbs_out = list(dict.fromkeys(a.kb for a in asked if a.kind == "out"))
     print(f"\n### {group.model}\n")
     print(f"answered (in-domain): {' / '.join(kbs_in)}; refused (out-of-domain): {' / '.join(kbs_out)}\n")
-    print("| rule | in-domain answered | out-of-domain refused | no-answer answered | answerable empty | doc nDCG@10 |")
-    print("|---|---|---|---:|---:|---|")
+    print(
+        "| rule | in-domain answered | of them found uncut, answered | out-of-domain refused | no-answer answered"
+        " | answerable empty | doc nDCG@10 |"
+    )
+    print("|---|---|---|---|---:|---:|---|")
     print(
         row(
-            "shipped: the version's calibrated line as a gate, the model's threshold per chunk",
+            "shipped: the version's calibrated gate (similarity or keyword share), chunks not cut",
             outcome(asked, lambda a: a.shipped_answered, lambda a: a.shipped_ndcg),
         )
     )
@@ -523,7 +533,7 @@ def report(group: Group, target: float, exempt: Sequence[str] = ()) -> None:
             if feasible and (best is None or worst > best[0]):
                 best = (worst, setting, o)
         if best is None:
-            print(f"| {label}: no value refuses {target:.2f} everywhere | | | | | |")
+            print(f"| {label}: no value refuses {target:.2f} everywhere | | | | | | |")
         else:
             print(row(f"{label} ({best[1]})", best[2]))
 
@@ -655,10 +665,10 @@ def lexical_report(group: Group, target: float, exempt: Sequence[str] = ()) -> N
     }
     print(f"\n#### {group.model}: gates with lexical evidence (background-calibrated per knowledge base)\n")
     print(
-        "| rule (arm; setting) | in-domain answered | out-of-domain refused | no-answer answered | answerable empty"
-        " | doc nDCG@10 |"
+        "| rule (arm; setting) | in-domain answered | of them found uncut, answered | out-of-domain refused"
+        " | no-answer answered | answerable empty | doc nDCG@10 |"
     )
-    print("|---|---|---|---:|---:|---|")
+    print("|---|---|---|---|---:|---:|---|")
     print(row("nothing cut (never refuses)", outcome(asked, lambda a: True, lambda a: a.ndcg)))
     for arm, (passes, ndcg_of) in arms.items():
         for label, settings in gates.items():
@@ -672,7 +682,7 @@ def lexical_report(group: Group, target: float, exempt: Sequence[str] = ()) -> N
                 if best is None or key > best[:2]:
                     best = (*key, setting, o)
             if best is None:
-                print(f"| {label} ({arm}): no setting refuses {target:.2f} everywhere | | | | | |")
+                print(f"| {label} ({arm}): no setting refuses {target:.2f} everywhere | | | | | | |")
             else:
                 print(row(f"{label} ({arm}; {best[2]})", best[3]))
 

@@ -384,6 +384,10 @@ class Console:
             source = f"calibrated for version {result.version} from its background similarity (no threshold set)"
         else:
             source = "the threshold set by the query or spec.retrieval.similarityThreshold"
+        if result.keyword_threshold is not None:
+            asked = result.keyword_share or 0.0
+            source += f"; or a keyword share of {result.keyword_threshold:g} (the question's: {asked:.2f})"
+        source += f": {'relevant by ' + result.relevant_by if result.relevant_by else 'nothing relevant'}"
         title = f"{len(rows)} candidates of {result.knowledge_base} v{result.version} against the line {line:.3f}"
         share = "/playground?" + urlencode(
             [("kb", result.knowledge_base), ("q", result.question), ("mode", result.mode), ("topK", result.top_k)],
