@@ -131,8 +131,8 @@ ThresholdOpt = Annotated[
         metavar="SCORE",
         min=-1.0,
         max=1.0,
-        help="Minimum cosine similarity, -1 to 1 (default: spec.retrieval.similarityThreshold, else the version's"
-        " calibrated one, which describe shows).",
+        help="Minimum cosine similarity of every chunk, -1 to 1 (default: spec.retrieval.similarityThreshold, else"
+        " none: the version's calibrated relevance gate, which describe shows, decides whether anything is returned).",
     ),
 ]
 MaxTokensOpt = Annotated[

@@ -4,7 +4,8 @@ At publish each version searches the background questions (background-questions.
 written for no knowledge base) and stores the BACKGROUND_QUANTILE of their best cosine similarities as its
 *background similarity*. A question's best evidence must then reach that plus BACKGROUND_MARGIN, never less than
 the model's threshold (`calibrated_threshold`) nor more than BACKGROUND_CEILING above it (`version_threshold`),
-for anything to be returned. A second signal is lexical: a question whose rare words one chunk holds is on topic however its similarity reads.
+for anything to be returned. A second signal is lexical: a question whose rare words one chunk holds is on topic
+however its similarity reads.
 Its *keyword share* is its best BM25 score over the sum of its words' idf (`keyword_share`); a version stores the
 KEYWORD_QUANTILE of its background questions' shares as its *background keyword share*, and a question passes the
 gate by either signal: its similarity at the similarity line, or its share at the keyword line (`keyword_threshold`).
