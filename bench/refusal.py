@@ -52,8 +52,8 @@ answered question cut at the model's threshold (as shipped), or not cut (topK an
 The calibrated rules ask each knowledge base kbctl's background questions (kbctl/embedding/background-questions.txt,
 99 everyday questions written for no dataset), as a publish asks them of a new version; a knowledge base's line is a
 quantile of their best similarities (plus a margin), alone or never below the model's threshold. The shipped row
-computes each version's line with kbctl's own code (Database.background_similarity, version_threshold), also for
-stores imported before versions were calibrated.
+meets each version's gate as kbctl's own code calibrates it (retrieval.as_published: Database.background_similarity
+and background_keyword), also in stores imported before versions were calibrated.
 """
 
 from __future__ import annotations
@@ -72,16 +72,15 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from retrieval import NAME  # bench/retrieval.py
+from retrieval import NAME, as_published  # bench/retrieval.py
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from kbctl.client import KnowledgeBaseStore
 from kbctl.config import Settings
-from kbctl.defaults import AGREEMENT_MARGIN, LANGUAGE
-from kbctl.embedding.background import background_questions, keyword_threshold, version_threshold
+from kbctl.defaults import AGREEMENT_MARGIN
+from kbctl.embedding.background import background_questions
 from kbctl.embedding.local import calibrated_threshold
-from kbctl.engine.ingest import background_vectors
 from kbctl.eval.evalset import EvalQuery, load_evalset
 from kbctl.eval.metrics import ndcg_at_k
 from kbctl.eval.run import distinct_sources
@@ -202,29 +201,18 @@ class Asker:
         self.centroid = centroid / np.linalg.norm(centroid)
         to_centroid = self.sample @ self.centroid
         self.topic_mean, self.topic_std = float(to_centroid.mean()), float(to_centroid.std())
-        target = store.db.query_target(kb)
-        assert target is not None and target.version_id is not None and target.chunk_count is not None
-        vectors = background_vectors(store.db, self.embedder)
-        background = store.db.background_similarity(target.version_id, self.model, target.chunk_count, vectors)
-        self.line = version_threshold(self.model, background)
-        # The imported public knowledge bases set similarityThreshold -1 (ranking), and a store imported before
-        # versions were calibrated has no background similarity: the serving version is made to look as a publish
-        # now makes it, so the defaults below are kbctl's own (the store is the benchmark's).
-        self.version_id = target.version_id
-        self.language = str((target.retrieval or {}).get("language") or LANGUAGE)
-        keyword = store.db.background_keyword(target.version_id, self.language, vectors)
-        store.db.connection.execute(
-            "UPDATE kb_versions SET retrieval = retrieval - 'similarityThreshold', background_similarity = %s,"
-            " background_keyword = %s WHERE id = %s",
-            (background, keyword, target.version_id),
-        )
+        # The imported public knowledge bases set similarityThreshold -1 (ranking), and a store kept before versions
+        # were calibrated has no background: the serving version is made to look as a publish now makes it, so the
+        # defaults below are kbctl's own (the store is the benchmark's).
+        calibration = as_published(store, kb)
+        self.line, self.version_id, self.language = calibration.line, calibration.version_id, calibration.language
         self.defaults = QueryOptions(mode="hybrid", top_k=TOP_K, max_tokens=BUDGET)
         self.before = QueryOptions(
             mode="hybrid", top_k=TOP_K, max_tokens=BUDGET, threshold=calibrated_threshold(self.model)
         )
         print(
-            f"{self.model}: {kb}: calibrated threshold {self.line:.3f} (background {background}), keyword line"
-            f" {keyword_threshold(keyword)} (background keyword share {keyword})",
+            f"{self.model}: {kb}: calibrated threshold {self.line:.3f} (background {calibration.background}), keyword"
+            f" line {calibration.keyword_line} (background keyword share {calibration.keyword_background})",
             flush=True,
         )
 

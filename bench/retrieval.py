@@ -9,8 +9,9 @@ with the real local model, like `kbctl import beir`, then for each mode (vector,
 hybrid+rerank with --rerank) measures, over the eval set, with the similarity threshold and token budget out of
 the way so only the ranking counts: chunk-level recall@10, MRR@10 and nDCG@10; document-level nDCG@10 and
 recall@10 (a document ranks at its best chunk, as published BEIR figures rank documents); and recall@100 over
-the first 100 chunks. Then hybrid at the manifest defaults (threshold, topK, token budget), after hybrid at the
-defaults' topK with no threshold or budget: the difference is what those two cut. Latency is a separate loop:
+the first 100 chunks. Then hybrid at the manifest defaults (topK, token budget, and the version's relevance gate,
+calibrated as a publish calibrates it: `as_published`), after hybrid at the defaults' topK with no gate or budget:
+the difference is what those two cut. Latency is a separate loop:
 one warm-up query per mode, then every query timed around `store.query(...)`.
 
 --rerank MODEL sets `spec.retrieval.rerank.model` (a rerank provider of the kbctl configuration, or
@@ -40,7 +41,9 @@ from variants import VARIANTS, apply_variant  # bench/variants.py: chunking coun
 
 from kbctl.client import KnowledgeBaseStore
 from kbctl.config import Settings
-from kbctl.embedding.local import calibrated_threshold
+from kbctl.defaults import LANGUAGE
+from kbctl.embedding.background import keyword_threshold, version_threshold
+from kbctl.engine.ingest import background_vectors
 from kbctl.errors import KbctlError
 from kbctl.eval.beir import RANKING_RETRIEVAL, BeirImport, import_beir
 from kbctl.eval.evalset import EvalQuery, EvalSet, load_evalset
@@ -78,10 +81,52 @@ def retrieval_settings(rerank: str | None) -> Retrieval:
     return Retrieval.model_validate({**RANKING_RETRIEVAL.model_dump(by_alias=True), "rerank": {"model": rerank}})
 
 
-def at_defaults(model: str) -> QueryOptions:
-    """The manifest defaults' topK and token budget, and the threshold a manifest that sets none gets with `model`."""
+def at_defaults() -> QueryOptions:
+    """The manifest defaults' topK and token budget, and no threshold: the serving version's calibrated relevance gate
+    decides (see `as_published`)."""
     spec = Retrieval()
-    return QueryOptions(top_k=spec.top_k, threshold=calibrated_threshold(model), max_tokens=spec.max_context_tokens)
+    return QueryOptions(top_k=spec.top_k, max_tokens=spec.max_context_tokens)
+
+
+@dataclass(frozen=True)
+class Calibration:
+    """A version's relevance gate as a publish makes it: its two lines and the background values under them."""
+
+    version_id: int
+    model: str
+    background: float | None
+    line: float
+    keyword_background: float | None
+    keyword_line: float | None
+    language: str
+
+
+def as_published(store: KnowledgeBaseStore, name: str) -> Calibration:
+    """Make the serving version of `name` look as a publish now makes it, with kbctl's own code: no
+    similarityThreshold in its stored spec (an import sets -1, ranking), and its background similarity and keyword
+    share calibrated on the background questions (a store kept before either existed has none). The store is the
+    benchmark's; queries at the defaults then meet the gate kbctl ships."""
+    target = store.db.query_target(name)
+    assert target is not None and target.version_id is not None and target.chunk_count is not None
+    assert target.model is not None
+    vectors = background_vectors(store.db, store.embedder(target.model))
+    background = store.db.background_similarity(target.version_id, target.model, target.chunk_count, vectors)
+    language = str((target.retrieval or {}).get("language") or LANGUAGE)
+    keyword = store.db.background_keyword(target.version_id, language, vectors)
+    store.db.connection.execute(
+        "UPDATE kb_versions SET retrieval = retrieval - 'similarityThreshold', background_similarity = %s,"
+        " background_keyword = %s WHERE id = %s",
+        (background, keyword, target.version_id),
+    )
+    return Calibration(
+        target.version_id,
+        target.model,
+        background,
+        version_threshold(target.model, background),
+        keyword,
+        keyword_threshold(keyword),
+        language,
+    )
 
 
 def time_queries(
@@ -179,12 +224,12 @@ def print_results(
     chunks: int,
     rows: Sequence[Figures],
     timings: dict[str, list[float]],
-    model: str = MODEL,
+    calibration: Calibration,
 ) -> None:
     print(
         f"dataset: {dataset.name} ({result.split}): {result.documents} of {result.corpus_documents} documents, "
         f"{result.queries} queries ({result.judgements} relevant judgements, {result.skipped_queries} skipped), "
-        f"model {model}, {os.cpu_count()} cores"
+        f"model {calibration.model}, {os.cpu_count()} cores"
     )
     truncated = sum(s.truncated for r in result.report.results for s in r.sources)
     print(
@@ -205,8 +250,9 @@ def print_results(
     spec = Retrieval()
     published = PUBLISHED_BM25.get(dataset.name.lower())
     print(
-        f"\n{DEFAULTS}: threshold {calibrated_threshold(model)} (the model's), topK {spec.top_k},"
-        f" {spec.max_context_tokens} tokens; {TOP_K_ONLY}: topK {spec.top_k} alone."
+        f"\n{DEFAULTS}: the version's relevance gate (similarity line {calibration.line:g}, keyword line"
+        f" {calibration.keyword_line}), an answer's chunks not cut, topK {spec.top_k}, {spec.max_context_tokens}"
+        f" tokens; {TOP_K_ONLY}: topK {spec.top_k} alone."
         + (f" Published BM25 nDCG@10 (documents): {published:.3f}." if published is not None else "")
     )
 
@@ -266,7 +312,8 @@ def run() -> None:
                 raise SystemExit(f"import failed: {result.report.model_dump_json()}")
             evalset = load_evalset(result.eval_file)
             limits = QueryOptions(threshold=THRESHOLD, max_tokens=MAX_TOKENS)
-            defaults = at_defaults(args.model)
+            calibration = as_published(store, NAME)
+            defaults = at_defaults()
             rows = measure(store, evalset, modes, defaults)
             timings: dict[str, list[float]] = {}
             indexed = None
@@ -282,7 +329,7 @@ def run() -> None:
         if args.keep is None:
             shutil.rmtree(home, ignore_errors=True)
     print(f"chunking: {args.variant}")
-    print_results(args.dataset, result, seconds, chunks, rows, timings, args.model)
+    print_results(args.dataset, result, seconds, chunks, rows, timings, calibration)
     if indexed is not None:
         exact, overlap = indexed
         print(
