@@ -78,7 +78,15 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from kbctl.client import KnowledgeBaseStore
 from kbctl.config import Settings
-from kbctl.defaults import AGREEMENT_MARGIN
+from kbctl.defaults import (
+    AGREEMENT_MARGIN,
+    BACKGROUND_CEILING,
+    BACKGROUND_MARGIN,
+    BACKGROUND_QUANTILE,
+    KEYWORD_FLOOR,
+    KEYWORD_MARGIN,
+    KEYWORD_QUANTILE,
+)
 from kbctl.embedding.background import background_questions
 from kbctl.embedding.local import calibrated_threshold
 from kbctl.eval.evalset import EvalQuery, load_evalset
@@ -675,6 +683,54 @@ def lexical_report(group: Group, target: float, exempt: Sequence[str] = ()) -> N
                 print(row(f"{label} ({arm}; {best[2]})", best[3]))
 
 
+def shipped_neighbours(group: Group) -> None:
+    """The shipped gate's neighbours, every one printed (not only the best): its similarity margin and keyword
+    quantile, margin and floor moved one at a time, and signals added to it (first in both lists; every word of the
+    question in the nearest chunk; the keyword share above its background with a similarity above the background's),
+    with the chunks not cut. What each buys in answers and costs in refusals."""
+    asked = group.asked
+    bg = backgrounds(asked)
+    if len(bg) < len({a.kb for a in asked}):
+        return
+    floor = calibrated_threshold(group.model)
+
+    def sim(a: Asked, m: float = BACKGROUND_MARGIN) -> bool:
+        line = min(floor + BACKGROUND_CEILING, max(floor, bg[a.kb].q("best", BACKGROUND_QUANTILE) + m))
+        return a.best >= line or first_in_both(a, line - AGREEMENT_MARGIN)
+
+    def kw(a: Asked, q: float = KEYWORD_QUANTILE, m: float = KEYWORD_MARGIN, low: float = KEYWORD_FLOOR) -> bool:
+        return a.kw_share >= max(low, bg[a.kb].q("share", q) + m)
+
+    rules: dict[str, Callable[[Asked], bool]] = {
+        "shipped: similarity line, or keyword line": lambda a: sim(a) or kw(a),
+        "similarity line alone": lambda a: sim(a),
+        **{f"similarity margin {m:g}, or keyword line": lambda a, m=m: sim(a, m) or kw(a) for m in (0.03, 0.04, 0.08)},
+        **{
+            f"keyword quantile {q:g} + {m:g}": lambda a, q=q, m=m: sim(a) or kw(a, q, m)
+            for q, m in ((0.9, 0.2), (0.9, 0.3), (0.95, 0.1), (0.95, 0.4), (1.0, 0.1))
+        },
+        **{f"keyword floor {low:g}": lambda a, low=low: sim(a) or kw(a, low=low) for low in (0.0, 0.8, 1.0)},
+        "or first in both lists, any similarity": lambda a: sim(a) or kw(a) or a.agreed is not None,
+        "or first in both lists at the model's threshold": lambda a: (
+            sim(a) or kw(a) or (a.agreed is not None and a.agreed >= floor)
+        ),
+        "or every word in the nearest chunk": lambda a: sim(a) or kw(a) or a.all_words,
+        "or keyword share >= its 90th percentile and similarity >= the background's 90th": lambda a: (
+            sim(a)
+            or kw(a)
+            or (a.kw_share >= bg[a.kb].q("share", 0.9) and a.best >= bg[a.kb].q("best", BACKGROUND_QUANTILE))
+        ),
+    }
+    print(f"\n#### {group.model}: the shipped gate and its neighbours (chunks not cut; every rule printed)\n")
+    print(
+        "| rule | in-domain answered | of them found uncut, answered | out-of-domain refused | no-answer answered"
+        " | answerable empty | doc nDCG@10 |"
+    )
+    print("|---|---|---|---|---:|---:|---|")
+    for label, rule in rules.items():
+        print(row(label, outcome(asked, rule, lambda a: a.ndcg)))
+
+
 def best_line(mine: Sequence[Asked], score: Callable[[Asked], float], target: float) -> tuple[float, float]:
     """With the answers known: the lowest line on `score` that refuses `target` of a knowledge base's out-of-domain
     questions and every no-answer question, and the share of its own questions at or above it."""
@@ -750,6 +806,7 @@ def main() -> None:
     for group in groups:
         report(group, args.target_refused, args.exempt)
         lexical_report(group, args.target_refused, args.exempt)
+        shipped_neighbours(group)
         per_knowledge_base(group, args.target_refused)
     if any(math.isnan(a.best) for g in groups for a in g.asked):
         print("warning: some questions had no candidates")
