@@ -45,7 +45,10 @@ def gate_text(result: QueryResult) -> str:
     """The relevance gate's decision, each signal against its line (--explain)."""
     similar = result.relevant_by == "similarity"
     best = "none" if result.best_score is None else f"{result.best_score:.3f}"
-    parts = [f"similarity {best} / line {result.relevance_threshold:g}: {'passes' if similar else 'fails'}"]
+    line = result.relevance_threshold or 0.0
+    excepted = similar and (result.best_score is None or result.best_score < line)
+    verdict = "passes (by an exception: agreement, an identifier, every word)" if excepted else "passes"
+    parts = [f"similarity {best} / line {line:g}: {verdict if similar else 'fails'}"]
     if result.keyword_threshold is not None:
         share, line = result.keyword_share or 0.0, result.keyword_threshold
         parts.append(f"keyword share {share:.2f} / line {line:g}: {'passes' if share >= line else 'fails'}")
