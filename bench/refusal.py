@@ -101,6 +101,7 @@ ROOT = Path(__file__).resolve().parent.parent
 POOL = 100
 TOP_K = 10
 BUDGET = 3000
+FLOORS = (0.1, 0.15, 0.2, 0.25, 0.3, 0.35)  # per-chunk similarity floors measured for an answer's chunks
 UNCUT = QueryOptions(mode="hybrid", top_k=POOL, threshold=-1.0, max_tokens=1_000_000)
 
 
@@ -134,6 +135,9 @@ class Asked:
     chunks: int = 0
     kw_best: float = 0.0
     all_words: bool = False  # the best vector candidate holds every word of the question
+    # Document nDCG@10 of the top 10 (within the budget) of the uncut list cut at a per-chunk similarity floor, by
+    # floor ("0.2": the chunks of similarity >= 0.2 alone; exceptions not applied)
+    floor_ndcg: dict[str, float] = field(default_factory=dict)
 
     @cached_property
     def idfs(self) -> list[float]:
@@ -262,6 +266,12 @@ class Asker:
             chunks=terms.chunks,
             kw_best=max((h.keyword_score or 0.0 for h in keyword), default=0.0),
             all_words=bool(first and first.all_words),
+            floor_ndcg={
+                f"{f:g}": ndcg_at_k(query, distinct_sources(budgeted([h for h in uncut if h.similarity >= f])))
+                if relevant and query
+                else 0.0
+                for f in FLOORS
+            },
         )
 
 
@@ -722,6 +732,7 @@ def shipped_neighbours(group: Group) -> None:
         ),
     }
     print(f"\n#### {group.model}: the shipped gate and its neighbours (chunks not cut; every rule printed)\n")
+    floors = sorted({f for a in asked for f in a.floor_ndcg})
     print(
         "| rule | in-domain answered | of them found uncut, answered | out-of-domain refused | no-answer answered"
         " | answerable empty | doc nDCG@10 |"
@@ -729,6 +740,9 @@ def shipped_neighbours(group: Group) -> None:
     print("|---|---|---|---|---:|---:|---|")
     for label, rule in rules.items():
         print(row(label, outcome(asked, rule, lambda a: a.ndcg)))
+    for f in floors:  # the shipped gate, an answer's chunks cut at a similarity floor (no exceptions)
+        shipped = rules["shipped: similarity line, or keyword line"]
+        print(row(f"shipped, chunks cut at {f}", outcome(asked, shipped, lambda a, f=f: a.floor_ndcg.get(f, 0.0))))
 
 
 def best_line(mine: Sequence[Asked], score: Callable[[Asked], float], target: float) -> tuple[float, float]:

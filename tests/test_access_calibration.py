@@ -97,6 +97,10 @@ def test_a_caller_gets_the_line_of_what_it_may_read(
         assert mixed["relevanceThreshold"] == pytest.approx(alone_body["relevanceThreshold"], abs=1e-4)
         answered = http.post("/v1/knowledgebases/mixed/query", json={"question": ANSWERED}).json()
         assert answered["hits"], answered
+        assert answered["relevantBy"] == "similarity" and answered["keywordThreshold"] is None
+        public_answer = http.post("/v1/knowledgebases/public/query", json={"question": ANSWERED}).json()
+        assert public_answer["keywordThreshold"] == pytest.approx(public.keyword_threshold, abs=1e-4)
+        assert public_answer["keywordShare"] is not None and public_answer["relevantBy"] in ("similarity", "keyword")
 
 
 def _parts(store: KnowledgeBaseStore) -> dict[str, list[float] | None]:

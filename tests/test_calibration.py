@@ -13,6 +13,7 @@ from typer.testing import CliRunner
 from kbctl.cli import app
 from kbctl.client import KnowledgeBaseStore
 from kbctl.defaults import (
+    ANSWER_FLOOR_MARGIN,
     BACKGROUND_CEILING,
     BACKGROUND_MARGIN,
     BACKGROUND_QUANTILE,
@@ -23,6 +24,7 @@ from kbctl.defaults import (
     KEYWORD_QUANTILE,
 )
 from kbctl.embedding.background import (
+    answer_floor,
     background_keyword,
     background_questions,
     background_similarity,
@@ -32,7 +34,6 @@ from kbctl.embedding.background import (
 )
 from kbctl.engine.status import KnowledgeBaseDetail
 from kbctl.manifest import parse_manifests
-from kbctl.query.plan import NO_CUT
 from tests.support.manifests import knowledge_base, text_source
 
 MODEL = "local/all-MiniLM-L6-v2"
@@ -196,10 +197,10 @@ def test_publish_calibrates_each_version_as_a_query_finds_its_background(store: 
         calibrated = max(DEFAULT_THRESHOLD, expected + BACKGROUND_MARGIN)
         assert lines[kb] == pytest.approx(min(DEFAULT_THRESHOLD + BACKGROUND_CEILING, calibrated), abs=1e-3)
         # A query that sets no threshold: the version's decides whether anything is relevant, and the chunks of an
-        # answer are ranked, not cut.
+        # answer are those at the answer floor, 0.2 below the model's threshold.
         result = store.query(kb, "how long do I boil an egg?")
         assert result.relevance_threshold == pytest.approx(lines[kb])
-        assert result.similarity_threshold == NO_CUT
+        assert result.similarity_threshold == pytest.approx(DEFAULT_THRESHOLD - ANSWER_FLOOR_MARGIN)
     # The almanac answers a third of the background questions, so they are no background for it: its line rises to
     # the ceiling. The policy's stays the model's.
     assert lines["almanac"] == pytest.approx(DEFAULT_THRESHOLD + BACKGROUND_CEILING)
@@ -241,18 +242,22 @@ def test_a_question_below_the_calibrated_line_is_refused_where_the_models_thresh
     assert refusals
 
 
-def test_an_answered_question_keeps_its_chunks_ranked_not_cut(store: KnowledgeBaseStore) -> None:
+def test_an_answered_question_keeps_its_chunks_down_to_the_answer_floor(store: KnowledgeBaseStore) -> None:
     """The calibrated lines decide whether the knowledge base has anything on the question; once it has, the answer
-    is the best topK chunks within the budget, whatever their similarity (a set threshold still cuts them)."""
+    is the best topK chunks within the budget down to the answer floor, well below the model's threshold, or holding
+    a word of the question (a set threshold still cuts at itself)."""
     _apply(store, _almanac())
     line = store.describe("almanac").relevance_threshold
-    assert line is not None and line > DEFAULT_THRESHOLD + 0.1
+    floor = answer_floor(MODEL)
+    assert line is not None and line > DEFAULT_THRESHOLD + 0.1 and floor == pytest.approx(0.15)
     for question in ["How long do I boil an egg?", "How long is a half marathon?"]:
         uncut = store.query("almanac", question, threshold=-1.0, top_k=10).hits
         assert uncut[0].similarity >= line
         hits = store.query("almanac", question, top_k=10).hits
-        assert [(h.source, h.position) for h in hits] == [(h.source, h.position) for h in uncut]
+        above = [(h.source, h.position) for h in uncut if h.similarity >= floor or h.keyword_rank is not None]
+        assert [(h.source, h.position) for h in hits] == above
         assert any(h.similarity < DEFAULT_THRESHOLD for h in hits)
+        assert len(hits) < len(uncut)  # the almanac's unrelated facts score below the floor, sharing no word
         cut = store.query("almanac", question, top_k=10, threshold=DEFAULT_THRESHOLD).hits
         assert len(cut) < len(hits)
 
@@ -272,15 +277,15 @@ def test_the_specs_threshold_wins_and_a_version_published_before_calibration_kee
     )
     before = store.query("policy", "when are refunds paid?")
     assert before.relevance_threshold == pytest.approx(DEFAULT_THRESHOLD) and before.keyword_threshold is None
-    assert before.similarity_threshold == NO_CUT and before.relevant_by == "similarity"
+    assert before.similarity_threshold == pytest.approx(answer_floor(MODEL)) and before.relevant_by == "similarity"
     assert store.describe("policy").background_similarity is None
     shown = cli.invoke(app, ["describe", "kb", "almanac"])
     assert shown.exit_code == 0, shown.output
     assert "Threshold:   0.2 (spec.retrieval.similarityThreshold)" in shown.output
     shown = cli.invoke(app, ["describe", "kb", "policy"])
     assert (
-        "Threshold:   0.35 (the model's; version 1 was published before calibration; an answer's chunks are ranked,"
-        " not cut)"
+        "Threshold:   0.35 (the model's; version 1 was published before calibration; an answer's chunks are those down"
+        " to 0.2 below the model's)"
     ) in shown.output
     resource = cli.invoke(app, ["get", "kb", "policy", "-o", "json"])
     assert '"relevanceThreshold": 0.35' in resource.output and '"backgroundSimilarity": null' in resource.output
@@ -303,7 +308,7 @@ def test_describe_says_where_the_threshold_comes_from(store: KnowledgeBaseStore,
         assert d.keyword_threshold == pytest.approx(max(KEYWORD_FLOOR, d.background_keyword + KEYWORD_MARGIN))
         return (
             f"; or a keyword share of {d.keyword_threshold:g} (their keyword share {d.background_keyword:.2f}, plus"
-            f" 0.2, at least 0.6); an answer's chunks are ranked, not cut)"
+            f" 0.2, at least 0.6); an answer's chunks are those down to 0.2 below the model's)"
         )
 
     assert (

@@ -89,7 +89,8 @@ def test_context_and_a_question_without_context_are_traced(store: KnowledgeBaseS
     assert answered.reason == "noContext"
     spans = EXPORTER.get_finished_spans()
     roots = named(spans, "kbctl.query")
-    assert len(roots) == 2 and [(r.attributes or {})["kbctl.hits"] for r in roots] == [1, 0]
+    hits = [(r.attributes or {})["kbctl.hits"] for r in roots]
+    assert len(roots) == 2 and hits[0] >= 1 and hits[1] == 0
     assert "kbctl.best_score" in (roots[1].attributes or {})  # candidates were scored, none passed
     assert all([s.name for s in children(spans, r)] == STAGES for r in roots)
 

@@ -1,19 +1,15 @@
-"""The background questions, and the similarity threshold a version calibrated with them gets.
+"""The background questions, and the two lines of the relevance gate a version calibrated with them gets.
 
-At publish each version searches the background questions (background-questions.txt: 99 everyday questions
-written for no knowledge base) and stores the BACKGROUND_QUANTILE of their best cosine similarities as its
-*background similarity*. A question's best evidence must then reach that plus BACKGROUND_MARGIN, never less than
-the model's threshold (`calibrated_threshold`) nor more than BACKGROUND_CEILING above it (`version_threshold`),
-for anything to be returned. A second signal is lexical: a question whose rare words one chunk holds is on topic
-however its similarity reads.
-Its *keyword share* is its best BM25 score over the sum of its words' idf (`keyword_share`); a version stores the
-KEYWORD_QUANTILE of its background questions' shares as its *background keyword share*, and a question passes the
-gate by either signal: its similarity at the similarity line, or its share at the keyword line (`keyword_threshold`).
-An answer's chunks are then ranked, not cut by similarity (kbctl.query.stages).
-A manifest's `spec.retrieval.similarityThreshold` keeps its own. A restricted version is calibrated per rule
-(kbctl.store.access), a caller's line being that of what it may read (`joint_similarity`).
+At publish each version searches the background questions (background-questions.txt: 99 everyday questions written
+for no knowledge base) and stores the BACKGROUND_QUANTILE of their best cosine similarities (its *background
+similarity*) and the KEYWORD_QUANTILE of their keyword shares (best BM25 score over the sum of the words' idf,
+`keyword_share`). A question passes the gate when its best evidence reaches the similarity line (that plus
+BACKGROUND_MARGIN, within the model's threshold and BACKGROUND_CEILING above it: `version_threshold`) or its keyword
+share the keyword line (`keyword_threshold`); its answer's chunks are those at `answer_floor`. A manifest's
+`spec.retrieval.similarityThreshold` keeps its own. A restricted version is calibrated per rule (kbctl.store.access),
+a caller's line being that of what it may read (`joint_similarity`), and has no keyword line.
 
-Why a quantile and a ceiling, and the figures: docs/eval.md (refusal on public data), docs/access.md.
+Why quantiles, margins and a ceiling, and the figures: docs/eval.md (refusal on public data), docs/access.md.
 """
 
 from __future__ import annotations
@@ -25,6 +21,7 @@ from functools import cache
 from importlib.resources import files
 
 from kbctl.defaults import (
+    ANSWER_FLOOR_MARGIN,
     BACKGROUND_CEILING,
     BACKGROUND_MARGIN,
     BACKGROUND_QUANTILE,
@@ -35,6 +32,7 @@ from kbctl.defaults import (
 from kbctl.embedding.local import calibrated_threshold
 
 __all__ = [
+    "answer_floor",
     "background_keyword",
     "background_questions",
     "background_similarity",
@@ -70,6 +68,12 @@ def background_similarity(bests: Sequence[float]) -> float | None:
     """A version's background similarity: the BACKGROUND_QUANTILE of its background questions' best similarities
     (the nearest observed value at or above it; None without any)."""
     return _quantile(bests, BACKGROUND_QUANTILE)
+
+
+def answer_floor(model_id: str) -> float:
+    """What the chunks of an answer must score when no threshold is set: the model's threshold minus
+    ANSWER_FLOOR_MARGIN (the gate, not this, decides whether anything is relevant)."""
+    return round(calibrated_threshold(model_id) - ANSWER_FLOOR_MARGIN, 4)
 
 
 def keyword_share(best_score: float | None, idf_total: float) -> float:

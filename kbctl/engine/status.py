@@ -149,9 +149,7 @@ def _detail(db: Database, row: KnowledgeBaseRow, reader: Reader | None = None) -
 
     spec = KnowledgeBase.from_manifest(version.manifest if version else db.last_manifest(row.id)).spec
     kinds = {s.name: s.kind for s in spec.sources}
-    line, background = _thresholds(spec.retrieval.similarity_threshold, version, background)
-    calibrated = version is not None and spec.retrieval.similarity_threshold is None
-    keyword = version.background_keyword if version is not None and calibrated else None
+    line, background, keyword_line, keyword = _thresholds(spec.retrieval.similarity_threshold, version, background)
     if version is not None:
         sources = [
             # A document of a path source is named SOURCE/ID: its kind is its source's.
@@ -194,8 +192,8 @@ def _detail(db: Database, row: KnowledgeBaseRow, reader: Reader | None = None) -
         answer=spec.answer.model_dump(by_alias=True, mode="json") if spec.answer else None,
         relevance_threshold=line,
         background_similarity=background,
-        keyword_threshold=_keyword_line(keyword),
-        background_keyword=None if keyword is None else round(keyword, 4),
+        keyword_threshold=keyword_line,
+        background_keyword=keyword,
         refresh=None
         if spec.refresh is None
         else RefreshStatus(
@@ -211,30 +209,24 @@ def _detail(db: Database, row: KnowledgeBaseRow, reader: Reader | None = None) -
     )
 
 
-def _keyword_line(background: float | None) -> float | None:
-    """The keyword line of a version whose background keyword share is `background` (None: it has none)."""
-    if background is None:
-        return None
-    from kbctl.embedding.background import keyword_threshold  # numpy, which `kbctl get` need not import
-
-    return keyword_threshold(background)
-
-
 def _thresholds(
     spec: float | None, version: VersionRow | None, background: float | None
-) -> tuple[float | None, float | None]:
-    """The relevance threshold a query that sets none uses (the spec's, else the line of the serving version's
-    `background` similarity; None without a version) and that background similarity, as stored (a float4) to 4
-    decimals."""
-    if spec is not None:
-        line: float | None = spec
-    elif version is None:
-        line = None
-    else:
-        from kbctl.embedding.background import version_threshold  # numpy, which `kbctl get` need not import
+) -> tuple[float | None, float | None, float | None, float | None]:
+    """The relevance gate of a query that sets no threshold: its similarity line (the spec's threshold, else the line
+    of the serving version's `background` similarity; None without a version) and that background similarity, then
+    its keyword line and the version's background keyword share (None when the spec sets a threshold, or the version
+    has none), the backgrounds as stored (a float4) to 4 decimals."""
+    if spec is not None or version is None:
+        return spec, None if background is None else round(background, 4), None, None
+    from kbctl.embedding.background import keyword_threshold, version_threshold  # not for `kbctl get`
 
-        line = version_threshold(version.model, background)
-    return line, None if background is None else round(background, 4)
+    keyword = version.background_keyword
+    return (
+        version_threshold(version.model, background),
+        None if background is None else round(background, 4),
+        keyword_threshold(keyword),
+        None if keyword is None else round(keyword, 4),
+    )
 
 
 _T = TypeVar("_T", bound=KnowledgeBaseSummary)

@@ -12,7 +12,7 @@ from kbctl.defaults import (  # the tuning constants, what they are and why: kbc
     FUSION,
     KEYWORD_WEIGHT,
 )
-from kbctl.embedding.background import keyword_threshold, version_threshold
+from kbctl.embedding.background import answer_floor, keyword_threshold, version_threshold
 from kbctl.engine.conditions import condition
 from kbctl.errors import NotFoundError, UsageError
 from kbctl.inputs.access import Reader
@@ -39,7 +39,7 @@ class QueryPlan:
     keyword_weight: float  # the keyword list's weight in hybrid fusion (vector: 1)
     mode: Mode
     top_k: int
-    threshold: float  # the chunks' similarity threshold (NO_CUT: an answer's chunks are ranked, not cut)
+    threshold: float  # the chunks' similarity threshold (set nowhere: the answer floor, below the gate)
     gate: float  # what the question's best evidence must reach for any chunk to be returned (>= threshold)
     max_tokens: int
     language: str  # PostgreSQL text search configuration of the full-text stages
@@ -47,14 +47,13 @@ class QueryPlan:
     explain: bool
     reader: Reader | None = None  # the caller, whose access filters every candidate; None: the version restricts none
     keyword_gate: float | None = None  # the gate's second line, on the question's keyword share; None: none
+    answer_floor: bool = False  # `threshold` is the answer floor (set nowhere): the keyword list's chunks pass it too
 
     @property
     def pool(self) -> int:
         """How many candidates each search stage gathers: `candidates`, or top_k when larger."""
         return max(self.candidates, self.top_k)
 
-
-NO_CUT = -1.0  # the chunks' threshold when none is set: the gate decides whether anything is relevant, not which chunk
 
 Visible = Callable[[str, Mapping[str, str]], bool]  # may the caller see the knowledge base (name, labels)?
 
@@ -67,7 +66,8 @@ def plan_query(
     unset takes kbctl.defaults'). A threshold set nowhere is two: the version's own, calibrated when it was published
     (`version_threshold`), is the plan's `gate`, which the question's best evidence must reach for anything to be
     returned, or else the question's keyword share must reach its keyword line (`keyword_threshold`; hybrid mode,
-    a version that restricts no source); an answer's chunks are then ranked, not cut (NO_CUT). A threshold set is
+    a version that restricts no source); an answer's chunks are then those at the answer floor, well below the
+    model's threshold (`answer_floor`), or holding words of the question (in the keyword list). A threshold set is
     both the gate and the chunks' cut. A knowledge base that `visible` refuses is not found, exactly as one that does
     not exist.
 
@@ -90,8 +90,8 @@ def plan_query(
     chosen = options.threshold if options.threshold is not None else spec.similarity_threshold
     mode = options.mode if options.mode is not None else spec.mode
     # Set nowhere: the version's calibrated lines decide whether anything is relevant, and an answer's chunks are
-    # ranked, not cut (kbctl.embedding.background).
-    threshold = chosen if chosen is not None else NO_CUT
+    # those at the answer floor (kbctl.embedding.background).
+    threshold = chosen if chosen is not None else answer_floor(target.model)
     caller = (reader if reader is not None else Reader()) if target.restricted_chunks else None
     gate, keyword_gate = chosen, None
     if gate is None:  # the line of what the caller may read: text it may not read moves it not (kbctl.store.access)
@@ -117,6 +117,7 @@ def plan_query(
         threshold=threshold,
         gate=gate,  # at least `threshold`
         keyword_gate=keyword_gate,
+        answer_floor=chosen is None,
         max_tokens=options.max_tokens if options.max_tokens is not None else spec.max_context_tokens,
         language=spec.language,
         rerank=spec.rerank if options.rerank is not False else None,

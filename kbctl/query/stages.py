@@ -26,7 +26,7 @@ from kbctl.errors import RerankError
 from kbctl.manifest import Rerank
 from kbctl.manifest.models import Fusion
 from kbctl.query.options import Mode
-from kbctl.query.plan import NO_CUT, QueryPlan
+from kbctl.query.plan import QueryPlan
 from kbctl.query.results import QueryHit, RerankInfo, TraceEntry
 from kbctl.rerank import Reranker
 from kbctl.store.bm25 import KeywordRanking
@@ -232,12 +232,16 @@ def apply_threshold(
     EXACT_TERMS_MARGIN in a question of at most EXACT_TERMS_MAX_WORDS words, when it contains one of the
     question's identifiers `terms` or every word of the question (full-text reading); or when it is first in
     both lists and scores at least the line minus AGREEMENT_MARGIN. In keyword mode every candidate passes.
-    The candidates that pass the plan's threshold are kept when one of them passes its gate, or the question's
+    When the threshold is the answer floor (set nowhere), a candidate of the keyword list passes it too. The
+    candidates that pass the plan's threshold are kept when one of them passes its gate, or the question's
     `keyword_share` reaches the plan's keyword gate; else none is.
     """
     short = len(question.split()) <= EXACT_TERMS_MAX_WORDS
-    low = (plan.gate if plan.threshold == NO_CUT else plan.threshold) - EXACT_TERMS_MARGIN
-    near = [c.chunk_id for c, _ in fused if short and low <= c.score < plan.gate] if plan.mode != "keyword" else []
+    low = plan.threshold - EXACT_TERMS_MARGIN
+    # Every word of the question, the exception that needs a statement: looked up from below the gate's reach (an
+    # answer floor passes a chunk of the keyword list anyway) or the threshold's.
+    lowest = plan.gate - EXACT_TERMS_MARGIN if plan.answer_floor else low
+    near = [c.chunk_id for c, _ in fused if short and lowest <= c.score < plan.gate] if plan.mode != "keyword" else []
     all_words = db.containing_all_words(near, plan.language, question)
 
     def passes(c: ChunkHit, ranks: _Ranks, matched: Sequence[str], line: float) -> tuple[bool, bool]:
@@ -254,6 +258,8 @@ def apply_threshold(
     for rank, (c, ranks) in enumerate(fused, start=1):
         matched = [t for t in terms if _contains(c.content, t) or _contains(" ".join(c.heading_path), t)]
         ok, agreed = passes(c, ranks, matched, plan.threshold)
+        if not ok and plan.answer_floor and ranks.keyword_rank is not None:
+            ok = True  # below the answer floor, but it holds words of the question
         if ok:
             passing.append(_Candidate(c, rank, ranks, matched, c.chunk_id in all_words, agreed))
             continue

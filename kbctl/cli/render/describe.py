@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any
 
 from kbctl.cli.render.tables import _redacted, age, events_table, span, table
 from kbctl.cli.terminal import inert
-from kbctl.defaults import BACKGROUND_CEILING, BACKGROUND_MARGIN, KEYWORD_FLOOR, KEYWORD_MARGIN
+from kbctl.defaults import ANSWER_FLOOR_MARGIN, BACKGROUND_CEILING, BACKGROUND_MARGIN, KEYWORD_FLOOR, KEYWORD_MARGIN
 
 if TYPE_CHECKING:  # imported by the commands that print them (a command's start-up pays only for its own)
     from kbctl import KnowledgeBaseDetail, SyncDetail, VersionDiff
@@ -36,7 +36,7 @@ def _threshold_line(d: KnowledgeBaseDetail) -> str:
         return f"{d.relevance_threshold:g} (spec.retrieval.similarityThreshold)"
     if d.background_similarity is None and d.chunks == 0:  # a caller who may read none of the version's chunks
         return f"{d.relevance_threshold:g} (the model's: no chunk of version {d.version} is readable here)"
-    ranked = "; an answer's chunks are ranked, not cut"
+    ranked = f"; an answer's chunks are those down to {ANSWER_FLOOR_MARGIN:g} below the model's"
     if d.background_similarity is None:
         return f"{d.relevance_threshold:g} (the model's; version {d.version} was published before calibration{ranked})"
     scored = f"version {d.version}'s background questions score {d.background_similarity:.2f}"
