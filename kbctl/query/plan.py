@@ -47,7 +47,7 @@ class QueryPlan:
     explain: bool
     reader: Reader | None = None  # the caller, whose access filters every candidate; None: the version restricts none
     keyword_gate: float | None = None  # the gate's second line, on the question's keyword share; None: none
-    answer_floor: bool = False  # `threshold` is the answer floor (set nowhere): the keyword list's chunks pass it too
+    answer_floor: bool = False  # `threshold` is the answer floor (set nowhere): see kbctl.query.stages.apply_threshold
 
     @property
     def pool(self) -> int:
@@ -67,9 +67,9 @@ def plan_query(
     (`version_threshold`), is the plan's `gate`, which the question's best evidence must reach for anything to be
     returned, or else the question's keyword share must reach its keyword line (`keyword_threshold`; hybrid mode,
     a version that restricts no source); an answer's chunks are then those at the answer floor, well below the
-    model's threshold (`answer_floor`), or holding words of the question (in the keyword list). A threshold set is
-    both the gate and the chunks' cut. A knowledge base that `visible` refuses is not found, exactly as one that does
-    not exist.
+    model's threshold (`answer_floor`), and those holding words of the question when it passed by them. A
+    threshold set is both the gate and the chunks' cut. A knowledge base that `visible` refuses is not found, exactly
+    as one that does not exist.
 
     `reader` is the caller (None: one without groups or claims). When the version restricts some of its sources
     (`access`), the plan reads only what the caller may read, and its chunk count and calibrated line are of those

@@ -232,9 +232,9 @@ def apply_threshold(
     EXACT_TERMS_MARGIN in a question of at most EXACT_TERMS_MAX_WORDS words, when it contains one of the
     question's identifiers `terms` or every word of the question (full-text reading); or when it is first in
     both lists and scores at least the line minus AGREEMENT_MARGIN. In keyword mode every candidate passes.
-    When the threshold is the answer floor (set nowhere), a candidate of the keyword list passes it too. The
-    candidates that pass the plan's threshold are kept when one of them passes its gate, or the question's
-    `keyword_share` reaches the plan's keyword gate; else none is.
+    The candidates that pass the plan's threshold are kept when one of them passes its gate; or when the question's
+    `keyword_share` reaches the plan's keyword gate, with those of the keyword list below the threshold when it is
+    the answer floor (set nowhere: the words that made the question relevant are its evidence); else none is.
     """
     short = len(question.split()) <= EXACT_TERMS_MAX_WORDS
     low = plan.threshold - EXACT_TERMS_MARGIN
@@ -254,32 +254,37 @@ def apply_threshold(
         return agreed, agreed
 
     passing: list[_Candidate] = []
+    lexical: list[_Candidate] = []  # below the answer floor, holding words of the question (the keyword list)
     cuts: list[TraceEntry] = []
     for rank, (c, ranks) in enumerate(fused, start=1):
         matched = [t for t in terms if _contains(c.content, t) or _contains(" ".join(c.heading_path), t)]
         ok, agreed = passes(c, ranks, matched, plan.threshold)
-        if not ok and plan.answer_floor and ranks.keyword_rank is not None:
-            ok = True  # below the answer floor, but it holds words of the question
         if ok:
             passing.append(_Candidate(c, rank, ranks, matched, c.chunk_id in all_words, agreed))
             continue
+        if plan.answer_floor and ranks.keyword_rank is not None:
+            lexical.append(_Candidate(c, rank, ranks, matched, c.chunk_id in all_words))
         why = f"cut: similarity below {plan.threshold}"
         if matched:  # an identifier, but too far below the threshold or in too long a question
             limit = f"down to {low:.4g}" if short else f"in questions of up to {EXACT_TERMS_MAX_WORDS} words"
             why += f" (identifier {', '.join(matched)} passes only {limit})"
         cuts.append(trace_entry(c, rank, c.score, why))
-    if plan.mode == "keyword" or not passing:
+    if plan.mode == "keyword":
         return passing, cuts, None
-    if plan.gate <= plan.threshold or any(passes(p.chunk, p.ranks, p.matched, plan.gate)[0] for p in passing):
+    if passing and (
+        plan.gate <= plan.threshold or any(passes(p.chunk, p.ranks, p.matched, plan.gate)[0] for p in passing)
+    ):
         return passing, cuts, "similarity"
     if plan.keyword_gate is not None and keyword_share is not None and keyword_share >= plan.keyword_gate:
-        return passing, cuts, "keyword"
+        # Relevant by its words: the chunks holding them are the answer's too, whatever their similarity.
+        kept = {p.chunk.chunk_id for p in lexical}
+        merged = sorted(passing + lexical, key=lambda p: p.fused_rank)
+        return merged, [e for e in cuts if e.chunk_id not in kept], "keyword" if merged else None
     why = f"cut: nothing relevant, no candidate reaches the version's calibrated threshold {plan.gate}"
     if plan.keyword_gate is not None:
         why += f", nor the question's keyword share ({keyword_share or 0.0:.2f}) its keyword line {plan.keyword_gate}"
     gated = [trace_entry(p.chunk, p.fused_rank, p.chunk.score, why) for p in passing]
-    cuts = sorted(cuts + gated, key=lambda e: e.rank)
-    return [], cuts, None
+    return [], sorted(cuts + gated, key=lambda e: e.rank), None
 
 
 def _first_in_both(ranks: _Ranks) -> bool:
