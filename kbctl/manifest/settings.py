@@ -98,18 +98,20 @@ class Retrieval(_Model):
         ge=-1.0,
         le=1.0,
         allow_inf_nan=False,
-        description="Minimum cosine similarity of a returned chunk, and of the best one for anything to be returned "
-        f"(in questions of up to {defaults.EXACT_TERMS_MAX_WORDS} words, exact identifiers and all-question-word "
-        f"matches pass down to {defaults.EXACT_TERMS_MARGIN} below it, and in hybrid mode the chunk first in both lists "
-        f"down to {defaults.AGREEMENT_MARGIN} below it). Unset: a relevance gate calibrated when each version is published "
-        "decides whether anything is returned: a candidate reaching its similarity line (the "
-        f"{defaults.BACKGROUND_QUANTILE} quantile of 99 background questions' best similarities in it plus "
-        f"{defaults.BACKGROUND_MARGIN}, never below the model's threshold, {defaults.DEFAULT_THRESHOLD} for "
-        f"local/all-MiniLM-L6-v2 and {defaults.BGE_SMALL_THRESHOLD} for local/bge-small-en-v1.5, nor more than "
-        f"{defaults.BACKGROUND_CEILING} above it), or in hybrid mode the question's keyword share reaching its "
-        f"keyword line (their {defaults.KEYWORD_QUANTILE} quantile plus {defaults.KEYWORD_MARGIN}, at least "
-        f"{defaults.KEYWORD_FLOOR}); an answer's chunks are then those down to {defaults.ANSWER_FLOOR_MARGIN} below "
-        "the model's threshold; kbctl describe shows the lines.",
+        description=(
+            "Minimum cosine similarity of a returned chunk, and of the best one for anything to be returned (in "
+            f"questions of up to {defaults.EXACT_TERMS_MAX_WORDS} words, exact identifiers and all-question-word "
+            f"matches pass down to {defaults.EXACT_TERMS_MARGIN} below it, and in hybrid mode the chunk first in "
+            f"both lists down to {defaults.AGREEMENT_MARGIN} below it). Unset: a relevance gate calibrated when "
+            "each version is published decides whether anything is returned: a candidate reaching its similarity "
+            f"line (the {defaults.BACKGROUND_QUANTILE} quantile of 99 background questions' best similarities in it "
+            f"plus {defaults.BACKGROUND_MARGIN}, never below the model's threshold, {defaults.DEFAULT_THRESHOLD} "
+            f"for local/all-MiniLM-L6-v2 and {defaults.BGE_SMALL_THRESHOLD} for local/bge-small-en-v1.5, nor more "
+            f"than {defaults.BACKGROUND_CEILING} above it), or in hybrid mode the question's keyword share reaching "
+            f"its keyword line (their {defaults.KEYWORD_QUANTILE} quantile plus {defaults.KEYWORD_MARGIN}, at least "
+            f"{defaults.KEYWORD_FLOOR}); an answer's chunks are then those down to {defaults.ANSWER_FLOOR_MARGIN} "
+            "below the model's threshold; kbctl describe shows the lines."
+        ),
     )
     max_context_tokens: _StrictInt = Field(
         default=defaults.MAX_CONTEXT_TOKENS,
