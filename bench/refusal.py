@@ -15,9 +15,9 @@ out-of-domain, `--limit` questions spread over the group's public datasets.
 
 Each question is asked three times: at the defaults (topK 10, 3,000 tokens, no threshold set: the version's
 calibrated gate, its similarity line or its keyword line, decides whether anything is relevant, and an answer's
-chunks are ranked, not cut: the rule kbctl ships), at the model's threshold alone (the rule it shipped before the
-versions were calibrated), and uncut (the
-hybrid list of 100 candidates, each chunk's cosine similarity and its ranks in the vector and the keyword lists).
+chunks are those at the answer floor, 0.2 below the model's threshold: the rule kbctl ships), at the model's
+threshold alone (the rule it shipped before the versions were calibrated), and uncut (the hybrid list of 100
+candidates, each chunk's cosine similarity and its ranks in the vector and the keyword lists).
 Its vector is compared with a fixed sample of `--sample` chunk vectors of the knowledge base (the question's
 background: mean and standard deviation of its similarities), and the sample's vectors with each other (the
 knowledge base's background, what a publish could compute and store with the version). `--features FILE` saves all
@@ -25,7 +25,7 @@ of it (or, when FILE exists, reads it instead of asking again), so rules can be 
 
 Rules, each a question-level decision (answer the top 10, or nothing), each swept over its parameter:
 - shipped: what kbctl answers (the version's calibrated gate: similarity line with identifiers and agreement, or
-  keyword line; an answer's chunks not cut);
+  keyword line; an answer's chunks at the answer floor);
 - the model's threshold: what kbctl answered before versions were calibrated;
 - absolute: the best chunk's similarity >= t;
 - absolute with agreement: the same, or the chunk first in both lists scoring >= t - 0.1 (kbctl's rule, as a gate);
@@ -47,7 +47,7 @@ base and the best BM25 score of a keyword search are recorded; `kw share` is tha
 idf (about the idf-weighted share of the question one chunk holds), `coverage` the idf-weighted share of its words
 some chunk holds. Rules: the similarity gate alone; or lexical (kw share at least a background quantile plus a
 margin, or a fixed line); z-scores of both against the background, summed. Each in two arms: the chunks of an
-answered question cut at the model's threshold (as shipped), or not cut (topK and the budget only).
+answered question cut at the model's threshold (as shipped before), or not cut (topK and the budget only).
 
 The calibrated rules ask each knowledge base kbctl's background questions (kbctl/embedding/background-questions.txt,
 99 everyday questions written for no dataset), as a publish asks them of a new version; a knowledge base's line is a
@@ -488,7 +488,7 @@ def report(group: Group, target: float, exempt: Sequence[str] = ()) -> None:
     print("|---|---|---|---|---:|---:|---|")
     print(
         row(
-            "shipped: the version's calibrated gate (similarity or keyword share), chunks not cut",
+            "shipped: the version's calibrated gate (similarity or keyword share), chunks at the answer floor",
             outcome(asked, lambda a: a.shipped_answered, lambda a: a.shipped_ndcg),
         )
     )
@@ -588,7 +588,7 @@ def backgrounds(asked: list[Asked]) -> dict[str, Background]:
 
 def lexical_report(group: Group, target: float, exempt: Sequence[str] = ()) -> None:
     """Gates with a second, lexical signal, each calibrated per knowledge base on the background questions, in two
-    arms: the chunks of an answered question cut at the model's threshold (as shipped), or not cut (topK and budget
+    arms: the chunks of an answered question cut at the model's threshold (as before), or not cut (topK and budget
     only). Per rule the setting answering most in-domain questions on the worst dataset among those that refuse
     `target` of the out-of-domain questions of every non-exempt knowledge base and every no-answer question."""
     asked = group.asked
@@ -697,7 +697,8 @@ def shipped_neighbours(group: Group) -> None:
     """The shipped gate's neighbours, every one printed (not only the best): its similarity margin and keyword
     quantile, margin and floor moved one at a time, and signals added to it (first in both lists; every word of the
     question in the nearest chunk; the keyword share above its background with a similarity above the background's),
-    with the chunks not cut. What each buys in answers and costs in refusals."""
+    with the chunks not cut; then the shipped gate with an answer's chunks cut at each similarity floor (the answer
+    floor's choice). What each buys in answers and costs in refusals."""
     asked = group.asked
     bg = backgrounds(asked)
     if len(bg) < len({a.kb for a in asked}):
@@ -731,7 +732,7 @@ def shipped_neighbours(group: Group) -> None:
             or (a.kw_share >= bg[a.kb].q("share", 0.9) and a.best >= bg[a.kb].q("best", BACKGROUND_QUANTILE))
         ),
     }
-    print(f"\n#### {group.model}: the shipped gate and its neighbours (chunks not cut; every rule printed)\n")
+    print(f"\n#### {group.model}: the shipped gate and its neighbours (every rule printed)\n")
     floors = sorted({f for a in asked for f in a.floor_ndcg})
     print(
         "| rule | in-domain answered | of them found uncut, answered | out-of-domain refused | no-answer answered"
