@@ -94,7 +94,7 @@ from kbctl.eval.metrics import ndcg_at_k
 from kbctl.eval.run import distinct_sources
 from kbctl.manifest import Embedding, load_manifests
 from kbctl.query.options import QueryOptions
-from kbctl.store.bm25 import keyword_search, question_terms
+from kbctl.store.bm25 import keyword_ranking, question_terms
 from kbctl.store.embedded import stop_server
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -238,7 +238,7 @@ class Asker:
         similarities = self.sample @ q
         agreed = next((h.similarity for h in uncut if h.vector_rank == 1 and h.keyword_rank == 1), None)
         terms = question_terms(self.store.db.connection, self.version_id, self.language, question)
-        keyword = keyword_search(self.store.db.connection, self.version_id, self.language, question, vector, 1)
+        keyword = keyword_ranking(self.store.db.connection, self.version_id, self.language, question, vector, 1).hits
         first = min(uncut, key=lambda h: h.vector_rank or POOL + 1, default=None)
         relevant = query is not None and kind == "in"
         return Asked(

@@ -46,7 +46,6 @@ __all__ = [
     "delete_revision_terms",
     "delete_version_terms",
     "keyword_ranking",
-    "keyword_search",
     "question_terms",
     "rebase_terms",
     "revision_statistics",
@@ -373,7 +372,7 @@ def _scored(
 ) -> list[tuple[int, float]]:
     """The best `limit` (chunk id, BM25 score) of a version's chunks holding any of `matching`, among at most
     `cap` of them (all when None), or among the chunks `among` when given, scored by every word of the question.
-    `by_index`: the chunks are found through the full-text index, never by a scan (see keyword_search), inside the
+    `by_index`: the chunks are found through the full-text index, never by a scan (see keyword_ranking), inside the
     caller's transaction (a query's snapshot) or one opened here; the scan setting is then as it was. With a
     `reader`, only the chunks it may read (`among` holds only such chunks already)."""
     weights = [count * idf * (K1 + 1) for count, idf in zip(terms.counts, terms.idf(), strict=True)]
@@ -483,20 +482,6 @@ def keyword_ranking(
     unread = [(i, s) for i, s in ranked if i not in known]
     read = {hit.chunk_id: hit for hit in _chunk_hits(conn, version_id, vector, unread, reader)}
     return KeywordRanking([replace(known[i], keyword_score=s) if i in known else read[i] for i, s in ranked], idf_total)
-
-
-def keyword_search(
-    conn: psycopg.Connection[Any],
-    version_id: int,
-    language: str,
-    question: str,
-    vector: Vector,
-    limit: int,
-    among: Sequence[ChunkHit] = (),
-    reader: Reader | None = None,
-) -> list[ChunkHit]:
-    """The chunks of `keyword_ranking`, alone."""
-    return keyword_ranking(conn, version_id, language, question, vector, limit, among, reader).hits
 
 
 def _chunk_hits(
