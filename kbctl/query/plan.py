@@ -47,7 +47,12 @@ class QueryPlan:
     explain: bool
     reader: Reader | None = None  # the caller, whose access filters every candidate; None: the version restricts none
     keyword_gate: float | None = None  # the gate's second line, on the question's keyword share; None: none
-    answer_floor: bool = False  # `threshold` is the answer floor (set nowhere): see kbctl.query.stages.apply_threshold
+
+    @property
+    def answer_floor(self) -> bool:
+        """Whether `threshold` is the answer floor (set nowhere: it lies below the gate; a threshold set is both), see
+        kbctl.query.stages.apply_threshold."""
+        return self.threshold < self.gate
 
     @property
     def pool(self) -> int:
@@ -117,7 +122,6 @@ def plan_query(
         threshold=threshold,
         gate=gate,  # at least `threshold`
         keyword_gate=keyword_gate,
-        answer_floor=chosen is None,
         max_tokens=options.max_tokens if options.max_tokens is not None else spec.max_context_tokens,
         language=spec.language,
         rerank=spec.rerank if options.rerank is not False else None,

@@ -36,9 +36,9 @@ def _threshold_line(d: KnowledgeBaseDetail) -> str:
         return f"{d.relevance_threshold:g} (spec.retrieval.similarityThreshold)"
     if d.background_similarity is None and d.chunks == 0:  # a caller who may read none of the version's chunks
         return f"{d.relevance_threshold:g} (the model's: no chunk of version {d.version} is readable here)"
-    ranked = f"; an answer's chunks are those down to {ANSWER_FLOOR_MARGIN:g} below the model's"
+    floor = f"; an answer's chunks are those down to {ANSWER_FLOOR_MARGIN:g} below the model's"
     if d.background_similarity is None:
-        return f"{d.relevance_threshold:g} (the model's; version {d.version} was published before calibration{ranked})"
+        return f"{d.relevance_threshold:g} (the model's; version {d.version} was published before calibration{floor})"
     scored = f"version {d.version}'s background questions score {d.background_similarity:.2f}"
     line = d.background_similarity + BACKGROUND_MARGIN
     if line > d.relevance_threshold + 1e-4:
@@ -52,7 +52,7 @@ def _threshold_line(d: KnowledgeBaseDetail) -> str:
             f"; or a keyword share of {d.keyword_threshold:g} (their keyword share {d.background_keyword:.2f}, plus"
             f" {KEYWORD_MARGIN:g}, at least {KEYWORD_FLOOR:g})"
         )
-    return f"{d.relevance_threshold:g} ({why}{ranked})"
+    return f"{d.relevance_threshold:g} ({why}{floor})"
 
 
 def _answer_settings(answer: dict[str, Any] | None) -> str:
