@@ -60,6 +60,7 @@ def publish_version(
         stored_statuses=stored,
         packed=plan.packed,
         background=run.background,
+        language=plan.kb.spec.retrieval.language,
     )
 
 

@@ -92,12 +92,14 @@ class Versions(SourceStatuses, Embeddings):
         stored_statuses: Mapping[str, LiveSourceRow] | None = None,
         packed: Packing | None = None,
         background: Sequence[Vector] = (),
+        language: str = LANGUAGE,
     ) -> int:
         """Write a complete version and make it current, all in one transaction; return its number.
 
         `background`, the background questions' vectors for `model`, calibrates the version: its background
         similarity is stored with it, and per access rule what a caller's is made of (kbctl.embedding.background,
-        kbctl.store.access); without them it has none.
+        kbctl.store.access), and its background keyword share, searched in `language` (the spec's); without them it
+        has none.
 
         The live source statuses (with the HTTP validators of the content this version serves) are
         written in the same transaction, so they can never describe content that is not published;
@@ -148,7 +150,6 @@ class Versions(SourceStatuses, Embeddings):
                 rule_statistics(self._conn, int(vrow[0]))
             self._write_statuses(kb_id, statuses, stored_statuses)
             if background:  # last: an indexed search's settings last until the end of the transaction
-                language = str(manifest.get("spec", {}).get("retrieval", {}).get("language") or LANGUAGE)
                 self._calibrate(int(vrow[0]), model, chunks, restricted, background, language)
             self._conn.execute("UPDATE kb_knowledge_bases SET current_version = %s WHERE id = %s", (number, kb_id))
         return number
