@@ -56,7 +56,7 @@ def gather(home: Path, name: str, depth: int) -> list[Lists]:
         by_vector = store.db.search(
             target.version_id, vec, depth, model=target.model, version_chunks=target.chunk_count
         )
-        by_keyword = store.db.keyword_search(target.version_id, "english", q.question, vec, depth)
+        by_keyword = store.db.keyword_ranking(target.version_id, "english", q.question, vec, depth).hits
         out.append(Lists(q, by_vector, by_keyword))
     store.close()
     return out

@@ -189,7 +189,7 @@ def test_ranking_is_bm25(store: KnowledgeBaseStore) -> None:
     question = "zebra apple apple"
     result = store.query("fruit", question, mode="keyword", top_k=10, max_tokens=10_000)
     expected = reference_scores(store, version_id(store), question)
-    found = store.db.keyword_search(version_id(store), "english", question, [0.0] * 384, 10)
+    found = store.db.keyword_ranking(version_id(store), "english", question, [0.0] * 384, 10).hits
     assert [h.chunk_id for h in found] == sorted(expected, key=lambda c: (-expected[c], c))
     assert [h.keyword_score for h in found] == [pytest.approx(expected[h.chunk_id]) for h in found]
     assert next(h.source for h in result.hits) == "s0"  # the only zebra, though apple is asked twice
@@ -207,7 +207,7 @@ def test_common_words_stop_selecting_beyond_the_postings_budget(
     assert bm25.selecting_words(terms, budget=1) == ["near"]
     assert sorted(bm25.selecting_words(terms)) == ["appl", "near", "zebra"]
     monkeypatch.setattr(bm25, "MATCH_POSTINGS", 1)
-    found = store.db.keyword_search(version_id(store), "english", "zebra apple", [0.0] * 384, 3)
+    found = store.db.keyword_ranking(version_id(store), "english", "zebra apple", [0.0] * 384, 3).hits
     assert next(h.source_name for h in found) == "s0" and len(found) == 3  # two apples from the last resort
 
 
@@ -232,19 +232,19 @@ def test_selected_chunks_are_found_through_the_index_and_the_scan_setting_is_lef
     seen: list[tuple[str, str]] = []  # the settings each selecting statement runs under (noted as it is built)
     tsquery = bm25._tsquery
     monkeypatch.setattr(bm25, "_tsquery", lambda lexemes: seen.append(setting()) or tsquery(lexemes))
-    through_index = store.db.keyword_search(version, "english", question, [0.0] * 384, 10)
+    through_index = store.db.keyword_ranking(version, "english", question, [0.0] * 384, 10).hits
     assert seen == [("off", bm25.INDEXED_PAGE_COST)] and setting() == default
     with conn.transaction():
-        store.db.keyword_search(version, "english", question, [0.0] * 384, 10)
+        store.db.keyword_ranking(version, "english", question, [0.0] * 384, 10)
         assert seen[-1] == ("off", bm25.INDEXED_PAGE_COST) and setting() == default
         conn.execute("SET LOCAL enable_seqscan = off")  # as an indexed vector search leaves it in hybrid mode
         conn.execute("SET LOCAL random_page_cost = 2")
-        store.db.keyword_search(version, "english", question, [0.0] * 384, 10)
+        store.db.keyword_ranking(version, "english", question, [0.0] * 384, 10)
         assert seen[-1] == ("off", bm25.INDEXED_PAGE_COST) and setting() == ("off", "2")
     assert setting() == default
     scored = bm25._scored
     monkeypatch.setattr(bm25, "_scored", lambda *args, by_index=False, **kwargs: scored(*args, **kwargs))
-    planned = store.db.keyword_search(version, "english", question, [0.0] * 384, 10)
+    planned = store.db.keyword_ranking(version, "english", question, [0.0] * 384, 10).hits
     assert seen[-1] == default  # the planner's own choice
     assert [(h.chunk_id, h.keyword_score) for h in planned] == [(h.chunk_id, h.keyword_score) for h in through_index]
     assert len(planned) == 5
@@ -252,8 +252,8 @@ def test_selected_chunks_are_found_through_the_index_and_the_scan_setting_is_lef
 
 def test_only_stop_words_or_unknown_words_find_nothing(store: KnowledgeBaseStore) -> None:
     apply(store, text_source("s0", ZEBRA))
-    assert store.db.keyword_search(version_id(store), "english", "the of and", [0.0] * 384, 5) == []
-    assert store.db.keyword_search(version_id(store), "english", "quokka", [0.0] * 384, 5) == []
+    assert store.db.keyword_ranking(version_id(store), "english", "the of and", [0.0] * 384, 5).hits == []
+    assert store.db.keyword_ranking(version_id(store), "english", "quokka", [0.0] * 384, 5).hits == []
 
 
 def test_every_word_common_scores_the_vector_list(store: KnowledgeBaseStore, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -268,11 +268,11 @@ def test_every_word_common_scores_the_vector_list(store: KnowledgeBaseStore, mon
     among = [by_source["s2"], by_source["s4"], by_source["s0"]]  # s0 holds no apple: it scores nothing
     expected = reference_scores(store, version, "apple")
     monkeypatch.setattr(bm25, "MATCH_POSTINGS", 2)  # apple is in 4 chunks
-    found = store.db.keyword_search(version, "english", "apple", vector, 10, among)
+    found = store.db.keyword_ranking(version, "english", "apple", vector, 10, among).hits
     assert {h.source_name for h in found} == {"s2", "s4"}
     assert [h.keyword_score for h in found] == [pytest.approx(expected[h.chunk_id]) for h in found]
     assert all(h.vector is by_source[h.source_name].vector for h in found)  # the vector list's rows, not re-read
-    assert len(store.db.keyword_search(version, "english", "apple", vector, 10)) == 2  # no list: the budget's 2
+    assert len(store.db.keyword_ranking(version, "english", "apple", vector, 10).hits) == 2  # no list: the budget's 2
 
 
 def test_chunks_already_read_come_back_unchanged(store: KnowledgeBaseStore) -> None:
@@ -282,8 +282,8 @@ def test_chunks_already_read_come_back_unchanged(store: KnowledgeBaseStore) -> N
     version = version_id(store)
     vector = store.embedder("local/all-MiniLM-L6-v2").embed(["apple pie"], purpose="query")[0]
     listed = store.db.search(version, vector, 3)
-    alone = store.db.keyword_search(version, "english", "zebra apple pie", vector, 10)
-    beside = store.db.keyword_search(version, "english", "zebra apple pie", vector, 10, listed)
+    alone = store.db.keyword_ranking(version, "english", "zebra apple pie", vector, 10).hits
+    beside = store.db.keyword_ranking(version, "english", "zebra apple pie", vector, 10, listed).hits
     assert [(h.chunk_id, h.keyword_score) for h in beside] == [(h.chunk_id, h.keyword_score) for h in alone]
     assert [h.score for h in beside] == [pytest.approx(h.score, abs=1e-5) for h in alone]
 

@@ -146,12 +146,6 @@ class Chunks(Connected):
         (kbctl.store.access)."""
         return keyword_ranking(self._conn, version_id, language, question, vector, limit, among, reader)
 
-    def keyword_search(
-        self, version_id: int, language: str, question: str, vector: Vector, limit: int, among: Sequence[ChunkHit] = ()
-    ) -> list[ChunkHit]:
-        """The chunks of `keyword_ranking` alone (every chunk of the version: no reader)."""
-        return self.keyword_ranking(version_id, language, question, vector, limit, among).hits
-
     def readable_counts(self, reader: Reader) -> dict[str, tuple[int, int, int, int]]:
         """Per knowledge base that restricts sources: (sources, ready, chunks) `reader` may read, and sources it may
         not (kbctl.store.access.readable_counts)."""
