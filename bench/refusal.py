@@ -87,14 +87,14 @@ from kbctl.defaults import (
     KEYWORD_MARGIN,
     KEYWORD_QUANTILE,
 )
-from kbctl.embedding.background import background_questions
+from kbctl.embedding.background import background_questions, keyword_share
 from kbctl.embedding.local import calibrated_threshold
 from kbctl.eval.evalset import EvalQuery, load_evalset
 from kbctl.eval.metrics import ndcg_at_k
 from kbctl.eval.run import distinct_sources
 from kbctl.manifest import Embedding, load_manifests
 from kbctl.query.options import QueryOptions
-from kbctl.store.bm25 import keyword_ranking, question_terms
+from kbctl.store.bm25 import QuestionTerms, keyword_ranking, question_terms
 from kbctl.store.embedded import stop_server
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -141,15 +141,13 @@ class Asked:
 
     @cached_property
     def idfs(self) -> list[float]:
-        """Each question word's BM25 idf in the knowledge base (a word no chunk holds: the highest, df 0)."""
-        return [math.log1p((self.chunks - df + 0.5) / (df + 0.5)) for df in self.dfs]
+        """Each question word's BM25 idf in the knowledge base, as kbctl computes it (a word no chunk holds: df 0)."""
+        return QuestionTerms((), (), tuple(self.dfs), self.chunks, 0.0).idf()
 
     @cached_property
     def kw_share(self) -> float:
-        """The best chunk's BM25 score over the sum of the question words' idf: about the idf-weighted share of the
-        question one chunk holds (1: one chunk holds every word once, at the mean length)."""
-        total = sum(self.idfs)
-        return self.kw_best / total if total else 0.0
+        """The question's keyword share, as kbctl computes it (kbctl.embedding.background.keyword_share)."""
+        return keyword_share(self.kw_best, sum(self.idfs))
 
     @cached_property
     def coverage(self) -> float:
