@@ -135,6 +135,9 @@ class Asked:
     chunks: int = 0
     kw_best: float = 0.0
     all_words: bool = False  # the best vector candidate holds every word of the question
+    # The similarities of the vector list's first TOP_K chunks, best first (query performance prediction: how well
+    # the best few chunks match, not the best alone)
+    top: list[float] = field(default_factory=list)
     # Document nDCG@10 of the top 10 (within the budget) of the uncut list cut at a per-chunk similarity floor, by
     # floor ("0.2": the chunks of similarity >= 0.2 alone; exceptions not applied)
     floor_ndcg: dict[str, float] = field(default_factory=dict)
@@ -148,6 +151,10 @@ class Asked:
     def kw_share(self) -> float:
         """The question's keyword share, as kbctl computes it (kbctl.embedding.background.keyword_share)."""
         return keyword_share(self.kw_best, sum(self.idfs))
+
+    def top_mean(self, k: int) -> float:
+        """The mean similarity of the vector list's first `k` chunks (fewer when the list is shorter)."""
+        return float(np.mean(self.top[:k])) if self.top else self.best
 
     @cached_property
     def coverage(self) -> float:
@@ -264,6 +271,9 @@ class Asker:
             chunks=terms.chunks,
             kw_best=max((h.keyword_score or 0.0 for h in keyword), default=0.0),
             all_words=bool(first and first.all_words),
+            top=[h.similarity for h in sorted((h for h in uncut if h.vector_rank), key=lambda h: h.vector_rank)][
+                :TOP_K
+            ],
             floor_ndcg={
                 f"{f:g}": ndcg_at_k(query, distinct_sources(budgeted([h for h in uncut if h.similarity >= f])))
                 if relevant and query
@@ -744,6 +754,67 @@ def shipped_neighbours(group: Group) -> None:
         print(row(f"shipped, chunks cut at {f}", outcome(asked, shipped, lambda a, f=f: a.floor_ndcg.get(f, 0.0))))
 
 
+def top_report(group: Group, target: float, exempt: Sequence[str] = ()) -> None:
+    """The similarity line read over the vector list's first k chunks (their mean) instead of the best alone: a
+    query performance predictor (how well the best few chunks match). Calibrated as the shipped line is (the
+    background questions' quantile q of the same mean, plus a margin m, never below the model's threshold, identifiers
+    and agreement as shipped), with the shipped keyword line beside it, chunks not cut. Per k and q the lowest margin
+    refusing `target` of every non-exempt knowledge base's out-of-domain questions and every no-answer question."""
+    asked = group.asked
+    bg = backgrounds(asked)
+    if len(bg) < len({a.kb for a in asked}) or not any(a.top for a in asked):
+        return
+    floor = calibrated_threshold(group.model)
+    quantiles: dict[tuple[str, int, float], float] = {}
+
+    def line(a: Asked, k: int, q: float, m: float) -> float:
+        if (a.kb, k, q) not in quantiles:
+            means = [b.top_mean(k) for b in asked if b.kb == a.kb and b.kind == "background"]
+            quantiles[a.kb, k, q] = float(np.quantile(means, q, method="higher"))
+        return min(floor + BACKGROUND_CEILING, max(floor, quantiles[a.kb, k, q] + m))
+
+    def kw(a: Asked) -> bool:
+        return a.kw_share >= max(KEYWORD_FLOOR, bg[a.kb].q("share", KEYWORD_QUANTILE) + KEYWORD_MARGIN)
+
+    def gate(a: Asked, k: int, q: float, m: float) -> bool:
+        at = line(a, k, q, m)
+        return a.top_mean(k) >= at or first_in_both(a, at - AGREEMENT_MARGIN) or kw(a)
+
+    print(f"\n#### {group.model}: the similarity line over the first k chunks' mean (or the keyword line)\n")
+    print(
+        "| k, quantile q, margin m | in-domain answered | of them found uncut, answered | out-of-domain refused"
+        " | no-answer answered | answerable empty | doc nDCG@10 |"
+    )
+    print("|---|---|---|---|---:|---:|---|")
+    for k in (1, 2, 3, 5, 10):
+        for q in (0.8, 0.9, 0.95):
+            for m in [round(0.01 * i, 2) for i in range(0, 16)]:
+                o = outcome(asked, lambda a, k=k, q=q, m=m: gate(a, k, q, m), lambda a: a.ndcg)
+                bound = [v for kb, v in o.refused_out.items() if not kb.startswith(tuple(exempt))]
+                if o.none_answered == 0 and min(bound) >= target:
+                    print(row(f"k {k}, q {q:g}, m {m:g}", o))
+                    break
+            else:
+                print(f"| k {k}, q {q:g}: no margin up to 0.15 refuses {target:.2f} everywhere | | | | | | |")
+    print(
+        "\nWith the answers known, per knowledge base: the two lines (mean of the first k chunks' similarities, keyword"
+        " share) passing a question by either that answer the most of its own questions while refusing"
+        f" {target:.2f} of its out-of-domain questions and every no-answer question (answered, doc nDCG@10):\n"
+    )
+    ks = (1, 3, 5, 10)
+    print("| knowledge base | " + " | ".join(f"k {k}" for k in ks) + " |")
+    print("|---|" + "---:|" * len(ks))
+    for kb in dict.fromkeys(a.kb for a in asked):
+        mine = [a for a in asked if a.kb == kb]
+        cells = []
+        for k in ks:
+            answered, lines = either_line(mine, target, lambda a, k=k: a.top_mean(k))
+            own = [a for a in mine if a.kind == "in"]
+            ndcg = sum(a.ndcg for a in own if a.top_mean(k) > lines[0] or a.kw_share > lines[1]) / max(1, len(own))
+            cells.append(f"{answered:.2f}, {ndcg:.3f}" if own else f"{answered:.2f}")
+        print(f"| {kb} | " + " | ".join(cells) + " |")
+
+
 def best_line(mine: Sequence[Asked], score: Callable[[Asked], float], target: float) -> tuple[float, float]:
     """With the answers known: the lowest line on `score` that refuses `target` of a knowledge base's out-of-domain
     questions and every no-answer question, and the share of its own questions at or above it."""
@@ -793,22 +864,25 @@ def per_knowledge_base(group: Group, target: float) -> None:
         print(f"| {kb} | " + " | ".join(cells) + f" | {answered:.2f} ({lines[0]:.3f}, {lines[1]:.2f}) |")
 
 
-def either_line(mine: Sequence[Asked], target: float) -> tuple[float, tuple[float, float]]:
-    """With the answers known: the pair of lines (similarity, keyword share) passing a question by either that
-    refuses `target` of a knowledge base's out-of-domain questions and every no-answer question while answering
-    the most of its own; tried at every value its refused questions take (the highest 80 of each)."""
+def either_line(
+    mine: Sequence[Asked], target: float, similarity: Callable[[Asked], float] = lambda a: a.best
+) -> tuple[float, tuple[float, float]]:
+    """With the answers known: the pair of lines (`similarity`, the best by default; keyword share) passing a
+    question by either that refuses `target` of a knowledge base's out-of-domain questions and every no-answer
+    question while answering the most of its own; tried at every value its refused questions take (the highest 80
+    of each)."""
     refused = [a for a in mine if a.kind in ("out", "none")]
     own = [a for a in mine if a.kind in ("in", "answerable")]
     found: tuple[float, tuple[float, float]] = (0.0, (math.inf, math.inf))
-    for s in sorted({a.best for a in refused})[-80:]:
+    for s in sorted({similarity(a) for a in refused})[-80:]:
         for k in sorted({a.kw_share for a in refused})[-80:]:
-            passes = [a.best > s or a.kw_share > k for a in refused]
+            passes = [similarity(a) > s or a.kw_share > k for a in refused]
             if any(p for a, p in zip(refused, passes, strict=True) if a.kind == "none"):
                 continue
             outside = [p for a, p in zip(refused, passes, strict=True) if a.kind == "out"]
             if outside and 1 - sum(outside) / len(outside) < target:
                 continue
-            answered = sum(a.best > s or a.kw_share > k for a in own) / max(1, len(own))
+            answered = sum(similarity(a) > s or a.kw_share > k for a in own) / max(1, len(own))
             if answered > found[0]:
                 found = (answered, (s, k))
     return found
@@ -848,6 +922,7 @@ def main() -> None:
         lexical_report(group, args.target_refused, args.exempt)
         shipped_neighbours(group)
         per_knowledge_base(group, args.target_refused)
+        top_report(group, args.target_refused, args.exempt)
     if any(math.isnan(a.best) for g in groups for a in g.asked):
         print("warning: some questions had no candidates")
 
