@@ -720,6 +720,15 @@ def shipped_neighbours(group: Group) -> None:
     def kw(a: Asked, q: float = KEYWORD_QUANTILE, m: float = KEYWORD_MARGIN, low: float = KEYWORD_FLOOR) -> bool:
         return a.kw_share >= max(low, bg[a.kb].q("share", q) + m)
 
+    combined: dict[tuple[str, float], float] = {}
+
+    def joint(a: Asked, w: float, m: float) -> bool:
+        """best + w * kw share at least its background's 95th percentile plus m (a third line beside the two)."""
+        if (a.kb, w) not in combined:
+            scores = [b.best + w * b.kw_share for b in asked if b.kb == a.kb and b.kind == "background"]
+            combined[a.kb, w] = float(np.quantile(scores, 0.95, method="higher"))
+        return a.best + w * a.kw_share >= combined[a.kb, w] + m
+
     rules: dict[str, Callable[[Asked], bool]] = {
         "shipped: similarity line, or keyword line": lambda a: sim(a) or kw(a),
         "similarity line alone": lambda a: sim(a),
@@ -734,6 +743,13 @@ def shipped_neighbours(group: Group) -> None:
             sim(a) or kw(a) or (a.agreed is not None and a.agreed >= floor)
         ),
         "or every word in the nearest chunk": lambda a: sim(a) or kw(a) or a.all_words,
+        **{
+            f"or a third line: best + {w:g} * kw share >= its background's 95th percentile + {m:g}": (
+                lambda a, w=w, m=m: sim(a) or kw(a) or joint(a, w, m)
+            )
+            for w in (0.25, 0.5, 1.0)
+            for m in (0.1, 0.2, 0.3)
+        },
         "or keyword share >= its 90th percentile and similarity >= the background's 90th": lambda a: (
             sim(a)
             or kw(a)
