@@ -40,6 +40,7 @@ if TYPE_CHECKING:
     from kbctl.engine.events import StoreUnavailable as StoreUnavailable
     from kbctl.engine.events import SyncFinished as SyncFinished
     from kbctl.engine.events import VectorIndexBuilt as VectorIndexBuilt
+    from kbctl.engine.events import VersionCalibrated as VersionCalibrated
     from kbctl.engine.events import WorkProgress as WorkProgress
     from kbctl.engine.prune import PruneScope as PruneScope
     from kbctl.engine.results import AppliedSource as AppliedSource
@@ -213,6 +214,7 @@ _WHERE = {
     "TraceStage": "kbctl.query.results",
     "UsageError": "kbctl.errors",
     "VectorIndexBuilt": "kbctl.engine.events",
+    "VersionCalibrated": "kbctl.engine.events",
     "VersionChange": "kbctl.store.versiondiff",
     "VersionDiff": "kbctl.store.versiondiff",
     "VersionInfo": "kbctl.store.history",

@@ -235,3 +235,31 @@ def test_no_line_or_decision_depends_on_text_the_caller_may_not_read(
     answer = store.query("alone", layout["question"])
     assert asked.relevance_threshold == pytest.approx(answer.relevance_threshold, abs=1e-4)
     assert {(h.source, h.position) for h in asked.hits} == {(h.source, h.position) for h in answer.hits}
+
+
+def test_an_apply_calibrates_a_restricted_version_published_before_calibration_once(
+    store: KnowledgeBaseStore,
+) -> None:
+    """A restricted version published before calibration gets its whole line and every rule's part from the next
+    apply that publishes nothing, and keeps no keyword line (by design: that apply and the next calibrate nothing
+    more)."""
+    manifest = knowledge_base("mixed", text_source("policy", POLICY), *_board_almanac(), embedding={"model": MODEL})
+    _apply(store, manifest)
+    whole, parts = store.describe("mixed"), _parts(store)
+    assert whole.background_keyword is None and None not in parts.values()
+    nobody = store.describe("mixed", reader=Reader.of(["nobody"]))
+    store.db.connection.execute("UPDATE kb_versions SET background_similarity = NULL, background_bests = NULL")
+    store.db.connection.execute("UPDATE kb_version_rules SET background_bests = NULL")
+    _apply(store, manifest)
+    _apply(store, manifest)
+    again = store.describe("mixed")
+    assert again.version == 1
+    assert again.background_similarity == pytest.approx(whole.background_similarity, abs=1e-4)
+    assert again.background_keyword is None
+    assert _parts(store).keys() == parts.keys()
+    for rule, bests in _parts(store).items():
+        assert bests == pytest.approx(parts[rule], abs=1e-4)
+    assert store.describe("mixed", reader=Reader.of(["nobody"])).relevance_threshold == pytest.approx(
+        nobody.relevance_threshold, abs=1e-4
+    )
+    assert [e.reason for e in store.db.list_events(["mixed"])].count("Calibrated") == 1

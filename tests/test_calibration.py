@@ -5,6 +5,7 @@ none, shown by describe."""
 from __future__ import annotations
 
 import math
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -350,3 +351,42 @@ def test_background_vectors_are_embedded_once_per_model_and_kept(store: Knowledg
         a = np.array([float(x) for x in before[key].strip("[]").split(",")])
         b = np.array([float(x) for x in after[key].strip("[]").split(",")])
         assert math.isclose(float(a @ b), 1.0, abs_tol=1e-4)
+
+
+def test_an_apply_that_publishes_nothing_calibrates_a_version_published_before_calibration(
+    store: KnowledgeBaseStore, cli: CliRunner, tmp_path: Path
+) -> None:
+    """Versions published before migrations 22 and 28 have no lines (their gate is the model's threshold alone). The
+    next apply or refresh that finds one unchanged calibrates it in place, once, as a publish would have; diff says
+    it would."""
+    manifest = tmp_path / "kb.yaml"
+    manifest.write_text(_policy())
+    applied = cli.invoke(app, ["apply", "-f", str(manifest), "--wait"])
+    assert applied.exit_code == 0, applied.output
+    published = store.describe("policy")
+    assert published.background_similarity is not None and published.background_keyword is not None
+    store.db.connection.execute(
+        "UPDATE kb_versions SET background_similarity = NULL, background_bests = NULL, background_keyword = NULL"
+        " FROM kb_knowledge_bases k WHERE k.id = kb_versions.kb_id AND k.name = 'policy'"
+    )
+    assert store.query("policy", "when are refunds paid?").keyword_threshold is None  # the old gate
+    diff = cli.invoke(app, ["diff", "-f", str(manifest)])
+    assert "  version 1 would be calibrated (published before its relevance gate was)" in diff.output, diff.output
+    again = cli.invoke(app, ["apply", "-f", str(manifest), "--wait"])
+    assert again.exit_code == 0, again.output
+    detail = store.describe("policy")
+    assert detail.version == 1  # nothing published: the same version, calibrated
+    assert detail.background_similarity == pytest.approx(published.background_similarity, abs=1e-4)
+    assert detail.background_keyword == pytest.approx(published.background_keyword, abs=1e-4)
+    assert detail.relevance_threshold is not None and detail.keyword_threshold is not None
+    assert "KnowledgeBase/policy unchanged (version 1)" in again.output
+    assert (
+        "KnowledgeBase/policy: version 1 calibrated (published before its relevance gate was): similarity line "
+        f"{detail.relevance_threshold:g}, keyword line {detail.keyword_threshold:g}"
+    ) in again.output
+    assert store.query("policy", "when are refunds paid?").keyword_threshold == pytest.approx(detail.keyword_threshold)
+    third = cli.invoke(app, ["apply", "-f", str(manifest), "--wait"])
+    assert third.exit_code == 0 and "calibrated" not in third.output, third.output
+    assert "would be calibrated" not in cli.invoke(app, ["diff", "-f", str(manifest)]).output
+    events = [e for e in store.db.list_events(["policy"]) if e.reason == "Calibrated"]
+    assert len(events) == 1 and events[0].type == "Normal" and "similarity line" in events[0].message

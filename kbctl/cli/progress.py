@@ -27,6 +27,7 @@ from kbctl import (
     StoreUnavailable,
     SyncFinished,
     VectorIndexBuilt,
+    VersionCalibrated,
     WorkProgress,
 )
 from kbctl.cli.render import count
@@ -100,6 +101,11 @@ def event_line(event: Event) -> str | None:
         return f"{prefix} {outcome} (version {event.version})"
     if isinstance(event, ReconcileFailed):
         return f"{prefix} failed: {event.message}"
+    if isinstance(event, VersionCalibrated):
+        lines = f"similarity line {event.similarity_line:g}" + (
+            f", keyword line {event.keyword_line:g}" if event.keyword_line is not None else ""
+        )
+        return f"{prefix}: version {event.version} calibrated (published before its relevance gate was): {lines}"
     if isinstance(event, VectorIndexBuilt):
         vectors = count(event.vectors, "vector")
         return f"{prefix}: vector index of {event.model} built over {vectors} in {event.seconds:.1f} s"

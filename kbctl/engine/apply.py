@@ -18,6 +18,7 @@ from datetime import UTC, datetime
 
 from kbctl.defaults import ANALYZE_AFTER_CHUNKS, ANALYZE_CHUNK_SHARE
 from kbctl.embedding import Embedder
+from kbctl.embedding.background import keyword_threshold, version_threshold
 from kbctl.engine.conditions import PublishedNothing, observe
 from kbctl.engine.eventlog import record, result_events
 from kbctl.engine.events import (
@@ -27,12 +28,13 @@ from kbctl.engine.events import (
     Reporter,
     Trigger,
     VectorIndexBuilt,
+    VersionCalibrated,
     WorkProgress,
     failure_reason,
     report_sources,
 )
 from kbctl.engine.fetch import fetch_sources
-from kbctl.engine.ingest import IngestRun, ingest
+from kbctl.engine.ingest import IngestRun, background_vectors, ingest
 from kbctl.engine.plan import Fail, KnowledgeBasePlan, Reuse, SourcePlan, build_plan
 from kbctl.engine.publish import Outcome, live_status, publish_version, write_live_statuses
 from kbctl.engine.results import AppliedSource, ApplyReport, KnowledgeBaseResult
@@ -191,6 +193,8 @@ class _Reconciler:
         statuses = [live_status(p, outcomes.get(p.name), state, now) for p in plan.sources]
         if plan.unchanged:
             write_live_statuses(db, state.row.id, statuses, state.statuses)
+            if plan.calibrates and state.current is not None:
+                self._calibrate(plan, state.current.id, embedder)
             observe(db, state.row, finished=done)
         elif not any(r.chunks for r in results):
             return self._nothing_to_serve(plan, state, results, statuses, embedder.model_id, done)
@@ -225,6 +229,30 @@ class _Reconciler:
             self.db.mark_applying(recorded.name, _HOLDER)
             self._marked.add(recorded.name)
         return recorded.generation
+
+    def _calibrate(self, plan: KnowledgeBasePlan, version_id: int, embedder: Embedder) -> None:
+        """Calibrate the version that keeps serving, published before versions were calibrated as they now are (its
+        content untouched). One that fails keeps the lines it had and does not fail the apply: it is an event, and
+        the next apply or refresh tries again."""
+        assert plan.current_version is not None
+        try:
+            vectors = background_vectors(self.db, embedder)
+            similarity, keyword = self.db.calibrate(version_id, vectors, plan.kb.spec.retrieval.language)
+        except KbctlError as exc:
+            message = (
+                f"version {plan.current_version} was not calibrated ({exc}); the next apply or refresh tries again"
+            )
+            record(self.db, [NewEvent(plan.name, "Warning", "CalibrationFailed", message, self.component)])
+            return
+        event = VersionCalibrated(
+            plan.name, plan.current_version, version_threshold(plan.model_id, similarity), keyword_threshold(keyword)
+        )
+        self.reporter.report(event)
+        lines = f"similarity line {event.similarity_line:g}" + (
+            f", keyword line {event.keyword_line:g}" if event.keyword_line is not None else ""
+        )
+        message = f"version {plan.current_version} calibrated (published before its relevance gate was): {lines}"
+        record(self.db, [NewEvent(plan.name, "Normal", "Calibrated", message, self.component)])
 
     def _index(self, name: str, model: str) -> None:
         """Build the model's vector index once it has enough vectors; the published version serves meanwhile. A build

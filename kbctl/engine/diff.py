@@ -55,6 +55,7 @@ class KnowledgeBaseDiff(_Frozen):
     sources: list[DiffedSource] = []
     over_limits: list[str] = []  # the spec.limits apply would exceed (it would fail), one sentence each
     unreadable: list[str] = []  # the sources and documents apply could not read (each would fail alone)
+    calibrates: bool = False  # unchanged, apply would calibrate the serving version (published before it was)
 
     @property
     def differs(self) -> bool:
@@ -151,6 +152,7 @@ class _Differ:
             sources=sources,
             over_limits=over,
             unreadable=unreadable,
+            calibrates=plan.calibrates,
         )
 
     def _tokens(self, embedder: Embedder, chunked: dict[str, Chunked], sizes: TokenCounts) -> dict[str, int]:

@@ -26,6 +26,7 @@ __all__ = [
     "StoreUnavailable",
     "SyncFinished",
     "Trigger",
+    "VersionCalibrated",
     "failure_reason",
     "report_sources",
 ]
@@ -166,6 +167,18 @@ class VectorIndexBuilt:
     seconds: float
 
 
+@dataclass(frozen=True)
+class VersionCalibrated:
+    """The version that keeps serving, published before kbctl calibrated versions as it now does, was calibrated in
+    place by an apply or refresh that published nothing: its relevance gate's lines (`keyword_line` None: the
+    version restricts some sources, and its callers' gate is the similarity line of what each may read)."""
+
+    name: str
+    version: int
+    similarity_line: float
+    keyword_line: float | None
+
+
 Event = (
     ReconcileStarted
     | SourceReconciled
@@ -180,6 +193,7 @@ Event = (
     | StoreUnavailable
     | WorkProgress
     | VectorIndexBuilt
+    | VersionCalibrated
 )
 
 

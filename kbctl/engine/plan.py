@@ -132,6 +132,14 @@ class KnowledgeBasePlan:
     removed: tuple[str, ...]  # sources the current version serves that the manifest no longer has
     content_changed: bool  # some source would serve other content than the current version does
     packed: Packing  # pack(manifest), made once when first needed: the manifest as the store keeps it, and its texts
+    # The current version lacks the calibration a publish now gives (published before migration 22 or 28): an
+    # apply or refresh that publishes nothing calibrates it in place (kbctl.store.embeddings.calibrate).
+    uncalibrated: bool = False
+
+    @property
+    def calibrates(self) -> bool:
+        """Whether this plan calibrates the version that keeps serving (one it publishes is calibrated anyway)."""
+        return self.unchanged and self.uncalibrated
 
     @property
     def name(self) -> str:
@@ -379,4 +387,5 @@ def build_plan(
         removed=tuple(n for n in served if n not in names),
         content_changed=any(isinstance(p.decision, Ingest) for p in plans) or now_serving != before,
         packed=packed or packing(manifest),
+        uncalibrated=state.current is not None and not state.current.calibrated,
     )

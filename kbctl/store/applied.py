@@ -50,7 +50,8 @@ class SettledKnowledgeBase:
 
 
 # The knowledge bases recorded under one of the keys that still serve what they recorded: nothing pending or
-# unobserved, the recorded version current and of the recorded manifest, Ready, every source served and ready.
+# unobserved, the recorded version current and of the recorded manifest, Ready, every source served and ready, and
+# the version calibrated as a publish now calibrates it (VersionRow.calibrated: else an apply calibrates it).
 _SETTLED = """
 SELECT k.id, k.name, k.applied_file_sha256, k.applied_file_line, k.applied_file_kbs, v.number, k.generation,
        v.model,
@@ -66,6 +67,7 @@ SELECT k.id, k.name, k.applied_file_sha256, k.applied_file_line, k.applied_file_
  WHERE k.applied_file_sha256 = ANY(%(keys)s)
    AND k.desired_manifest IS NULL AND k.generation = k.observed_generation
    AND v.manifest_sha256 = k.applied_manifest_sha256
+   AND v.background_similarity IS NOT NULL AND (v.restricted_chunks > 0 OR v.background_keyword IS NOT NULL)
    AND k.conditions @> %(ready)s
    AND NOT EXISTS (SELECT 1 FROM kb_version_sources vs
                     WHERE vs.version_id = v.id AND (vs.revision_id IS NULL OR vs.state <> 'ready'))

@@ -6,6 +6,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
+from kbctl.errors import NotFoundError
 from kbctl.inputs.access import Reader
 from kbctl.store.access import Rule, readable_background, store_calibration, version_rules
 from kbctl.store.chunks import Chunks
@@ -106,14 +107,32 @@ class Embeddings(Chunks):
             shares.append(keyword_share(ranking.best_score, ranking.idf_total))
         return background_keyword(shares)
 
+    def calibrate(self, version_id: int, vectors: Sequence[Vector], language: str) -> tuple[float | None, float | None]:
+        """Calibrate a published version in place, as a publish now would (`vectors`: the background questions', of
+        the version's model; `language`: its spec's): for one published before calibration (migration 22) or
+        before the keyword line (migration 28). Its content is untouched. Returns its background similarity and
+        background keyword share."""
+        with self._conn.transaction():  # an indexed search's settings last until the end of the transaction
+            row = self._conn.execute(
+                "SELECT model, chunk_count, restricted_chunks FROM kb_versions WHERE id = %s FOR UPDATE", (version_id,)
+            ).fetchone()
+            if row is None:
+                raise NotFoundError(f"version {version_id} is gone")
+            self._calibrate(version_id, str(row[0]), int(row[1]), int(row[2]), vectors, language)
+            found = self._conn.execute(
+                "SELECT background_similarity, background_keyword FROM kb_versions WHERE id = %s", (version_id,)
+            ).fetchone()
+        assert found is not None
+        return found[0], found[1]
+
     def _calibrate(
         self, version_id: int, model: str, chunks: int, restricted: int, vectors: Sequence[Vector], language: str
     ) -> None:
-        """Calibrate a version being published (kbctl.embedding.background): the background questions' best
-        similarities among its chunks behind no rule and, when it restricts some, among each rule's, searched apart
-        (kbctl.store.access), so that every caller's line is of what it may read; the version's own is of them all.
-        A version that restricts none gets its background keyword share too (one that does keeps the similarity
-        line alone: a share measured over every chunk would move with text a caller may not read)."""
+        """Calibrate a version being published, or published before (kbctl.embedding.background): the background
+        questions' best similarities among its chunks behind no rule and, when it restricts some, among each rule's,
+        searched apart (kbctl.store.access), so that every caller's line is of what it may read; the version's own is
+        of them all. A version that restricts none gets its background keyword share too (one that does keeps the
+        similarity line alone: a share measured over every chunk would move with text a caller may not read)."""
         from kbctl.embedding.background import joint_similarity
 
         if not restricted:

@@ -110,6 +110,15 @@ class VersionRow:
     created_at: datetime
     background_similarity: float | None = None  # calibrated at publish (kbctl.embedding.background); None: before
     background_keyword: float | None = None  # likewise, the keyword share's; None: before, or a restricted version
+    restricted_chunks: int = 0  # chunks behind an access rule (kbctl.store.access)
+
+    @property
+    def calibrated(self) -> bool:
+        """Whether the version has the calibration a publish now gives it: a background similarity and, restricting
+        no source, a background keyword share (one published before migration 22 or 28 lacks them)."""
+        return self.background_similarity is not None and (
+            self.restricted_chunks > 0 or self.background_keyword is not None
+        )
 
 
 @dataclass(frozen=True)

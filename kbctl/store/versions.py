@@ -43,7 +43,8 @@ class Versions(SourceStatuses, Embeddings):
             row = cur.execute(
                 "SELECT id, number, CASE WHEN manifest_sha256 = %s THEN NULL ELSE manifest END AS manifest,"
                 " manifest_sha256, model, chunk_count, embedded_count, reused_count, created_at, background_similarity,"
-                " background_keyword FROM kb_versions WHERE kb_id = %s AND number = %s",
+                " background_keyword, restricted_chunks"
+                " FROM kb_versions WHERE kb_id = %s AND number = %s",
                 (sha, kb_id, number),
             ).fetchone()
         if row is not None and row.manifest is None and known is not None:

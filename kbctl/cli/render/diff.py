@@ -49,6 +49,8 @@ def _diff_lines(report: DiffReport, suffix: str) -> Iterator[str]:
         for s in kb.sources:
             if s.differs:
                 yield f"  {_diff_source_line(s)}"
+        if kb.calibrates:
+            yield f"  version {kb.version} would be calibrated (published before its relevance gate was)"
         for reason in kb.fails:
             yield f"  would fail: {reason}"
 
