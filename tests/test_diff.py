@@ -259,6 +259,7 @@ def test_diff_json_is_the_plan_as_data(store: KnowledgeBaseStore, cli: CliRunner
                 ],
                 "overLimits": [],
                 "unreadable": [],
+                "calibrates": False,
             },
             {
                 "name": "copy",
@@ -271,6 +272,7 @@ def test_diff_json_is_the_plan_as_data(store: KnowledgeBaseStore, cli: CliRunner
                 ],
                 "overLimits": [],
                 "unreadable": [],
+                "calibrates": False,
             },
         ],
         "differs": True,
