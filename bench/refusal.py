@@ -138,6 +138,7 @@ class Asked:
     # The similarities of the vector list's first TOP_K chunks, best first (query performance prediction: how well
     # the best few chunks match, not the best alone)
     top: list[float] = field(default_factory=list)
+    kw_top: list[float] = field(default_factory=list)  # the keyword list's first TOP_K BM25 scores, best first
     # Document nDCG@10 of the top 10 (within the budget) of the uncut list cut at a per-chunk similarity floor, by
     # floor ("0.2": the chunks of similarity >= 0.2 alone; exceptions not applied)
     floor_ndcg: dict[str, float] = field(default_factory=dict)
@@ -243,7 +244,9 @@ class Asker:
         similarities = self.sample @ q
         agreed = next((h.similarity for h in uncut if h.vector_rank == 1 and h.keyword_rank == 1), None)
         terms = question_terms(self.store.db.connection, self.version_id, self.language, question)
-        keyword = keyword_ranking(self.store.db.connection, self.version_id, self.language, question, vector, 1).hits
+        keyword = keyword_ranking(
+            self.store.db.connection, self.version_id, self.language, question, vector, TOP_K
+        ).hits
         first = min(uncut, key=lambda h: h.vector_rank or POOL + 1, default=None)
         relevant = query is not None and kind == "in"
         return Asked(
@@ -271,6 +274,7 @@ class Asker:
             chunks=terms.chunks,
             kw_best=max((h.keyword_score or 0.0 for h in keyword), default=0.0),
             all_words=bool(first and first.all_words),
+            kw_top=[h.keyword_score or 0.0 for h in keyword],
             top=[h.similarity for h in sorted((h for h in uncut if h.vector_rank), key=lambda h: h.vector_rank)][
                 :TOP_K
             ],
@@ -770,6 +774,47 @@ def shipped_neighbours(group: Group) -> None:
         print(row(f"shipped, chunks cut at {f}", outcome(asked, shipped, lambda a, f=f: a.floor_ndcg.get(f, 0.0))))
 
 
+def auc(inside: Sequence[float], outside: Sequence[float]) -> float:
+    """The area under the ROC curve: the chance that an in-domain question scores above a foreign one (ties half)."""
+    out = np.sort(np.asarray(outside))
+    below = np.searchsorted(out, inside, side="left")
+    ties = np.searchsorted(out, inside, side="right") - below
+    return float(np.mean((below + 0.5 * ties) / max(1, len(out))))
+
+
+def signals_report(group: Group) -> None:
+    """How well each signal tells a knowledge base's own questions from foreign ones (ROC AUC, per knowledge base
+    with in-domain questions): the best similarity, the mean of the vector list's first k, the keyword share, and
+    the keyword list's first k scores' mean over the question's idf sum."""
+    asked = group.asked
+    if not any(a.top and a.kw_top for a in asked):
+        return
+    signals: dict[str, Callable[[Asked], float]] = {
+        "best similarity": lambda a: a.best,
+        **{f"mean of the first {k} similarities": lambda a, k=k: a.top_mean(k) for k in (3, 10)},
+        "keyword share": lambda a: a.kw_share,
+        **{
+            f"keyword share over the first {k}": lambda a, k=k: keyword_share(
+                float(np.mean((a.kw_top + [0.0] * k)[:k])), sum(a.idfs)
+            )
+            for k in (3, 10)
+        },
+    }
+    kbs = list(dict.fromkeys(a.kb for a in asked if a.kind == "in"))
+    print(f"\n#### {group.model}: each signal's ROC AUC, own questions against foreign ones\n")
+    print("| signal | " + " | ".join(kbs) + " |")
+    print("|---|" + "---:|" * len(kbs))
+    for label, signal in signals.items():
+        cells = [
+            auc(
+                [signal(a) for a in asked if a.kb == kb and a.kind == "in"],
+                [signal(a) for a in asked if a.kb == kb and a.kind == "out"],
+            )
+            for kb in kbs
+        ]
+        print(f"| {label} | " + " | ".join(f"{c:.3f}" for c in cells) + " |")
+
+
 def top_report(group: Group, target: float, exempt: Sequence[str] = ()) -> None:
     """The similarity line read over the vector list's first k chunks (their mean) instead of the best alone: a
     query performance predictor (how well the best few chunks match). Calibrated as the shipped line is (the
@@ -939,6 +984,7 @@ def main() -> None:
         shipped_neighbours(group)
         per_knowledge_base(group, args.target_refused)
         top_report(group, args.target_refused, args.exempt)
+        signals_report(group)
     if any(math.isnan(a.best) for g in groups for a in g.asked):
         print("warning: some questions had no candidates")
 
