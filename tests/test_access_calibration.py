@@ -75,7 +75,9 @@ def test_a_caller_gets_the_line_of_what_it_may_read(
     assert board.background_similarity == pytest.approx(whole.background_similarity, abs=1e-4)
     refused = store.query("mixed", ANSWERED, reader=Reader.of(["board"]))  # its everyday text raises its line
     assert refused.relevance_threshold == pytest.approx(whole.relevance_threshold, abs=1e-4)
-    assert refused.hits == [] and refused.message.endswith("calibrated for version 1")
+    assert refused.hits == [] and refused.message.endswith(
+        f"below version 1's relevance line {refused.relevance_threshold:.2f}"
+    )
 
     # The command line's describe as that caller words the public line.
     shown = cli.invoke(app, ["describe", "kb", "mixed", "--as-group", "nobody"], env={"COLUMNS": "200"})

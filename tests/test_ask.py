@@ -149,7 +149,7 @@ def test_nothing_relevant_calls_no_model(asker: KnowledgeBaseStore, chat: ChatSe
     result = asker.ask("policies", OFF_TOPIC)
     assert result.reason == "noContext" and result.answer is None and result.model is None
     assert result.citations == [] and result.retrieval.hits == []
-    assert "below the threshold 0.35 calibrated for version 1" in result.message
+    assert "below version 1's relevance line 0.35" in result.message
     assert result.message.endswith("is below its keyword line 0.60; no model was asked")
     assert chat.request_count == 0
 

@@ -236,7 +236,7 @@ def test_a_question_below_the_calibrated_line_is_refused_where_the_models_thresh
         refusals += 1
         assert asked_.hits == [] and asked_.relevant_by is None
         assert asked_.message.endswith(
-            f"below the threshold {line:.2f} calibrated for version 1, and the question's keyword share"
+            f"below version 1's relevance line {line:.2f}, and the question's keyword share"
             f" {asked_.keyword_share:.2f} is below its keyword line {asked_.keyword_threshold:.2f}"
         )
         assert store.query("almanac", question, threshold=DEFAULT_THRESHOLD).hits

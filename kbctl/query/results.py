@@ -155,8 +155,8 @@ class QueryResult(BaseModel):
                 else ""
             )
             return (
-                f"nothing relevant found in {kb}: the best match scores {self.best_score:.2f}, below the threshold "
-                f"{self.relevance_threshold:.2f} calibrated for version {self.version}{lexical}"
+                f"nothing relevant found in {kb}: the best match scores {self.best_score:.2f}, below version "
+                f"{self.version}'s relevance line {self.relevance_threshold:.2f}{lexical}"
             )
         if self.below_threshold == self.candidates:
             return (
