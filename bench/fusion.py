@@ -10,24 +10,39 @@ document-level nDCG@10 (a document ranks at its best chunk), BEIR's own: ignored
 document) are left out, as `kbctl eval` does.
 
 Printed per dataset: vector alone, BM25 alone, weighted reciprocal rank fusion (keyword weight w, k, pool depth),
-and a convex combination of min-max normalized scores (alpha = vector's share) at each pool depth.
+and a convex combination of min-max normalized scores (alpha = vector's share) at each pool depth. Then the keyword
+list weighed by the question's keyword share (kbctl.embedding.background.keyword_share: its best BM25 score over
+the sum of its words' idf): weight min(1, share / s), so that a keyword list whose best chunk holds little of the
+question counts less; each s with nDCG@10 and MRR@10, uncut and with the chunks below the answer floor cut (as the
+defaults cut an answer's chunks).
+
+`--examples` also applies examples/kb (the default model) into a temporary store and measures its knowledge bases
+against examples/eval, where a list of a few dozen chunks makes the keyword list's order weak evidence.
 """
 
 from __future__ import annotations
 
 import argparse
-from collections.abc import Callable, Sequence
+import shutil
+import tempfile
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 from kbctl.client import KnowledgeBaseStore
 from kbctl.config import Settings
-from kbctl.eval.evalset import EvalQuery, load_evalset
+from kbctl.defaults import DEFAULT_MODEL
+from kbctl.embedding.background import answer_floor, keyword_share
+from kbctl.eval.evalset import EvalQuery, EvalSet, load_evalset
 from kbctl.eval.metrics import ndcg_at_k
 from kbctl.eval.run import distinct_sources
+from kbctl.manifest import load_manifests
 from kbctl.manifest.models import Fusion
 from kbctl.query.stages import RRF_K, fuse
+from kbctl.store.embedded import stop_server
 from kbctl.store.rows import ChunkHit
+
+ROOT = Path(__file__).resolve().parent.parent
 
 
 @dataclass(frozen=True)
@@ -41,12 +56,18 @@ class Lists:
     query: EvalQuery
     vector: list[ChunkHit]
     keyword: list[ChunkHit]
+    idf_total: float = 0.0  # the sum of the question's words' idf (what its keyword share is measured against)
+
+    @property
+    def share(self) -> float:
+        """The question's keyword share."""
+        return keyword_share(self.keyword[0].keyword_score if self.keyword else None, self.idf_total)
 
 
-def gather(home: Path, name: str, depth: int) -> list[Lists]:
-    """Both candidate lists of every eval query, `depth` deep."""
+def gather(home: Path, name: str, depth: int, evalset: EvalSet | None = None) -> list[Lists]:
+    """Both candidate lists of every eval query (HOME/eval.jsonl's, or `evalset`'s), `depth` deep."""
     store = KnowledgeBaseStore(settings=Settings(home=home))
-    evalset = load_evalset(str(home / "eval.jsonl"))
+    evalset = evalset or load_evalset(str(home / "eval.jsonl"))
     target = store.db.query_target(name)
     assert target is not None and target.version_id is not None and target.model and target.chunk_count
     embedder = store.embedder(target.model)
@@ -56,8 +77,8 @@ def gather(home: Path, name: str, depth: int) -> list[Lists]:
         by_vector = store.db.search(
             target.version_id, vec, depth, model=target.model, version_chunks=target.chunk_count
         )
-        by_keyword = store.db.keyword_ranking(target.version_id, "english", q.question, vec, depth).hits
-        out.append(Lists(q, by_vector, by_keyword))
+        ranking = store.db.keyword_ranking(target.version_id, "english", q.question, vec, depth)
+        out.append(Lists(q, by_vector, ranking.hits, ranking.idf_total))
     store.close()
     return out
 
@@ -70,6 +91,62 @@ def fused(fusion: Fusion, weight: float, pool: int, k: int = RRF_K) -> Callable[
         return [hit.source_name for hit, _ in ranked]
 
     return run
+
+
+def by_share(full: float | None, floor: float = -1.0) -> Callable[[Lists], list[str]]:
+    """RRF (k 60, the lists 100 deep) with the keyword list weighed min(1, share / `full`) (`full` None: 1), the
+    chunks below `floor` cut after fusion."""
+
+    def run(lists: Lists) -> list[str]:
+        weight = 1.0 if full is None else min(1.0, lists.share / full)
+        ranked = fuse(lists.vector[:100], lists.keyword[:100], weight)
+        return [hit.source_name for hit, _ in ranked if hit.score >= floor]
+
+    return run
+
+
+def mrr(data: Sequence[Lists], rank: Callable[[Lists], list[str]]) -> float:
+    """Document MRR@10: the reciprocal rank of the first relevant document among the first ten."""
+    total = 0.0
+    for lists in data:
+        ranked = [_Hit(s) for s in rank(lists) if s not in lists.query.ignored_sources]
+        sources = [h.source for h in distinct_sources(ranked)[:10]]
+        total += next((1 / i for i, s in enumerate(sources, start=1) if s in lists.query.expected_sources), 0.0)
+    return total / len(data)
+
+
+def share_report(data: Sequence[Lists], floor: float) -> None:
+    """The keyword list weighed by the question's keyword share, each `full` share against the fixed weight 1."""
+    shares = sorted(lists.share for lists in data)
+    print(
+        f"keyword weight min(1, share / s): shares p10 / p50 / p90 {shares[len(shares) // 10]:.2f} /"
+        f" {shares[len(shares) // 2]:.2f} / {shares[9 * len(shares) // 10]:.2f}"
+    )
+    print(f"  {'s':<6} nDCG@10 / MRR@10 uncut; at the answer floor {floor:g}")
+    for full in (None, 0.25, 0.5, 0.75, 1.0, 1.5, 2.0):
+        label = "fixed" if full is None else f"{full:g}"
+        uncut, cut = by_share(full), by_share(full, floor)
+        figures = f"{ndcg(data, uncut):.4f} / {mrr(data, uncut):.4f}; {ndcg(data, cut):.4f} / {mrr(data, cut):.4f}"
+        print(f"  {label:<6} {figures}")
+
+
+def examples(depth: int) -> Iterator[tuple[str, list[Lists]]]:
+    """examples/kb applied with the default model into a temporary store, and each of its knowledge bases' lists
+    for its examples/eval questions that name the sources of their answer."""
+    home = Path(tempfile.mkdtemp(prefix="kbctl-fusion-"))
+    settings = Settings(home=home)
+    try:
+        with KnowledgeBaseStore(settings=settings) as store:
+            if store.apply([m.kb for m in load_manifests([str(ROOT / "examples" / "kb")])]).failed:
+                raise SystemExit("examples/kb did not apply")
+        for path in sorted((ROOT / "examples" / "eval").glob("*.yaml")):
+            evalset = load_evalset(str(path))
+            answerable = evalset.model_copy(update={"queries": [q for q in evalset.queries if q.expected_sources]})
+            name = evalset.knowledge_base or path.stem
+            yield name, gather(home, name, depth, answerable)
+    finally:
+        stop_server(settings.pgdata)
+        shutil.rmtree(home, ignore_errors=True)
 
 
 def rrf(weight: float, k: int, pool: int) -> Callable[[Lists], list[str]]:
@@ -100,13 +177,15 @@ def recall(data: Sequence[Lists], rank: Callable[[Lists], list[str]], k: int) ->
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("datasets", nargs="+", metavar="HOME:NAME")
+    parser.add_argument("datasets", nargs="*", metavar="HOME:NAME")
     parser.add_argument("--depth", type=int, default=200)
+    parser.add_argument("--examples", action="store_true", help="also examples/kb against examples/eval")
+    parser.add_argument("--floor", type=float, default=answer_floor(DEFAULT_MODEL), help="the answer floor cut")
     args = parser.parse_args()
     pools = [p for p in (30, 50, 100, 200) if p <= args.depth]
-    for spec in args.datasets:
-        home, _, name = spec.rpartition(":")
-        data = gather(Path(home), name, args.depth)
+    homes = [(Path(home), name) for home, _, name in (spec.rpartition(":") for spec in args.datasets)]
+    gathered = ((f"{home.name}/{name}", gather(home, name, args.depth)) for home, name in homes)
+    for name, data in [*gathered, *(examples(args.depth) if args.examples else [])]:
         print(f"\n## {name}: {len(data)} queries, lists {args.depth} deep; document-level nDCG@10 / recall@100")
         print(
             f"vector alone            {ndcg(data, rrf(0.0, 60, args.depth)):.4f} / "
@@ -132,6 +211,7 @@ def main() -> None:
             ),
         )
         print(f"best RRF: {best[1]} {best[0]:.4f}")
+        share_report(data, args.floor)
 
 
 if __name__ == "__main__":
