@@ -31,7 +31,7 @@ from pathlib import Path
 
 from kbctl.client import KnowledgeBaseStore
 from kbctl.config import Settings
-from kbctl.defaults import DEFAULT_MODEL
+from kbctl.defaults import ANSWER_FLOOR_MARGIN, DEFAULT_MODEL
 from kbctl.embedding.background import answer_floor, keyword_share
 from kbctl.eval.evalset import EvalQuery, EvalSet, load_evalset
 from kbctl.eval.metrics import ndcg_at_k
@@ -94,13 +94,25 @@ def fused(fusion: Fusion, weight: float, pool: int, k: int = RRF_K) -> Callable[
 
 
 def by_share(full: float | None, floor: float = -1.0) -> Callable[[Lists], list[str]]:
-    """RRF (k 60, the lists 100 deep) with the keyword list weighed min(1, share / `full`) (`full` None: 1), the
+    """RRF (kbctl's k, the lists 100 deep) with the keyword list weighed min(1, share / `full`) (`full` None: 1), the
     chunks below `floor` cut after fusion."""
 
     def run(lists: Lists) -> list[str]:
         weight = 1.0 if full is None else min(1.0, lists.share / full)
         ranked = fuse(lists.vector[:100], lists.keyword[:100], weight)
         return [hit.source_name for hit, _ in ranked if hit.score >= floor]
+
+    return run
+
+
+def demoted(line: float, floor: float, full: float | None = None) -> Callable[[Lists], list[str]]:
+    """The answer floor's chunks after the others: the fused order (`by_share(full)`, cut at `floor`) of the chunks
+    scoring at least `line`, then that of those below it."""
+
+    def run(lists: Lists) -> list[str]:
+        weight = 1.0 if full is None else min(1.0, lists.share / full)
+        ranked = [hit for hit, _ in fuse(lists.vector[:100], lists.keyword[:100], weight) if hit.score >= floor]
+        return [h.source_name for h in ranked if h.score >= line] + [h.source_name for h in ranked if h.score < line]
 
     return run
 
@@ -128,6 +140,10 @@ def share_report(data: Sequence[Lists], floor: float) -> None:
         uncut, cut = by_share(full), by_share(full, floor)
         figures = f"{ndcg(data, uncut):.4f} / {mrr(data, uncut):.4f}; {ndcg(data, cut):.4f} / {mrr(data, cut):.4f}"
         print(f"  {label:<6} {figures}")
+    print(f"the chunks under the model's threshold ({floor + ANSWER_FLOOR_MARGIN:g}) after the others, at the floor:")
+    for line in (floor + ANSWER_FLOOR_MARGIN / 2, floor + ANSWER_FLOOR_MARGIN):
+        rule = demoted(line, floor)
+        print(f"  under {line:g}: {ndcg(data, rule):.4f} / {mrr(data, rule):.4f}")
 
 
 def examples(depth: int) -> Iterator[tuple[str, list[Lists]]]:
