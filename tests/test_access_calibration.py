@@ -244,7 +244,7 @@ def test_an_apply_calibrates_a_restricted_version_published_before_calibration_o
 ) -> None:
     """A restricted version published before calibration gets its whole line and every rule's part from the next
     apply that publishes nothing, and keeps no keyword line (by design: that apply and the next calibrate nothing
-    more)."""
+    more); one whose parts alone are missing gets them too."""
     manifest = knowledge_base("mixed", text_source("policy", POLICY), *_board_almanac(), embedding={"model": MODEL})
     _apply(store, manifest)
     whole, parts = store.describe("mixed"), _parts(store)
@@ -264,4 +264,12 @@ def test_an_apply_calibrates_a_restricted_version_published_before_calibration_o
     assert store.describe("mixed", reader=Reader.of(["nobody"])).relevance_threshold == pytest.approx(
         nobody.relevance_threshold, abs=1e-4
     )
-    assert [e.reason for e in store.db.list_events(["mixed"])].count("Calibrated") == 1
+    assert [e.count for e in store.db.list_events(["mixed"]) if e.reason == "Calibrated"] == [1]
+    # Parts alone missing (migration 24 could not compute them): the next apply computes them too.
+    store.db.connection.execute("UPDATE kb_versions SET background_bests = NULL")
+    store.db.connection.execute("UPDATE kb_version_rules SET background_bests = NULL")
+    assert store.describe("mixed", reader=Reader.of(["nobody"])).relevance_threshold == pytest.approx(DEFAULT_THRESHOLD)
+    _apply(store, manifest)
+    for rule, bests in _parts(store).items():
+        assert bests == pytest.approx(parts[rule], abs=1e-4)
+    assert [e.count for e in store.db.list_events(["mixed"]) if e.reason == "Calibrated"] == [2]  # one row, counted

@@ -389,4 +389,5 @@ def test_an_apply_that_publishes_nothing_calibrates_a_version_published_before_c
     assert third.exit_code == 0 and "calibrated" not in third.output, third.output
     assert "would be calibrated" not in cli.invoke(app, ["diff", "-f", str(manifest)]).output
     events = [e for e in store.db.list_events(["policy"]) if e.reason == "Calibrated"]
-    assert len(events) == 1 and events[0].type == "Normal" and "similarity line" in events[0].message
+    assert len(events) == 1 and events[0].count == 1 and events[0].type == "Normal"
+    assert "similarity line" in events[0].message

@@ -67,7 +67,8 @@ SELECT k.id, k.name, k.applied_file_sha256, k.applied_file_line, k.applied_file_
  WHERE k.applied_file_sha256 = ANY(%(keys)s)
    AND k.desired_manifest IS NULL AND k.generation = k.observed_generation
    AND v.manifest_sha256 = k.applied_manifest_sha256
-   AND v.background_similarity IS NOT NULL AND (v.restricted_chunks > 0 OR v.background_keyword IS NOT NULL)
+   AND v.background_similarity IS NOT NULL
+   AND CASE WHEN v.restricted_chunks > 0 THEN v.background_bests IS NOT NULL ELSE v.background_keyword IS NOT NULL END
    AND k.conditions @> %(ready)s
    AND NOT EXISTS (SELECT 1 FROM kb_version_sources vs
                     WHERE vs.version_id = v.id AND (vs.revision_id IS NULL OR vs.state <> 'ready'))

@@ -111,14 +111,16 @@ class VersionRow:
     background_similarity: float | None = None  # calibrated at publish (kbctl.embedding.background); None: before
     background_keyword: float | None = None  # likewise, the keyword share's; None: before, or a restricted version
     restricted_chunks: int = 0  # chunks behind an access rule (kbctl.store.access)
+    background_parts: bool = True  # what its background similarity is made of is kept (kbctl.store.access)
 
     @property
     def calibrated(self) -> bool:
         """Whether the version has the calibration a publish now gives it: a background similarity and, restricting
-        no source, a background keyword share (one published before migration 22 or 28 lacks them)."""
-        return self.background_similarity is not None and (
-            self.restricted_chunks > 0 or self.background_keyword is not None
-        )
+        no source, a background keyword share (one published before migration 22 or 28 lacks them); restricting
+        some, the parts its callers' lines are made of (which migration 24 could not always compute)."""
+        if self.background_similarity is None:
+            return False
+        return self.background_parts if self.restricted_chunks > 0 else self.background_keyword is not None
 
 
 @dataclass(frozen=True)

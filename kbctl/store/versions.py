@@ -43,7 +43,7 @@ class Versions(SourceStatuses, Embeddings):
             row = cur.execute(
                 "SELECT id, number, CASE WHEN manifest_sha256 = %s THEN NULL ELSE manifest END AS manifest,"
                 " manifest_sha256, model, chunk_count, embedded_count, reused_count, created_at, background_similarity,"
-                " background_keyword, restricted_chunks"
+                " background_keyword, restricted_chunks, background_bests IS NOT NULL AS background_parts"
                 " FROM kb_versions WHERE kb_id = %s AND number = %s",
                 (sha, kb_id, number),
             ).fetchone()
