@@ -23,11 +23,11 @@ against examples/eval, where a list of a few dozen chunks makes the keyword list
 from __future__ import annotations
 
 import argparse
-import shutil
-import tempfile
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+
+from retrieval import examples_store  # bench/retrieval.py
 
 from kbctl.client import KnowledgeBaseStore
 from kbctl.config import Settings
@@ -36,10 +36,8 @@ from kbctl.embedding.background import answer_floor, keyword_share
 from kbctl.eval.evalset import EvalQuery, EvalSet, load_evalset
 from kbctl.eval.metrics import ndcg_at_k
 from kbctl.eval.run import distinct_sources
-from kbctl.manifest import load_manifests
 from kbctl.manifest.models import Fusion
 from kbctl.query.stages import RRF_K, fuse
-from kbctl.store.embedded import stop_server
 from kbctl.store.rows import ChunkHit
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -149,20 +147,12 @@ def share_report(data: Sequence[Lists], floor: float) -> None:
 def examples(depth: int) -> Iterator[tuple[str, list[Lists]]]:
     """examples/kb applied with the default model into a temporary store, and each of its knowledge bases' lists
     for its examples/eval questions that name the sources of their answer."""
-    home = Path(tempfile.mkdtemp(prefix="kbctl-fusion-"))
-    settings = Settings(home=home)
-    try:
-        with KnowledgeBaseStore(settings=settings) as store:
-            if store.apply([m.kb for m in load_manifests([str(ROOT / "examples" / "kb")])]).failed:
-                raise SystemExit("examples/kb did not apply")
+    with examples_store() as store:
         for path in sorted((ROOT / "examples" / "eval").glob("*.yaml")):
             evalset = load_evalset(str(path))
             answerable = evalset.model_copy(update={"queries": [q for q in evalset.queries if q.expected_sources]})
             name = evalset.knowledge_base or path.stem
-            yield name, gather(home, name, depth, answerable)
-    finally:
-        stop_server(settings.pgdata)
-        shutil.rmtree(home, ignore_errors=True)
+            yield name, gather(store.settings.home, name, depth, answerable)
 
 
 def rrf(weight: float, k: int, pool: int) -> Callable[[Lists], list[str]]:

@@ -15,14 +15,12 @@ their difference, and how many questions each answered and with how many chunks.
 from __future__ import annotations
 
 import argparse
-import shutil
 import sys
-import tempfile
 import time
 from dataclasses import replace
 from pathlib import Path
 
-from retrieval import NAME, percentile  # bench/retrieval.py
+from retrieval import NAME, examples_store, percentile  # bench/retrieval.py
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
@@ -30,7 +28,6 @@ from kbctl.client import KnowledgeBaseStore
 from kbctl.config import Settings
 from kbctl.embedding.local import calibrated_threshold
 from kbctl.eval.evalset import load_evalset
-from kbctl.manifest import load_manifests
 from kbctl.query.options import QueryOptions
 from kbctl.query.plan import QueryPlan, plan_query
 from kbctl.query.retrieve import run_query
@@ -86,20 +83,12 @@ def main() -> None:
     parser.add_argument("--examples", action="store_true", help="examples/kb and examples/eval in a fresh store")
     args = parser.parse_args()
     if args.examples:
-        home = Path(tempfile.mkdtemp(prefix="kbctl-gate-"))
-        settings = Settings(home=home)
-        try:
-            with KnowledgeBaseStore(settings=settings) as store:
-                if store.apply([m.kb for m in load_manifests([str(ROOT / "examples" / "kb")])]).failed:
-                    raise SystemExit("examples/kb did not apply")
-                asked = []
-                for path in sorted((ROOT / "examples" / "eval").glob("*.yaml")):
-                    evalset = load_evalset(str(path))
-                    asked += [(evalset.knowledge_base or path.stem, q.question) for q in evalset.queries]
-                measure(store, asked[: args.limit_queries], args.rounds)
-        finally:
-            stop_server(settings.pgdata)
-            shutil.rmtree(home, ignore_errors=True)
+        with examples_store() as store:
+            asked = []
+            for path in sorted((ROOT / "examples" / "eval").glob("*.yaml")):
+                evalset = load_evalset(str(path))
+                asked += [(evalset.knowledge_base or path.stem, q.question) for q in evalset.queries]
+            measure(store, asked[: args.limit_queries], args.rounds)
         return
     if args.home is None:
         parser.error("HOME, or --examples")

@@ -61,9 +61,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
-import shutil
 import sys
-import tempfile
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
@@ -72,7 +70,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from retrieval import NAME, as_published  # bench/retrieval.py
+from retrieval import NAME, as_published, examples_store  # bench/retrieval.py
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
@@ -92,7 +90,6 @@ from kbctl.embedding.local import calibrated_threshold
 from kbctl.eval.evalset import EvalQuery, load_evalset
 from kbctl.eval.metrics import ndcg_at_k
 from kbctl.eval.run import distinct_sources
-from kbctl.manifest import Embedding, load_manifests
 from kbctl.query.options import QueryOptions
 from kbctl.store.bm25 import QuestionTerms, keyword_ranking, question_terms
 from kbctl.store.embedded import stop_server
@@ -345,30 +342,17 @@ def ask_group(model: str, homes: list[Path], limit: int, sample: int, background
         for a in group.asked:
             if a.kb == NAME:
                 a.kb = home.name
-    # examples/kb with this model, in a store of its own
-    home = Path(tempfile.mkdtemp(prefix="kbctl-refusal-"))
-    settings = Settings(home=home)
-    try:
-        with KnowledgeBaseStore(settings=settings) as store:
-            manifests = []
-            for m in load_manifests([str(ROOT / "examples" / "kb")]):
-                spec = m.kb.spec.model_copy(update={"embedding": Embedding(model=model)})
-                manifests.append(m.kb.model_copy(update={"spec": spec}))
-            if store.apply(manifests).failed:
-                raise SystemExit("examples/kb did not apply")
-            beir = spread([[q.question for q in qs] for qs in questions.values()], limit) if limit else []
-            for kb, qs in examples.items():
-                print(f"{model}: {kb}: {len(qs)} of examples/eval, {len(beir)} out-of-domain", flush=True)
-                asker = Asker(store, kb, sample)
-                for text, no_answer in qs:
-                    group.asked.append(asker.ask(text, None, "examples/eval", "none" if no_answer else "answerable"))
-                for text in beir:
-                    group.asked.append(asker.ask(text, None, "beir", "out"))
-                for text in background:
-                    group.asked.append(asker.ask(text, None, "background", "background"))
-    finally:
-        stop_server(settings.pgdata)
-        shutil.rmtree(home, ignore_errors=True)
+    with examples_store(model) as store:  # examples/kb with this model, in a store of its own
+        beir = spread([[q.question for q in qs] for qs in questions.values()], limit) if limit else []
+        for kb, qs in examples.items():
+            print(f"{model}: {kb}: {len(qs)} of examples/eval, {len(beir)} out-of-domain", flush=True)
+            asker = Asker(store, kb, sample)
+            for text, no_answer in qs:
+                group.asked.append(asker.ask(text, None, "examples/eval", "none" if no_answer else "answerable"))
+            for text in beir:
+                group.asked.append(asker.ask(text, None, "beir", "out"))
+            for text in background:
+                group.asked.append(asker.ask(text, None, "background", "background"))
     return group
 
 

@@ -31,7 +31,8 @@ import os
 import shutil
 import tempfile
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -48,7 +49,7 @@ from kbctl.errors import KbctlError
 from kbctl.eval.beir import RANKING_RETRIEVAL, BeirImport, import_beir
 from kbctl.eval.evalset import EvalQuery, EvalSet, load_evalset
 from kbctl.eval.run import QueryOutcome, evaluate, evaluate_store, split_mode
-from kbctl.manifest import Embedding, Retrieval
+from kbctl.manifest import Embedding, Retrieval, load_manifests
 from kbctl.query.options import QueryOptions
 from kbctl.store.embedded import stop_server
 
@@ -127,6 +128,29 @@ def as_published(store: KnowledgeBaseStore, name: str) -> Calibration:
         keyword_threshold(keyword),
         language,
     )
+
+
+@contextmanager
+def examples_store(model: str | None = None) -> Iterator[KnowledgeBaseStore]:
+    """examples/kb applied into a fresh temporary store (each knowledge base embedded with `model`, else its own),
+    open; the store and its files are gone afterwards."""
+    home = Path(tempfile.mkdtemp(prefix="kbctl-examples-"))
+    settings = Settings(home=home)
+    try:
+        with KnowledgeBaseStore(settings=settings) as store:
+            manifests = [m.kb for m in load_manifests([str(ROOT / "examples" / "kb")])]
+            if model is not None:
+                embedding = Embedding(model=model)
+                manifests = [
+                    kb.model_copy(update={"spec": kb.spec.model_copy(update={"embedding": embedding})})
+                    for kb in manifests
+                ]
+            if store.apply(manifests).failed:
+                raise SystemExit("examples/kb did not apply")
+            yield store
+    finally:
+        stop_server(settings.pgdata)
+        shutil.rmtree(home, ignore_errors=True)
 
 
 def time_queries(
