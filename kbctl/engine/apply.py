@@ -209,16 +209,20 @@ class _Reconciler:
         report_sources(
             self.reporter, name, self.trigger, results, embedder.model_id, finished=(action, version), removed=gone
         )
-        if run.chunks:  # content was ingested: new vectors may give the model enough for its index
-            self._index(name, embedder.model_id)
-        new_chunks = run.chunks
-        if new_chunks >= ANALYZE_AFTER_CHUNKS and new_chunks >= ANALYZE_CHUNK_SHARE * db.estimated_chunks():
+        self._after(plan, run.chunks, embedder.model_id)
+        return KnowledgeBaseResult(name=name, action=action, version=version, sources=results, removed=gone)
+
+    def _after(self, plan: KnowledgeBasePlan, new_chunks: int, model: str) -> None:
+        """What a reconcile leaves the store after its version: the model's vector index, when content was ingested
+        (new vectors may give the model enough for one), and the planner's statistics."""
+        if new_chunks:
+            self._index(plan.name, model)
+        if new_chunks >= ANALYZE_AFTER_CHUNKS and new_chunks >= ANALYZE_CHUNK_SHARE * self.db.estimated_chunks():
             # The planner's estimates of full-text matches in a much larger table. A share of a large one changes
             # them little, and ANALYZE of 900,000 chunks (their tsvectors) took 66 s after a 1% change.
-            db.analyze_chunks()
+            self.db.analyze_chunks()
         if not plan.unchanged:
-            db.analyze_versions()  # the planner's estimate of the new version's size (~10 ms at 18,000 rows)
-        return KnowledgeBaseResult(name=name, action=action, version=version, sources=results, removed=gone)
+            self.db.analyze_versions()  # the planner's estimate of the new version's size (~10 ms at 18,000 rows)
 
     def _pending(self, recorded: KnowledgeBaseRow) -> int:
         """After an in-process apply recorded its desired state: while a generation is pending, the knowledge base
