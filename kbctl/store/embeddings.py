@@ -118,31 +118,25 @@ class Embeddings(Chunks):
             ).fetchone()
             if row is None:
                 raise NotFoundError(f"version {version_id} is gone")
-            self._calibrate(version_id, str(row[0]), int(row[1]), int(row[2]), vectors, language)
-            found = self._conn.execute(
-                "SELECT background_similarity, background_keyword FROM kb_versions WHERE id = %s", (version_id,)
-            ).fetchone()
-        assert found is not None
-        return found[0], found[1]
+            return self._calibrate(version_id, str(row[0]), int(row[1]), int(row[2]), vectors, language)
 
     def _calibrate(
         self, version_id: int, model: str, chunks: int, restricted: int, vectors: Sequence[Vector], language: str
-    ) -> None:
+    ) -> tuple[float | None, float | None]:
         """Calibrate a version being published, or published before (kbctl.embedding.background): the background
         questions' best similarities among its chunks behind no rule and, when it restricts some, among each rule's,
         searched apart (kbctl.store.access), so that every caller's line is of what it may read; the version's own is
         of them all. A version that restricts none gets its background keyword share too (one that does keeps the
-        similarity line alone: a share measured over every chunk would move with text a caller may not read)."""
+        similarity line alone: a share measured over every chunk would move with text a caller may not read).
+        Returns the background similarity and background keyword share stored."""
         from kbctl.embedding.background import joint_similarity
 
         if not restricted:
             bests = self.background_bests(version_id, model, chunks, vectors)
-            store_calibration(self._conn, version_id, joint_similarity([bests]), bests, {})
-            self._conn.execute(
-                "UPDATE kb_versions SET background_keyword = %s WHERE id = %s",
-                (self.background_keyword(version_id, language, vectors), version_id),
-            )
-            return
+            similarity, keyword = joint_similarity([bests]), self.background_keyword(version_id, language, vectors)
+            store_calibration(self._conn, version_id, similarity, bests, {})
+            self._conn.execute("UPDATE kb_versions SET background_keyword = %s WHERE id = %s", (keyword, version_id))
+            return similarity, keyword
         open_bests = self.background_bests(version_id, model, chunks - restricted, vectors, Rule(None, None))
         rule_bests = {
             rule: self.background_bests(version_id, model, count, vectors, part)
@@ -150,6 +144,7 @@ class Embeddings(Chunks):
         }
         whole = joint_similarity([open_bests, *rule_bests.values()])
         store_calibration(self._conn, version_id, whole, open_bests, rule_bests)
+        return whole, None
 
     def readable_background(self, version_id: int, reader: Reader) -> float | None:
         """The background similarity of what `reader` may read of a version (kbctl.store.access.readable_background;
