@@ -102,10 +102,7 @@ def event_line(event: Event) -> str | None:
     if isinstance(event, ReconcileFailed):
         return f"{prefix} failed: {event.message}"
     if isinstance(event, VersionCalibrated):
-        lines = f"similarity line {event.similarity_line:g}" + (
-            f", keyword line {event.keyword_line:g}" if event.keyword_line is not None else ""
-        )
-        return f"{prefix}: version {event.version} calibrated (published before its relevance gate was): {lines}"
+        return f"{prefix}: version {event.version} calibrated (published before its relevance gate was): {event.lines}"
     if isinstance(event, VectorIndexBuilt):
         vectors = count(event.vectors, "vector")
         return f"{prefix}: vector index of {event.model} built over {vectors} in {event.seconds:.1f} s"

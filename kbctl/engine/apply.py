@@ -20,7 +20,7 @@ from kbctl.defaults import ANALYZE_AFTER_CHUNKS, ANALYZE_CHUNK_SHARE
 from kbctl.embedding import Embedder
 from kbctl.embedding.background import keyword_threshold, version_threshold
 from kbctl.engine.conditions import PublishedNothing, observe
-from kbctl.engine.eventlog import record, result_events
+from kbctl.engine.eventlog import calibrated, record, result_events
 from kbctl.engine.events import (
     NullReporter,
     ReconcileFailed,
@@ -252,11 +252,7 @@ class _Reconciler:
             plan.name, plan.current_version, version_threshold(plan.model_id, similarity), keyword_threshold(keyword)
         )
         self.reporter.report(event)
-        lines = f"similarity line {event.similarity_line:g}" + (
-            f", keyword line {event.keyword_line:g}" if event.keyword_line is not None else ""
-        )
-        message = f"version {plan.current_version} calibrated (published before its relevance gate was): {lines}"
-        record(self.db, [NewEvent(plan.name, "Normal", "Calibrated", message, self.component)])
+        record(self.db, [calibrated(event, self.component)])
 
     def _index(self, name: str, model: str) -> None:
         """Build the model's vector index once it has enough vectors; the published version serves meanwhile. A build

@@ -1,18 +1,19 @@
 """What the engine writes to the events table (kbctl.store.events), worded once here: a publish, a failed reconcile,
-a failing source, a rollback, a deletion or a prune. Recording never fails the work it records: a store that
-refuses the event has already refused the work, or will say so on its own."""
+a failing source, a version calibrated in place, a rollback, a deletion or a prune. Recording never fails the work
+it records: a store that refuses the event has already refused the work, or will say so on its own."""
 
 from __future__ import annotations
 
 import contextlib
 from collections.abc import Sequence
 
+from kbctl.engine.events import VersionCalibrated
 from kbctl.engine.results import KnowledgeBaseResult
 from kbctl.errors import KbctlError
 from kbctl.store.database import Database
 from kbctl.store.events import NewEvent
 
-__all__ = ["deleted", "record", "result_events", "rolled_back"]
+__all__ = ["calibrated", "deleted", "record", "result_events", "rolled_back"]
 
 REMOVED_NAMED = 20  # documents a DocumentsRemoved event names; the rest are counted
 
@@ -49,6 +50,11 @@ def result_events(result: KnowledgeBaseResult, component: str) -> list[NewEvent]
                 NewEvent(name, "Warning", "SourceFailed", f"source {source.name}: {source.message}", component)
             )
     return events
+
+
+def calibrated(event: VersionCalibrated, component: str) -> NewEvent:
+    message = f"version {event.version} calibrated (published before its relevance gate was): {event.lines}"
+    return NewEvent(event.name, "Normal", "Calibrated", message, component)
 
 
 def rolled_back(name: str, from_version: int, to_version: int) -> NewEvent:

@@ -178,6 +178,12 @@ class VersionCalibrated:
     similarity_line: float
     keyword_line: float | None
 
+    @property
+    def lines(self) -> str:
+        """The lines, as the apply log and the recorded event name them."""
+        keyword = f", keyword line {self.keyword_line:g}" if self.keyword_line is not None else ""
+        return f"similarity line {self.similarity_line:g}{keyword}"
+
 
 Event = (
     ReconcileStarted
