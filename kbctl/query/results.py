@@ -7,7 +7,7 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, PrivateAttr
 from pydantic.alias_generators import to_camel
 
-__all__ = ["API_MODEL", "QueryHit", "QueryResult", "RerankInfo", "StageTiming", "TraceEntry", "TraceStage"]
+__all__ = ["API_MODEL", "QueryHit", "QueryResult", "Relevant", "RerankInfo", "StageTiming", "TraceEntry", "TraceStage"]
 
 # Field names are snake_case in Python and camelCase in the HTTP API (`model_dump(by_alias=True)`), like manifests.
 API_MODEL = ConfigDict(alias_generator=to_camel, populate_by_name=True)
@@ -92,6 +92,9 @@ class RerankInfo(BaseModel):
     error: str | None = None
 
 
+Relevant = Literal["similarity", "keyword"] | None  # by which signal a question passed the relevance gate
+
+
 class QueryResult(BaseModel):
     """The answer to a query: the chunks kept, and why the others were not."""
 
@@ -112,7 +115,7 @@ class QueryResult(BaseModel):
     # words' idf) and the version's keyword line it may pass by instead (None: the version has none).
     keyword_share: float | None = None
     keyword_threshold: float | None = None
-    relevant_by: Literal["similarity", "keyword"] | None = None  # the signal that passed the gate; None: none did
+    relevant_by: Relevant = None  # the signal that passed the gate; None: none did
     max_context_tokens: int
     hits: list[QueryHit]
     candidates: int

@@ -8,7 +8,7 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any
 
 import numpy as np
 
@@ -27,7 +27,7 @@ from kbctl.manifest import Rerank
 from kbctl.manifest.models import Fusion
 from kbctl.query.options import Mode
 from kbctl.query.plan import QueryPlan
-from kbctl.query.results import QueryHit, RerankInfo, TraceEntry
+from kbctl.query.results import QueryHit, Relevant, RerankInfo, TraceEntry
 from kbctl.rerank import Reranker
 from kbctl.store.bm25 import KeywordRanking
 from kbctl.store.database import ChunkHit, Database
@@ -72,9 +72,6 @@ def _contains(text: str, term: str) -> bool:
     if term.casefold() not in text.casefold():
         return False
     return re.search(rf"(?<![A-Za-z0-9_]){re.escape(term)}(?![A-Za-z0-9_])", text, re.IGNORECASE) is not None
-
-
-Relevant = Literal["similarity", "keyword"] | None  # by which signal a question passed the relevance gate
 
 
 @dataclass
